@@ -1,0 +1,150 @@
+// blocks.h — the byte layout of every block format, one struct each, sizes asserted.
+//
+// GGUF block formats follow GGUF's on-disk layout exactly (little-endian; `f16` fields are IEEE
+// binary16 bit patterns). Sources: the GGUF specification (ggml docs/gguf.md) and the ggml block
+// definitions it refers to; K-quant super-blocks hold QK_K = 256 values.
+//
+// Value formulas (x = decoded value, q = stored integer):
+//   q4_0:  x = d * (q - 8),        q in 0..15; byte j holds element j (low nibble), j+16 (high)
+//   q4_1:  x = d * q + m
+//   q5_0:  x = d * (q - 16),       q = nibble | (bit j of qh) << 4, same element order as q4_0
+//   q5_1:  x = d * q + m
+//   q8_0:  x = d * q,              q in -128..127
+//   q8_1:  x = d * q, s = d * sum(q) (activation format)
+//   iq4_nl: x = d * kvalues_iq4nl[nibble], element order as q4_0
+//   K-quants: see quants_k.cpp for the sub-block scale packing of each.
+//   nvfp4: x = s2 * e4m3(scale) * e2m1(nibble); element 2i in the low nibble of qs[i], 2i+1 in
+//          the high nibble; s2 is the second-level scale held by the container (see dtype.h).
+#pragma once
+
+#include <cstdint>
+
+namespace kvrun {
+
+using f16_bits = uint16_t;  ///< IEEE 754 binary16 bit pattern
+
+constexpr int QK4_0 = 32;
+constexpr int QK4_1 = 32;
+constexpr int QK5_0 = 32;
+constexpr int QK5_1 = 32;
+constexpr int QK8_0 = 32;
+constexpr int QK8_1 = 32;
+constexpr int QK4_NL = 32;
+constexpr int QK_K = 256;  ///< K-quant super-block size
+constexpr int K_SCALE_SIZE = 12;
+constexpr int QK_NVFP4 = 16;
+
+struct block_q4_0 {
+  f16_bits d;
+  uint8_t qs[QK4_0 / 2];
+};
+static_assert(sizeof(block_q4_0) == 18, "wrong q4_0 block size");
+
+struct block_q4_1 {
+  f16_bits d;
+  f16_bits m;
+  uint8_t qs[QK4_1 / 2];
+};
+static_assert(sizeof(block_q4_1) == 20, "wrong q4_1 block size");
+
+struct block_q5_0 {
+  f16_bits d;
+  uint8_t qh[4];  ///< 5th bit of each of the 32 quants (little-endian uint32)
+  uint8_t qs[QK5_0 / 2];
+};
+static_assert(sizeof(block_q5_0) == 22, "wrong q5_0 block size");
+
+struct block_q5_1 {
+  f16_bits d;
+  f16_bits m;
+  uint8_t qh[4];
+  uint8_t qs[QK5_1 / 2];
+};
+static_assert(sizeof(block_q5_1) == 24, "wrong q5_1 block size");
+
+struct block_q8_0 {
+  f16_bits d;
+  int8_t qs[QK8_0];
+};
+static_assert(sizeof(block_q8_0) == 34, "wrong q8_0 block size");
+
+struct block_q8_1 {
+  f16_bits d;
+  f16_bits s;  ///< d * sum(qs)
+  int8_t qs[QK8_1];
+};
+static_assert(sizeof(block_q8_1) == 36, "wrong q8_1 block size");
+
+/// 2.625 bits per weight: 16 sub-blocks of 16, 4-bit scale and 4-bit min per sub-block.
+struct block_q2_K {
+  uint8_t scales[QK_K / 16];  ///< low nibble: scale, high nibble: min
+  uint8_t qs[QK_K / 4];       ///< 2-bit quants
+  f16_bits d;                 ///< super-block scale for the scales
+  f16_bits dmin;              ///< super-block scale for the mins
+};
+static_assert(sizeof(block_q2_K) == 84, "wrong q2_K block size");
+
+/// 3.4375 bits per weight: 16 sub-blocks of 16, 6-bit signed scales.
+struct block_q3_K {
+  uint8_t hmask[QK_K / 8];  ///< high bit of each quant
+  uint8_t qs[QK_K / 4];     ///< low 2 bits
+  uint8_t scales[12];       ///< 16 scales, 6 bits each
+  f16_bits d;
+};
+static_assert(sizeof(block_q3_K) == 110, "wrong q3_K block size");
+
+/// 4.5 bits per weight: 8 sub-blocks of 32, 6-bit scale and min each.
+struct block_q4_K {
+  f16_bits d;
+  f16_bits dmin;
+  uint8_t scales[K_SCALE_SIZE];
+  uint8_t qs[QK_K / 2];
+};
+static_assert(sizeof(block_q4_K) == 144, "wrong q4_K block size");
+
+/// 5.5 bits per weight: as q4_K plus one high bit per quant.
+struct block_q5_K {
+  f16_bits d;
+  f16_bits dmin;
+  uint8_t scales[K_SCALE_SIZE];
+  uint8_t qh[QK_K / 8];
+  uint8_t qs[QK_K / 2];
+};
+static_assert(sizeof(block_q5_K) == 176, "wrong q5_K block size");
+
+/// 6.5625 bits per weight: 16 sub-blocks of 16, 8-bit signed scales.
+struct block_q6_K {
+  uint8_t ql[QK_K / 2];     ///< low 4 bits
+  uint8_t qh[QK_K / 4];     ///< high 2 bits
+  int8_t scales[QK_K / 16];
+  f16_bits d;
+};
+static_assert(sizeof(block_q6_K) == 210, "wrong q6_K block size");
+
+/// Activation format paired with K-quant weights.
+struct block_q8_K {
+  float d;
+  int8_t qs[QK_K];
+  int16_t bsums[QK_K / 16];  ///< sum of each group of 16 quants
+};
+static_assert(sizeof(block_q8_K) == 292, "wrong q8_K block size");
+
+struct block_iq4_nl {
+  f16_bits d;
+  uint8_t qs[QK4_NL / 2];
+};
+static_assert(sizeof(block_iq4_nl) == 18, "wrong iq4_nl block size");
+
+/// The 16 non-linear levels of iq4_nl (GGUF/ggml `kvalues_iq4nl`).
+inline constexpr int8_t kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                             1,    13,   25,  38,  53,  69,  89,  113};
+
+/// NVFP4 block: 16 E2M1 values and one E4M3 block scale (NVIDIA's NVFP4 format: 16-element
+/// micro-blocks, FP8 E4M3 scale; the FP32 second-level scale is held outside the block).
+struct block_nvfp4 {
+  uint8_t scale;              ///< E4M3 block scale
+  uint8_t qs[QK_NVFP4 / 2];  ///< E2M1 codes, element 2i low nibble, 2i+1 high nibble
+};
+static_assert(sizeof(block_nvfp4) == 9, "wrong nvfp4 block size");
+
+}  // namespace kvrun

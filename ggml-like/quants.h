@@ -1,0 +1,64 @@
+// quants.h — scalar reference codecs of every block format (declarations).
+//
+// Each `dequantize_row_X` decodes `n` values (n a multiple of the block size) from blocks of X;
+// each `quantize_row_X` is kvrun's own reference quantizer producing valid blocks of X. These
+// are the functions the traits table (dtype.cpp) points at, and the oracle for SIMD and CUDA
+// kernels. Layouts: blocks.h. Decoders are bit-exact with GGUF's definitions; the quantizers
+// are kvrun's own (minimizing squared error), not copies of llama.cpp's.
+#pragma once
+
+#include <cstdint>
+
+#include "blocks.h"
+
+namespace kvrun {
+
+// Plain float formats (one element per "block").
+void dequantize_row_f32(const void* src, float* dst, int64_t n);
+void quantize_row_f32(const float* src, void* dst, int64_t n);
+void dequantize_row_f16(const void* src, float* dst, int64_t n);
+void quantize_row_f16(const float* src, void* dst, int64_t n);
+void dequantize_row_bf16(const void* src, float* dst, int64_t n);
+void quantize_row_bf16(const float* src, void* dst, int64_t n);
+void dequantize_row_f64(const void* src, float* dst, int64_t n);
+void quantize_row_f64(const float* src, void* dst, int64_t n);
+
+// Legacy GGUF block quants (quants_legacy.cpp).
+void dequantize_row_q4_0(const void* src, float* dst, int64_t n);
+void quantize_row_q4_0(const float* src, void* dst, int64_t n);
+void dequantize_row_q4_1(const void* src, float* dst, int64_t n);
+void quantize_row_q4_1(const float* src, void* dst, int64_t n);
+void dequantize_row_q5_0(const void* src, float* dst, int64_t n);
+void quantize_row_q5_0(const float* src, void* dst, int64_t n);
+void dequantize_row_q5_1(const void* src, float* dst, int64_t n);
+void quantize_row_q5_1(const float* src, void* dst, int64_t n);
+void dequantize_row_q8_0(const void* src, float* dst, int64_t n);
+void quantize_row_q8_0(const float* src, void* dst, int64_t n);
+void dequantize_row_q8_1(const void* src, float* dst, int64_t n);
+void quantize_row_q8_1(const float* src, void* dst, int64_t n);
+void dequantize_row_iq4_nl(const void* src, float* dst, int64_t n);
+void quantize_row_iq4_nl(const float* src, void* dst, int64_t n);
+
+// K-quants, super-blocks of QK_K = 256 (quants_k.cpp).
+void dequantize_row_q2_K(const void* src, float* dst, int64_t n);
+void quantize_row_q2_K(const float* src, void* dst, int64_t n);
+void dequantize_row_q3_K(const void* src, float* dst, int64_t n);
+void quantize_row_q3_K(const float* src, void* dst, int64_t n);
+void dequantize_row_q4_K(const void* src, float* dst, int64_t n);
+void quantize_row_q4_K(const float* src, void* dst, int64_t n);
+void dequantize_row_q5_K(const void* src, float* dst, int64_t n);
+void quantize_row_q5_K(const float* src, void* dst, int64_t n);
+void dequantize_row_q6_K(const void* src, float* dst, int64_t n);
+void quantize_row_q6_K(const float* src, void* dst, int64_t n);
+void dequantize_row_q8_K(const void* src, float* dst, int64_t n);
+void quantize_row_q8_K(const float* src, void* dst, int64_t n);
+
+// KV formats at unit second-level scale (quants_kv.cpp; scaled forms in quants_kv.h).
+void dequantize_row_fp8_e4m3(const void* src, float* dst, int64_t n);
+void quantize_row_fp8_e4m3(const float* src, void* dst, int64_t n);
+void dequantize_row_fp8_e5m2(const void* src, float* dst, int64_t n);
+void quantize_row_fp8_e5m2(const float* src, void* dst, int64_t n);
+void dequantize_row_nvfp4(const void* src, float* dst, int64_t n);
+void quantize_row_nvfp4(const float* src, void* dst, int64_t n);
+
+}  // namespace kvrun

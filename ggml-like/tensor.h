@@ -1,0 +1,62 @@
+// tensor.h — a non-owning tensor view and an owning byte buffer.
+//
+// Shapes follow ggml's convention: ne[0] is the innermost (contiguous) dimension, i.e. the row
+// length; nb[i] is the stride of dimension i in bytes. For block types nb[0] is the block size
+// in bytes and ne[0] must be a multiple of the block's element count; nb[1] = bytes of one row.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "dtype.h"
+
+namespace kvrun {
+
+constexpr int kMaxDims = 4;
+
+/// A view of typed data: never owns `data`. A 1-D tensor has ne = {n, 1, 1, 1}.
+struct Tensor {
+  DType type = DType::F32;
+  int64_t ne[kMaxDims] = {1, 1, 1, 1};  ///< elements per dimension, ne[0] innermost
+  size_t nb[kMaxDims] = {0, 0, 0, 0};   ///< stride per dimension in bytes
+  void* data = nullptr;
+
+  /// A contiguous view of `data` with shape ne0 × ne1 × ne2 × ne3 (ne0 a multiple of the
+  /// type's block size). Throws std::invalid_argument otherwise.
+  static Tensor contiguous(DType type, void* data, int64_t ne0, int64_t ne1 = 1, int64_t ne2 = 1,
+                           int64_t ne3 = 1);
+
+  int64_t n_elements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
+  int64_t n_rows() const { return ne[1] * ne[2] * ne[3]; }
+  /// Bytes spanned by the view when contiguous (nb[3] * ne[3]).
+  size_t n_bytes() const { return nb[3] * size_t(ne[3]); }
+  /// True when rows are packed with no gaps.
+  bool is_contiguous() const;
+  /// Pointer to row (i1, i2, i3).
+  void* row(int64_t i1, int64_t i2 = 0, int64_t i3 = 0) const {
+    return static_cast<char*>(data) + i1 * nb[1] + i2 * nb[2] + i3 * nb[3];
+  }
+  /// Decodes row (i1, i2, i3) into `dst` (ne[0] floats) with the type's reference codec.
+  void row_to_float(float* dst, int64_t i1, int64_t i2 = 0, int64_t i3 = 0) const;
+};
+
+/// Owning, 64-byte aligned, zero-initialised memory. Movable, not copyable.
+class Buffer {
+ public:
+  Buffer() = default;
+  /// Allocates `n_bytes`; throws std::bad_alloc when it cannot.
+  explicit Buffer(size_t n_bytes);
+  void* data() { return ptr_.get(); }
+  const void* data() const { return ptr_.get(); }
+  size_t size() const { return size_; }
+
+ private:
+  struct Free {
+    void operator()(void* p) const;
+  };
+  std::unique_ptr<void, Free> ptr_;
+  size_t size_ = 0;
+};
+
+}  // namespace kvrun

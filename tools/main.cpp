@@ -1,0 +1,2 @@
+// placeholder while the tool is written
+int main() { return 0; }
