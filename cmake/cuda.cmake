@@ -35,7 +35,7 @@ if(_kvrun_want_cuda)
   endif()
   enable_language(CUDA)
   find_package(CUDAToolkit REQUIRED)
-  set(CMAKE_CUDA_STANDARD 20)
+  set(CMAKE_CUDA_STANDARD 17)  # CMake 3.25 does not know nvcc's C++20 flag
   set(CMAKE_CUDA_STANDARD_REQUIRED ON)
   file(GLOB KVRUN_CUDA_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/backends/cuda/*.cu)
   add_library(kvrun_cuda STATIC ${KVRUN_CUDA_SOURCES})

@@ -114,8 +114,8 @@ static_assert(sizeof(block_q5_K) == 176, "wrong q5_K block size");
 
 /// 6.5625 bits per weight: 16 sub-blocks of 16, 8-bit signed scales.
 struct block_q6_K {
-  uint8_t ql[QK_K / 2];     ///< low 4 bits
-  uint8_t qh[QK_K / 4];     ///< high 2 bits
+  uint8_t ql[QK_K / 2];  ///< low 4 bits
+  uint8_t qh[QK_K / 4];  ///< high 2 bits
   int8_t scales[QK_K / 16];
   f16_bits d;
 };
@@ -142,7 +142,7 @@ inline constexpr int8_t kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22
 /// NVFP4 block: 16 E2M1 values and one E4M3 block scale (NVIDIA's NVFP4 format: 16-element
 /// micro-blocks, FP8 E4M3 scale; the FP32 second-level scale is held outside the block).
 struct block_nvfp4 {
-  uint8_t scale;              ///< E4M3 block scale
+  uint8_t scale;             ///< E4M3 block scale
   uint8_t qs[QK_NVFP4 / 2];  ///< E2M1 codes, element 2i low nibble, 2i+1 high nibble
 };
 static_assert(sizeof(block_nvfp4) == 9, "wrong nvfp4 block size");

@@ -59,12 +59,12 @@ using FromFloatFn = void (*)(const float* src, void* dst, int64_t n);
 /// One row of the traits table.
 struct DTypeTraits {
   DType type;
-  const char* name;     ///< lower-case name as llama.cpp prints it: "f32", "q4_K", "fp8_e4m3"...
-  int32_t block_elems;  ///< elements per block (1 for scalar types)
-  int32_t block_bytes;  ///< bytes per block, scales included
-  bool quantized;       ///< true for block formats with scales (and the 8/4-bit float formats)
-  bool gguf;            ///< true when the type may appear in a GGUF file
-  ToFloatFn to_float;   ///< scalar reference decoder; null for integer types
+  const char* name;        ///< lower-case name as llama.cpp prints it: "f32", "q4_K", "fp8_e4m3"...
+  int32_t block_elems;     ///< elements per block (1 for scalar types)
+  int32_t block_bytes;     ///< bytes per block, scales included
+  bool quantized;          ///< true for block formats with scales (and the 8/4-bit float formats)
+  bool gguf;               ///< true when the type may appear in a GGUF file
+  ToFloatFn to_float;      ///< scalar reference decoder; null for integer types
   FromFloatFn from_float;  ///< scalar reference encoder; null for integer types
 };
 

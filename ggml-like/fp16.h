@@ -41,8 +41,8 @@ inline uint16_t f32_to_fp16(float f) {
   const uint32_t ax = x & 0x7fffffffu;
   if (ax >= 0x7f800000u) return uint16_t(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0));
   if (ax >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // rounds to >= 65520 → inf
-  if (ax < 0x38800000u) {                                 // below the smallest normal 2^-14
-    if (ax < 0x33000000u) return sign;                    // below half the smallest subnormal
+  if (ax < 0x38800000u) {                                  // below the smallest normal 2^-14
+    if (ax < 0x33000000u) return sign;                     // below half the smallest subnormal
     const uint32_t e = ax >> 23;
     const uint32_t m = (ax & 0x7fffffu) | 0x800000u;
     const uint32_t shift = 126 - e;  // 14..24

@@ -16,9 +16,9 @@ Tensor Tensor::contiguous(DType type, void* data, int64_t ne0, int64_t ne1, int6
     throw std::invalid_argument("tensor shape has a negative dimension");
   auto rb = row_bytes(type, ne0);
   if (!rb)
-    throw std::invalid_argument("row of " + std::to_string(ne0) + " elements is not a multiple of " +
-                                std::string(tr.name) + "'s block of " +
-                                std::to_string(tr.block_elems));
+    throw std::invalid_argument("row of " + std::to_string(ne0) +
+                                " elements is not a multiple of " + std::string(tr.name) +
+                                "'s block of " + std::to_string(tr.block_elems));
   Tensor t;
   t.type = type;
   t.ne[0] = ne0;

@@ -24,7 +24,9 @@ int64_t kv_row_bytes(DType type, int64_t n_head_kv, int64_t head_dim) {
   if (n_head_kv <= 0 || head_dim <= 0)
     throw std::invalid_argument("KV row needs n_head_kv > 0 and head_dim > 0");
   const int64_t n = n_head_kv * head_dim;
-  auto blocks = [](int64_t values, int64_t per_block) { return (values + per_block - 1) / per_block; };
+  auto blocks = [](int64_t values, int64_t per_block) {
+    return (values + per_block - 1) / per_block;
+  };
   switch (type) {
     case DType::F32:
       return n * 4;
@@ -49,9 +51,9 @@ int64_t kv_row_bytes(DType type, int64_t n_head_kv, int64_t head_dim) {
 }
 
 int64_t kv_bytes_per_token(DType type_k, DType type_v, int64_t n_layer, int64_t n_head_kv,
-                           int64_t head_dim) {
-  return n_layer *
-         (kv_row_bytes(type_k, n_head_kv, head_dim) + kv_row_bytes(type_v, n_head_kv, head_dim));
+                           int64_t head_dim_k, int64_t head_dim_v) {
+  return n_layer * (kv_row_bytes(type_k, n_head_kv, head_dim_k) +
+                    kv_row_bytes(type_v, n_head_kv, head_dim_v));
 }
 
 }  // namespace kvrun

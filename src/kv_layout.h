@@ -24,8 +24,8 @@
 namespace kvrun {
 
 /// The KV cache element types users can choose (-ctk / -ctv), in display order.
-inline constexpr DType kKvCacheTypes[] = {DType::F32,  DType::F16,      DType::BF16,
-                                          DType::Q8_0, DType::Q4_0,     DType::FP8_E4M3,
+inline constexpr DType kKvCacheTypes[] = {DType::F32,      DType::F16,  DType::BF16,
+                                          DType::Q8_0,     DType::Q4_0, DType::FP8_E4M3,
                                           DType::FP8_E5M2, DType::NVFP4};
 
 /// Parses a cache type name as users write it: f32, f16, bf16, q8_0, q4_0, fp8 (= fp8_e4m3),
@@ -40,8 +40,9 @@ const char* kv_type_name(DType t);
 /// that is not a KV cache type or a non-positive shape.
 int64_t kv_row_bytes(DType type, int64_t n_head_kv, int64_t head_dim);
 
-/// Bytes of KV cache per token over all layers: n_layer × (K row + V row).
+/// Bytes of KV cache per token over all layers: n_layer × (K row + V row), K rows of
+/// n_head_kv × head_dim_k values and V rows of n_head_kv × head_dim_v values.
 int64_t kv_bytes_per_token(DType type_k, DType type_v, int64_t n_layer, int64_t n_head_kv,
-                           int64_t head_dim);
+                           int64_t head_dim_k, int64_t head_dim_v);
 
 }  // namespace kvrun

@@ -2,10 +2,15 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -37,12 +42,65 @@ inline std::vector<float> random_floats(size_t n, uint32_t seed, float sd = 1.0f
   return v;
 }
 
+/// What a command printed and how it exited.
+struct CommandResult {
+  int exit_code = -1;  ///< exit status, or 128 + signal when killed by one
+  std::string out;     ///< stdout
+  std::string err;     ///< stderr
+};
+
+/// Runs `cmd` through /bin/sh with stdout and stderr captured (stderr via a temp file).
+inline CommandResult run_command(const std::string& cmd) {
+  CommandResult r;
+  const std::filesystem::path err_path =
+      std::filesystem::temp_directory_path() /
+      ("kvrun_test_err_" + std::to_string(::getpid()) + "_" + std::to_string(std::rand()));
+  FILE* p = ::popen((cmd + " 2>" + err_path.string()).c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int status = ::pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  std::ifstream ef(err_path);
+  std::stringstream ss;
+  ss << ef.rdbuf();
+  r.err = ss.str();
+  std::filesystem::remove(err_path);
+  return r;
+}
+
+/// A fresh empty directory under the system temp dir, removed by the destructor.
+class TempDir {
+ public:
+  TempDir() {
+    path_ = std::filesystem::temp_directory_path() /
+            ("kvrun_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++));
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
+
+ private:
+  static int& counter() {
+    static int c = 0;
+    return c;
+  }
+  std::filesystem::path path_;
+};
+
 }  // namespace kvrun::test
 
 /// Skips the current test (with a clear message) when fixture file `rel` is missing.
-#define KVRUN_REQUIRE_FIXTURE(rel)                                                           \
-  do {                                                                                      \
-    if (!std::filesystem::exists(::kvrun::test::fixture(rel)))                              \
-      GTEST_SKIP() << "fixture " << ::kvrun::test::fixture(rel)                             \
-                   << " not found (set KVRUN_FIXTURES to the fixtures directory)";          \
+#define KVRUN_REQUIRE_FIXTURE(rel)                                                 \
+  do {                                                                             \
+    if (!std::filesystem::exists(::kvrun::test::fixture(rel)))                     \
+      GTEST_SKIP() << "fixture " << ::kvrun::test::fixture(rel)                    \
+                   << " not found (set KVRUN_FIXTURES to the fixtures directory)"; \
   } while (0)

@@ -1,0 +1,55 @@
+// hparams.h — a model's hyperparameters, read from GGUF metadata (`{arch}.*` keys).
+//
+// Keys (GGUF spec, "LLM" section): {arch}.block_count, .embedding_length, .feed_forward_length,
+// .attention.head_count, .attention.head_count_kv, .attention.key_length / .value_length,
+// .attention.layer_norm_rms_epsilon, .context_length, .rope.dimension_count, .rope.freq_base,
+// .rope.scaling.{type,factor,original_context_length}, .vocab_size. Defaults where a key is
+// absent follow llama.cpp (head_count_kv = head_count, head_dim = n_embd / n_head,
+// n_rot = head_dim, freq_base = 10000, rms eps = 1e-5).
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "gguf.h"
+
+namespace kvrun {
+
+/// A GGUF file that parses but is not a usable model (missing or inconsistent hyperparameters).
+class ModelError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// RoPE settings (RoFormer, Su et al. 2021; llama3-style scaling per Meta's Llama 3.1 release).
+struct RopeParams {
+  float freq_base = 10000.0f;         ///< θ base
+  int64_t n_rot = 0;                  ///< rotated dimensions per head (≤ head_dim)
+  std::string scaling_type = "none";  ///< none, linear, yarn, llama3 (from rope.scaling.type)
+  float scaling_factor = 1.0f;        ///< context extension factor (1 = none)
+  int64_t n_ctx_orig = 0;             ///< rope.scaling.original_context_length (0 if absent)
+  bool has_freq_factors = false;  ///< a `rope_freqs.weight` tensor (llama3-style scaling) exists
+};
+
+/// Hyperparameters common to the llama family; an architecture file adds its own extras.
+struct Hparams {
+  std::string arch;         ///< general.architecture ("llama", "qwen2", ...)
+  int64_t n_layer = 0;      ///< transformer blocks
+  int64_t n_embd = 0;       ///< residual width
+  int64_t n_head = 0;       ///< query heads
+  int64_t n_head_kv = 0;    ///< key/value heads (GQA when < n_head)
+  int64_t head_dim = 0;     ///< K (and Q) head size
+  int64_t head_dim_v = 0;   ///< V head size
+  int64_t n_ff = 0;         ///< FFN hidden size (the largest, when given per layer)
+  int64_t n_ctx_train = 0;  ///< context length the model was trained with
+  int64_t n_vocab = 0;      ///< vocabulary size
+  float rms_eps = 1e-5f;    ///< RMSNorm epsilon
+  RopeParams rope;
+};
+
+/// Reads the hyperparameters of `file`. Throws ModelError naming the missing or invalid key
+/// (e.g. "llama.block_count is missing"), or gguf::GgufError when a key has the wrong type.
+Hparams load_hparams(const gguf::File& file);
+
+}  // namespace kvrun

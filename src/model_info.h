@@ -1,0 +1,50 @@
+// model_info.h — what `kvrun info` reports about a GGUF model: hyperparameters, tokenizer, the
+// quant mix of its weights, and the KV cache size for a context length per cache type.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dtype.h"
+#include "gguf.h"
+#include "hparams.h"
+
+namespace kvrun {
+
+/// Tensors of one dtype in a model.
+struct QuantMixEntry {
+  DType type;
+  int64_t n_tensors = 0;
+  int64_t bytes = 0;
+};
+
+/// KV cache size of one cache type (K and V both of that type) for a context length.
+struct KvSizeEntry {
+  DType type;
+  int64_t bytes_per_token = 0;  ///< n_layer × (K row + V row), see kv_layout.h
+  int64_t bytes_total = 0;      ///< bytes_per_token × n_ctx
+};
+
+/// Everything `kvrun info` prints.
+struct ModelInfo {
+  std::string path;
+  uint32_t gguf_version = 0;
+  uint64_t file_bytes = 0;
+  Hparams hp;
+  std::string tokenizer_model;           ///< tokenizer.ggml.model ("llama", "gpt2", ...) or ""
+  std::string tokenizer_pre;             ///< tokenizer.ggml.pre or ""
+  std::string name;                      ///< general.name or ""
+  std::vector<QuantMixEntry> quant_mix;  ///< by dtype, in traits-table order
+  int64_t n_tensors = 0;
+  int64_t weight_bytes = 0;     ///< sum of all tensor data bytes
+  bool has_weights = false;     ///< false for a metadata-only file
+  int64_t n_ctx = 0;            ///< the context length the KV table is for
+  std::vector<KvSizeEntry> kv;  ///< one per KV cache type (kKvCacheTypes order)
+};
+
+/// Describes `file` for a context of `n_ctx` tokens (≤ 0: the model's n_ctx_train).
+/// Throws ModelError when the file is not a usable model.
+ModelInfo describe_model(const gguf::File& file, int64_t n_ctx);
+
+}  // namespace kvrun

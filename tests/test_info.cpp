@@ -1,0 +1,194 @@
+// test_info.cpp — `kvrun info` end to end: the binary on every fixture model, on a
+// metadata-only Llama-3.1-70B-shaped file, and on files that are not usable models.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "gguf.h"
+#include "kv_layout.h"
+#include "test_util.h"
+
+namespace kvrun {
+namespace {
+
+using nlohmann::json;
+
+json info_json(const std::string& path, const std::string& extra = "") {
+  auto r = test::run_command(test::kvrun_binary() + " info -m '" + path + "' --json " + extra);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return json::parse(r.out);
+}
+
+std::vector<std::filesystem::path> fixture_models() {
+  std::vector<std::filesystem::path> out;
+  const auto dir = test::fixture("models");
+  if (!std::filesystem::exists(dir)) return out;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().extension() == ".gguf") out.push_back(e.path());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// stories260K (fixtures README): 5 layers, n_embd 64, 8 heads, 4 KV heads, vocab 512,
+// context_length 128; head_dim 8 and n_ff 172, or 32 and 256 for the pad family.
+TEST(Info, EveryFixtureModelReportsItsShape) {
+  KVRUN_REQUIRE_FIXTURE("models/stories260K-F32.gguf");
+  const auto models = fixture_models();
+  ASSERT_EQ(models.size(), 12u);
+  for (const auto& m : models) {
+    SCOPED_TRACE(m.filename().string());
+    const bool pad = m.filename().string().find("-pad-") != std::string::npos;
+    json j = info_json(m.string());
+    EXPECT_EQ(j["arch"], "llama");
+    EXPECT_EQ(j["n_layer"], 5);
+    EXPECT_EQ(j["n_embd"], 64);
+    EXPECT_EQ(j["n_head"], 8);
+    EXPECT_EQ(j["n_head_kv"], 4);
+    EXPECT_EQ(j["head_dim"], pad ? 32 : 8);
+    EXPECT_EQ(j["n_ff"], pad ? 256 : 172);
+    EXPECT_EQ(j["n_ctx_train"], 128);
+    EXPECT_EQ(j["n_vocab"], 512);
+    EXPECT_EQ(j["tokenizer"]["model"], "llama");
+    EXPECT_EQ(j["rope"]["n_rot"], pad ? 32 : 8);
+    EXPECT_FLOAT_EQ(j["rope"]["freq_base"].get<float>(), 10000.0f);
+    // Weights: every byte of tensor data, and only the header beyond it.
+    const int64_t wb = j["weight_bytes"];
+    const int64_t fb = j["file_bytes"];
+    EXPECT_GT(wb, fb / 2);
+    EXPECT_LT(wb, fb);
+    int64_t mix_bytes = 0, mix_tensors = 0;
+    for (auto& [name, e] : j["quant_mix"].items()) {
+      mix_bytes += e["bytes"].get<int64_t>();
+      mix_tensors += e["n_tensors"].get<int64_t>();
+    }
+    EXPECT_EQ(mix_bytes, wb);
+    EXPECT_EQ(mix_tensors, 48);  // 5 × 9 per layer + token_embd, output_norm, output
+    // KV table: default n_ctx = n_ctx_train; f16 = 2 bytes × 2 (K,V) × 5 × 4 heads × head_dim.
+    const int64_t hd = pad ? 32 : 8;
+    EXPECT_EQ(j["n_ctx"], 128);
+    EXPECT_EQ(j["kv"]["f16"]["bytes_per_token"], 2 * 2 * 5 * 4 * hd);
+    EXPECT_EQ(j["kv"]["f16"]["bytes_total"], 2 * 2 * 5 * 4 * hd * 128);
+    for (DType t : kKvCacheTypes)
+      EXPECT_EQ(j["kv"][kv_type_name(t)]["bytes_per_token"], 5 * 2 * kv_row_bytes(t, 4, hd))
+          << kv_type_name(t);
+  }
+}
+
+// The F32 file holds 292,800 parameters (computed from the shapes) at 4 bytes each.
+TEST(Info, F32WeightBytesEqualParameterCountTimesFour) {
+  KVRUN_REQUIRE_FIXTURE("models/stories260K-F32.gguf");
+  json j = info_json(test::fixture("models/stories260K-F32.gguf").string());
+  const int64_t e = 64, kv = 4 * 8, ff = 172, v = 512;
+  const int64_t per_layer = e * e + e * kv + e * kv + e * e + 3 * e * ff + 2 * e;
+  const int64_t params = 5 * per_layer + 2 * v * e + e;
+  EXPECT_EQ(j["weight_bytes"], 4 * params);
+  EXPECT_EQ(j["quant_mix"].size(), 1u);
+  EXPECT_EQ(j["quant_mix"]["f32"]["n_tensors"], 48);
+}
+
+// pad-Q4_0: llama-quantize chose q4_0 for 36 tensors, q8_0 for output, f32 for 11 norms.
+TEST(Info, QuantMixOfPadQ4_0) {
+  KVRUN_REQUIRE_FIXTURE("models/stories260K-pad-Q4_0.gguf");
+  json j = info_json(test::fixture("models/stories260K-pad-Q4_0.gguf").string());
+  EXPECT_EQ(j["quant_mix"]["q4_0"]["n_tensors"], 36);
+  EXPECT_EQ(j["quant_mix"]["q8_0"]["n_tensors"], 1);
+  EXPECT_EQ(j["quant_mix"]["f32"]["n_tensors"], 11);
+  EXPECT_EQ(j["quant_mix"]["q8_0"]["bytes"], 512 * 64 / 32 * 34);  // output: 512 rows of 64
+}
+
+TEST(Info, ContextLengthScalesTheTable) {
+  KVRUN_REQUIRE_FIXTURE("models/stories260K-pad-F32.gguf");
+  json j = info_json(test::fixture("models/stories260K-pad-F32.gguf").string(), "-c 4096");
+  EXPECT_EQ(j["n_ctx"], 4096);
+  for (auto& [name, e] : j["kv"].items())
+    EXPECT_EQ(e["bytes_total"].get<int64_t>(), e["bytes_per_token"].get<int64_t>() * 4096) << name;
+}
+
+// Llama 3.1 70B's shape in a metadata-only file: 131072 tokens at bf16 = 42.9 GB, fp8 ≈ 21.5 GB.
+TEST(Info, Llama70BMetadataOnly) {
+  test::TempDir dir;
+  gguf::Writer w;
+  w.set_string("general.architecture", "llama");
+  w.set_u32("llama.block_count", 80);
+  w.set_u32("llama.embedding_length", 8192);
+  w.set_u32("llama.feed_forward_length", 28672);
+  w.set_u32("llama.attention.head_count", 64);
+  w.set_u32("llama.attention.head_count_kv", 8);
+  w.set_u32("llama.context_length", 131072);
+  w.set_f32("llama.rope.freq_base", 500000.0f);
+  w.set_u32("llama.vocab_size", 128256);
+  w.add_tensor("token_embd.weight", DType::Q4_K, {8192, 128256}, nullptr);
+  const auto path = (dir / "llama70b-meta.gguf").string();
+  w.write(path);
+
+  json j = info_json(path);
+  EXPECT_EQ(j["n_layer"], 80);
+  EXPECT_EQ(j["n_head_kv"], 8);
+  EXPECT_EQ(j["head_dim"], 128);
+  EXPECT_EQ(j["n_ctx"], 131072);
+  EXPECT_EQ(j["n_vocab"], 128256);
+  EXPECT_EQ(j["has_weights"], false);
+  EXPECT_EQ(j["weight_bytes"], int64_t(8192) * 128256 / 256 * 144);
+  const int64_t bf16 = j["kv"]["bf16"]["bytes_total"];
+  EXPECT_EQ(bf16, int64_t(42949672960));
+  EXPECT_NEAR(double(bf16) / 1e9, 42.9, 0.05);
+  const int64_t fp8 = j["kv"]["fp8_e4m3"]["bytes_total"];
+  EXPECT_NEAR(double(fp8) / 21.5e9, 1.0, 0.01);
+
+  auto text = test::run_command(test::kvrun_binary() + " info -m '" + path + "'");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("42.95 GB"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("n_head_kv    8 (GQA)"), std::string::npos) << text.out;
+}
+
+void expect_one_line_error(const std::string& path, const std::string& what) {
+  auto r = test::run_command(test::kvrun_binary() + " info -m '" + path + "'");
+  EXPECT_NE(r.exit_code, 0) << what;
+  EXPECT_EQ(r.out, "") << what;
+  ASSERT_FALSE(r.err.empty()) << what;
+  EXPECT_EQ(r.err.find("kvrun: error: "), 0u) << what << ": " << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << what << ": " << r.err;
+}
+
+TEST(Info, NotAModelIsAOneLineError) {
+  test::TempDir dir;
+  const auto text = (dir / "text.gguf").string();
+  std::ofstream(text) << "this is not a GGUF file\n";
+  expect_one_line_error(text, "text file");
+
+  const auto empty = (dir / "empty.gguf").string();
+  std::ofstream{empty};
+  expect_one_line_error(empty, "empty file");
+
+  gguf::Writer w;  // a valid GGUF without general.architecture
+  w.set_string("general.name", "no arch");
+  const auto noarch = (dir / "noarch.gguf").string();
+  w.write(noarch);
+  expect_one_line_error(noarch, "no architecture");
+
+  gguf::Writer w2;  // architecture but no block_count
+  w2.set_string("general.architecture", "llama");
+  w2.set_u32("llama.embedding_length", 64);
+  const auto nolayers = (dir / "nolayers.gguf").string();
+  w2.write(nolayers);
+  expect_one_line_error(nolayers, "no block_count");
+}
+
+TEST(Info, TruncatedFixtureIsAOneLineError) {
+  KVRUN_REQUIRE_FIXTURE("models/stories260K-F32.gguf");
+  test::TempDir dir;
+  std::ifstream in(test::fixture("models/stories260K-F32.gguf"), std::ios::binary);
+  std::vector<char> bytes(3000);
+  in.read(bytes.data(), std::streamsize(bytes.size()));
+  const auto path = (dir / "truncated.gguf").string();
+  std::ofstream(path, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
+  expect_one_line_error(path, "truncated inside the metadata");
+}
+
+}  // namespace
+}  // namespace kvrun

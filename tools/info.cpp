@@ -1,0 +1,142 @@
+// info.cpp — `kvrun info -m model.gguf [-c N] [--json]`.
+#include <cstdio>
+#include <exception>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "commands.h"
+#include "cpu/cpu_info.h"
+#include "gguf.h"
+#include "kv_layout.h"
+#include "model_info.h"
+#ifdef KVRUN_HAVE_CUDA
+#include "cuda/cuda_device.h"
+#endif
+
+namespace kvrun::tools {
+namespace {
+
+nlohmann::ordered_json to_json(const ModelInfo& mi) {
+  nlohmann::ordered_json j;
+  j["model"] = mi.path;
+  j["gguf_version"] = mi.gguf_version;
+  j["file_bytes"] = mi.file_bytes;
+  j["name"] = mi.name;
+  j["arch"] = mi.hp.arch;
+  j["n_layer"] = mi.hp.n_layer;
+  j["n_embd"] = mi.hp.n_embd;
+  j["n_head"] = mi.hp.n_head;
+  j["n_head_kv"] = mi.hp.n_head_kv;
+  j["head_dim"] = mi.hp.head_dim;
+  j["head_dim_v"] = mi.hp.head_dim_v;
+  j["n_ff"] = mi.hp.n_ff;
+  j["n_ctx_train"] = mi.hp.n_ctx_train;
+  j["n_vocab"] = mi.hp.n_vocab;
+  j["rms_eps"] = mi.hp.rms_eps;
+  j["tokenizer"] = {{"model", mi.tokenizer_model}, {"pre", mi.tokenizer_pre}};
+  j["rope"] = {
+      {"freq_base", mi.hp.rope.freq_base},       {"n_rot", mi.hp.rope.n_rot},
+      {"scaling_type", mi.hp.rope.scaling_type}, {"scaling_factor", mi.hp.rope.scaling_factor},
+      {"n_ctx_orig", mi.hp.rope.n_ctx_orig},     {"freq_factors", mi.hp.rope.has_freq_factors}};
+  nlohmann::ordered_json mix = nlohmann::ordered_json::object();
+  for (const QuantMixEntry& e : mi.quant_mix)
+    mix[traits(e.type).name] = {{"n_tensors", e.n_tensors}, {"bytes", e.bytes}};
+  j["quant_mix"] = mix;
+  j["n_tensors"] = mi.n_tensors;
+  j["weight_bytes"] = mi.weight_bytes;
+  j["has_weights"] = mi.has_weights;
+  j["n_ctx"] = mi.n_ctx;
+  nlohmann::ordered_json kv = nlohmann::ordered_json::object();
+  for (const KvSizeEntry& e : mi.kv)
+    kv[kv_type_name(e.type)] = {{"bytes_per_token", e.bytes_per_token},
+                                {"bytes_total", e.bytes_total}};
+  j["kv"] = kv;
+  return j;
+}
+
+void print_text(const ModelInfo& mi) {
+  const Hparams& hp = mi.hp;
+  std::printf("model        %s (GGUF v%u, %s)\n", mi.path.c_str(), mi.gguf_version,
+              format_bytes(int64_t(mi.file_bytes)).c_str());
+  if (!mi.name.empty()) std::printf("name         %s\n", mi.name.c_str());
+  std::printf("arch         %s\n", hp.arch.c_str());
+  std::printf("n_layer      %lld\n", (long long)hp.n_layer);
+  std::printf("n_embd       %lld\n", (long long)hp.n_embd);
+  std::printf("n_head       %lld\n", (long long)hp.n_head);
+  std::printf("n_head_kv    %lld%s\n", (long long)hp.n_head_kv,
+              hp.n_head_kv < hp.n_head ? " (GQA)" : "");
+  std::printf("head_dim     %lld", (long long)hp.head_dim);
+  if (hp.head_dim_v != hp.head_dim) std::printf(" (V: %lld)", (long long)hp.head_dim_v);
+  std::printf("\nn_ff         %lld\n", (long long)hp.n_ff);
+  std::printf("n_ctx_train  %lld\n", (long long)hp.n_ctx_train);
+  std::printf("n_vocab      %lld (tokenizer %s%s%s)\n", (long long)hp.n_vocab,
+              mi.tokenizer_model.empty() ? "none" : mi.tokenizer_model.c_str(),
+              mi.tokenizer_pre.empty() ? "" : ", pre ", mi.tokenizer_pre.c_str());
+  std::printf("rms_eps      %g\n", double(hp.rms_eps));
+  std::printf("rope         freq_base %g, n_rot %lld, scaling %s", double(hp.rope.freq_base),
+              (long long)hp.rope.n_rot, hp.rope.scaling_type.c_str());
+  if (hp.rope.scaling_factor != 1.0f) std::printf(" x%g", double(hp.rope.scaling_factor));
+  if (hp.rope.has_freq_factors) std::printf(", rope_freqs tensor");
+  std::printf("\nweights      %lld tensors, %lld bytes (%s)%s\n", (long long)mi.n_tensors,
+              (long long)mi.weight_bytes, format_bytes(mi.weight_bytes).c_str(),
+              mi.has_weights || mi.n_tensors == 0 ? "" : " — metadata only, no tensor data");
+  for (const QuantMixEntry& e : mi.quant_mix)
+    std::printf("  %-8s %5lld tensors %14lld bytes  %5.1f%%\n", traits(e.type).name,
+                (long long)e.n_tensors, (long long)e.bytes,
+                mi.weight_bytes > 0 ? 100.0 * double(e.bytes) / double(mi.weight_bytes) : 0.0);
+  std::printf("cpu          %s\n", cpu::cpu_features_string().c_str());
+#ifdef KVRUN_HAVE_CUDA
+  const auto gpus = cuda::devices();
+  if (gpus.empty())
+    std::printf("gpu          none found (CUDA %s build)\n", cuda::runtime_version().c_str());
+  for (const auto& g : gpus)
+    std::printf("gpu %d        %s, sm_%d%d, %s (%s free)\n", g.index, g.name.c_str(), g.cc_major,
+                g.cc_minor, format_bytes(g.total_bytes).c_str(),
+                format_bytes(g.free_bytes).c_str());
+#else
+  std::printf("gpu          not built (configure with -DKVRUN_CUDA=ON)\n");
+#endif
+  std::printf("\nKV cache for n_ctx = %lld (K and V both of the type; layout in docs/formats.md)\n",
+              (long long)mi.n_ctx);
+  std::printf("  %-9s %15s %18s %12s\n", "type", "bytes/token", "total bytes", "total");
+  for (const KvSizeEntry& e : mi.kv)
+    std::printf("  %-9s %15lld %18lld %12s\n", kv_type_name(e.type), (long long)e.bytes_per_token,
+                (long long)e.bytes_total, format_bytes(e.bytes_total, true).c_str());
+}
+
+}  // namespace
+
+int cmd_info(const InfoOptions& opt) {
+  try {
+    gguf::File file = gguf::File::open_metadata_only(opt.model);
+    ModelInfo mi = describe_model(file, opt.n_ctx);
+    if (opt.json)
+      std::printf("%s\n", to_json(mi).dump(2).c_str());
+    else
+      print_text(mi);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kvrun: error: %s: %s\n", opt.model.c_str(), e.what());
+    return 1;
+  }
+}
+
+std::string format_bytes(int64_t bytes, bool si) {
+  const double base = si ? 1000.0 : 1024.0;
+  static const char* const kSi[] = {"B", "kB", "MB", "GB", "TB", "PB"};
+  static const char* const kBin[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = double(bytes);
+  int u = 0;
+  while (v >= base && u < 5) {
+    v /= base;
+    ++u;
+  }
+  char buf[48];
+  if (u == 0)
+    std::snprintf(buf, sizeof buf, "%lld B", (long long)bytes);
+  else
+    std::snprintf(buf, sizeof buf, "%.2f %s", v, si ? kSi[u] : kBin[u]);
+  return buf;
+}
+
+}  // namespace kvrun::tools
