@@ -2,7 +2,7 @@
 #   make            configure + build (Release) into build/
 #   make test       install dependencies, build, run every test (CTest + GoogleTest + fuzzer)
 #   make run        install dependencies, build, chat with MODEL (default: the stories260K fixture)
-#   make bench      build and run the benchmarks
+#   make bench      build and run the benchmarks (BENCH_ARGS=--benchmark_filter=q4 ...)
 #   make clean      remove build/
 BUILD     ?= build
 FIXTURES  ?= $(abspath ../shared/fixtures)
@@ -44,8 +44,7 @@ run: setup
 	./$(BUILD)/kvrun -m "$$model"
 
 bench: build
-	@if [ -x ./$(BUILD)/kvrun_bench ]; then ./$(BUILD)/kvrun_bench; else \
-	  echo "make bench: no benchmarks are built yet"; fi
+	./$(BUILD)/kvrun_bench $(BENCH_ARGS)
 
 clean:
 	rm -rf $(BUILD)

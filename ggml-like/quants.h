@@ -4,7 +4,8 @@
 // each `quantize_row_X` is kvrun's own reference quantizer producing valid blocks of X. These
 // are the functions the traits table (dtype.cpp) points at, and the oracle for SIMD and CUDA
 // kernels. Layouts: blocks.h. Decoders are bit-exact with GGUF's definitions; the quantizers
-// are kvrun's own (minimizing squared error), not copies of llama.cpp's.
+// are kvrun's own (absmax or min/max rules for the legacy formats, a least-squares scale search
+// for iq4_nl and the K-quants), not copies of llama.cpp's.
 #pragma once
 
 #include <cstdint>

@@ -1,21 +1,337 @@
-// quants_legacy.cpp — PLACEHOLDER: not implemented yet (being written now).
-#include <cstdio>
-#include <cstdlib>
+// quants_legacy.cpp — scalar reference codecs of GGUF's legacy block quants: q4_0, q4_1, q5_0,
+// q5_1, q8_0, q8_1 and iq4_nl.
+//
+// Layouts and value formulas: blocks.h (source: the GGUF specification, ggml docs/gguf.md, and
+// the ggml block definitions it refers to). All blocks hold 32 values. The decoders follow
+// those formulas exactly, so they decode real GGUF files bit for bit. Element order in the
+// 4-bit formats (q4_0, q4_1, q5_0, q5_1, iq4_nl): byte j of `qs` holds element j in its low
+// nibble and element j + 16 in its high nibble. In q5_0/q5_1 the fifth bit of element i is
+// bit i of `qh` read as a little-endian uint32.
+//
+// The quantizers are kvrun's own:
+//   q8_0, q8_1: d = absmax / 127, q = round(x / d) (ties away from zero).
+//   q4_0, q5_0: the symmetric absmax rule of GGUF's reference quantizer: take m, the value of
+//               largest magnitude *with its sign*, and d = m / -8 (q4_0) or m / -16 (q5_0), so m
+//               lands exactly on the extreme level q = 0; q = floor(x / d + 8.5) (or + 16.5),
+//               clamped to 0..15 (0..31).
+//   q4_1, q5_1: min/max: m = min, d = (max - min) / 15 (or / 31), q = round((x - m) / d).
+//   iq4_nl:     a small least-squares search over candidate scales (see quantize_block_iq4_nl).
+// Scales are rounded to f16 first and the quants are computed against the rounded scale, so the
+// quantization error bounds hold for the stored block. A scale too large for f16 saturates to
+// the largest finite f16 (65504). Inputs are expected finite.
+#include <cmath>
+#include <cstring>
+#include <initializer_list>
+
+#include "fp16.h"
 #include "quants.h"
+
 namespace kvrun {
-static void not_implemented(const char* what) { std::fprintf(stderr, "kvrun: %s is not implemented\n", what); std::abort(); }
-void dequantize_row_q4_0(const void*, float*, int64_t) { not_implemented("dequantize_row_q4_0"); }
-void quantize_row_q4_0(const float*, void*, int64_t) { not_implemented("quantize_row_q4_0"); }
-void dequantize_row_q4_1(const void*, float*, int64_t) { not_implemented("dequantize_row_q4_1"); }
-void quantize_row_q4_1(const float*, void*, int64_t) { not_implemented("quantize_row_q4_1"); }
-void dequantize_row_q5_0(const void*, float*, int64_t) { not_implemented("dequantize_row_q5_0"); }
-void quantize_row_q5_0(const float*, void*, int64_t) { not_implemented("quantize_row_q5_0"); }
-void dequantize_row_q5_1(const void*, float*, int64_t) { not_implemented("dequantize_row_q5_1"); }
-void quantize_row_q5_1(const float*, void*, int64_t) { not_implemented("quantize_row_q5_1"); }
-void dequantize_row_q8_0(const void*, float*, int64_t) { not_implemented("dequantize_row_q8_0"); }
-void quantize_row_q8_0(const float*, void*, int64_t) { not_implemented("quantize_row_q8_0"); }
-void dequantize_row_q8_1(const void*, float*, int64_t) { not_implemented("dequantize_row_q8_1"); }
-void quantize_row_q8_1(const float*, void*, int64_t) { not_implemented("quantize_row_q8_1"); }
-void dequantize_row_iq4_nl(const void*, float*, int64_t) { not_implemented("dequantize_row_iq4_nl"); }
-void quantize_row_iq4_nl(const float*, void*, int64_t) { not_implemented("quantize_row_iq4_nl"); }
+namespace {
+
+constexpr uint16_t kF16MaxFinite = 0x7bff;  // 65504
+
+/// float → f16 bits for a block scale: round to nearest even, saturating at ±65504.
+uint16_t f16_scale(float v) {
+  uint16_t h = f32_to_fp16(v);
+  if ((h & 0x7fffu) >= 0x7c00u) h = uint16_t((h & 0x8000u) | kF16MaxFinite);
+  return h;
+}
+
+/// floor(v) clamped to [lo, hi]; NaN gives lo.
+int floor_clamp(float v, int lo, int hi) {
+  v = std::floor(v);
+  if (!(v >= static_cast<float>(lo))) return lo;
+  if (v > static_cast<float>(hi)) return hi;
+  return static_cast<int>(v);
+}
+
+/// The element of largest magnitude, with its sign (the first one on ties).
+float signed_absmax(const float* x, int n) {
+  float m = 0.0f;
+  for (int i = 0; i < n; ++i)
+    if (std::fabs(x[i]) > std::fabs(m)) m = x[i];
+  return m;
+}
+
+void min_max(const float* x, int n, float* mn, float* mx) {
+  *mn = x[0];
+  *mx = x[0];
+  for (int i = 1; i < n; ++i) {
+    if (x[i] < *mn) *mn = x[i];
+    if (x[i] > *mx) *mx = x[i];
+  }
+}
+
+float inverse_or_zero(float d) { return d != 0.0f ? 1.0f / d : 0.0f; }
+
+/// Symmetric absmax quantization of 32 values to `bits`-bit codes (4 or 5): d = m / -2^(bits-1),
+/// q = floor(x / d + 2^(bits-1) + 0.5) clamped to 0..2^bits-1. Writes q[32], returns f16 d.
+uint16_t quantize_symmetric(const float* x, int bits, uint8_t* q) {
+  const float half = static_cast<float>(1 << (bits - 1));
+  const uint16_t dh = f16_scale(signed_absmax(x, 32) / -half);
+  const float id = inverse_or_zero(fp16_to_f32(dh));
+  const int qmax = (1 << bits) - 1;
+  for (int i = 0; i < 32; ++i) q[i] = uint8_t(floor_clamp(x[i] * id + half + 0.5f, 0, qmax));
+  return dh;
+}
+
+/// Min/max quantization of 32 values to `bits`-bit codes: x ≈ d * q + m. Writes q[32], d, m.
+void quantize_minmax(const float* x, int bits, uint8_t* q, uint16_t* dh, uint16_t* mh) {
+  const int qmax = (1 << bits) - 1;
+  float mn, mx;
+  min_max(x, 32, &mn, &mx);
+  *dh = f16_scale((mx - mn) / static_cast<float>(qmax));
+  *mh = f16_scale(mn);
+  const float id = inverse_or_zero(fp16_to_f32(*dh));
+  const float m = fp16_to_f32(*mh);
+  for (int i = 0; i < 32; ++i) q[i] = uint8_t(floor_clamp((x[i] - m) * id + 0.5f, 0, qmax));
+}
+
+/// Packs 32 4-bit codes: byte j = q[j] | q[j + 16] << 4.
+void pack_nibbles(const uint8_t* q, uint8_t* qs) {
+  for (int j = 0; j < 16; ++j) qs[j] = uint8_t((q[j] & 0x0f) | ((q[j + 16] & 0x0f) << 4));
+}
+
+/// Unpacks 32 4-bit codes (inverse of pack_nibbles).
+void unpack_nibbles(const uint8_t* qs, uint8_t* q) {
+  for (int j = 0; j < 16; ++j) {
+    q[j] = qs[j] & 0x0f;
+    q[j + 16] = qs[j] >> 4;
+  }
+}
+
+/// Packs 32 5-bit codes: the low nibbles as pack_nibbles, bit 4 of q[i] into bit i of qh.
+void pack_5bit(const uint8_t* q, uint8_t* qs, uint8_t* qh) {
+  pack_nibbles(q, qs);
+  uint32_t h = 0;
+  for (int i = 0; i < 32; ++i) h |= uint32_t((q[i] >> 4) & 1u) << i;
+  for (int k = 0; k < 4; ++k) qh[k] = uint8_t(h >> (8 * k));  // little-endian
+}
+
+/// Unpacks 32 5-bit codes (inverse of pack_5bit).
+void unpack_5bit(const uint8_t* qs, const uint8_t* qh, uint8_t* q) {
+  unpack_nibbles(qs, q);
+  const uint32_t h =
+      uint32_t(qh[0]) | uint32_t(qh[1]) << 8 | uint32_t(qh[2]) << 16 | uint32_t(qh[3]) << 24;
+  for (int i = 0; i < 32; ++i) q[i] = uint8_t(q[i] | (((h >> i) & 1u) << 4));
+}
+
+/// q8 codes of 32 values at absmax / 127; returns the f16 scale, writes q[32] and sum(q).
+uint16_t quantize_q8(const float* x, int8_t* q, int* sum) {
+  const uint16_t dh = f16_scale(std::fabs(signed_absmax(x, 32)) / 127.0f);
+  const float id = inverse_or_zero(fp16_to_f32(dh));
+  *sum = 0;
+  for (int i = 0; i < 32; ++i) {
+    const float v = std::round(x[i] * id);  // ties away from zero
+    q[i] = int8_t(v > 127.0f ? 127 : (v < -127.0f ? -127 : static_cast<int>(v)));
+    *sum += q[i];
+  }
+  return dh;
+}
+
+/// Index of the iq4_nl level nearest to v (levels are sorted ascending).
+int nearest_iq4nl(float v) {
+  int best = 0;
+  float best_err = std::fabs(v - kvalues_iq4nl[0]);
+  for (int k = 1; k < 16; ++k) {
+    const float err = std::fabs(v - kvalues_iq4nl[k]);
+    if (err < best_err) {
+      best_err = err;
+      best = k;
+    }
+  }
+  return best;
+}
+
+/// Squared error of 32 values coded with f16 scale `dh` (nearest level each); writes codes.
+double iq4nl_error(const float* x, uint16_t dh, uint8_t* q) {
+  const float d = fp16_to_f32(dh);
+  const float id = inverse_or_zero(d);
+  double err = 0.0;
+  for (int i = 0; i < 32; ++i) {
+    q[i] = uint8_t(nearest_iq4nl(x[i] * id));
+    const double e = double(x[i]) - double(d) * kvalues_iq4nl[q[i]];
+    err += e * e;
+  }
+  return err;
+}
+
+/// iq4_nl scale search: candidate scales d = m / c, with m the signed absmax and c around the
+/// extreme levels (-127 maps m to the lowest level, +113 to the highest), each followed by one
+/// least-squares refit d = Σ x·l / Σ l·l of its code assignment. Every candidate is scored with
+/// its f16-rounded scale; the one with the smallest squared error wins.
+void quantize_block_iq4_nl(const float* x, block_iq4_nl* y) {
+  const float m = signed_absmax(x, 32);
+  uint8_t q[32], best_q[32] = {};
+  uint16_t best_dh = 0;
+  double best_err = iq4nl_error(x, 0, best_q);  // the all-zero block
+  auto consider = [&](float d) {
+    const uint16_t dh = f16_scale(d);
+    const double err = iq4nl_error(x, dh, q);
+    if (err < best_err) {
+      best_err = err;
+      best_dh = dh;
+      std::memcpy(best_q, q, sizeof(q));
+    }
+  };
+  if (m != 0.0f) {
+    for (const float c0 : {-127.0f, 113.0f}) {
+      for (int k = -8; k <= 8; ++k) {
+        const float d = m / (c0 + static_cast<float>(k));
+        consider(d);  // leaves d's code assignment in q
+        double sxl = 0.0, sll = 0.0;
+        for (int i = 0; i < 32; ++i) {
+          sxl += double(x[i]) * kvalues_iq4nl[q[i]];
+          sll += double(kvalues_iq4nl[q[i]]) * kvalues_iq4nl[q[i]];
+        }
+        if (sll > 0.0) consider(static_cast<float>(sxl / sll));
+      }
+    }
+  }
+  y->d = best_dh;
+  pack_nibbles(best_q, y->qs);
+}
+
+}  // namespace
+
+/// q4_0 → float: x = d * (q - 8).
+void dequantize_row_q4_0(const void* src, float* dst, int64_t n) {
+  const auto* b = static_cast<const block_q4_0*>(src);
+  uint8_t q[32];
+  for (int64_t ib = 0; ib < n / QK4_0; ++ib, dst += QK4_0) {
+    const float d = fp16_to_f32(b[ib].d);
+    unpack_nibbles(b[ib].qs, q);
+    for (int i = 0; i < 32; ++i) dst[i] = d * static_cast<float>(int(q[i]) - 8);
+  }
+}
+
+/// float → q4_0 (symmetric absmax rule, see the file comment).
+void quantize_row_q4_0(const float* src, void* dst, int64_t n) {
+  auto* b = static_cast<block_q4_0*>(dst);
+  uint8_t q[32];
+  for (int64_t ib = 0; ib < n / QK4_0; ++ib, src += QK4_0) {
+    b[ib].d = quantize_symmetric(src, 4, q);
+    pack_nibbles(q, b[ib].qs);
+  }
+}
+
+/// q4_1 → float: x = d * q + m.
+void dequantize_row_q4_1(const void* src, float* dst, int64_t n) {
+  const auto* b = static_cast<const block_q4_1*>(src);
+  uint8_t q[32];
+  for (int64_t ib = 0; ib < n / QK4_1; ++ib, dst += QK4_1) {
+    const float d = fp16_to_f32(b[ib].d);
+    const float m = fp16_to_f32(b[ib].m);
+    unpack_nibbles(b[ib].qs, q);
+    for (int i = 0; i < 32; ++i) dst[i] = d * static_cast<float>(q[i]) + m;
+  }
+}
+
+/// float → q4_1 (min/max).
+void quantize_row_q4_1(const float* src, void* dst, int64_t n) {
+  auto* b = static_cast<block_q4_1*>(dst);
+  uint8_t q[32];
+  for (int64_t ib = 0; ib < n / QK4_1; ++ib, src += QK4_1) {
+    quantize_minmax(src, 4, q, &b[ib].d, &b[ib].m);
+    pack_nibbles(q, b[ib].qs);
+  }
+}
+
+/// q5_0 → float: x = d * (q - 16), q = nibble | qh bit << 4.
+void dequantize_row_q5_0(const void* src, float* dst, int64_t n) {
+  const auto* b = static_cast<const block_q5_0*>(src);
+  uint8_t q[32];
+  for (int64_t ib = 0; ib < n / QK5_0; ++ib, dst += QK5_0) {
+    const float d = fp16_to_f32(b[ib].d);
+    unpack_5bit(b[ib].qs, b[ib].qh, q);
+    for (int i = 0; i < 32; ++i) dst[i] = d * static_cast<float>(int(q[i]) - 16);
+  }
+}
+
+/// float → q5_0 (symmetric absmax rule).
+void quantize_row_q5_0(const float* src, void* dst, int64_t n) {
+  auto* b = static_cast<block_q5_0*>(dst);
+  uint8_t q[32];
+  for (int64_t ib = 0; ib < n / QK5_0; ++ib, src += QK5_0) {
+    b[ib].d = quantize_symmetric(src, 5, q);
+    pack_5bit(q, b[ib].qs, b[ib].qh);
+  }
+}
+
+/// q5_1 → float: x = d * q + m.
+void dequantize_row_q5_1(const void* src, float* dst, int64_t n) {
+  const auto* b = static_cast<const block_q5_1*>(src);
+  uint8_t q[32];
+  for (int64_t ib = 0; ib < n / QK5_1; ++ib, dst += QK5_1) {
+    const float d = fp16_to_f32(b[ib].d);
+    const float m = fp16_to_f32(b[ib].m);
+    unpack_5bit(b[ib].qs, b[ib].qh, q);
+    for (int i = 0; i < 32; ++i) dst[i] = d * static_cast<float>(q[i]) + m;
+  }
+}
+
+/// float → q5_1 (min/max).
+void quantize_row_q5_1(const float* src, void* dst, int64_t n) {
+  auto* b = static_cast<block_q5_1*>(dst);
+  uint8_t q[32];
+  for (int64_t ib = 0; ib < n / QK5_1; ++ib, src += QK5_1) {
+    quantize_minmax(src, 5, q, &b[ib].d, &b[ib].m);
+    pack_5bit(q, b[ib].qs, b[ib].qh);
+  }
+}
+
+/// q8_0 → float: x = d * q.
+void dequantize_row_q8_0(const void* src, float* dst, int64_t n) {
+  const auto* b = static_cast<const block_q8_0*>(src);
+  for (int64_t ib = 0; ib < n / QK8_0; ++ib, dst += QK8_0) {
+    const float d = fp16_to_f32(b[ib].d);
+    for (int i = 0; i < 32; ++i) dst[i] = d * static_cast<float>(b[ib].qs[i]);
+  }
+}
+
+/// float → q8_0 (d = absmax / 127).
+void quantize_row_q8_0(const float* src, void* dst, int64_t n) {
+  auto* b = static_cast<block_q8_0*>(dst);
+  int sum;
+  for (int64_t ib = 0; ib < n / QK8_0; ++ib, src += QK8_0)
+    b[ib].d = quantize_q8(src, b[ib].qs, &sum);
+}
+
+/// q8_1 → float: x = d * q (the stored sum `s` is not needed to decode).
+void dequantize_row_q8_1(const void* src, float* dst, int64_t n) {
+  const auto* b = static_cast<const block_q8_1*>(src);
+  for (int64_t ib = 0; ib < n / QK8_1; ++ib, dst += QK8_1) {
+    const float d = fp16_to_f32(b[ib].d);
+    for (int i = 0; i < 32; ++i) dst[i] = d * static_cast<float>(b[ib].qs[i]);
+  }
+}
+
+/// float → q8_1 (d = absmax / 127, s = f16(d * sum(q)) with the stored, f16-rounded d).
+void quantize_row_q8_1(const float* src, void* dst, int64_t n) {
+  auto* b = static_cast<block_q8_1*>(dst);
+  int sum;
+  for (int64_t ib = 0; ib < n / QK8_1; ++ib, src += QK8_1) {
+    b[ib].d = quantize_q8(src, b[ib].qs, &sum);
+    b[ib].s = f16_scale(fp16_to_f32(b[ib].d) * static_cast<float>(sum));
+  }
+}
+
+/// iq4_nl → float: x = d * kvalues_iq4nl[nibble].
+void dequantize_row_iq4_nl(const void* src, float* dst, int64_t n) {
+  const auto* b = static_cast<const block_iq4_nl*>(src);
+  uint8_t q[32];
+  for (int64_t ib = 0; ib < n / QK4_NL; ++ib, dst += QK4_NL) {
+    const float d = fp16_to_f32(b[ib].d);
+    unpack_nibbles(b[ib].qs, q);
+    for (int i = 0; i < 32; ++i) dst[i] = d * static_cast<float>(kvalues_iq4nl[q[i]]);
+  }
+}
+
+/// float → iq4_nl (scale search minimizing squared error, see quantize_block_iq4_nl).
+void quantize_row_iq4_nl(const float* src, void* dst, int64_t n) {
+  auto* b = static_cast<block_iq4_nl*>(dst);
+  for (int64_t ib = 0; ib < n / QK4_NL; ++ib, src += QK4_NL) quantize_block_iq4_nl(src, &b[ib]);
+}
+
 }  // namespace kvrun
