@@ -16,6 +16,7 @@ PACKAGES=(
   nlohmann-json3-dev          # JSON
   libcpp-httplib-dev          # HTTP server (kvrun serve)
   libpcre2-dev                # tokenizer pre-tokenizer regexes
+  libicu-dev                  # tokenizer Unicode properties and normalization
   libedit-dev                 # REPL line editing
   libxxhash-dev               # prefix-cache block hashes
   clang libclang-rt-dev       # libFuzzer (GGUF reader fuzzing)

@@ -11,8 +11,9 @@
 // ids agree with llama.cpp's for the same model file. The implementation is our own.
 //
 // Errors: construction throws std::runtime_error with a message naming the offending key when
-// tokenizer metadata is missing or invalid. Tokenizing never throws on bad input: malformed
-// UTF-8 is read as U+FFFD per bad byte. Ids passed to the id-taking functions must lie in
+// tokenizer metadata is missing or invalid. Tokenizing does not throw on bad input: malformed
+// UTF-8 is read as U+FFFD per bad byte (only a PCRE2 resource failure, such as its 20 MB default
+// heap limit, would throw std::runtime_error). Ids passed to the id-taking functions must lie in
 // [0, n_vocab()); others throw std::out_of_range.
 #pragma once
 

@@ -20,7 +20,8 @@ namespace kvrun::tok {
 namespace {
 
 // ---- published patterns ----
-const char* const kGpt2 = R"re('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S))re";
+const char* const kGpt2 =
+    R"re('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S))re";
 const char* const kLlama3 =
     R"re((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)re";
 const char* const kLlama3Original =
@@ -28,12 +29,14 @@ const char* const kLlama3Original =
 const char* const kQwen2 =
     R"re((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)re";
 const char* const kDeepseekLetters =
-    R"re(\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+)re";
-const char* const kDeepseekPunct = R"re(\s?[!-/:-~！-／：-～‘-‟　-。]+)re";
-const char* const kCjk = R"re([一-龥ࠀ-一가-퟿]+)re";
+    R"re(\s?[A-Za-z\x{B5}\x{C0}-\x{D6}\x{D8}-\x{F6}\x{F8}-\x{1BA}\x{1BC}-\x{1BF}\x{1C4}-\x{293}\x{295}-\x{2AF}\x{370}-\x{373}\x{376}\x{377}\x{37B}-\x{37D}\x{37F}\x{386}\x{388}-\x{38A}\x{38C}\x{38E}-\x{3A1}\x{3A3}-\x{3F5}\x{3F7}-\x{481}\x{48A}-\x{52F}\x{531}-\x{556}\x{10A0}-\x{10C5}\x{13A0}-\x{13F5}\x{13F8}-\x{13FD}\x{1C90}-\x{1CBA}\x{1CBD}-\x{1CBF}\x{1D00}-\x{1D2B}\x{1D6B}-\x{1D77}\x{1D79}-\x{1D9A}\x{1E00}-\x{1F15}\x{1F18}-\x{1F1D}\x{1F20}-\x{1F45}\x{1F48}-\x{1F4D}\x{1F50}-\x{1F57}\x{1F59}\x{1F5B}\x{1F5D}\x{1F5F}-\x{1F7D}\x{1F80}-\x{1FB4}\x{1FB6}-\x{1FBC}\x{1FBE}\x{1FC2}-\x{1FC4}\x{1FC6}-\x{1FCC}\x{1FD0}-\x{1FD3}\x{1FD6}-\x{1FDB}\x{1FE0}-\x{1FEC}\x{1FF2}-\x{1FF4}\x{1FF6}-\x{1FFC}\x{2102}\x{2107}\x{210A}-\x{2113}\x{2115}\x{2119}-\x{211D}\x{2124}\x{2126}\x{2128}\x{212A}-\x{212D}\x{212F}-\x{2134}\x{2139}\x{213C}-\x{213F}\x{2145}-\x{2149}\x{214E}\x{2183}\x{2184}\x{2C00}-\x{2C7B}\x{2C7E}-\x{2CE4}\x{2CEB}-\x{2CEE}\x{2CF2}\x{2CF3}\x{A640}-\x{A66D}\x{A680}-\x{A69B}\x{A722}-\x{A76F}\x{A771}-\x{A787}\x{A78B}-\x{A78E}\x{AB70}-\x{ABBF}\x{FB00}-\x{FB06}\x{FB13}-\x{FB17}\x{FF21}-\x{FF3A}\x{FF41}-\x{FF5A}\x{10400}-\x{1044F}\x{104B0}-\x{104D3}\x{104D8}-\x{104FB}\x{10C80}-\x{10CB2}\x{10CC0}-\x{10CF2}\x{118A0}-\x{118DF}\x{1E900}-\x{1E943}]+)re";
+const char* const kDeepseekPunct =
+    R"re(\s?[!-/:-~\x{FF01}-\x{FF0F}\x{FF1A}-\x{FF5E}\x{2018}-\x{201F}\x{3000}-\x{3002}]+)re";
+const char* const kCjk = R"re([\x{4E00}-\x{9FA5}\x{800}-\x{4E00}\x{AC00}-\x{D7FF}]+)re";
 const char* const kDeepseek3Main =
     R"re([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)re";
-const char* const kPoro = R"re( ?[^(\s|.,!?…。，、।۔،)]+)re";
+const char* const kPoro =
+    R"re( ?[^(\s|.,!?\x{2026}\x{3002}\x{FF0C}\x{3001}\x{964}\x{6D4}\x{60C})]+)re";
 const char* const kTekken =
     R"re([^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)re";
 
@@ -67,7 +70,8 @@ PreTokenizerInfo pre_tokenizer_info(std::string_view name) {
     r = {R"re([\r\n])re", R"re(\s?\p{L}+)re", R"re(\s?\p{P}+)re", kCjk, R"re(\p{N})re"};
     info.clean_spaces = false;
   } else if (name == "deepseek-v3") {
-    r = {R"re(\p{N}{1,3})re", R"re([一-龥぀-ゟ゠-ヿ]+)re", kDeepseek3Main};
+    r = {R"re(\p{N}{1,3})re", R"re([\x{4E00}-\x{9FA5}\x{3040}-\x{309F}\x{30A0}-\x{30FF}]+)re",
+         kDeepseek3Main};
     info.clean_spaces = false;
   } else if (name == "falcon") {
     r = {R"re([\p{P}\$\+<=>\^~\|`]+)re", kGpt2, "[0-9][0-9][0-9]"};
@@ -77,8 +81,8 @@ PreTokenizerInfo pre_tokenizer_info(std::string_view name) {
     r = {R"re(\p{N})re", kGpt2};
     info.clean_spaces = false;
   } else if (name_in(name, {"gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v1-en",
-                            "jina-v2-es", "jina-v2-de", "jina-v2-code", "roberta-bpe", "mpt", "olmo",
-                            "jais"})) {
+                            "jina-v2-es", "jina-v2-de", "jina-v2-code", "roberta-bpe", "mpt",
+                            "olmo", "jais"})) {
     r = {kGpt2};
   } else if (name_in(name, {"qwen2", "deepseek-r1-qwen"})) {
     r = {kQwen2};
@@ -100,7 +104,7 @@ PreTokenizerInfo pre_tokenizer_info(std::string_view name) {
     info.force_add_bos = true;
   } else if (name == "chameleon") {
     r = {"<sentinel:[0-9]+>", "(IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z", "([\\t\\n]|    |  )",
-         R"re(\p{N})re", R"re([\p{P}!-/:-@\[-`{-~])re", kGpt2};
+         R"re(\p{N})re",      R"re([\p{P}!-/:-@\[-`{-~])re",         kGpt2};
     info.clean_spaces = false;
     info.force_add_bos = true;
   } else {
@@ -250,7 +254,8 @@ RegexSplitter::RegexSplitter(const std::vector<std::string>& regexes)
       throw std::runtime_error("tokenizer: cannot compile regex '" + re + "' at " +
                                std::to_string(err_off) + ": " + reinterpret_cast<char*>(msg));
     }
-    pcre2_jit_compile(c.code, PCRE2_JIT_COMPLETE);  // optional speed-up; falls back when absent
+    // No JIT: the interpreter keeps its backtracking frames on the heap, so long inputs
+    // cannot overflow a fixed JIT stack.
     impl_->regexes.push_back(c);
   }
 }
@@ -293,7 +298,8 @@ Subject make_subject(const std::vector<uint32_t>& cpts, Mode mode) {
     } else {
       unicode::append_utf8(s.bytes, cp);
     }
-    for (size_t k = before; k < s.bytes.size(); ++k) s.cpt_index.push_back(static_cast<uint32_t>(i));
+    for (size_t k = before; k < s.bytes.size(); ++k)
+      s.cpt_index.push_back(static_cast<uint32_t>(i));
   }
   s.cpt_index.push_back(static_cast<uint32_t>(cpts.size()));
   return s;
@@ -320,7 +326,12 @@ std::vector<size_t> split_segments(const CompiledRegex& re, const Subject& subj,
     size_t off = 0;
     while (off <= len) {
       const int rc = pcre2_match(re.code, base, len, off, PCRE2_NO_UTF_CHECK, md, nullptr);
-      if (rc < 0) break;
+      if (rc == PCRE2_ERROR_NOMATCH) break;
+      if (rc < 0) {
+        pcre2_match_data_free(md);
+        throw std::runtime_error("tokenizer: regex match failed (PCRE2 error " +
+                                 std::to_string(rc) + ")");
+      }
       const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
       const size_t m0 = cpt_at(ov[0]);
       const size_t m1 = cpt_at(ov[1]);

@@ -30,10 +30,10 @@ namespace kvrun::tok {
 /// What a `tokenizer.ggml.pre` name implies besides its regexes (llama.cpp's vocab loader).
 struct PreTokenizerInfo {
   std::vector<std::string> regexes;  ///< split regexes, applied in order
-  bool clean_spaces = true;          ///< detokenize removes " ?", " !", ... (clean_up_tokenization_spaces)
-  bool ignore_merges = false;        ///< a word that is itself a token is emitted without merging
-  bool force_add_bos = false;        ///< BOS is added by default (overridable by add_bos_token)
-  bool no_bos = false;               ///< the type has no BOS token (chatglm-bpe)
+  bool clean_spaces = true;  ///< detokenize removes " ?", " !", ... (clean_up_tokenization_spaces)
+  bool ignore_merges = false;  ///< a word that is itself a token is emitted without merging
+  bool force_add_bos = false;  ///< BOS is added by default (overridable by add_bos_token)
+  bool no_bos = false;         ///< the type has no BOS token (chatglm-bpe)
 };
 
 /// Regexes and flags for pre-tokenizer `name` ("" and "default" give the default list). Throws
