@@ -1,0 +1,115 @@
+// sampler.h — the sampler chain: next-token choice from one row of logits.
+//
+// The chain follows llama.cpp's default (common/common.h `common_params_sampling::samplers` and
+// common/sampling.cpp `common_sampler_init`, as of Feb 2025), which is
+//   logit-bias → penalties → DRY → top-k → typical-p → top-p → min-p → XTC → temperature → dist.
+// kvrun implements the stages with an effect at llama.cpp's defaults (logit-bias, DRY, typical-p
+// and XTC are off there) and skips the others:
+//   penalties → top-k → top-p → min-p → temperature → seeded draw.
+// Note that top-p and min-p see the distribution *before* temperature, as in llama.cpp.
+// At temp ≤ 0 the result is the argmax of the penalised logits (llama.cpp's temperature stage
+// keeps only the max logit then); truncation never removes the max, so that is the same token.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <random>
+#include <span>
+#include <vector>
+
+namespace kvrun {
+
+/// The seed value meaning "pick a random seed" (llama.cpp's LLAMA_DEFAULT_SEED convention).
+inline constexpr uint32_t kRandomSeed = 0xFFFFFFFFu;
+
+/// Sampling settings; defaults are llama.cpp's (common_params_sampling, Feb 2025).
+struct SamplerParams {
+  /// Temperature: logits are divided by it before the draw. ≤ 0 means greedy (argmax).
+  float temp = 0.8f;
+  /// Keep the k most likely tokens. ≤ 0 disables (keeps all).
+  int32_t top_k = 40;
+  /// Nucleus: keep the smallest most-likely-first prefix whose probability mass is ≥ top_p.
+  /// ≥ 1 disables.
+  float top_p = 0.95f;
+  /// Drop tokens with p < min_p · p_max (llama.cpp PR #3841). ≤ 0 disables.
+  float min_p = 0.05f;
+  /// Penalties look at the last `repeat_last_n` accepted tokens; 0 disables them, < 0 means the
+  /// whole history (llama.cpp uses the context size for -1).
+  int32_t repeat_last_n = 64;
+  /// Repetition penalty (CTRL paper, Keskar et al. 2019, as llama.cpp applies it): a logit of a
+  /// token in the window is divided by this when positive and multiplied when ≤ 0. 1 = off.
+  float repeat_penalty = 1.0f;
+  /// OpenAI presence penalty: subtracted once from the logit of every token in the window.
+  float presence_penalty = 0.0f;
+  /// OpenAI frequency penalty: subtracted count(token in window) times from its logit.
+  float frequency_penalty = 0.0f;
+  /// RNG seed; kRandomSeed picks one from std::random_device. Same seed + same logits + same
+  /// accepted tokens → the same samples.
+  uint32_t seed = kRandomSeed;
+};
+
+/// A token still in the running: its id and its (possibly modified) logit.
+struct Candidate {
+  int32_t id = 0;      ///< token id, an index into the logits
+  float logit = 0.0f;  ///< current logit (natural-log scale, unnormalised)
+};
+
+/// Applies the penalties to `logits` (one value per vocab entry) in place, for the tokens in
+/// `window` (the recent token ids; ids outside [0, logits.size()) are ignored). For a token that
+/// occurs c > 0 times: first the repetition penalty (l > 0 ? l / repeat_penalty
+/// : l · repeat_penalty), then l −= c · frequency_penalty + presence_penalty. This is llama.cpp's
+/// penalties sampler (src/llama-sampling.cpp) and OpenAI's formula
+/// (platform.openai.com/docs/advanced-usage, "frequency and presence penalties").
+void apply_penalties(std::span<float> logits, std::span<const int32_t> window,
+                     const SamplerParams& params);
+
+/// Sorts `c` most likely first (ties: lower id first) and keeps the first k; k ≤ 0 or
+/// k ≥ c.size() keeps all (but still sorts).
+void top_k_filter(std::vector<Candidate>& c, int32_t k);
+
+/// Sorts `c` most likely first and keeps the shortest prefix whose softmax mass is ≥ p (at least
+/// one token). p ≥ 1 keeps all. (Holtzman et al. 2019, "The Curious Case of Neural Text
+/// Degeneration".)
+void top_p_filter(std::vector<Candidate>& c, float p);
+
+/// Keeps the tokens whose probability is ≥ min_p · p_max, i.e. logit ≥ max_logit + ln(min_p);
+/// order is preserved. min_p ≤ 0 keeps all; the max is always kept.
+void min_p_filter(std::vector<Candidate>& c, float min_p);
+
+/// Divides every logit by `temp` (> 0; callers handle temp ≤ 0 as greedy).
+void temperature_scale(std::vector<Candidate>& c, float temp);
+
+/// Index of the first maximum of `logits`. Throws std::invalid_argument when empty.
+int32_t argmax(std::span<const float> logits);
+
+/// The sampler chain of one session: settings, RNG and accepted-token history.
+class Sampler {
+ public:
+  /// Seeds the RNG from params.seed (or a random seed when it is kRandomSeed).
+  explicit Sampler(const SamplerParams& params = {});
+
+  /// Picks the next token from one row of logits (length n_vocab, raw model output; not
+  /// modified). Runs the chain in the order given in the file comment. Does not record the
+  /// token: call accept(). Throws std::invalid_argument when `logits` is empty.
+  int32_t sample(std::span<const float> logits);
+
+  /// Records a token in the penalty history. To match llama.cpp, accept the prompt tokens too.
+  void accept(int32_t token);
+
+  /// Clears the history and re-seeds the RNG with seed(), so a run can be replayed.
+  void reset();
+
+  /// The seed in use (the drawn one when params.seed was kRandomSeed).
+  uint32_t seed() const { return seed_; }
+
+  /// The settings.
+  const SamplerParams& params() const { return params_; }
+
+ private:
+  SamplerParams params_;
+  uint32_t seed_ = 0;
+  std::mt19937 rng_;
+  std::deque<int32_t> history_;  // at most repeat_last_n tokens when repeat_last_n ≥ 0
+};
+
+}  // namespace kvrun
