@@ -55,7 +55,8 @@ enum class ValueType : uint32_t {
 const char* value_type_name(ValueType t);
 
 /// A malformed or unusable GGUF file. `offset` is the byte offset where the problem was found
-/// (or the file size for problems found after parsing); what() includes it.
+/// (for accessor type errors: the offset of the key/value pair); what() reads
+/// "gguf: <msg> (at byte offset N)" (the "gguf: " prefix is not doubled if `msg` has it).
 class GgufError : public std::runtime_error {
  public:
   GgufError(const std::string& msg, uint64_t offset);
@@ -69,7 +70,9 @@ class GgufError : public std::runtime_error {
 /// as the File that produced them.
 struct Value {
   ValueType type = ValueType::U8;
-  // Scalars: integers in `i` (or `u` for U64), floats in `f`, bools in `b`.
+  // Scalars: integers in `i` (or `u` for U64), floats in `f`, bools in `b`. The reader also
+  // sets `u` for a non-negative integer and `i` for a U64 that fits int64 (else 0); the Writer
+  // reads `i`, or `u` for U64.
   int64_t i = 0;
   uint64_t u = 0;
   double f = 0;
@@ -87,7 +90,12 @@ struct Value {
 struct KeyValue {
   std::string_view key;
   Value value;
+  uint64_t offset = 0;  ///< file offset of the pair (its key's length field); for error messages
 };
+
+/// Deepest nesting of arrays the reader accepts (an array of arrays has depth 2). Deeper input
+/// is a GgufError; the limit bounds the parser's recursion.
+constexpr int kMaxArrayDepth = 8;
 
 /// One tensor info, with its data located and bounds-checked.
 struct TensorInfo {
@@ -95,9 +103,11 @@ struct TensorInfo {
   DType type = DType::F32;
   int n_dims = 0;
   int64_t ne[kMaxDims] = {1, 1, 1, 1};
-  uint64_t offset = 0;  ///< relative to the data section
-  uint64_t n_bytes = 0; ///< exact byte size of the data
-  const void* data = nullptr;  ///< into the mapping (null for a metadata-only file)
+  uint64_t offset = 0;   ///< relative to the data section
+  uint64_t n_bytes = 0;  ///< exact byte size of the data
+  /// Into the mapping (read-only). Null for every tensor when open_metadata_only() found any
+  /// tensor's data (partly) beyond the end of the file.
+  const void* data = nullptr;
 };
 
 /// A parsed GGUF file: owns the mapping (or a copy of an in-memory image).
@@ -109,7 +119,8 @@ class File {
   static File from_memory(const void* data, size_t size);
   /// As open(), but a file whose tensor data lies (partly) beyond its end is accepted with
   /// TensorInfo::data = null for every tensor (metadata-only files written by tools and tests).
-  /// Everything else is checked as in open().
+  /// Everything else is checked as in open(); a complete file gets its data pointers as with
+  /// open().
   static File open_metadata_only(const std::string& path);
 
   File(File&&) noexcept;
@@ -117,8 +128,11 @@ class File {
   ~File();
 
   uint32_t version() const;
-  uint64_t alignment() const;       ///< general.alignment or 32
-  uint64_t data_offset() const;     ///< file offset of the data section
+  uint64_t alignment() const;  ///< general.alignment or 32
+  /// File offset of the data section (end of the tensor infos rounded up to the alignment).
+  /// May exceed file_size() for a file without tensors that ends unpadded (llama.cpp's vocab
+  /// files do).
+  uint64_t data_offset() const;
   uint64_t file_size() const;
   const std::string& path() const;  ///< empty for from_memory
 
@@ -133,8 +147,8 @@ class File {
   // Typed accessors: nullopt when the key is absent; GgufError when present with a type that
   // does not convert (e.g. a string where a number is expected, or a negative value for an
   // unsigned read, or an integer out of int64 range).
-  std::optional<int64_t> get_int(std::string_view key) const;       ///< any integer type
-  std::optional<double> get_float(std::string_view key) const;      ///< f32/f64 or any integer
+  std::optional<int64_t> get_int(std::string_view key) const;   ///< any integer type
+  std::optional<double> get_float(std::string_view key) const;  ///< f32/f64 or any integer
   std::optional<bool> get_bool(std::string_view key) const;
   std::optional<std::string_view> get_string(std::string_view key) const;
   /// Arrays: element conversion as the scalar accessors. nullopt when absent.
@@ -151,7 +165,9 @@ class File {
   std::unique_ptr<Impl> impl_;
 };
 
-/// Builds a GGUF v3 file in memory and writes it out. Keys and tensors keep insertion order.
+/// Builds a GGUF v3 file in memory and writes it out. Keys and tensors keep insertion order;
+/// setting an existing key again replaces its value in place. Tensor data is laid out in
+/// insertion order, each at the next multiple of the alignment.
 class Writer {
  public:
   Writer();
@@ -174,7 +190,11 @@ class Writer {
   void set_string_array(const std::string& key, const std::vector<std::string>& v);
   void set_f32_array(const std::string& key, const std::vector<float>& v);
   void set_i32_array(const std::string& key, const std::vector<int32_t>& v);
-  /// Sets general.alignment (power of two, default 32).
+  /// Sets any value, e.g. one read from another File (copied; nested arrays allowed, up to
+  /// kMaxArrayDepth). A U32 `general.alignment` also sets the alignment. Throws
+  /// std::invalid_argument on an inconsistent Value (e.g. null `raw` with a non-zero count).
+  void set_value(const std::string& key, const Value& v);
+  /// Sets general.alignment (power of two, default 32). Throws std::invalid_argument otherwise.
   void set_alignment(uint32_t alignment);
 
   /// Adds a tensor. `data` holds exactly row_bytes(type, ne[0]) * rows bytes and is copied;
