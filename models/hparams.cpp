@@ -1,5 +1,5 @@
 // hparams.cpp — hyperparameters from GGUF metadata (see hparams.h).
-#include "hparams.h"
+#include "models/hparams.h"
 
 #include <algorithm>
 #include <string>

@@ -1,4 +1,4 @@
-// hparams.h — a model's hyperparameters, read from GGUF metadata (`{arch}.*` keys).
+// hparams.h (models/) — a model's hyperparameters, read from GGUF metadata (`{arch}.*` keys).
 //
 // Keys (GGUF spec, "LLM" section): {arch}.block_count, .embedding_length, .feed_forward_length,
 // .attention.head_count, .attention.head_count_kv, .attention.key_length / .value_length,

@@ -4,14 +4,57 @@
 
 #include "commands.h"
 
+namespace {
+
+using kvrun::tools::RunOptions;
+
+void add_run_options(CLI::App& app, RunOptions& o) {
+  app.add_option("-m,--model", o.model, "GGUF model file")->check(CLI::ExistingFile);
+  app.add_option("-p,--prompt", o.prompt, "prompt to complete (prints the continuation)");
+  app.add_option("-f,--file", o.prompt_file, "read the prompt from a file")
+      ->check(CLI::ExistingFile);
+  app.add_flag("-i,--interactive", o.interactive, "chat REPL even when stdin is not a terminal");
+  app.add_option("--system", o.system, "system prompt of the chat");
+  app.add_option("--chat-template", o.chat_template,
+                 "chat template family to use instead of the model's (see --chat-template list)");
+  app.add_option("-n,--n-predict", o.n_predict, "tokens to generate (-1: until end of text)");
+  app.add_option("-c,--ctx-size", o.n_ctx,
+                 "context size in tokens (default: min(4096, n_ctx_train))")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 30));
+  app.add_option("-b,--batch-size", o.n_batch, "prompt tokens per prefill batch")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+  app.add_option("-t,--threads", o.n_threads, "threads (default: physical cores)")
+      ->check(CLI::Range(0, 1024));
+  app.add_flag("--json", o.json, "print one JSON object instead of streaming text");
+  app.add_option("--n-probs", o.n_probs, "with --json: top-K logprobs per generated token")
+      ->check(CLI::Range(0, 1 << 20));
+  app.add_flag("--ignore-eos", o.ignore_eos, "do not stop at end-of-generation tokens");
+  app.add_flag("--verbose", o.verbose, "print more detail on stderr");
+  auto& s = o.sampling;
+  app.add_option("--temp", s.temp, "temperature (0: greedy)")->capture_default_str();
+  app.add_option("--top-k", s.top_k, "top-k (0: off)")->capture_default_str();
+  app.add_option("--top-p", s.top_p, "top-p (1: off)")->capture_default_str();
+  app.add_option("--min-p", s.min_p, "min-p (0: off)")->capture_default_str();
+  app.add_option("--repeat-last-n", s.repeat_last_n, "penalty window in tokens (0: off, -1: all)")
+      ->capture_default_str();
+  app.add_option("--repeat-penalty", s.repeat_penalty, "repetition penalty (1: off)")
+      ->capture_default_str();
+  app.add_option("--presence-penalty", s.presence_penalty, "presence penalty")
+      ->capture_default_str();
+  app.add_option("--frequency-penalty", s.frequency_penalty, "frequency penalty")
+      ->capture_default_str();
+  app.add_option("-s,--seed", s.seed, "random seed (default: random)");
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace kvrun::tools;
   CLI::App app{"kvrun — local LLM inference built around the KV cache", "kvrun"};
   app.require_subcommand(0, 1);
 
   RunOptions run;
-  app.add_option("-m,--model", run.model, "GGUF model file")->check(CLI::ExistingFile);
-  auto* prompt = app.add_option("-p,--prompt", run.prompt, "prompt to complete");
+  add_run_options(app, run);
 
   InfoOptions info;
   CLI::App* info_cmd = app.add_subcommand("info", "what a model is and what its KV cache costs");
@@ -29,10 +72,11 @@ int main(int argc, char** argv) {
   }
 
   if (info_cmd->parsed()) return cmd_info(info);
+  if (run.chat_template == "list") return cmd_list_chat_templates();
   if (run.model.empty()) {
     std::fputs(app.help().c_str(), stdout);
     return 0;
   }
-  run.has_prompt = prompt->count() > 0;
+  run.has_prompt = app.count("--prompt") > 0 || !run.prompt_file.empty();
   return cmd_run(run);
 }

@@ -1,30 +1,105 @@
-// run.cpp — the default mode. Text generation and the chat REPL are not implemented yet: this
-// loads and validates the model, prints a summary, and says so.
+// run.cpp — the default mode: complete a prompt (-p, -f, or piped stdin), streaming the
+// continuation or printing one JSON object (--json); with no prompt on a terminal (or -i), the
+// chat REPL (repl.cpp).
+#include <unistd.h>
+
 #include <cstdio>
 #include <exception>
-#include <system_error>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <nlohmann/json.hpp>
 
+#include "chat_template.h"
 #include "commands.h"
-#include "gguf.h"
-#include "model_info.h"
+#include "repl.h"
+#include "session.h"
 
 namespace kvrun::tools {
+namespace {
 
-int cmd_run(const RunOptions& opt) {
+nlohmann::ordered_json result_json(const Tokenizer& tok, const std::vector<int32_t>& prompt,
+                                   const GenerateResult& r) {
+  nlohmann::ordered_json j;
+  j["prompt_tokens"] = prompt;
+  j["tokens"] = r.tokens;
+  j["text"] = r.text;
+  j["stop"] = stop_reason_name(r.stop);
+  j["timings"] = {{"prompt_n", r.timings.n_prompt},       {"prompt_ms", r.timings.prompt_ms},
+                  {"prompt_tps", r.timings.prompt_tps()}, {"gen_n", r.timings.n_gen},
+                  {"gen_ms", r.timings.gen_ms},           {"gen_tps", r.timings.gen_tps()}};
+  if (!r.probs.empty()) {
+    nlohmann::ordered_json probs = nlohmann::ordered_json::array();
+    for (const auto& pos : r.probs) {
+      nlohmann::ordered_json top = nlohmann::ordered_json::array();
+      for (const TokenLogprob& p : pos)
+        top.push_back(
+            {{"id", p.id}, {"token", tok.token_to_piece(p.id, true)}, {"logprob", p.logprob}});
+      probs.push_back(top);
+    }
+    j["probs"] = probs;
+  }
+  return j;
+}
+
+int complete(const RunOptions& opt, Loaded& l) {
+  const std::vector<int32_t> prompt = l.tok.tokenize(opt.prompt, true, true);
+  if (prompt.empty()) throw ContextError("the prompt is empty");
+  if (int64_t(prompt.size()) > l.ctx->n_ctx())
+    throw ContextError("the prompt is " + std::to_string(prompt.size()) +
+                       " tokens but the context holds " + std::to_string(l.ctx->n_ctx()) +
+                       " (raise -c)");
+  Sampler sampler(opt.sampling);
+  GenerateParams gp;
+  gp.n_predict = opt.n_predict;
+  gp.n_probs = opt.json ? opt.n_probs : 0;
+  gp.ignore_eos = opt.ignore_eos;
+  InterruptGuard guard;
+  PieceSink sink;
+  if (!opt.json)
+    sink = [](std::string_view piece) {
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+    };
+  GenerateResult r = generate(*l.ctx, l.tok, sampler, prompt, gp, sink, &g_interrupted);
+  if (opt.json) {
+    std::printf("%s\n", result_json(l.tok, prompt, r).dump().c_str());
+  } else {
+    std::printf("\n");
+    print_timings(r.timings);
+  }
+  return 0;
+}
+
+std::string read_all(std::istream& in) {
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+}  // namespace
+
+int cmd_run(const RunOptions& opt_in) {
+  RunOptions opt = opt_in;
   try {
-    gguf::File file = gguf::File::open(opt.model);
-    ModelInfo mi = describe_model(file, 0);
-    std::printf("kvrun: %s: %s, %lld layers, n_embd %lld, %lld tensors (%s)\n", opt.model.c_str(),
-                mi.hp.arch.c_str(), (long long)mi.hp.n_layer, (long long)mi.hp.n_embd,
-                (long long)mi.n_tensors, format_bytes(mi.weight_bytes).c_str());
+    if (!opt.prompt_file.empty()) {
+      std::ifstream f(opt.prompt_file, std::ios::binary);
+      if (!f) throw std::runtime_error("cannot read " + opt.prompt_file);
+      opt.prompt = read_all(f);
+    } else if (!opt.has_prompt && !opt.interactive && !isatty(STDIN_FILENO)) {
+      opt.prompt = read_all(std::cin);  // piped stdin without -i is a prompt
+      opt.has_prompt = true;
+    }
+    Loaded l = load(opt);
+    if (opt.has_prompt && !opt.interactive) return complete(opt, l);
+    return run_repl(opt, l);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "kvrun: error: %s: %s\n", opt.model.c_str(), e.what());
+    std::fprintf(stderr, "kvrun: error: %s\n", e.what());
     return 1;
   }
-  std::fprintf(stderr,
-               "kvrun: text generation and the chat REPL are not implemented yet in this build "
-               "(the tensor core, GGUF reader and `kvrun info` are); see `kvrun info -m MODEL`\n");
-  return opt.has_prompt ? 2 : 0;
+}
+
+int cmd_list_chat_templates() {
+  for (const std::string& name : chat_template_names()) std::printf("%s\n", name.c_str());
+  return 0;
 }
 
 }  // namespace kvrun::tools

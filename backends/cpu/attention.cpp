@@ -1,0 +1,131 @@
+// attention.cpp — causal GQA attention over a contiguous KV store (see attention.h).
+#include "cpu/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "cpu/ops.h"
+#include "cpu/vec_dot.h"
+#include "fp16.h"
+
+namespace kvrun::cpu {
+
+namespace {
+
+/// Cells llama.cpp's KV cache exposes to a batch ending at position `end`: a multiple of 32
+/// (at least 32), capped at n_ctx. Cells past the causal limit weigh exactly 0, so they only
+/// matter for the accumulation order of the weighted sum of V.
+int64_t padded_cells(int64_t end, int64_t n_ctx) {
+  return std::min(n_ctx, std::max<int64_t>(32, (end + 31) / 32 * 32));
+}
+
+/// Softmax of x[0..n_pos) scaled by `scale`, as part of a row of n_kv cells where the rest are
+/// masked (−inf), as llama.cpp's soft_max op with scale and an f32 causal mask: scores times
+/// scale, then softmax_exp (polynomial e^x in 16-lane blocks, libm expf in the tail, block sums
+/// in double; see ops.h) and every cell times float(1 / sum).
+void masked_softmax(float* x, int64_t n_pos, int64_t n_kv, float scale) {
+  float max = -INFINITY;
+  for (int64_t j = 0; j < n_pos; ++j) {
+    x[j] *= scale;
+    max = std::fmax(max, x[j]);
+  }
+  for (int64_t j = n_pos; j < n_kv; ++j) x[j] = -INFINITY;
+  const float inv = float(1.0 / softmax_exp(x, x, n_kv, max));
+  for (int64_t i = 0; i < n_kv; ++i) x[i] *= inv;
+}
+
+/// Per-thread buffers of attend_one.
+struct AttnScratch {
+  std::vector<float> w;      // [n_kv] scores, then weights
+  std::vector<uint16_t> h;   // [max(head_dim, n_kv)] f16 staging
+  std::vector<uint16_t> h2;  // [n_kv] f16 V column
+  std::vector<float> f;      // [max(head_dim, n_kv)] f32 staging
+  std::vector<float> f2;     // [n_kv] f32 V column
+};
+
+/// One (token, head) pair: scores over positions 0..n_pos−1 of n_kv cells, softmax, weighted
+/// sum of V. `batched` selects llama.cpp's gemm accumulation order (batches of ≥ 2 tokens).
+void attend_one(const KvLayerView& kv, const AttnParams& p, const float* q, int64_t h,
+                int64_t n_pos, int64_t n_kv, bool batched, float* out, AttnScratch& sc) {
+  const bool f16 = kv.type == DType::F16;
+  const int64_t hkv = h / (p.n_head / p.n_head_kv);
+  const int64_t k_row = p.n_head_kv * p.head_dim, v_row = p.n_head_kv * p.head_dim_v;
+  const size_t big = size_t(std::max(p.head_dim, n_kv));
+  sc.w.resize(size_t(n_kv));
+  sc.h.resize(big);
+  sc.h2.resize(size_t(n_kv));
+  sc.f.resize(big);
+  sc.f2.resize(size_t(n_kv));
+  const bool kq_gemm = batched && p.head_dim % 16 == 0;
+  const VecDotFn kq_dot =
+      f16 ? (kq_gemm ? gemm_dot_f16 : vec_dot_f16) : (kq_gemm ? gemm_dot_f32 : vec_dot_f32);
+  const VecDotFn v_dot =
+      f16 ? (batched ? gemm_dot_f16 : vec_dot_f16) : (batched ? gemm_dot_f32 : vec_dot_f32);
+  const void* qx = sc.f.data();
+  if (f16) {
+    act_from_float_f16(q, sc.h.data(), p.head_dim);
+    qx = sc.h.data();
+  } else {
+    act_from_float_f32(q, sc.f.data(), p.head_dim);
+  }
+  const size_t esize = f16 ? 2 : 4;
+  const char* kbase = static_cast<const char*>(kv.k);
+  const char* vbase = static_cast<const char*>(kv.v);
+  for (int64_t j = 0; j < n_pos; ++j)
+    sc.w[size_t(j)] = kq_dot(p.head_dim, kbase + size_t(j * k_row + hkv * p.head_dim) * esize, qx);
+  masked_softmax(sc.w.data(), n_pos, n_kv, p.scale);
+  const void* wx = sc.f.data();
+  if (f16) {
+    act_from_float_f16(sc.w.data(), sc.h.data(), n_kv);
+    wx = sc.h.data();
+  } else {
+    act_from_float_f32(sc.w.data(), sc.f.data(), n_kv);
+  }
+  for (int64_t d = 0; d < p.head_dim_v; ++d) {
+    const int64_t col = hkv * p.head_dim_v + d;
+    if (f16) {
+      const uint16_t* vv = reinterpret_cast<const uint16_t*>(vbase);
+      for (int64_t j = 0; j < n_pos; ++j) sc.h2[size_t(j)] = vv[j * v_row + col];
+      for (int64_t j = n_pos; j < n_kv; ++j) sc.h2[size_t(j)] = 0;
+      out[d] = v_dot(n_kv, sc.h2.data(), wx);
+    } else {
+      const float* vv = reinterpret_cast<const float*>(vbase);
+      for (int64_t j = 0; j < n_pos; ++j) sc.f2[size_t(j)] = vv[j * v_row + col];
+      for (int64_t j = n_pos; j < n_kv; ++j) sc.f2[size_t(j)] = 0.0f;
+      out[d] = v_dot(n_kv, sc.f2.data(), wx);
+    }
+  }
+}
+
+}  // namespace
+
+void kv_store(const KvLayerView& kv, const AttnParams& p, const float* k, const float* v,
+              int64_t pos0, int64_t n_tokens) {
+  const int64_t nk = n_tokens * p.n_head_kv * p.head_dim;
+  const int64_t nv = n_tokens * p.n_head_kv * p.head_dim_v;
+  const int64_t k_off = pos0 * p.n_head_kv * p.head_dim;
+  const int64_t v_off = pos0 * p.n_head_kv * p.head_dim_v;
+  if (kv.type == DType::F16) {
+    act_from_float_f16(k, static_cast<uint16_t*>(kv.k) + k_off, nk);
+    act_from_float_f16(v, static_cast<uint16_t*>(kv.v) + v_off, nv);
+  } else {
+    act_from_float_f32(k, static_cast<float*>(kv.k) + k_off, nk);
+    act_from_float_f32(v, static_cast<float*>(kv.v) + v_off, nv);
+  }
+}
+
+void attention(ThreadPool& pool, const KvLayerView& kv, const AttnParams& p, const float* q,
+               int64_t pos0, int64_t n_tokens, float* out) {
+  const int64_t n_kv = padded_cells(pos0 + n_tokens, kv.n_ctx);
+  pool.run(n_tokens * p.n_head, [&](int64_t begin, int64_t end) {
+    thread_local AttnScratch sc;
+    for (int64_t th = begin; th < end; ++th) {
+      const int64_t t = th / p.n_head, h = th % p.n_head;
+      attend_one(kv, p, q + (t * p.n_head + h) * p.head_dim, h, pos0 + t + 1, n_kv, n_tokens >= 2,
+                 out + (t * p.n_head + h) * p.head_dim_v, sc);
+    }
+  });
+}
+
+}  // namespace kvrun::cpu

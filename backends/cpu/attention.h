@@ -1,0 +1,50 @@
+// attention.h — causal multi-head attention with GQA over a contiguous per-layer KV store.
+//
+// Layout of one layer's store (KvLayerView): K and V each [n_ctx, n_head_kv · head_dim] in
+// `type` (f16 or f32), row p holding the token at position p. A later issue replaces this with
+// the paged cache; the model only passes the view through.
+//
+// Numerics (llama.cpp's CPU path without flash attention, f16 cache): Q is rounded to f16 and
+// dotted with f16 K in f32, scores are scaled by `scale`, softmax in f32 (sum in double), the
+// weights are rounded to f16 and multiplied with f16 V accumulating in f32. With an f32 store
+// nothing is rounded. Scaled dot-product attention: Vaswani et al. 2017; GQA: Ainslie et al.
+// 2023 (query head h reads KV head h / (n_head / n_head_kv)).
+#pragma once
+
+#include <cstdint>
+
+#include "cpu/thread_pool.h"
+#include "dtype.h"
+
+namespace kvrun::cpu {
+
+/// One layer's K and V rows; does not own memory.
+struct KvLayerView {
+  DType type = DType::F16;  ///< F16 or F32
+  void* k = nullptr;        ///< [n_ctx, n_head_kv · head_dim]
+  void* v = nullptr;        ///< [n_ctx, n_head_kv · head_dim_v]
+  int64_t n_ctx = 0;        ///< rows (positions) available
+};
+
+/// Shapes and scale of one attention call.
+struct AttnParams {
+  int64_t n_head = 0;      ///< query heads
+  int64_t n_head_kv = 0;   ///< KV heads; divides n_head
+  int64_t head_dim = 0;    ///< Q/K head size
+  int64_t head_dim_v = 0;  ///< V head size
+  float scale = 1;         ///< score scale, usually 1/sqrt(head_dim)
+};
+
+/// Writes n_tokens K/V rows at positions pos0 … pos0+n_tokens−1, converting to kv.type.
+/// k: [n_tokens, n_head_kv · head_dim]; v: [n_tokens, n_head_kv · head_dim_v].
+/// Requires pos0 + n_tokens ≤ kv.n_ctx (the caller checks; see Context).
+void kv_store(const KvLayerView& kv, const AttnParams& p, const float* k, const float* v,
+              int64_t pos0, int64_t n_tokens);
+
+/// Causal attention of n_tokens queries at positions pos0 + i over the store's rows
+/// 0 … pos0 + i (which must have been written). Work is split over (token, head) pairs.
+/// q: [n_tokens, n_head · head_dim]; out: [n_tokens, n_head · head_dim_v].
+void attention(ThreadPool& pool, const KvLayerView& kv, const AttnParams& p, const float* q,
+               int64_t pos0, int64_t n_tokens, float* out);
+
+}  // namespace kvrun::cpu

@@ -1,0 +1,29 @@
+// cpu_traits.h — the CPU backend's own traits table, keyed by DType: which activation type a
+// weight format is dotted against, how activations are converted to it, and the dot itself.
+//
+// This is the kernel-side counterpart of ggml-like's traits(DType) (formats live there, kernels
+// here; no parallel arrays). The pairing is llama.cpp's CPU `vec_dot_type`:
+//   f32→f32, f16→f16, bf16→bf16, q4_0/q5_0/q8_0/iq4_nl→q8_0, q4_1/q5_1→q8_1,
+//   q2_K/q3_K/q4_K/q5_K/q6_K→q8_K.
+#pragma once
+
+#include "cpu/vec_dot.h"
+#include "dtype.h"
+
+namespace kvrun::cpu {
+
+/// One row of the CPU traits table.
+struct CpuTypeTraits {
+  DType type;                     ///< the weight type this row describes
+  DType act_type;                 ///< activation type its rows are dotted against
+  ActFromFloatFn act_from_float;  ///< float → act_type rows (n a multiple of act block size)
+  VecDotFn vec_dot;               ///< weight row · activation row
+  /// The same dot in the accumulation order llama.cpp uses for batches (≥ 2 rows, k % 16 == 0,
+  /// m % 4 == 0; see vec_dot.h); null when the order is the same as vec_dot's.
+  VecDotFn gemm_dot;
+};
+
+/// The CPU traits of weight type `t`, or null when the CPU backend cannot multiply by it.
+const CpuTypeTraits* cpu_traits(DType t);
+
+}  // namespace kvrun::cpu

@@ -1,0 +1,28 @@
+// matmul.h — y[n, m] = x[n, k] · w[m, k]ᵀ with w in its stored GGUF type (CPU backend).
+//
+// The activations x are first converted, row by row, to the activation type the weight type
+// pairs with (cpu_traits.h: f16 for f16 weights, q8_0 for q4_0, q8_K for K-quants, ...); then
+// every output is one vec_dot of a weight row with a converted activation row. Work is split
+// over the m weight rows; each output element is computed by exactly one thread with the same
+// code, so results do not depend on the thread count.
+#pragma once
+
+#include <cstdint>
+
+#include "cpu/thread_pool.h"
+#include "tensor.h"
+
+namespace kvrun::cpu {
+
+/// y[n, m] = x[n, k] · w[m, k]ᵀ.
+///   w: weight [m rows, k = ne[0]] of any type with cpu_traits (rows contiguous: nb[1] apart;
+///      ne[2] = ne[3] = 1); k must be a multiple of the activation type's block size.
+///   x: n rows of k floats, row-major (row j at x + j·k).
+///   y: n rows of m floats, row-major (written, not accumulated).
+/// Throws std::invalid_argument for an unsupported weight type or a k that does not divide.
+void matmul(ThreadPool& pool, const Tensor& w, const float* x, int64_t n, float* y);
+
+/// True when matmul supports weights of type `t` with rows of `k` elements.
+bool matmul_supports(DType t, int64_t k);
+
+}  // namespace kvrun::cpu

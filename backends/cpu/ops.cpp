@@ -1,0 +1,111 @@
+// ops.cpp — element-wise and row ops (see ops.h).
+#include "cpu/ops.h"
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cpu/fast_exp.h"
+
+namespace kvrun::cpu {
+
+void rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t cols, float eps) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * cols;
+    float* yr = y + r * cols;
+    double sum = 0.0;
+    for (int64_t i = 0; i < cols; ++i) sum += double(xr[i] * xr[i]);
+    const float mean = float(sum / double(cols));
+    const float scale = 1.0f / std::sqrt(mean + eps);
+    if (w) {
+      for (int64_t i = 0; i < cols; ++i) yr[i] = (xr[i] * scale) * w[i];
+    } else {
+      for (int64_t i = 0; i < cols; ++i) yr[i] = xr[i] * scale;
+    }
+  }
+}
+
+void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* pos,
+          const RopeConfig& cfg) {
+  const int64_t half = cfg.n_rot / 2;
+  const float theta_scale = std::pow(cfg.freq_base, -2.0f / float(cfg.n_rot));
+  std::vector<float> cos_t(static_cast<size_t>(half)), sin_t(static_cast<size_t>(half));
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    float theta = float(pos[t]);
+    for (int64_t i = 0; i < half; ++i) {
+      const float ff = cfg.freq_factors ? cfg.freq_factors[i] : 1.0f;
+      const float th = cfg.freq_scale * (theta / ff);
+      cos_t[size_t(i)] = std::cos(th);
+      sin_t[size_t(i)] = std::sin(th);
+      theta *= theta_scale;
+    }
+    for (int64_t h = 0; h < n_heads; ++h) {
+      float* v = x + (t * n_heads + h) * head_dim;
+      for (int64_t i = 0; i < half; ++i) {
+        const int64_t i0 = cfg.neox ? i : 2 * i;
+        const int64_t i1 = cfg.neox ? i + half : 2 * i + 1;
+        const float x0 = v[i0], x1 = v[i1];
+        // llama.cpp's ggml_compute_forward_rope_f32 writes x0*cos - x1*sin and x0*sin + x1*cos;
+        // GCC contracts the first product of each into the add/sub (fmaddsub in the vector
+        // loop, FMA in scalar code). Checked bit for bit against ggml built with GCC 12.
+        v[i0] = std::fma(x0, cos_t[size_t(i)], -(x1 * sin_t[size_t(i)]));
+        v[i1] = std::fma(x0, sin_t[size_t(i)], x1 * cos_t[size_t(i)]);
+      }
+    }
+  }
+}
+
+void swiglu(const float* gate, const float* up, float* out, int64_t rows, int64_t cols) {
+  const int64_t body = cols - cols % kExpBlock;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* g = gate + r * cols;
+    const float* u = up + r * cols;
+    float* o = out + r * cols;
+    for (int64_t i = 0; i < body; ++i) o[i] = silu_lane(g[i]) * u[i];
+    for (int64_t i = body; i < cols; ++i) o[i] = silu_tail(g[i]) * u[i];
+  }
+}
+
+void add(float* y, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+double softmax_exp(const float* x, float* y, int64_t n, float max) {
+  double sum = 0.0;
+  int64_t i = 0;
+  for (; i + kExpBlock <= n; i += kExpBlock) {
+    float v[kExpBlock];
+    for (int64_t l = 0; l < kExpBlock; ++l) v[l] = expf_lane(x[i + l] - max);
+    for (int64_t l = 0; l < kExpBlock; ++l) y[i + l] = v[l];
+    float h[8], q[4];
+    for (int l = 0; l < 8; ++l) h[l] = v[l + 8] + v[l];
+    for (int l = 0; l < 4; ++l) q[l] = h[l + 4] + h[l];
+    sum += double((q[0] + q[2]) + (q[1] + q[3]));
+  }
+  for (; i < n; ++i) {
+    y[i] = std::exp(x[i] - max);
+    sum += double(y[i]);
+  }
+  return sum;
+}
+
+void softmax(float* x, int64_t n) {
+  if (n <= 0) return;
+  float max = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) max = std::fmax(max, x[i]);
+  const float inv = float(1.0 / softmax_exp(x, x, n, max));
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+void get_rows(const Tensor& table, const int32_t* ids, int64_t n_ids, float* out) {
+  const int64_t cols = table.ne[0];
+  for (int64_t i = 0; i < n_ids; ++i) {
+    if (ids[i] < 0 || ids[i] >= table.ne[1])
+      throw std::out_of_range("get_rows: id " + std::to_string(ids[i]) + " outside [0, " +
+                              std::to_string(table.ne[1]) + ")");
+    table.row_to_float(out + i * cols, ids[i]);
+  }
+}
+
+}  // namespace kvrun::cpu

@@ -1,0 +1,66 @@
+// ops.h — element-wise and row ops of the CPU backend, on row-major f32 activations.
+//
+// Every activation argument is a plain float array with its shape in the comment: [rows, cols]
+// means rows·cols floats, row r at offset r·cols. Ops do not allocate and do not throw, except
+// get_rows, which checks its ids and weight type.
+#pragma once
+
+#include <cstdint>
+
+#include "tensor.h"
+
+namespace kvrun::cpu {
+
+/// RMSNorm (Zhang & Sennrich 2019): y = x / sqrt(mean(x²) + eps) · w, per row, in f32 with the
+/// f32 squares summed in double (as llama.cpp's ggml_rms_norm). `w` [cols] may be null (no scale).
+/// x, y: [rows, cols]; y may equal x.
+void rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t cols, float eps);
+
+/// RoPE settings (RoFormer, Su et al. 2021).
+struct RopeConfig {
+  int64_t n_rot = 0;        ///< rotated dimensions per head (even, ≤ head_dim); the rest pass
+  float freq_base = 10000;  ///< θ_i = pos · freq_scale · base^(−2i/n_rot) / freq_factors[i]
+  float freq_scale = 1;     ///< linear position scaling (1 / rope.scaling.factor)
+  const float* freq_factors = nullptr;  ///< [n_rot/2] per-pair divisors (llama3 scaling) or null
+  bool neox = false;  ///< false: rotate adjacent pairs (x[2i], x[2i+1]) as llama does;
+                      ///< true: rotate (x[i], x[i + n_rot/2]) as GPT-NeoX / qwen2 do
+};
+
+/// Rotates every head of x in place. θ_i is built by repeated multiplication with
+/// base^(−2/n_rot) in f32, as llama.cpp's rope cache does, so angles match it bit for bit. The
+/// rotation is x0·cos − x1·sin and x0·sin + x1·cos with the x0 product fused into the add
+/// (std::fma), as GCC compiles ggml's rope loop (C, -ffp-contract=fast) on x86 with FMA.
+/// x: [n_tokens, n_heads · head_dim]; pos: [n_tokens] positions.
+void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* pos,
+          const RopeConfig& cfg);
+
+/// SwiGLU (Shazeer 2020): out = silu(gate) · up with silu(g) = g / (1 + e^−g), per row of
+/// `cols`, as llama.cpp's SILU then MUL ops: in each row the first cols − cols % 16 elements
+/// use the polynomial e^x of its AVX-512 vector body (fast_exp.h, ggml_vec_silu_f32), the rest
+/// libm expf. gate, up, out: [rows, cols]; out may equal gate or up.
+void swiglu(const float* gate, const float* up, float* out, int64_t rows, int64_t cols);
+
+/// swiglu over a single row of n.
+inline void swiglu(const float* gate, const float* up, float* out, int64_t n) {
+  swiglu(gate, up, out, 1, n);
+}
+
+/// y[i] += x[i] for i < n.
+void add(float* y, const float* x, int64_t n);
+
+/// y[i] = e^(x[i] − max) for i < n and their sum, as llama.cpp's ggml_vec_soft_max_f32 on
+/// AVX-512: each full block of 16 uses the polynomial e^x (fast_exp.h) and is summed in f32 in
+/// the order of GCC's _mm512_reduce_add_ps (halves, quarters, pairs), the block sums and then
+/// the tail's libm expf values are accumulated in double. x[i] = −inf gives 0. y may equal x.
+double softmax_exp(const float* x, float* y, int64_t n, float max);
+
+/// In-place softmax of x[n] as llama.cpp's soft_max op (no scale or mask): softmax_exp with the
+/// row's max, then every element times float(1 / sum).
+void softmax(float* x, int64_t n);
+
+/// Embedding lookup: out[i] = row ids[i] of `table` decoded to f32 (any type with to_float).
+/// table: [n_rows, cols = ne[0]]; out: [n_ids, cols]. Throws std::out_of_range for an id
+/// outside [0, n_rows).
+void get_rows(const Tensor& table, const int32_t* ids, int64_t n_ids, float* out);
+
+}  // namespace kvrun::cpu

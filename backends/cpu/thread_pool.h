@@ -1,0 +1,58 @@
+// thread_pool.h — a persistent pool of worker threads for the CPU kernels.
+//
+// The workers are created once and sleep on a condition variable between jobs, so an op costs a
+// wake-up, never a thread creation. A job is a function of (begin, end) over a 1-D index range
+// (rows of a matmul, (token, head) pairs of attention); the range is split into one contiguous
+// chunk per thread, so which thread computes which index never depends on timing and results
+// are reproducible. The calling thread takes the first chunk itself.
+//
+// Invariants: one job at a time (run() is not re-entrant and must be called from one thread);
+// run() returns only after every chunk finished. Cost: two mutex/condvar round trips per job.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace kvrun::cpu {
+
+/// A fixed set of worker threads that split index ranges among themselves.
+class ThreadPool {
+ public:
+  /// A range job: computes indices [begin, end).
+  using Job = std::function<void(int64_t begin, int64_t end)>;
+
+  /// Starts `n_threads - 1` workers (the caller is the n-th thread). `n_threads` < 1 means 1.
+  explicit ThreadPool(int n_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  /// Threads that take part in a job (workers + the caller).
+  int size() const { return n_threads_; }
+
+  /// Runs `job` over [0, n) split into at most size() contiguous chunks (fewer when n is small
+  /// or `min_chunk` asks for bigger chunks) and waits for all of them. Exceptions from chunks
+  /// run by workers terminate the program; kernels do not throw.
+  void run(int64_t n, const Job& job, int64_t min_chunk = 1);
+
+ private:
+  void worker_loop(int index);
+
+  int n_threads_ = 1;
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable wake_;
+  std::condition_variable done_;
+  const Job* job_ = nullptr;
+  int64_t n_ = 0;
+  int n_chunks_ = 0;
+  uint64_t generation_ = 0;
+  int pending_ = 0;
+  bool stop_ = false;
+};
+
+}  // namespace kvrun::cpu

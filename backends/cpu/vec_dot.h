@@ -1,0 +1,76 @@
+// vec_dot.h — row dot products of a weight row against an activation row, per weight format,
+// and the activation converters/quantizers they pair with.
+//
+// A weight row of type W is dotted with an activation row already converted to W's activation
+// type (cpu_traits.h says which): f32→f32, f16→f16, bf16→bf16, q4_0/q5_0/q8_0/iq4_nl→q8_0,
+// q4_1/q5_1→q8_1, K-quants→q8_K. This is the pairing llama.cpp's CPU backend uses
+// (ggml-cpu's `vec_dot_type`), so results track its numerics: integer products inside a block,
+// one float multiply-add per block with the two block scales.
+//
+// Activation quantizers follow the rules of llama.cpp's CPU backend (facts, not its code):
+//   q8_0 / q8_1: per block of 32, d = max|x| / 127 stored as f16, q =
+//   round-half-even(x·127/max|x|);
+//                q8_1 also stores s = d · Σq as f16.
+//   q8_K:        per block of 256, m = the x with the largest |x| (first one on ties),
+//                s = -127 / m, q = min(127, round-half-even(s·x)), d = 1/s as f32, bsums = Σ of
+//                each 16 quants.
+//
+// All functions take `n` = elements (a multiple of the format's block size) and never throw.
+#pragma once
+
+#include <cstdint>
+
+namespace kvrun::cpu {
+
+/// Σ w[i]·x[i] over `n` elements; `w` is a weight row, `x` an activation row of the paired type.
+using VecDotFn = float (*)(int64_t n, const void* w, const void* x);
+/// Converts `n` floats to an activation row of a paired type.
+using ActFromFloatFn = void (*)(const float* src, void* dst, int64_t n);
+
+// Activation converters.
+void act_from_float_f32(const float* src, void* dst, int64_t n);
+void act_from_float_f16(const float* src, void* dst, int64_t n);
+void act_from_float_bf16(const float* src, void* dst, int64_t n);
+void act_from_float_q8_0(const float* src, void* dst, int64_t n);
+void act_from_float_q8_1(const float* src, void* dst, int64_t n);
+void act_from_float_q8_K(const float* src, void* dst, int64_t n);
+
+/// binary16 → float through a 64K-entry table (exact; the table is built on first use).
+float fp16_lut(uint16_t h);
+
+// Float weights (vec_dot_float.cpp). The f32/f16 dots reproduce the accumulation order of
+// llama.cpp's CPU backend on a 512-bit SIMD machine (the fixtures' reference), because values
+// are rounded to f16 right after (KV cache, attention weights, f16 activations) and a one-ulp
+// difference there can flip a rounding:
+//   vec order  (ggml_vec_dot_f16/f32, used for one token or rows not a multiple of 16):
+//              4 accumulators × 16 lanes over the first n & ~63 elements (fused multiply-add),
+//              folded acc0+acc2, acc1+acc3, then acc0+acc1, then the 16 lanes pairwise
+//              (i+8, i+4, i+2, i+1); the tail is added one by one: for f16 in double, for
+//              f32 in f32, unfused for the first (tail & ~15) + (8 if tail % 16 ≥ 8) elements
+//              and fused after that (how GCC compiles ggml's tail loop; vec_dot_float.cpp).
+//   gemm order (llamafile tinyBLAS, used for batches of ≥ 2 rows when k % 16 == 0 and
+//              m % 4 == 0): one 16-lane accumulator over k, then the same 16-lane fold.
+// bf16 accumulates in f32 lanes.
+float vec_dot_f32(int64_t n, const void* w, const void* x);
+float vec_dot_f16(int64_t n, const void* w, const void* x);
+float vec_dot_bf16(int64_t n, const void* w, const void* x);
+/// The gemm-order forms of vec_dot_f32 / vec_dot_f16 (n a multiple of 16).
+float gemm_dot_f32(int64_t n, const void* w, const void* x);
+float gemm_dot_f16(int64_t n, const void* w, const void* x);
+
+// Legacy block quants (vec_dot_legacy.cpp).
+float vec_dot_q4_0_q8_0(int64_t n, const void* w, const void* x);
+float vec_dot_q5_0_q8_0(int64_t n, const void* w, const void* x);
+float vec_dot_q8_0_q8_0(int64_t n, const void* w, const void* x);
+float vec_dot_iq4_nl_q8_0(int64_t n, const void* w, const void* x);
+float vec_dot_q4_1_q8_1(int64_t n, const void* w, const void* x);
+float vec_dot_q5_1_q8_1(int64_t n, const void* w, const void* x);
+
+// K-quants (vec_dot_k.cpp).
+float vec_dot_q2_K_q8_K(int64_t n, const void* w, const void* x);
+float vec_dot_q3_K_q8_K(int64_t n, const void* w, const void* x);
+float vec_dot_q4_K_q8_K(int64_t n, const void* w, const void* x);
+float vec_dot_q5_K_q8_K(int64_t n, const void* w, const void* x);
+float vec_dot_q6_K_q8_K(int64_t n, const void* w, const void* x);
+
+}  // namespace kvrun::cpu

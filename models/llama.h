@@ -1,0 +1,90 @@
+// llama.h — the llama architecture: tensor names, weights and the forward pass.
+//
+// Tensor names are llama.cpp's GGUF names (token_embd, output_norm, output,
+// blk.N.{attn_norm,attn_q,attn_k,attn_v,attn_output,ffn_norm,ffn_gate,ffn_up,ffn_down},
+// optional rope_freqs). Shapes are written GGUF-style as {ne0, ne1}: ne0 is the row length
+// (the input dimension of a matmul), ne1 the number of rows (its output dimension).
+//
+// The forward pass (Touvron et al. 2023, "LLaMA"): token embedding; per layer
+//   x += Wo · Attn(RoPE(Wq·n), RoPE(Wk·n), Wv·n)   with n = RMSNorm(x)·attn_norm
+//   x += Wdown · (silu(Wgate·n) ⊙ Wup·n)          with n = RMSNorm(x)·ffn_norm
+// then logits = Woutput · RMSNorm(x)·output_norm. Weights stay in their stored types.
+//
+// Variants of the family reuse this file: optional Q/K/V biases are added when present (qwen2)
+// and `rope_neox` picks the NeoX rotation; a new architecture only names its tensors and flags.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "cpu/attention.h"
+#include "cpu/thread_pool.h"
+#include "gguf.h"
+#include "models/hparams.h"
+#include "tensor.h"
+
+namespace kvrun {
+
+/// One transformer block. A Tensor with data == nullptr is absent.
+struct LlamaLayer {
+  Tensor attn_norm;  ///< {n_embd} f32
+  Tensor wq;         ///< {n_embd, n_head · head_dim}
+  Tensor wk;         ///< {n_embd, n_head_kv · head_dim}
+  Tensor wv;         ///< {n_embd, n_head_kv · head_dim_v}
+  Tensor bq;         ///< {n_head · head_dim} f32, optional (qwen2)
+  Tensor bk;         ///< {n_head_kv · head_dim} f32, optional
+  Tensor bv;         ///< {n_head_kv · head_dim_v} f32, optional
+  Tensor wo;         ///< {n_head · head_dim_v, n_embd}
+  Tensor ffn_norm;   ///< {n_embd} f32
+  Tensor ffn_gate;   ///< {n_embd, n_ff}
+  Tensor ffn_up;     ///< {n_embd, n_ff}
+  Tensor ffn_down;   ///< {n_ff, n_embd}
+};
+
+/// All weights of a llama-family model: views into the mapped GGUF file (zero-copy).
+struct LlamaWeights {
+  Tensor tok_embd;     ///< {n_embd, n_vocab}, any type (rows decoded on lookup)
+  Tensor output_norm;  ///< {n_embd} f32
+  Tensor output;       ///< {n_embd, n_vocab}; the same view as tok_embd when tied
+  Tensor rope_freqs;   ///< {n_rot / 2} f32 per-pair frequency divisors (llama3 scaling), optional
+  std::vector<LlamaLayer> layers;  ///< [n_layer]
+  bool rope_neox = false;          ///< rotation style: false = adjacent pairs (llama)
+};
+
+/// Finds and checks every tensor of `hp`'s llama-style model in `file`. Throws ModelError naming
+/// a missing tensor, a tensor of the wrong shape, a norm/bias that is not f32, or a weight type
+/// the CPU matmul cannot use.
+LlamaWeights load_llama_weights(const gguf::File& file, const Hparams& hp);
+
+/// Activation buffers for up to `n_batch` tokens, reused across calls.
+struct LlamaScratch {
+  LlamaScratch(const Hparams& hp, int64_t n_batch);
+  int64_t n_batch;
+  std::vector<float> x;      ///< [n_batch, n_embd] residual stream
+  std::vector<float> xn;     ///< [n_batch, n_embd] normalized input of a sub-block
+  std::vector<float> q;      ///< [n_batch, n_head · head_dim]
+  std::vector<float> k;      ///< [n_batch, n_head_kv · head_dim]
+  std::vector<float> v;      ///< [n_batch, n_head_kv · head_dim_v]
+  std::vector<float> att;    ///< [n_batch, n_head · head_dim_v]
+  std::vector<float> proj;   ///< [n_batch, n_embd] output of attn_output / ffn_down
+  std::vector<float> gate;   ///< [n_batch, n_ff]
+  std::vector<float> up;     ///< [n_batch, n_ff]
+  std::vector<int32_t> pos;  ///< [n_batch]
+};
+
+/// One forward call over a batch of consecutive tokens of one sequence.
+struct LlamaBatch {
+  const int32_t* tokens = nullptr;  ///< [n_tokens] ids in [0, n_vocab)
+  int64_t n_tokens = 0;             ///< 1 … scratch.n_batch
+  int64_t pos0 = 0;                 ///< position of tokens[0]; KV rows 0 … pos0−1 are filled
+  const cpu::KvLayerView* kv = nullptr;  ///< [n_layer] KV store of each layer
+  float* logits = nullptr;  ///< [n_out, n_vocab] (n_out = n_tokens or 1), or null for none
+  bool all_logits = false;  ///< logits of every token instead of only the last
+};
+
+/// Runs the batch through the model: writes K/V rows pos0 … pos0+n_tokens−1 of every layer and
+/// the requested logits. The caller guarantees pos0 + n_tokens ≤ n_ctx of the KV views.
+void llama_forward(const Hparams& hp, const LlamaWeights& w, cpu::ThreadPool& pool, LlamaScratch& s,
+                   const LlamaBatch& b);
+
+}  // namespace kvrun

@@ -1,0 +1,67 @@
+// session.cpp — shared setup of the completion and chat modes (see session.h).
+#include "session.h"
+
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+
+namespace kvrun::tools {
+
+std::atomic<bool> g_interrupted{false};
+std::atomic<bool> g_exit_on_interrupt{false};
+
+namespace {
+
+struct sigaction g_previous;
+
+void on_sigint(int) {
+  if (g_exit_on_interrupt.load()) {
+    const ssize_t ignored = write(STDOUT_FILENO, "\n", 1);  // async-signal-safe
+    (void)ignored;
+    _exit(0);
+  }
+  g_interrupted.store(true);
+}
+
+}  // namespace
+
+InterruptGuard::InterruptGuard() {
+  g_interrupted.store(false);
+  struct sigaction sa {};
+  sa.sa_handler = on_sigint;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;
+  sigaction(SIGINT, &sa, &g_previous);
+}
+
+InterruptGuard::~InterruptGuard() { sigaction(SIGINT, &g_previous, nullptr); }
+
+Loaded load(const RunOptions& opt) {
+  Model model = Model::load(opt.model);
+  Tokenizer tok = Tokenizer::from_gguf(model.file());
+  const int64_t n_ctx_train = model.hparams().n_ctx_train;
+  ContextParams cp;
+  cp.n_ctx = opt.n_ctx;
+  if (cp.n_ctx == 0) cp.n_ctx = n_ctx_train > 0 ? std::min<int64_t>(4096, n_ctx_train) : 4096;
+  if (n_ctx_train > 0 && cp.n_ctx > n_ctx_train)
+    std::fprintf(stderr,
+                 "kvrun: warning: n_ctx %lld is larger than the model's n_ctx_train %lld; quality "
+                 "may degrade past it\n",
+                 (long long)cp.n_ctx, (long long)n_ctx_train);
+  cp.n_batch = opt.n_batch;
+  cp.n_threads = opt.n_threads;
+  Loaded l{std::move(model), std::move(tok), nullptr};
+  l.ctx = std::make_unique<Context>(l.model, cp);
+  return l;
+}
+
+void print_timings(const GenerateTimings& t) {
+  std::fprintf(stderr,
+               "\nkvrun: prompt %lld tokens in %.1f ms (%.1f t/s) | generation %lld tokens in "
+               "%.1f ms (%.1f t/s)\n",
+               (long long)t.n_prompt, t.prompt_ms, t.prompt_tps(), (long long)t.n_gen, t.gen_ms,
+               t.gen_tps());
+}
+
+}  // namespace kvrun::tools

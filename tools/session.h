@@ -1,0 +1,48 @@
+// session.h — what `kvrun -p` and the REPL share: loading the model and tokenizer, choosing the
+// context size, the Ctrl-C flag, and reporting timings.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "commands.h"
+#include "context.h"
+#include "generate.h"
+#include "model.h"
+#include "tokenizer.h"
+
+namespace kvrun::tools {
+
+/// A model with its tokenizer and one context, built from the run options.
+struct Loaded {
+  Model model;
+  Tokenizer tok;
+  std::unique_ptr<Context> ctx;
+};
+
+/// Loads opt.model, its tokenizer and a context of the chosen size (-c, default
+/// min(4096, n_ctx_train); a warning on stderr when it exceeds n_ctx_train). Throws on errors.
+Loaded load(const RunOptions& opt);
+
+/// Set by SIGINT while interrupts are armed (see InterruptGuard).
+extern std::atomic<bool> g_interrupted;
+
+/// While true (the REPL waits for input), SIGINT ends the process at once with status 0 after
+/// printing a newline, instead of setting g_interrupted.
+extern std::atomic<bool> g_exit_on_interrupt;
+
+/// While alive, SIGINT sets g_interrupted (or exits, see g_exit_on_interrupt) instead of ending
+/// the process with the signal.
+class InterruptGuard {
+ public:
+  InterruptGuard();
+  ~InterruptGuard();
+  InterruptGuard(const InterruptGuard&) = delete;
+  InterruptGuard& operator=(const InterruptGuard&) = delete;
+};
+
+/// Prints "prompt: N tokens in X ms (Y t/s) | generation: ..." on stderr.
+void print_timings(const GenerateTimings& t);
+
+}  // namespace kvrun::tools
