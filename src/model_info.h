@@ -8,7 +8,7 @@
 
 #include "dtype.h"
 #include "gguf.h"
-#include "hparams.h"
+#include "models/hparams.h"
 
 namespace kvrun {
 
