@@ -59,6 +59,14 @@ inline uint16_t f32_to_fp16(float f) {
   return uint16_t(sign | r);
 }
 
+/// float → binary16 bit pattern for a block scale: as f32_to_fp16, but any non-finite result
+/// (a value too large for binary16, inf or NaN) becomes ±65504, the largest finite binary16.
+inline uint16_t f32_to_fp16_sat(float f) {
+  uint16_t h = f32_to_fp16(f);
+  if ((h & 0x7fffu) >= 0x7c00u) h = uint16_t((h & 0x8000u) | 0x7bffu);
+  return h;
+}
+
 /// bfloat16 bit pattern → float (exact).
 inline float bf16_to_f32(uint16_t h) { return f32_from_bits(uint32_t(h) << 16); }
 

@@ -54,6 +54,10 @@ enum class ValueType : uint32_t {
 /// "u32", "string", "array"...; "?" for a value outside the enum.
 const char* value_type_name(ValueType t);
 
+/// Encoded bytes of one numeric or bool value of type `t` (1, 2, 4 or 8); 0 for STRING, ARRAY
+/// and values outside the enum.
+size_t value_type_size(ValueType t);
+
 /// A malformed or unusable GGUF file. `offset` is the byte offset where the problem was found
 /// (for accessor type errors: the offset of the key/value pair); what() reads
 /// "gguf: <msg> (at byte offset N)" (the "gguf: " prefix is not doubled if `msg` has it).

@@ -46,27 +46,9 @@ constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 /// Smallest encoded size of one element of `t` (strings: the 8-byte length; arrays: type and
 /// count). Used to bound counts by the bytes left before anything is reserved.
 uint64_t min_elem_bytes(ValueType t) {
-  switch (t) {
-    case ValueType::U8:
-    case ValueType::I8:
-    case ValueType::BOOL:
-      return 1;
-    case ValueType::U16:
-    case ValueType::I16:
-      return 2;
-    case ValueType::U32:
-    case ValueType::I32:
-    case ValueType::F32:
-      return 4;
-    case ValueType::U64:
-    case ValueType::I64:
-    case ValueType::F64:
-    case ValueType::STRING:
-      return 8;
-    case ValueType::ARRAY:
-      return 12;
-  }
-  return 0;
+  if (t == ValueType::STRING) return 8;
+  if (t == ValueType::ARRAY) return 12;
+  return value_type_size(t);
 }
 
 bool is_known_type(uint32_t t) { return t <= static_cast<uint32_t>(ValueType::F64); }

@@ -96,6 +96,28 @@ bool int_elem(ValueType t, const uint8_t* raw, uint64_t k, int64_t* out) {
 GgufError::GgufError(const std::string& msg, uint64_t offset)
     : std::runtime_error(with_offset(msg, offset)), offset_(offset) {}
 
+size_t value_type_size(ValueType t) {
+  switch (t) {
+    case ValueType::U8:
+    case ValueType::I8:
+    case ValueType::BOOL:
+      return 1;
+    case ValueType::U16:
+    case ValueType::I16:
+      return 2;
+    case ValueType::U32:
+    case ValueType::I32:
+    case ValueType::F32:
+      return 4;
+    case ValueType::U64:
+    case ValueType::I64:
+    case ValueType::F64:
+      return 8;
+    default:
+      return 0;
+  }
+}
+
 const char* value_type_name(ValueType t) {
   switch (t) {
     case ValueType::U8:

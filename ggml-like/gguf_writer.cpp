@@ -51,29 +51,6 @@ void put_str(Bytes& out, std::string_view s) {
   put_bytes(out, s.data(), s.size());
 }
 
-/// Packed size of one numeric/bool element; 0 for string and array.
-size_t scalar_size(ValueType t) {
-  switch (t) {
-    case ValueType::U8:
-    case ValueType::I8:
-    case ValueType::BOOL:
-      return 1;
-    case ValueType::U16:
-    case ValueType::I16:
-      return 2;
-    case ValueType::U32:
-    case ValueType::I32:
-    case ValueType::F32:
-      return 4;
-    case ValueType::U64:
-    case ValueType::I64:
-    case ValueType::F64:
-      return 8;
-    default:
-      return 0;
-  }
-}
-
 /// Scalars as gguf.h's Value documents them: integers in `i` (U64 in `u`), floats in `f`.
 void put_scalar(Bytes& out, const Value& v) {
   switch (v.type) {
@@ -140,7 +117,7 @@ void put_array_body(Bytes& out, const Value& v, int depth) {
       put_array_body(out, item, depth + 1);
     }
   } else {
-    const size_t sz = scalar_size(v.elem_type);
+    const size_t sz = value_type_size(v.elem_type);
     if (v.count > std::numeric_limits<size_t>::max() / sz)
       throw std::invalid_argument("gguf: array too large");
     if (v.count > 0 && !v.raw) throw std::invalid_argument("gguf: numeric array without data");

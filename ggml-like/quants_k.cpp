@@ -72,15 +72,6 @@
 namespace kvrun {
 namespace {
 
-constexpr uint16_t kF16MaxFinite = 0x7bff;  // 65504
-
-/// float → f16 bits for a super-block scale: round to nearest even, saturating at ±65504.
-uint16_t f16_scale(float v) {
-  uint16_t h = f32_to_fp16(v);
-  if ((h & 0x7fffu) >= 0x7c00u) h = uint16_t((h & 0x8000u) | kF16MaxFinite);
-  return h;
-}
-
 /// round(v) (half away from zero) clamped to [lo, hi]; NaN gives lo.
 int round_clamp(float v, int lo, int hi) {
   v = std::round(v);
@@ -259,7 +250,7 @@ Fit fit_affine(const float* x, int n, int qmax, int offset_sign) {
 uint16_t quantize_factors(const float* v, int n, int max_code, float sign, int* codes) {
   float vmax = 0.0f;
   for (int j = 0; j < n; ++j) vmax = std::fmax(vmax, v[j]);
-  const uint16_t dh = f16_scale(sign * vmax / float(max_code));
+  const uint16_t dh = f32_to_fp16_sat(sign * vmax / float(max_code));
   const float d = std::fabs(fp16_to_f32(dh));
   for (int j = 0; j < n; ++j) codes[j] = d > 0.0f ? round_clamp(v[j] / d, 0, max_code) : 0;
   return dh;
@@ -271,7 +262,7 @@ uint16_t quantize_signed_factors(const float* s, int n, int half, int* codes) {
   float smax = 0.0f;
   for (int j = 0; j < n; ++j)
     if (std::fabs(s[j]) > std::fabs(smax)) smax = s[j];
-  const uint16_t dh = f16_scale(smax / float(-half));
+  const uint16_t dh = f32_to_fp16_sat(smax / float(-half));
   const float d = fp16_to_f32(dh);
   for (int j = 0; j < n; ++j) codes[j] = d != 0.0f ? round_clamp(s[j] / d, -half, half - 1) : 0;
   return dh;

@@ -29,15 +29,6 @@
 namespace kvrun {
 namespace {
 
-constexpr uint16_t kF16MaxFinite = 0x7bff;  // 65504
-
-/// float → f16 bits for a block scale: round to nearest even, saturating at ±65504.
-uint16_t f16_scale(float v) {
-  uint16_t h = f32_to_fp16(v);
-  if ((h & 0x7fffu) >= 0x7c00u) h = uint16_t((h & 0x8000u) | kF16MaxFinite);
-  return h;
-}
-
 /// floor(v) clamped to [lo, hi]; NaN gives lo.
 int floor_clamp(float v, int lo, int hi) {
   v = std::floor(v);
@@ -69,7 +60,7 @@ float inverse_or_zero(float d) { return d != 0.0f ? 1.0f / d : 0.0f; }
 /// q = floor(x / d + 2^(bits-1) + 0.5) clamped to 0..2^bits-1. Writes q[32], returns f16 d.
 uint16_t quantize_symmetric(const float* x, int bits, uint8_t* q) {
   const float half = static_cast<float>(1 << (bits - 1));
-  const uint16_t dh = f16_scale(signed_absmax(x, 32) / -half);
+  const uint16_t dh = f32_to_fp16_sat(signed_absmax(x, 32) / -half);
   const float id = inverse_or_zero(fp16_to_f32(dh));
   const int qmax = (1 << bits) - 1;
   for (int i = 0; i < 32; ++i) q[i] = uint8_t(floor_clamp(x[i] * id + half + 0.5f, 0, qmax));
@@ -81,8 +72,8 @@ void quantize_minmax(const float* x, int bits, uint8_t* q, uint16_t* dh, uint16_
   const int qmax = (1 << bits) - 1;
   float mn, mx;
   min_max(x, 32, &mn, &mx);
-  *dh = f16_scale((mx - mn) / static_cast<float>(qmax));
-  *mh = f16_scale(mn);
+  *dh = f32_to_fp16_sat((mx - mn) / static_cast<float>(qmax));
+  *mh = f32_to_fp16_sat(mn);
   const float id = inverse_or_zero(fp16_to_f32(*dh));
   const float m = fp16_to_f32(*mh);
   for (int i = 0; i < 32; ++i) q[i] = uint8_t(floor_clamp((x[i] - m) * id + 0.5f, 0, qmax));
@@ -119,7 +110,7 @@ void unpack_5bit(const uint8_t* qs, const uint8_t* qh, uint8_t* q) {
 
 /// q8 codes of 32 values at absmax / 127; returns the f16 scale, writes q[32] and sum(q).
 uint16_t quantize_q8(const float* x, int8_t* q, int* sum) {
-  const uint16_t dh = f16_scale(std::fabs(signed_absmax(x, 32)) / 127.0f);
+  const uint16_t dh = f32_to_fp16_sat(std::fabs(signed_absmax(x, 32)) / 127.0f);
   const float id = inverse_or_zero(fp16_to_f32(dh));
   *sum = 0;
   for (int i = 0; i < 32; ++i) {
@@ -167,7 +158,7 @@ void quantize_block_iq4_nl(const float* x, block_iq4_nl* y) {
   uint16_t best_dh = 0;
   double best_err = iq4nl_error(x, 0, best_q);  // the all-zero block
   auto consider = [&](float d) {
-    const uint16_t dh = f16_scale(d);
+    const uint16_t dh = f32_to_fp16_sat(d);
     const double err = iq4nl_error(x, dh, q);
     if (err < best_err) {
       best_err = err;
@@ -313,7 +304,7 @@ void quantize_row_q8_1(const float* src, void* dst, int64_t n) {
   int sum;
   for (int64_t ib = 0; ib < n / QK8_1; ++ib, src += QK8_1) {
     b[ib].d = quantize_q8(src, b[ib].qs, &sum);
-    b[ib].s = f16_scale(fp16_to_f32(b[ib].d) * static_cast<float>(sum));
+    b[ib].s = f32_to_fp16_sat(fp16_to_f32(b[ib].d) * static_cast<float>(sum));
   }
 }
 
