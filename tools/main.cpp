@@ -9,14 +9,14 @@ namespace {
 using kvrun::tools::RunOptions;
 
 void add_run_options(CLI::App& app, RunOptions& o) {
-  app.add_option("-m,--model", o.model, "GGUF model file")->check(CLI::ExistingFile);
+  app.add_option("-m,--model", o.model, "GGUF model file");
   app.add_option("-p,--prompt", o.prompt, "prompt to complete (prints the continuation)");
-  app.add_option("-f,--file", o.prompt_file, "read the prompt from a file")
-      ->check(CLI::ExistingFile);
+  app.add_option("-f,--file", o.prompt_file, "read the prompt from a file");
   app.add_flag("-i,--interactive", o.interactive, "chat REPL even when stdin is not a terminal");
   app.add_option("--system", o.system, "system prompt of the chat");
   app.add_option("--chat-template", o.chat_template,
-                 "chat template family to use instead of the model's (see --chat-template list)");
+                 "chat template family for the REPL instead of the model's (names: "
+                 "--chat-template list)");
   app.add_option("-n,--n-predict", o.n_predict, "tokens to generate (-1: until end of text)");
   app.add_option("-c,--ctx-size", o.n_ctx,
                  "context size in tokens (default: min(4096, n_ctx_train))")

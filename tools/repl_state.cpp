@@ -36,11 +36,7 @@ std::vector<int32_t> conversation_tokens(const ChatState& st, const Tokenizer& t
 ChatState ChatState::create(const RunOptions& opt, const Loaded& l) {
   ChatState st{std::nullopt, "", {}, opt.system, {}, {}, Sampler(opt.sampling), {}};
   st.special = {token_text_or_empty(l.tok, l.tok.bos()), token_text_or_empty(l.tok, l.tok.eos())};
-  if (!opt.chat_template.empty()) {
-    const auto names = chat_template_names();
-    if (std::find(names.begin(), names.end(), opt.chat_template) == names.end())
-      throw std::invalid_argument("unknown chat template '" + opt.chat_template +
-                                  "' (kvrun --chat-template list shows the names)");
+  if (!opt.chat_template.empty()) {  // a known name: cmd_run checked it
     st.family = opt.chat_template;
   } else if (auto tmpl = l.model.file().get_string("tokenizer.chat_template")) {
     st.family = detect_chat_template(*tmpl);
@@ -132,7 +128,11 @@ void load_chat(const std::string& path, ChatState& st, Loaded& l) {
   const std::string family = j.value("family", "");
   if (family != (st.family ? *st.family : ""))
     throw std::runtime_error(path + " was saved with chat template '" + family + "'");
-  read_context_state(f, *l.ctx, int64_t(tokens.size()));  // validates, then commits
+  try {
+    read_context_state(f, *l.ctx, int64_t(tokens.size()));  // validates, then commits
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(path + ": " + e.what());
+  }
   st.messages = std::move(messages);
   st.tokens = std::move(tokens);
   st.sampler.reset();

@@ -3,6 +3,7 @@
 // chat REPL (repl.cpp).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <fstream>
@@ -80,6 +81,12 @@ std::string read_all(std::istream& in) {
 int cmd_run(const RunOptions& opt_in) {
   RunOptions opt = opt_in;
   try {
+    if (!opt.chat_template.empty()) {
+      const auto names = chat_template_names();
+      if (std::find(names.begin(), names.end(), opt.chat_template) == names.end())
+        throw std::invalid_argument("unknown chat template '" + opt.chat_template +
+                                    "' (kvrun --chat-template list shows the names)");
+    }
     if (!opt.prompt_file.empty()) {
       std::ifstream f(opt.prompt_file, std::ios::binary);
       if (!f) throw std::runtime_error("cannot read " + opt.prompt_file);
