@@ -28,7 +28,8 @@ TEST_P(CudaDequantize, MatchesCpuReferenceBitExact) {
   const std::vector<float> x = test::random_floats(size_t(n), 1234, 3.0f);
   std::vector<uint8_t> q(size_t(*row_bytes(type, n)));
   tr.from_float(x.data(), q.data(), n);
-  std::vector<float> want(size_t(n)), got(size_t(n), -12345.0f);  // poisoned output
+  std::vector<float> want(static_cast<size_t>(n));
+  std::vector<float> got(static_cast<size_t>(n), -12345.0f);  // poisoned output
   tr.to_float(q.data(), want.data(), n);
   cuda::dequantize_to_f32(type, q.data(), got.data(), n);
   for (int64_t i = 0; i < n; ++i)
