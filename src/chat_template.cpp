@@ -20,7 +20,10 @@ namespace {
 enum class SystemMode {
   kTurn,          ///< its own turn, written before the first user turn
   kFoldLastUser,  ///< prepended to the last user message, separated by "\n\n" (mistral-nemo)
-  kRaise,         ///< the template raises on a system message (gemma2)
+  /// Wrapped in sys_open/sys_close and prepended to the first user message (llama2); with `trim`
+  /// the joined text is trimmed as a whole, not the system message on its own.
+  kFoldFirstUser,
+  kRaise,  ///< the template raises on a system message (gemma2)
 };
 
 /// Marks `sys_absent` of a family whose template writes a long built-in default system prompt
@@ -135,6 +138,12 @@ const std::array kFamilies = {
                L3_USER, L3_EOT, L3_ASST, L3_EOT, L3_ASST},
     FamilySpec{"functionary-v3.2", "{bos}" FUNCTIONARY32_SYS, L3_SYS, L3_EOT, "", L3_USER, L3_EOT,
                L3_ASST ">>>all\n", L3_EOT, L3_ASST ">>>"},
+    // ---- Llama 2 chat: <s>[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST] {answer} </s> ----
+    // No default system prompt (as Meta's reference code and the HF Llama-2-chat template: without
+    // a system message the first turn is just "[INST] {user} [/INST]"); no generation prompt, a
+    // prompt ends with " [/INST]".
+    FamilySpec{"llama2", "", "<<SYS>>\n", "\n<</SYS>>\n\n", "", "{bos}[INST] ", " [/INST]", " ",
+               " {eos}", "", SystemMode::kFoldFirstUser, true, true},
     // ---- Mistral: [INST] … [/INST] ----
     FamilySpec{"mistral-v7", "{bos}", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]", kRefuse, "[INST]",
                "[/INST]", "", "{eos}", ""},
@@ -361,6 +370,11 @@ std::string render_chat(std::string_view family, const std::vector<ChatMessage>&
       std::string text = content(m);
       if (has_sys && f->sys_mode == SystemMode::kFoldLastUser && i + 1 == messages.size())
         text = content(messages[0]) + "\n\n" + text;
+      if (has_sys && f->sys_mode == SystemMode::kFoldFirstUser && i == 1) {
+        text = expand(f->sys_open, tokens, dates) + messages[0].content +
+               expand(f->sys_close, tokens, dates) + m.content;
+        if (f->trim) text = trimmed(text);
+      }
       out += expand(f->user_open, tokens, dates) + text + expand(f->user_close, tokens, dates);
     } else {
       out +=
@@ -423,6 +437,15 @@ const DetectRule kRules[] = {
      {"MiroThinker"},
      {},
      true},
+    // Early Llama-2 templates that write Meta's long default system prompt when there is none.
+    {"llama2-default-system: built-in default system prompt not reproduced",
+     {"[INST]", "<<SYS>>", "respectful and honest assistant"},
+     {},
+     true},
+    {"llama2-default-system: built-in default system prompt not reproduced",
+     {"[INST]", "<<SYS>>", "USE_DEFAULT_PROMPT"},
+     {},
+     true},
     // GLM.
     {"glm5", {"[gMASK]<sop>", "Reasoning Effort"}},
     {"glm4.6", {"[gMASK]<sop>", "'\\n<think></think>'"}},
@@ -450,6 +473,8 @@ const DetectRule kRules[] = {
     // Mistral.
     {"mistral-v7", {"[SYSTEM_PROMPT]", "[INST]"}},
     {"mistral-v3-tekken", {"[INST]", "system_message + \"\\n\\n\""}, {"<<SYS>>"}},
+    // Llama 2 chat (and Code Llama instruct): the system message between <<SYS>> and <</SYS>>.
+    {"llama2", {"[INST]", "<<SYS>>", "<</SYS>>"}, {"[SYSTEM_PROMPT]"}},
     // Llama 3 and relatives.
     {"functionary-v3.2", {"<|start_header_id|>", ">>>all"}},
     {"functionary-v3.1", {"<|start_header_id|>", "Cutting Knowledge Date"}, {"Today Date"}},

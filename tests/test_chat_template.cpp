@@ -101,6 +101,7 @@ ChatSpecialTokens tokens_for(const std::string& family) {
         "<\xef\xbd\x9c"
         "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"};
   if (family == "chatml-bos") return {"<|startoftext|>", "<|im_end|>"};
+  if (family == "llama2" || family == "zephyr") return {"<s>", "</s>"};
   if (family.rfind("apriel", 0) == 0 || family == "rwkv-world" || family == "apertus")
     return {"<s>", "</s>"};
   return {"<|bos|>", "<|endoftext|>"};
@@ -178,6 +179,47 @@ std::string oracle_render(const fs::path& template_path, const Conversation& con
   return r.out;
 }
 
+/// kvrun's own templates (tests/data/chat_templates/NAME.jinja, written for the families no
+/// fixture template covers), checked like the fixtures but not counted among them.
+const std::vector<Expect> kOwnTemplates = {
+    {"llama2", "llama2"},
+    {"zephyr", "zephyr"},
+};
+
+/// Path of one of kvrun's own templates.
+fs::path own_template(const char* name) {
+  return test::test_data(std::string("chat_templates/") + name + ".jinja");
+}
+
+/// Renders every sample conversation of `e` with Jinja2 from `path` and with render_chat and
+/// expects the same text (or both to refuse); returns how many renders were compared.
+int compare_with_oracle(const fs::path& path, const Expect& e, const test::TempDir& dir) {
+  const ChatSpecialTokens tok = tokens_for(e.family);
+  int compared = 0;
+  for (const Conversation& conv : conversations()) {
+    SCOPED_TRACE(std::string(e.file) + " (" + e.family + "), " + conv.name);
+    bool raised = false;
+    const std::string want = oracle_render(path, conv, tok, dir, &raised);
+    const bool has_system = conv.messages[0].role == "system";
+    if (raised || (e.needs_system && !has_system) || refuses_ending(e.family, conv)) {
+      EXPECT_THROW(render_chat(e.family, conv.messages, conv.add_generation_prompt, tok, {kToday}),
+                   std::invalid_argument)
+          << "oracle: " << want;
+      continue;
+    }
+    std::string got;
+    try {
+      got = render_chat(e.family, conv.messages, conv.add_generation_prompt, tok, {kToday});
+    } catch (const std::exception& ex) {
+      ADD_FAILURE() << "render_chat threw: " << ex.what();
+      continue;
+    }
+    EXPECT_EQ(got, want);
+    ++compared;
+  }
+  return compared;
+}
+
 /// The text of a template file.
 std::string read_file(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);
@@ -228,32 +270,54 @@ TEST(ChatTemplate, RenderMatchesJinja2) {
   int compared = 0;
   for (const Expect& e : kExpect) {
     if (!*e.family) continue;
-    const fs::path path = test::fixture(std::string("templates/") + e.file + ".jinja");
-    const ChatSpecialTokens tok = tokens_for(e.family);
-    for (const Conversation& conv : conversations()) {
-      SCOPED_TRACE(std::string(e.file) + " (" + e.family + "), " + conv.name);
-      bool raised = false;
-      const std::string want = oracle_render(path, conv, tok, dir, &raised);
-      const bool has_system = conv.messages[0].role == "system";
-      if (raised || (e.needs_system && !has_system) || refuses_ending(e.family, conv)) {
-        EXPECT_THROW(
-            render_chat(e.family, conv.messages, conv.add_generation_prompt, tok, {kToday}),
-            std::invalid_argument)
-            << "oracle: " << want;
-        continue;
-      }
-      std::string got;
-      try {
-        got = render_chat(e.family, conv.messages, conv.add_generation_prompt, tok, {kToday});
-      } catch (const std::exception& ex) {
-        ADD_FAILURE() << "render_chat threw: " << ex.what();
-        continue;
-      }
-      EXPECT_EQ(got, want);
-      ++compared;
-    }
+    compared +=
+        compare_with_oracle(test::fixture(std::string("templates/") + e.file + ".jinja"), e, dir);
   }
   EXPECT_GT(compared, 0);
+}
+
+TEST(ChatTemplate, OwnTemplatesAreDetected) {
+  const auto names = chat_template_names();
+  for (const Expect& e : kOwnTemplates) {
+    const fs::path path = own_template(e.file);
+    ASSERT_TRUE(fs::exists(path)) << path;
+    const std::string jinja = read_file(path);
+    EXPECT_EQ(detect_chat_template(jinja).value_or("<none>"), e.family) << e.file;
+    EXPECT_FALSE(unsupported_chat_template(jinja).has_value()) << e.file;
+    EXPECT_TRUE(std::binary_search(names.begin(), names.end(), e.family)) << e.family;
+  }
+}
+
+TEST(ChatTemplate, OwnTemplatesRenderMatchesJinja2) {
+  if (const std::string why = oracle_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  test::TempDir dir;
+  for (const Expect& e : kOwnTemplates) {
+    // Every conversation shape renders with these families (none raises or is refused).
+    EXPECT_EQ(compare_with_oracle(own_template(e.file), e, dir),
+              static_cast<int>(conversations().size()))
+        << e.file;
+  }
+}
+
+// Llama 2 trims each turn, and the first turn's system block and user text as one string: space
+// at the edges of the system message (inside <<SYS>>) and of the user text (toward [INST]) stays.
+TEST(ChatTemplate, Llama2TrimsLikeJinja2) {
+  if (const std::string why = oracle_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  test::TempDir dir;
+  const ChatSpecialTokens tok = tokens_for("llama2");
+  const Conversation conv{"whitespace at the edges",
+                          {{"system", " \n Be brief. \n"},
+                           {"user", "\t Hi there \n"},
+                           {"assistant", "  Hello.  "},
+                           {"user", " \nAnd you? "}},
+                          true};
+  bool raised = false;
+  const std::string want = oracle_render(own_template("llama2"), conv, tok, dir, &raised);
+  ASSERT_FALSE(raised) << want;
+  EXPECT_EQ(render_chat("llama2", conv.messages, true, tok), want);
+  EXPECT_EQ(want,
+            "<s>[INST] <<SYS>>\n \n Be brief. \n\n<</SYS>>\n\n\t Hi there [/INST] Hello. </s>"
+            "<s>[INST] And you? [/INST]");
 }
 
 }  // namespace
@@ -286,6 +350,10 @@ TEST(ChatTemplate, RefusesWhatAFamilyCannotExpress) {
   EXPECT_THROW(render_chat("mistral-v7", {{"user", "hi"}}, true, tok), std::invalid_argument);
   EXPECT_THROW(render_chat("gemma2", {{"user", "a"}, {"user", "b"}}, true, tok),
                std::invalid_argument);
+  EXPECT_THROW(render_chat("llama2", {{"system", "s"}, {"assistant", "a"}}, true, tok),
+               std::invalid_argument);
+  EXPECT_THROW(render_chat("llama2", {{"user", "a"}, {"user", "b"}}, true, tok),
+               std::invalid_argument);
   EXPECT_THROW(render_chat("llama3.2", {{"user", "hi"}}, true, tok, {"2026-13-01"}),
                std::invalid_argument);
 }
@@ -295,6 +363,23 @@ TEST(ChatTemplate, UnknownTemplateIsReportedUnsupported) {
   const auto why = unsupported_chat_template("{{ messages }}");
   ASSERT_TRUE(why.has_value());
   EXPECT_EQ(why->rfind("unknown", 0), 0u);
+}
+
+// Llama-2 style templates are told apart from Mistral's [INST] templates by <<SYS>>; the early
+// ones that write Meta's long default system prompt are reported, not rendered without it.
+TEST(ChatTemplate, Llama2Detection) {
+  const std::string sys_block = "'<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n'";
+  EXPECT_EQ(detect_chat_template("{{ bos_token + '[INST] ' }}" + sys_block).value_or(""), "llama2");
+  EXPECT_NE(detect_chat_template("{{ bos_token }}{{ '[INST] ' + m + ' [/INST]' }}").value_or(""),
+            "llama2");
+  const std::string with_default =
+      "{% set system_message = 'You are a helpful, respectful and honest assistant.' %}"
+      "{{ '[INST] ' }}" +
+      sys_block;
+  EXPECT_FALSE(detect_chat_template(with_default).has_value());
+  const auto why = unsupported_chat_template(with_default);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_EQ(why->rfind("llama2-default-system", 0), 0u) << *why;
 }
 
 TEST(ChatTemplate, PlainCompletionJoinsUserMessages) {
