@@ -12,7 +12,9 @@
 //   nvfp4            blocks of 16 E2M1 values with an E4M3 scale (9 bytes per 16 values) plus an
 //                    FP32 second-level scale per *scale group* of lcm(head_dim, 16) values (per
 //                    head when head_dim is a multiple of 16), row zero-padded to whole groups
-// where n = n_head_kv · head_dim.
+// where n = n_head_kv · head_dim. Byte order inside a row: the values or blocks first (nvfp4:
+// group after group), then the scales (fp8: n_head_kv E8M0 bytes; nvfp4: one little-endian FP32
+// per scale group). Padding values are encoded as zeros.
 #pragma once
 
 #include <cstdint>
@@ -44,5 +46,14 @@ int64_t kv_row_bytes(DType type, int64_t n_head_kv, int64_t head_dim);
 /// n_head_kv × head_dim_k values and V rows of n_head_kv × head_dim_v values.
 int64_t kv_bytes_per_token(DType type_k, DType type_v, int64_t n_layer, int64_t n_head_kv,
                            int64_t head_dim_k, int64_t head_dim_v);
+
+/// Encodes one row: x holds n_head_kv × head_dim floats (head after head); `row` receives
+/// kv_row_bytes(type, n_head_kv, head_dim) bytes. fp8 and nvfp4 choose their scales from the
+/// data (per head, per scale group) so nothing saturates. The scalar reference codec; the
+/// backends' kernels are tested against it. Throws std::invalid_argument for a non-KV type.
+void kv_encode_row(DType type, int64_t n_head_kv, int64_t head_dim, const float* x, void* row);
+
+/// Decodes one row written by kv_encode_row into n_head_kv × head_dim floats.
+void kv_decode_row(DType type, int64_t n_head_kv, int64_t head_dim, const void* row, float* x);
 
 }  // namespace kvrun

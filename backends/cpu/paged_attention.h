@@ -1,0 +1,69 @@
+// paged_attention.h — attention over the paged KV cache: K/V rows live in fixed-size blocks of
+// a pool, reached through each sequence's block table, stored in any KV cache type
+// (ggml-like/kv_layout.h: f32, f16, bf16, q8_0, q4_0, fp8_e4m3, fp8_e5m2, nvfp4) and read in
+// place — no full-context f32 copy of K or V is ever made. Layout and invariants:
+// docs/kv-cache.md.
+//
+// Two softmax schemes, as llama.cpp's CPU backend has (PagedAttnParams::flash):
+//  * flash (online softmax, FlashAttention: Dao et al. 2022): one pass over the blocks with a
+//    running max, running sum and rescaled V accumulator per query head; each K/V block is
+//    decoded once per KV head for all query heads sharing it (GQA). The numerics follow llama.cpp's
+//    CPU flash-attention kernel where llama.cpp supports the type (Q converted to K's dot type).
+//  * exact (flash = false): per query head the scores over all visible positions are computed
+//    block by block into a score buffer (n_kv floats, not K or V), then softmax as llama.cpp's
+//    non-flash path does (its polynomial exp, f16-rounded weights for an f16 V), then V block by
+//    block. This reproduces llama.cpp's default (no -fa) output for f16/f32 caches.
+#pragma once
+
+#include <cstdint>
+
+#include "cpu/attention.h"
+#include "cpu/thread_pool.h"
+#include "dtype.h"
+
+namespace kvrun::cpu {
+
+/// One layer's K and V storage in the pool (does not own memory). Physical block b holds the
+/// rows of block_size consecutive positions: K row of slot s at k + (b·block_size + s)·k_row_bytes.
+struct PagedKvLayer {
+  DType k_type = DType::F16;  ///< K cache type
+  DType v_type = DType::F16;  ///< V cache type
+  int64_t k_row_bytes = 0;    ///< kv_row_bytes(k_type, n_head_kv, head_dim)
+  int64_t v_row_bytes = 0;    ///< kv_row_bytes(v_type, n_head_kv, head_dim_v)
+  int64_t block_size = 16;    ///< tokens per block
+  uint8_t* k = nullptr;       ///< [n_blocks][block_size][k_row_bytes]
+  uint8_t* v = nullptr;       ///< [n_blocks][block_size][v_row_bytes]
+};
+
+/// Shapes and options of one paged attention call.
+struct PagedAttnParams {
+  AttnParams attn;       ///< n_head, n_head_kv, head_dim, head_dim_v, scale
+  bool flash = true;     ///< online softmax (true) or llama.cpp's exact non-flash softmax
+  bool rotate = false;   ///< K rows were stored Hadamard-rotated along head_dim; rotate Q too
+};
+
+/// One sequence's part of a batch (CSR style: sequences own consecutive query rows).
+struct PagedSeq {
+  const int32_t* block_table = nullptr;  ///< [ceil((pos0 + n_q) / block_size)] physical ids
+  int64_t pos0 = 0;  ///< position of the sequence's first query token in this batch
+  int64_t q0 = 0;    ///< its first row in q / out / k / v
+  int64_t n_q = 0;   ///< its query rows; query i sits at position pos0 + i
+};
+
+/// Encodes and writes the K and V rows of positions pos0 … pos0+n_q−1 of each sequence into its
+/// blocks (the caller has reserved them). With `rotate`, K is Hadamard-rotated per head first.
+/// k: [rows, n_head_kv · head_dim], v: [rows, n_head_kv · head_dim_v] (rows indexed by q0 + i).
+void paged_kv_store(const PagedKvLayer& kv, const PagedAttnParams& p, const PagedSeq* seqs,
+                    int64_t n_seqs, const float* k, const float* v);
+
+/// Causal attention: out row q0+i of each sequence = attention of q row q0+i over that
+/// sequence's positions 0 … pos0+i. q: [rows, n_head · head_dim], out: [rows, n_head ·
+/// head_dim_v]. Work is split over (sequence, query, KV head) across the pool's threads.
+void paged_attention(ThreadPool& pool, const PagedKvLayer& kv, const PagedAttnParams& p,
+                     const PagedSeq* seqs, int64_t n_seqs, const float* q, float* out);
+
+/// In-place fast Walsh–Hadamard transform of `n` values (n a power of two), scaled by 1/√n so
+/// it is orthonormal (its own inverse). Used by --kv-rotate (QuaRot, Ashkboos et al. 2024).
+void hadamard_rotate(float* x, int64_t n);
+
+}  // namespace kvrun::cpu

@@ -1,0 +1,111 @@
+// kv_cache.h — the paged KV cache: the block pool's storage for every layer (KvCache) and one
+// session's block table (KvSequence). Design, memory math and invariants: docs/kv-cache.md.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <vector>
+
+#include "block_pool.h"
+#include "cpu/paged_attention.h"
+#include "dtype.h"
+#include "models/hparams.h"
+
+namespace kvrun {
+
+/// The pool has no block left for a session (every block is in use). Nothing was changed.
+class KvCacheFull : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// How to build a KvCache.
+struct KvCacheParams {
+  DType type_k = DType::F16;  ///< -ctk: any of kKvCacheTypes
+  DType type_v = DType::F16;  ///< -ctv: any of kKvCacheTypes
+  int64_t block_size = 16;    ///< --kv-block-size: tokens per block (≥ 1)
+  int64_t mem_bytes = 0;      ///< --kv-mem: pool budget in bytes (0: half the available RAM)
+  bool prefix_cache = true;   ///< false: --no-prefix-cache (no hashing, no reuse)
+  bool rotate = false;        ///< --kv-rotate: Hadamard-rotate K (and Q) along head_dim
+};
+
+/// Pool + per-layer storage, shared by every session of a process. Storage is reserved as
+/// virtual memory (touched when written), so an unused budget costs no RAM.
+class KvCache {
+ public:
+  /// Throws std::invalid_argument (a type that is not a KV cache type, block_size < 1, rotate
+  /// with a head_dim that is not a power of two, a budget smaller than one block) or
+  /// std::bad_alloc (the budget cannot be reserved).
+  KvCache(const Hparams& hp, const KvCacheParams& params);
+  ~KvCache();
+  KvCache(const KvCache&) = delete;
+  KvCache& operator=(const KvCache&) = delete;
+
+  const KvCacheParams& params() const;
+  /// Layer `il`'s storage as the attention kernels see it.
+  cpu::PagedKvLayer layer(int64_t il) const;
+  int64_t n_layer() const;
+  int64_t block_size() const;
+  int64_t n_blocks() const;         ///< capacity
+  int64_t bytes_per_token() const;  ///< kv_bytes_per_token(type_k, type_v, ...)
+  int64_t bytes_per_block() const;  ///< block_size × bytes_per_token
+  BlockPool& pool();
+  const BlockPool& pool() const;
+  /// Copies block `src`'s rows (every layer, K and V) to block `dst` (copy-on-write).
+  void copy_block(int32_t dst, int32_t src);
+  /// Tokens whose K/V were computed (prefill + decode) and tokens taken from the prefix cache
+  /// instead, over the cache's lifetime: counters for tests and /stats.
+  int64_t n_tokens_computed() const;
+  int64_t n_tokens_reused() const;
+  void add_computed(int64_t n);
+  void add_reused(int64_t n);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// One session's logical → physical block table over a KvCache (which must outlive it). The
+/// destructor gives every block back.
+class KvSequence {
+ public:
+  explicit KvSequence(KvCache& cache);
+  ~KvSequence();
+  KvSequence(const KvSequence&) = delete;
+  KvSequence& operator=(const KvSequence&) = delete;
+
+  /// Tokens whose K/V the sequence holds (positions 0 … n_tokens()−1).
+  int64_t n_tokens() const;
+  /// [ceil(n_tokens / block_size)] physical block ids (more while a reserve() is pending).
+  const std::vector<int32_t>& block_table() const;
+  /// Bytes of the blocks the table holds (ceil(S / block_size) × bytes_per_block).
+  int64_t bytes_held() const;
+
+  /// Makes positions n_tokens() … n_tokens()+n−1 writable: takes the blocks they need and copies
+  /// a shared partial last block first (copy-on-write). Throws KvCacheFull with nothing changed.
+  void reserve(int64_t n);
+  /// Declares those n positions written with `tokens` (their ids; size n): n_tokens() grows by n,
+  /// and blocks that became full get their prefix hash (when the prefix cache is on).
+  void commit(std::span<const int32_t> tokens);
+  /// With n_tokens() == 0: takes the cached blocks matching the longest full-block prefix of
+  /// `tokens`, leaving at least the last token to compute; returns the tokens reused (a multiple
+  /// of block_size, 0 without a match or with the prefix cache off).
+  int64_t attach_prefix(std::span<const int32_t> tokens);
+  /// Forgets positions n … n_tokens()−1 (0 ≤ n ≤ n_tokens()), giving back blocks past them.
+  void truncate(int64_t n);
+  /// truncate(0).
+  void clear();
+  /// The token ids at positions 0 … n_tokens()−1.
+  const std::vector<int32_t>& tokens() const;
+
+ private:
+  KvCache& cache_;
+  std::vector<int32_t> table_;
+  std::vector<int32_t> tokens_;
+  std::vector<uint64_t> hashes_;  // [full blocks] prefix hash chain
+  int64_t reserved_ = 0;          // positions reserved beyond n_tokens()
+};
+
+}  // namespace kvrun
