@@ -18,11 +18,11 @@ namespace kvrun {
 
 /// Counts of blocks per state.
 struct BlockPoolStats {
-  int64_t n_blocks = 0;  ///< capacity
-  int64_t n_free = 0;    ///< ref 0, no reusable content
-  int64_t n_cached = 0;  ///< ref 0, hashed content kept for prefix reuse
-  int64_t n_used = 0;    ///< ref ≥ 1
-  int64_t n_evicted = 0; ///< cached blocks evicted by take() so far
+  int64_t n_blocks = 0;   ///< capacity
+  int64_t n_free = 0;     ///< ref 0, no reusable content
+  int64_t n_cached = 0;   ///< ref 0, hashed content kept for prefix reuse
+  int64_t n_used = 0;     ///< ref ≥ 1
+  int64_t n_evicted = 0;  ///< cached blocks evicted by take() so far
 };
 
 class BlockPool {
@@ -45,6 +45,9 @@ class BlockPool {
 
   /// Gives a used block a prefix hash (replacing an older block with the same hash in the map).
   void set_hash(int32_t block, uint64_t hash);
+  /// Drops a used block's hash (no-op without one): its content is about to change. (Used by
+  /// KvSequence before writing into an exclusively owned block that was once full.)
+  void clear_hash(int32_t block);
   /// The block holding content with `hash` (used or cached), if any. Does not change refs.
   std::optional<int32_t> find(uint64_t hash) const;
   /// Forgets every hash (cached blocks become free); for --no-prefix-cache and tests.

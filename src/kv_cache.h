@@ -67,6 +67,13 @@ class KvCache {
   std::unique_ptr<Impl> impl_;
 };
 
+/// The prefix hash of one full block (docs/kv-cache.md, invariant 3): XXH3-64 of the parent
+/// block's hash (kKvRootHash for block 0), the K and V types and the block's token ids.
+uint64_t kv_block_hash(uint64_t parent, std::span<const int32_t> tokens, DType type_k,
+                       DType type_v);
+/// The parent hash of a sequence's first block.
+inline constexpr uint64_t kKvRootHash = 0x6b7672756e4b5630ull;  // "kvrunKV0"
+
 /// One session's logical → physical block table over a KvCache (which must outlive it). The
 /// destructor gives every block back.
 class KvSequence {
@@ -87,13 +94,18 @@ class KvSequence {
   /// a shared partial last block first (copy-on-write). Throws KvCacheFull with nothing changed.
   void reserve(int64_t n);
   /// Declares those n positions written with `tokens` (their ids; size n): n_tokens() grows by n,
-  /// and blocks that became full get their prefix hash (when the prefix cache is on).
+  /// and blocks that became full get their prefix hash (when the prefix cache is on). Adds n to
+  /// the cache's computed counter. n may be less than reserved (the rest stays reserved).
   void commit(std::span<const int32_t> tokens);
   /// With n_tokens() == 0: takes the cached blocks matching the longest full-block prefix of
   /// `tokens`, leaving at least the last token to compute; returns the tokens reused (a multiple
-  /// of block_size, 0 without a match or with the prefix cache off).
+  /// of block_size, 0 without a match or with the prefix cache off) and adds them to the cache's
+  /// reused counter. The sequence then holds those tokens (n_tokens() == the return value).
   int64_t attach_prefix(std::span<const int32_t> tokens);
-  /// Forgets positions n … n_tokens()−1 (0 ≤ n ≤ n_tokens()), giving back blocks past them.
+  /// Forgets positions n … n_tokens()−1 (0 ≤ n ≤ n_tokens()), giving back blocks past them and
+  /// any pending reservation (cancellation). A block left partial keeps its content (and its
+  /// hash in the pool, still valid for other holders); the next reserve() copies it first when
+  /// shared, or drops its hash when this sequence owns it alone.
   void truncate(int64_t n);
   /// truncate(0).
   void clear();

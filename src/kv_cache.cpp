@@ -1,0 +1,306 @@
+// kv_cache.cpp — the paged KV cache's storage (KvCache) and per-session block tables
+// (KvSequence). Design and invariants: docs/kv-cache.md.
+//
+// Storage is one anonymous private mapping reserved with MAP_NORESERVE: untouched pages cost no
+// RAM. Layer il's K rows come first, then its V rows:
+//   [layer 0: K[n_blocks][block_size][k_row] V[n_blocks][block_size][v_row]] [layer 1: ...] ...
+// so the mapping is exactly n_blocks × bytes_per_block bytes.
+//
+// Writing into a block that was once full: a sequence that truncates into the middle of a block
+// keeps that block (its rows before the cut are still valid), and the block keeps its hash in the
+// pool because its content is unchanged and may be shared with, or later matched by, others.
+// The next reserve() is the point where the block is about to be written: if it is shared (ref >
+// 1) the sequence copies it to a fresh block first (copy-on-write) and the original stays intact
+// for its other holders; if the sequence owns it alone, its hash is dropped (clear_hash) since its
+// content is about to diverge.
+#include "kv_cache.h"
+
+#include <sys/mman.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <new>
+#include <sstream>
+#include <string>
+
+#include "kv_layout.h"
+
+namespace kvrun {
+
+namespace {
+
+/// Half of MemAvailable from /proc/meminfo; 1 GiB when it cannot be read.
+int64_t default_budget() {
+  constexpr int64_t kFallback = int64_t(1) << 30;
+  std::ifstream in("/proc/meminfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("MemAvailable:", 0) != 0) continue;
+    std::istringstream ss(line.substr(13));
+    int64_t kib = 0;
+    if (ss >> kib && kib > 0) return kib * 1024 / 2;
+    break;
+  }
+  return kFallback;
+}
+
+bool is_kv_type(DType t) {
+  return std::find(std::begin(kKvCacheTypes), std::end(kKvCacheTypes), t) !=
+         std::end(kKvCacheTypes);
+}
+
+bool is_pow2(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
+
+/// Throws std::invalid_argument for parameters the cache cannot be built with.
+void validate(const Hparams& hp, const KvCacheParams& p) {
+  if (!is_kv_type(p.type_k) || !is_kv_type(p.type_v))
+    throw std::invalid_argument(
+        "KV cache: type_k / type_v must be one of " +
+        std::string("f32, f16, bf16, q8_0, q4_0, fp8_e4m3, fp8_e5m2, nvfp4"));
+  if (p.block_size < 1)
+    throw std::invalid_argument("KV cache: block size must be >= 1 (got " +
+                                std::to_string(p.block_size) + ")");
+  if (p.mem_bytes < 0) throw std::invalid_argument("KV cache: negative memory budget");
+  if (hp.n_layer < 1 || hp.n_head_kv < 1 || hp.head_dim < 1 || hp.head_dim_v < 1)
+    throw std::invalid_argument("KV cache: n_layer, n_head_kv, head_dim, head_dim_v must be >= 1");
+  // --kv-rotate Hadamard-rotates K and Q along head_dim (V is not rotated).
+  if (p.rotate && !is_pow2(hp.head_dim))
+    throw std::invalid_argument("KV cache: --kv-rotate needs a power-of-two head_dim (got " +
+                                std::to_string(hp.head_dim) + ")");
+}
+
+}  // namespace
+
+uint64_t kv_block_hash(uint64_t parent, std::span<const int32_t> tokens, DType type_k,
+                       DType type_v) {
+  struct {
+    uint64_t parent;
+    uint32_t type_k;
+    uint32_t type_v;
+  } head{parent, static_cast<uint32_t>(type_k), static_cast<uint32_t>(type_v)};
+  const uint64_t seed = XXH3_64bits(&head, sizeof(head));
+  return XXH3_64bits_withSeed(tokens.data(), tokens.size_bytes(), seed);
+}
+
+// ---------------------------------------------------------------------------------------------
+// KvCache
+
+struct KvCache::Impl {
+  KvCacheParams params;
+  int64_t n_layer = 0;
+  int64_t k_row = 0;  // bytes of one K row
+  int64_t v_row = 0;  // bytes of one V row
+  int64_t bytes_per_token = 0;
+  int64_t bytes_per_block = 0;
+  int64_t n_blocks = 0;
+  uint8_t* base = nullptr;  // the mapping
+  size_t map_bytes = 0;
+  BlockPool pool{0};
+  int64_t computed = 0;
+  int64_t reused = 0;
+
+  uint8_t* layer_k(int64_t il) const {
+    return base + il * n_blocks * params.block_size * (k_row + v_row);
+  }
+  uint8_t* layer_v(int64_t il) const { return layer_k(il) + n_blocks * params.block_size * k_row; }
+};
+
+KvCache::KvCache(const Hparams& hp, const KvCacheParams& params) : impl_(std::make_unique<Impl>()) {
+  validate(hp, params);
+  Impl& c = *impl_;
+  c.params = params;
+  c.n_layer = hp.n_layer;
+  c.k_row = kv_row_bytes(params.type_k, hp.n_head_kv, hp.head_dim);
+  c.v_row = kv_row_bytes(params.type_v, hp.n_head_kv, hp.head_dim_v);
+  c.bytes_per_token = kv_bytes_per_token(params.type_k, params.type_v, hp.n_layer, hp.n_head_kv,
+                                         hp.head_dim, hp.head_dim_v);
+  c.bytes_per_block = params.block_size * c.bytes_per_token;
+  const int64_t budget = params.mem_bytes > 0 ? params.mem_bytes : default_budget();
+  c.n_blocks = std::min<int64_t>(budget / c.bytes_per_block, INT32_MAX - 2);
+  if (c.n_blocks < 1)
+    throw std::invalid_argument("KV cache: budget of " + std::to_string(budget) +
+                                " bytes is smaller than one block (" +
+                                std::to_string(c.bytes_per_block) + " bytes)");
+  c.map_bytes = static_cast<size_t>(c.n_blocks * c.bytes_per_block);
+  void* p = mmap(nullptr, c.map_bytes, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  c.base = static_cast<uint8_t*>(p);
+  c.pool = BlockPool(c.n_blocks);
+}
+
+KvCache::~KvCache() {
+  if (impl_ && impl_->base) munmap(impl_->base, impl_->map_bytes);
+}
+
+const KvCacheParams& KvCache::params() const { return impl_->params; }
+
+cpu::PagedKvLayer KvCache::layer(int64_t il) const {
+  const Impl& c = *impl_;
+  if (il < 0 || il >= c.n_layer)
+    throw std::out_of_range("KvCache::layer: layer " + std::to_string(il) + " out of range");
+  cpu::PagedKvLayer l;
+  l.k_type = c.params.type_k;
+  l.v_type = c.params.type_v;
+  l.k_row_bytes = c.k_row;
+  l.v_row_bytes = c.v_row;
+  l.block_size = c.params.block_size;
+  l.k = c.layer_k(il);
+  l.v = c.layer_v(il);
+  return l;
+}
+
+int64_t KvCache::n_layer() const { return impl_->n_layer; }
+int64_t KvCache::block_size() const { return impl_->params.block_size; }
+int64_t KvCache::n_blocks() const { return impl_->n_blocks; }
+int64_t KvCache::bytes_per_token() const { return impl_->bytes_per_token; }
+int64_t KvCache::bytes_per_block() const { return impl_->bytes_per_block; }
+BlockPool& KvCache::pool() { return impl_->pool; }
+const BlockPool& KvCache::pool() const { return impl_->pool; }
+
+void KvCache::copy_block(int32_t dst, int32_t src) {
+  const Impl& c = *impl_;
+  if (dst < 0 || dst >= c.n_blocks || src < 0 || src >= c.n_blocks)
+    throw std::out_of_range("KvCache::copy_block: block out of range");
+  if (dst == src) return;
+  const int64_t bs = c.params.block_size;
+  for (int64_t il = 0; il < c.n_layer; ++il) {
+    uint8_t* k = c.layer_k(il);
+    uint8_t* v = c.layer_v(il);
+    std::memcpy(k + dst * bs * c.k_row, k + src * bs * c.k_row, size_t(bs * c.k_row));
+    std::memcpy(v + dst * bs * c.v_row, v + src * bs * c.v_row, size_t(bs * c.v_row));
+  }
+}
+
+int64_t KvCache::n_tokens_computed() const { return impl_->computed; }
+int64_t KvCache::n_tokens_reused() const { return impl_->reused; }
+void KvCache::add_computed(int64_t n) { impl_->computed += n; }
+void KvCache::add_reused(int64_t n) { impl_->reused += n; }
+
+// ---------------------------------------------------------------------------------------------
+// KvSequence
+
+KvSequence::KvSequence(KvCache& cache) : cache_(cache) {}
+
+KvSequence::~KvSequence() { clear(); }
+
+int64_t KvSequence::n_tokens() const { return static_cast<int64_t>(tokens_.size()); }
+
+const std::vector<int32_t>& KvSequence::block_table() const { return table_; }
+
+int64_t KvSequence::bytes_held() const {
+  return static_cast<int64_t>(table_.size()) * cache_.bytes_per_block();
+}
+
+const std::vector<int32_t>& KvSequence::tokens() const { return tokens_; }
+
+void KvSequence::reserve(int64_t n) {
+  if (n < 0) throw std::invalid_argument("KvSequence::reserve: negative count");
+  if (n == 0) return;
+  BlockPool& pool = cache_.pool();
+  const int64_t bs = cache_.block_size();
+  const int64_t n_tok = n_tokens();
+  const int64_t need_table = (n_tok + n + bs - 1) / bs;
+  const int64_t n_new = std::max<int64_t>(0, need_table - static_cast<int64_t>(table_.size()));
+  // The partial last block is written next: copy it when shared, un-hash it when ours alone.
+  // (With reserved_ > 0 an earlier reserve() already did this.)
+  const bool partial = n_tok % bs != 0 && reserved_ == 0;
+  const int64_t last = n_tok / bs;
+  const bool cow = partial && pool.refcount(table_[last]) > 1;
+  const int64_t n_take = n_new + (cow ? 1 : 0);
+
+  const BlockPoolStats st = pool.stats();
+  if (n_take > st.n_free + st.n_cached)
+    throw KvCacheFull("KV cache full: " + std::to_string(n_take) + " more blocks needed, " +
+                      std::to_string(st.n_free + st.n_cached) + " of " +
+                      std::to_string(st.n_blocks) + " available (raise --kv-mem)");
+  std::vector<int32_t> taken;
+  taken.reserve(static_cast<size_t>(n_take));
+  for (int64_t i = 0; i < n_take; ++i) {
+    std::optional<int32_t> b = pool.take();
+    if (!b) {  // cannot happen after the check above; stay all-or-nothing anyway
+      for (int32_t t : taken) pool.unref(t);
+      throw KvCacheFull("KV cache full");
+    }
+    taken.push_back(*b);
+  }
+  size_t next = 0;
+  if (cow) {
+    const int32_t shared = table_[last];
+    cache_.copy_block(taken[0], shared);
+    table_[last] = taken[next++];
+    pool.unref(shared);
+  } else if (partial) {
+    pool.clear_hash(table_[last]);
+  }
+  for (; next < taken.size(); ++next) table_.push_back(taken[next]);
+  reserved_ = std::max(reserved_, n);
+}
+
+void KvSequence::commit(std::span<const int32_t> tokens) {
+  const int64_t m = static_cast<int64_t>(tokens.size());
+  if (m > reserved_)
+    throw std::logic_error("KvSequence::commit: " + std::to_string(m) + " tokens but only " +
+                           std::to_string(reserved_) + " positions reserved");
+  tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
+  reserved_ -= m;
+  cache_.add_computed(m);
+  if (!cache_.params().prefix_cache) return;
+  const size_t bs = static_cast<size_t>(cache_.block_size());
+  const DType tk = cache_.params().type_k, tv = cache_.params().type_v;
+  BlockPool& pool = cache_.pool();
+  while ((hashes_.size() + 1) * bs <= tokens_.size()) {
+    const size_t i = hashes_.size();
+    const uint64_t parent = i == 0 ? kKvRootHash : hashes_[i - 1];
+    const uint64_t h =
+        kv_block_hash(parent, std::span<const int32_t>(tokens_).subspan(i * bs, bs), tk, tv);
+    pool.set_hash(table_[i], h);
+    hashes_.push_back(h);
+  }
+}
+
+int64_t KvSequence::attach_prefix(std::span<const int32_t> tokens) {
+  if (!tokens_.empty() || !table_.empty())
+    throw std::logic_error("KvSequence::attach_prefix: the sequence is not empty");
+  if (!cache_.params().prefix_cache || tokens.empty()) return 0;
+  const size_t bs = static_cast<size_t>(cache_.block_size());
+  const size_t n_full = (tokens.size() - 1) / bs;  // the last token is always computed
+  const DType tk = cache_.params().type_k, tv = cache_.params().type_v;
+  BlockPool& pool = cache_.pool();
+  uint64_t parent = kKvRootHash;
+  for (size_t i = 0; i < n_full; ++i) {
+    const uint64_t h = kv_block_hash(parent, tokens.subspan(i * bs, bs), tk, tv);
+    const std::optional<int32_t> b = pool.find(h);
+    if (!b) break;
+    pool.ref(*b);
+    table_.push_back(*b);
+    hashes_.push_back(h);
+    parent = h;
+  }
+  const size_t n = table_.size() * bs;
+  tokens_.assign(tokens.begin(), tokens.begin() + static_cast<ptrdiff_t>(n));
+  cache_.add_reused(static_cast<int64_t>(n));
+  return static_cast<int64_t>(n);
+}
+
+void KvSequence::truncate(int64_t n) {
+  if (n < 0 || n > n_tokens())
+    throw std::out_of_range("KvSequence::truncate: " + std::to_string(n) + " not in [0, " +
+                            std::to_string(n_tokens()) + "]");
+  const int64_t bs = cache_.block_size();
+  const size_t keep = static_cast<size_t>((n + bs - 1) / bs);
+  BlockPool& pool = cache_.pool();
+  while (table_.size() > keep) {
+    pool.unref(table_.back());
+    table_.pop_back();
+  }
+  tokens_.resize(static_cast<size_t>(n));
+  hashes_.resize(std::min(hashes_.size(), static_cast<size_t>(n / bs)));
+  reserved_ = 0;
+}
+
+void KvSequence::clear() { truncate(0); }
+
+}  // namespace kvrun
