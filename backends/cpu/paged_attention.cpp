@@ -1,0 +1,464 @@
+// paged_attention.cpp — attention over the paged KV cache (see paged_attention.h and
+// docs/kv-cache.md).
+//
+// Work item = (sequence, query token, KV head): the item converts the query heads of the KV
+// head's group once, then walks the sequence's block table; per block it decodes (when the type
+// cannot be read in place) the K rows of that KV head into a block_size × head_dim tile and the
+// V rows into a block_size × head_dim_v tile, and uses them for every query head of the group.
+// Items are independent, so the result does not depend on the number of threads.
+//
+// Dot of Q with K ("K's dot type", as llama.cpp's CPU backend pairs them, ggml-cpu
+// type_traits_cpu[k].vec_dot_type):
+//   f32 K: Q in f32, vec_dot_f32;  f16 K: Q rounded to f16, vec_dot_f16;
+//   q8_0 / q4_0 K with head_dim % 32 == 0: Q quantized to q8_0 per head, the q8_0 block dot on
+//   the stored blocks;  any other case (bf16, fp8, nvfp4, q8_0 / q4_0 with head_dim % 32 ≠ 0):
+//   the head decoded to f32, Q in f32, vec_dot_f32.
+// The exact (non-flash) scheme uses the gemm accumulation order for batches as
+// backends/cpu/attention.cpp does (vec_dot.h).
+//
+// Flash numerics (llama.cpp's ggml_compute_forward_flash_attn_ext_f16 at commit c392e509,
+// Feb 2025, read for behaviour): per query head, positions one at a time in order:
+//   s = dot · scale;  if s > M: M' = s, ms = expf(M − M'), acc ·= ms, vs = 1
+//                     else:     ms = 1, vs = expf(s − M)
+//   acc = fma(v, vs, acc) element-wise;  S = fma(S, ms, vs)
+//   out = acc · (1 / S)
+// with libm expf. For an f16 V the accumulator is f16 (each scale and each multiply-add rounded
+// to f16, as its VKQ16 buffer); otherwise f32 over V decoded to f32.
+//
+// Exact numerics: as attention.cpp (llama.cpp without -fa): scores over the n_kv cells
+// llama.cpp's KV cache exposes (a multiple of 32, at least 32; cells past the causal limit
+// weigh 0), masked softmax with softmax_exp, weights rounded to f16 for an f16 V, then the
+// weighted sum of V in the lane order of vec_dot_f16 / vec_dot_f32 (one token) or gemm_dot_*
+// (batches), reproduced here block by block with per-lane accumulators (see LaneOrder).
+#include "cpu/paged_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include "cpu/kv_row_ops.h"
+#include "cpu/ops.h"
+#include "cpu/vec_dot.h"
+#include "fp16.h"
+#include "kv_layout.h"
+
+namespace kvrun::cpu {
+
+namespace {
+
+/// How Q is dotted with the K rows of one KV head.
+struct KDot {
+  bool direct = false;                 ///< dot on the stored bytes (else on the decoded tile)
+  ActFromFloatFn q_convert = nullptr;  ///< f32 Q head → K's dot type
+  VecDotFn dot = nullptr;              ///< dot(head_dim, K head, converted Q head)
+};
+
+KDot make_kdot(DType kt, int64_t hd, bool flash, bool batched) {
+  const bool gemm = !flash && batched && hd % 16 == 0;
+  if (kt == DType::F16) return {true, act_from_float_f16, gemm ? gemm_dot_f16 : vec_dot_f16};
+  if (kt == DType::Q8_0 && hd % 32 == 0) return {true, act_from_float_q8_0, vec_dot_q8_0_q8_0};
+  if (kt == DType::Q4_0 && hd % 32 == 0) return {true, act_from_float_q8_0, vec_dot_q4_0_q8_0};
+  return {kt == DType::F32, act_from_float_f32, gemm ? gemm_dot_f32 : vec_dot_f32};
+}
+
+/// What one paged_attention call shares between its work items.
+struct Call {
+  const PagedKvLayer& kv;
+  const PagedAttnParams& p;
+  int64_t group;  ///< query heads per KV head
+  KDot kd;
+  bool v_f16;     ///< V is f16: read in place, f16 accumulation (flash) / f16 weights (exact)
+  bool v_direct;  ///< V is f16 or f32 and read in place (else decoded to the tile)
+  bool batched;   ///< ≥ 2 query rows in the call (selects the exact scheme's gemm order)
+};
+
+/// Running state of one query head.
+struct Online {
+  float m = -INFINITY;  ///< running max of the scaled scores
+  float s = 0.0f;       ///< running sum of e^(score − m)
+};
+
+/// Per-thread buffers; sized on use, reused across items.
+struct Scratch {
+  std::vector<float> qf;        ///< [group][head_dim] Q heads in f32 (rotated when asked)
+  std::vector<uint8_t> qx;      ///< [group][4·head_dim] Q heads in K's dot type
+  std::vector<float> ktile;     ///< [block_size][head_dim] decoded K head rows
+  std::vector<float> vtile;     ///< [block_size][head_dim_v] decoded V head rows
+  std::vector<float> acc;       ///< flash: [group][head_dim_v]; exact: [group][64][head_dim_v]
+  std::vector<uint16_t> acc16;  ///< flash, f16 V: [group][head_dim_v]
+  std::vector<float> w;         ///< exact: [group][n_kv] scores, then weights
+  std::vector<double> tail;     ///< exact: [group][head_dim_v] vec-order tail sums
+  std::vector<float> zeros;     ///< [head_dim_v] V of the cells past the causal limit
+  std::vector<float> vrow;      ///< [head_dim_v] one f16 V row widened to f32 (exact scheme)
+  std::vector<Online> online;   ///< flash: [group] softmax state
+};
+
+/// One block's rows of one KV head: stored rows (in place) or decoded tiles.
+struct BlockView {
+  const uint8_t* k = nullptr;  ///< first stored K row of the block
+  const uint8_t* v = nullptr;  ///< first stored V row of the block
+  int64_t k_off = 0;           ///< byte offset of the head inside a K row (direct dot)
+};
+
+/// Converts the query heads of KV head `hk` (rows of `q_row`: [n_head · head_dim]).
+void prepare_q(const Call& c, const float* q_row, int64_t hk, Scratch& sc) {
+  const int64_t hd = c.p.attn.head_dim;
+  sc.qf.resize(size_t(c.group * hd));
+  sc.qx.resize(size_t(c.group * hd * 4));
+  for (int64_t g = 0; g < c.group; ++g) {
+    float* qf = sc.qf.data() + g * hd;
+    std::copy_n(q_row + (hk * c.group + g) * hd, hd, qf);
+    if (c.p.rotate) hadamard_rotate(qf, hd);
+    c.kd.q_convert(qf, sc.qx.data() + g * hd * 4, hd);
+  }
+}
+
+/// Points `bv` at physical block `phys` and decodes the first `n` K rows of head `hk` into the
+/// K tile when K is not read in place.
+void load_k(const Call& c, int64_t phys, int64_t n, int64_t hk, Scratch& sc, BlockView& bv) {
+  const PagedKvLayer& kv = c.kv;
+  const int64_t hd = c.p.attn.head_dim;
+  bv.k = kv.k + phys * kv.block_size * kv.k_row_bytes;
+  if (c.kd.direct) {
+    bv.k_off = kv_head_offset(kv.k_type, hd, hk);
+    return;
+  }
+  sc.ktile.resize(size_t(kv.block_size * hd));
+  for (int64_t j = 0; j < n; ++j)
+    kv_decode_head(kv.k_type, c.p.attn.n_head_kv, hd, bv.k + j * kv.k_row_bytes, hk,
+                   sc.ktile.data() + j * hd);
+}
+
+/// As load_k for V.
+void load_v(const Call& c, int64_t phys, int64_t n, int64_t hk, Scratch& sc, BlockView& bv) {
+  const PagedKvLayer& kv = c.kv;
+  const int64_t hdv = c.p.attn.head_dim_v;
+  bv.v = kv.v + phys * kv.block_size * kv.v_row_bytes;
+  if (c.v_direct) return;
+  sc.vtile.resize(size_t(kv.block_size * hdv));
+  for (int64_t j = 0; j < n; ++j)
+    kv_decode_head(kv.v_type, c.p.attn.n_head_kv, hdv, bv.v + j * kv.v_row_bytes, hk,
+                   sc.vtile.data() + j * hdv);
+}
+
+/// Unscaled dot of query head g of the group with row j of the block.
+inline float k_dot(const Call& c, const BlockView& bv, int64_t j, int64_t g, const Scratch& sc) {
+  const int64_t hd = c.p.attn.head_dim;
+  const void* qx = sc.qx.data() + g * hd * 4;
+  if (c.kd.direct) return c.kd.dot(hd, bv.k + j * c.kv.k_row_bytes + bv.k_off, qx);
+  return c.kd.dot(hd, sc.ktile.data() + j * hd, qx);
+}
+
+/// Row j of the block's V for KV head hk as f32 (non-f16 V: stored f32 or the decoded tile).
+inline const float* v_f32(const Call& c, const BlockView& bv, int64_t j, int64_t hk,
+                          const Scratch& sc) {
+  const int64_t hdv = c.p.attn.head_dim_v;
+  if (c.v_direct) return reinterpret_cast<const float*>(bv.v + j * c.kv.v_row_bytes) + hk * hdv;
+  return sc.vtile.data() + j * hdv;
+}
+
+/// Row j of the block's f16 V for KV head hk.
+inline const uint16_t* v_f16(const Call& c, const BlockView& bv, int64_t j, int64_t hk) {
+  return reinterpret_cast<const uint16_t*>(bv.v + j * c.kv.v_row_bytes) + hk * c.p.attn.head_dim_v;
+}
+
+// ---- flash (online softmax) ----
+
+/// One position of the online softmax for one query head (see the file comment).
+void flash_step(const Call& c, const BlockView& bv, int64_t j, int64_t hk, float score, Online& st,
+                float* acc, uint16_t* acc16, const Scratch& sc) {
+  const int64_t hdv = c.p.attn.head_dim_v;
+  float ms = 1.0f, vs = 1.0f;
+  if (score > st.m) {
+    ms = std::exp(st.m - score);
+    st.m = score;
+    if (c.v_f16) {
+      for (int64_t d = 0; d < hdv; ++d) acc16[d] = f32_to_fp16(fp16_lut(acc16[d]) * ms);
+    } else {
+      for (int64_t d = 0; d < hdv; ++d) acc[d] *= ms;
+    }
+  } else {
+    vs = std::exp(score - st.m);
+  }
+  if (c.v_f16) {
+    const uint16_t* v = v_f16(c, bv, j, hk);
+    for (int64_t d = 0; d < hdv; ++d)
+      acc16[d] = f32_to_fp16(std::fma(fp16_lut(v[d]), vs, fp16_lut(acc16[d])));
+  } else {
+    const float* v = v_f32(c, bv, j, hk, sc);
+    for (int64_t d = 0; d < hdv; ++d) acc[d] = std::fma(v[d], vs, acc[d]);
+  }
+  st.s = std::fma(st.s, ms, vs);
+}
+
+/// Query at position n_pos − 1 of sequence `seq`, KV head hk, flash scheme. q_row / out_row:
+/// the query's rows of q and out.
+void flash_item(const Call& c, const PagedSeq& seq, int64_t n_pos, int64_t hk, const float* q_row,
+                float* out_row, Scratch& sc) {
+  const int64_t hdv = c.p.attn.head_dim_v, bs = c.kv.block_size, G = c.group;
+  prepare_q(c, q_row, hk, sc);
+  sc.acc.assign(size_t(G * hdv), 0.0f);
+  sc.acc16.assign(size_t(G * hdv), 0);
+  sc.online.assign(size_t(G), Online{});
+  BlockView bv;
+  for (int64_t b = 0; b * bs < n_pos; ++b) {
+    const int64_t n = std::min(bs, n_pos - b * bs);
+    load_k(c, seq.block_table[b], n, hk, sc, bv);
+    load_v(c, seq.block_table[b], n, hk, sc, bv);
+    for (int64_t g = 0; g < G; ++g)
+      for (int64_t j = 0; j < n; ++j)
+        flash_step(c, bv, j, hk, k_dot(c, bv, j, g, sc) * c.p.attn.scale, sc.online[size_t(g)],
+                   sc.acc.data() + g * hdv, sc.acc16.data() + g * hdv, sc);
+  }
+  for (int64_t g = 0; g < G; ++g) {
+    float* out = out_row + (hk * G + g) * hdv;
+    const float inv = 1.0f / sc.online[size_t(g)].s;
+    for (int64_t d = 0; d < hdv; ++d) {
+      const float a =
+          c.v_f16 ? fp16_lut(sc.acc16[size_t(g * hdv + d)]) : sc.acc[size_t(g * hdv + d)];
+      out[d] = a * inv;
+    }
+  }
+}
+
+// ---- exact (llama.cpp's non-flash softmax) ----
+
+/// The 16-lane horizontal sum of a 512-bit register as _mm512_reduce_add_ps (halves, quarters,
+/// pairs), the fold vec_dot_float.cpp uses.
+inline float fold16(const float* v) {
+  float s[8], t[4];
+  for (int i = 0; i < 8; ++i) s[i] = v[i + 8] + v[i];
+  for (int i = 0; i < 4; ++i) t[i] = s[i + 4] + s[i];
+  return (t[0] + t[2]) + (t[1] + t[3]);
+}
+
+/// The accumulation order of the weighted sum of V over n_kv cells, as vec_dot_f16/f32 (vec:
+/// 4 × 16 lanes over the first n_kv & ~63 cells, folded, then the tail one by one) or
+/// gemm_dot_f16/f32 (one 16-lane accumulator) compute out[d] = Σ_p V[p][d] · w[p]. Lanes are
+/// kept per output element: lanes[slot][d]; the tail sum in tail[d].
+struct LaneOrder {
+  bool gemm = false;        ///< tinyBLAS order (batches) instead of ggml_vec_dot order
+  bool f16 = false;         ///< f16 V and weights: products exact, tail in double
+  int64_t np = 0;           ///< vec order: cells in the 4 × 16-lane body
+  int64_t unfused_end = 0;  ///< vec order, f32: tail cells before this add an unfused product
+  int64_t hdv = 0;          ///< head_dim_v
+
+  LaneOrder(bool gemm_order, bool f16_values, int64_t n_kv, int64_t head_dim_v)
+      : gemm(gemm_order), f16(f16_values), np(n_kv & ~int64_t(63)), hdv(head_dim_v) {
+    const int64_t rest = n_kv - np;
+    unfused_end = np + rest / 16 * 16 + (rest % 16 >= 8 ? 8 : 0);
+  }
+
+  /// out[d] of the vec-order body: the four 16-lane accumulators folded (acc0+acc2, acc1+acc3,
+  /// their sum, then fold16).
+  float fold_body(const float* lanes, int64_t d) const {
+    float a[16];
+    for (int l = 0; l < 16; ++l) {
+      const float x0 = lanes[l * hdv + d] + lanes[(32 + l) * hdv + d];
+      const float x1 = lanes[(16 + l) * hdv + d] + lanes[(48 + l) * hdv + d];
+      a[l] = x0 + x1;
+    }
+    return fold16(a);
+  }
+
+  /// Adds cell p (cells come in order 0, 1, …, n_kv − 1) with values v[hdv] and weight w.
+  void add(float* lanes, double* tail, int64_t p, const float* v, float w) const {
+    if (gemm || p < np) {
+      float* acc = lanes + (gemm ? p % 16 : p % 64) * hdv;
+      for (int64_t d = 0; d < hdv; ++d)
+        acc[d] = f16 ? acc[d] + v[d] * w : std::fma(v[d], w, acc[d]);
+      return;
+    }
+    if (p == np)
+      for (int64_t d = 0; d < hdv; ++d) tail[d] = fold_body(lanes, d);
+    for (int64_t d = 0; d < hdv; ++d) {
+      if (f16) {
+        tail[d] += double(v[d] * w);
+      } else {
+        const float t = float(tail[d]);
+        tail[d] = p < unfused_end ? t + v[d] * w : std::fma(v[d], w, t);
+      }
+    }
+  }
+
+  /// The sums after all n_kv cells (n_kv as given to the constructor).
+  void finish(const float* lanes, const double* tail, int64_t n_kv, float* out) const {
+    for (int64_t d = 0; d < hdv; ++d) {
+      if (gemm) {
+        float a[16];
+        for (int l = 0; l < 16; ++l) a[l] = lanes[l * hdv + d];
+        out[d] = fold16(a);
+      } else {
+        out[d] = n_kv > np ? float(tail[d]) : fold_body(lanes, d);
+      }
+    }
+  }
+};
+
+/// Softmax of x[0..n_pos) times `scale` inside a row of n_kv cells whose rest is masked, as
+/// llama.cpp's soft_max op with an f32 causal mask (and attention.cpp): scale, max, −inf for the
+/// masked cells, softmax_exp over all n_kv cells, every cell times float(1 / sum).
+void masked_softmax(float* x, int64_t n_pos, int64_t n_kv, float scale) {
+  float max = -INFINITY;
+  for (int64_t j = 0; j < n_pos; ++j) {
+    x[j] *= scale;
+    max = std::fmax(max, x[j]);
+  }
+  for (int64_t j = n_pos; j < n_kv; ++j) x[j] = -INFINITY;
+  const float inv = float(1.0 / softmax_exp(x, x, n_kv, max));
+  for (int64_t j = 0; j < n_kv; ++j) x[j] *= inv;
+}
+
+/// Scores of the group's query heads over positions 0 … n_pos − 1 into sc.w, then weights.
+void exact_weights(const Call& c, const PagedSeq& seq, int64_t n_pos, int64_t n_kv, int64_t hk,
+                   Scratch& sc) {
+  const int64_t bs = c.kv.block_size, G = c.group;
+  sc.w.resize(size_t(G * n_kv));
+  BlockView bv;
+  for (int64_t b = 0; b * bs < n_pos; ++b) {
+    const int64_t n = std::min(bs, n_pos - b * bs);
+    load_k(c, seq.block_table[b], n, hk, sc, bv);
+    for (int64_t g = 0; g < G; ++g)
+      for (int64_t j = 0; j < n; ++j) sc.w[size_t(g * n_kv + b * bs + j)] = k_dot(c, bv, j, g, sc);
+  }
+  for (int64_t g = 0; g < G; ++g) {
+    float* w = sc.w.data() + g * n_kv;
+    masked_softmax(w, n_pos, n_kv, c.p.attn.scale);
+    if (c.v_f16)
+      for (int64_t j = 0; j < n_kv; ++j) w[j] = fp16_lut(f32_to_fp16(w[j]));
+  }
+}
+
+/// Query at position n_pos − 1, KV head hk, exact scheme over n_kv cells.
+void exact_item(const Call& c, const PagedSeq& seq, int64_t n_pos, int64_t n_kv, int64_t hk,
+                const float* q_row, float* out_row, Scratch& sc) {
+  const int64_t hdv = c.p.attn.head_dim_v, bs = c.kv.block_size, G = c.group;
+  prepare_q(c, q_row, hk, sc);
+  exact_weights(c, seq, n_pos, n_kv, hk, sc);
+  const LaneOrder order(c.batched, c.v_f16, n_kv, hdv);
+  sc.acc.assign(size_t(G * 64 * hdv), 0.0f);
+  sc.tail.assign(size_t(G * hdv), 0.0);
+  sc.zeros.assign(size_t(hdv), 0.0f);
+  sc.vrow.resize(size_t(hdv));
+  BlockView bv;
+  for (int64_t b = 0; b * bs < n_pos; ++b) {
+    const int64_t n = std::min(bs, n_pos - b * bs);
+    load_v(c, seq.block_table[b], n, hk, sc, bv);
+    for (int64_t j = 0; j < n; ++j) {
+      const float* v = nullptr;
+      if (c.v_f16) {
+        const uint16_t* h = v_f16(c, bv, j, hk);
+        for (int64_t d = 0; d < hdv; ++d) sc.vrow[size_t(d)] = fp16_lut(h[d]);
+        v = sc.vrow.data();
+      } else {
+        v = v_f32(c, bv, j, hk, sc);
+      }
+      for (int64_t g = 0; g < G; ++g)
+        order.add(sc.acc.data() + g * 64 * hdv, sc.tail.data() + g * hdv, b * bs + j, v,
+                  sc.w[size_t(g * n_kv + b * bs + j)]);
+    }
+  }
+  for (int64_t p = n_pos; p < n_kv; ++p)
+    for (int64_t g = 0; g < G; ++g)
+      order.add(sc.acc.data() + g * 64 * hdv, sc.tail.data() + g * hdv, p, sc.zeros.data(), 0.0f);
+  for (int64_t g = 0; g < G; ++g)
+    order.finish(sc.acc.data() + g * 64 * hdv, sc.tail.data() + g * hdv, n_kv,
+                 out_row + (hk * G + g) * hdv);
+}
+
+// ---- checks and dispatch ----
+
+void check_shapes(const PagedKvLayer& kv, const PagedAttnParams& p) {
+  const AttnParams& a = p.attn;
+  if (a.n_head <= 0 || a.n_head_kv <= 0 || a.n_head % a.n_head_kv != 0 || a.head_dim <= 0 ||
+      a.head_dim_v <= 0 || kv.block_size <= 0)
+    throw std::invalid_argument("paged attention: bad shape");
+  if (kv.k_row_bytes != kv_row_bytes(kv.k_type, a.n_head_kv, a.head_dim) ||
+      kv.v_row_bytes != kv_row_bytes(kv.v_type, a.n_head_kv, a.head_dim_v))
+    throw std::invalid_argument("paged attention: row bytes do not match the KV types");
+  if (p.rotate && (a.head_dim & (a.head_dim - 1)) != 0)
+    throw std::invalid_argument("paged attention: rotate needs a power-of-two head_dim");
+}
+
+/// Cells llama.cpp's KV cache exposes to a batch ending at position `end`: a multiple of 32,
+/// at least 32 (its n_ctx is a multiple of 32 too, so no cap applies).
+int64_t padded_cells(int64_t end) { return std::max<int64_t>(32, (end + 31) / 32 * 32); }
+
+}  // namespace
+
+void paged_kv_store(const PagedKvLayer& kv, const PagedAttnParams& p, const PagedSeq* seqs,
+                    int64_t n_seqs, const float* k, const float* v) {
+  check_shapes(kv, p);
+  const int64_t hkv = p.attn.n_head_kv, hd = p.attn.head_dim, hdv = p.attn.head_dim_v;
+  std::vector<float> rot(size_t(hkv * hd));
+  for (int64_t s = 0; s < n_seqs; ++s) {
+    const PagedSeq& seq = seqs[s];
+    for (int64_t i = 0; i < seq.n_q; ++i) {
+      const int64_t pos = seq.pos0 + i, row = seq.q0 + i;
+      const int64_t slot =
+          int64_t(seq.block_table[pos / kv.block_size]) * kv.block_size + pos % kv.block_size;
+      const float* krow = k + row * hkv * hd;
+      if (p.rotate) {
+        std::copy_n(krow, hkv * hd, rot.begin());
+        for (int64_t h = 0; h < hkv; ++h) hadamard_rotate(rot.data() + h * hd, hd);
+        krow = rot.data();
+      }
+      kv_encode_row(kv.k_type, hkv, hd, krow, kv.k + slot * kv.k_row_bytes);
+      kv_encode_row(kv.v_type, hkv, hdv, v + row * hkv * hdv, kv.v + slot * kv.v_row_bytes);
+    }
+  }
+}
+
+void paged_attention(ThreadPool& pool, const PagedKvLayer& kv, const PagedAttnParams& p,
+                     const PagedSeq* seqs, int64_t n_seqs, const float* q, float* out) {
+  check_shapes(kv, p);
+  const AttnParams& a = p.attn;
+  std::vector<int64_t> first(size_t(n_seqs + 1), 0);  // first work item of each sequence
+  int64_t rows = 0;
+  for (int64_t s = 0; s < n_seqs; ++s) {
+    first[size_t(s + 1)] = first[size_t(s)] + seqs[s].n_q * a.n_head_kv;
+    rows += seqs[s].n_q;
+  }
+  const bool batched = rows >= 2;
+  const Call c{kv,
+               p,
+               a.n_head / a.n_head_kv,
+               make_kdot(kv.k_type, a.head_dim, p.flash, batched),
+               kv.v_type == DType::F16,
+               kv.v_type == DType::F16 || kv.v_type == DType::F32,
+               batched};
+  pool.run(first[size_t(n_seqs)], [&](int64_t begin, int64_t end) {
+    thread_local Scratch sc;
+    for (int64_t it = begin; it < end; ++it) {
+      const int64_t s = std::upper_bound(first.begin(), first.end(), it) - first.begin() - 1;
+      const PagedSeq& seq = seqs[s];
+      const int64_t i = (it - first[size_t(s)]) / a.n_head_kv;
+      const int64_t hk = (it - first[size_t(s)]) % a.n_head_kv;
+      const float* q_row = q + (seq.q0 + i) * a.n_head * a.head_dim;
+      float* out_row = out + (seq.q0 + i) * a.n_head * a.head_dim_v;
+      const int64_t n_pos = seq.pos0 + i + 1;
+      if (p.flash)
+        flash_item(c, seq, n_pos, hk, q_row, out_row, sc);
+      else
+        exact_item(c, seq, n_pos, padded_cells(seq.pos0 + seq.n_q), hk, q_row, out_row, sc);
+    }
+  });
+}
+
+void hadamard_rotate(float* x, int64_t n) {
+  if (n <= 0 || (n & (n - 1)) != 0)
+    throw std::invalid_argument("hadamard_rotate: n must be a power of two");
+  for (int64_t len = 1; len < n; len <<= 1)
+    for (int64_t i = 0; i < n; i += 2 * len)
+      for (int64_t j = i; j < i + len; ++j) {
+        const float a = x[j], b = x[j + len];
+        x[j] = a + b;
+        x[j + len] = a - b;
+      }
+  const float s = float(1.0 / std::sqrt(double(n)));
+  for (int64_t i = 0; i < n; ++i) x[i] *= s;
+}
+
+}  // namespace kvrun::cpu

@@ -1,0 +1,411 @@
+// test_paged_attention.cpp — attention over the paged KV cache (backends/cpu/paged_attention.h).
+//
+// The reference is softmax attention in double over the K/V rows *as stored* (decoded with
+// kv_decode_row), so the error measured against it is the kernel's own (Q conversion to K's
+// dot type, f16 accumulation, f32 sums); the error against the original unquantized K/V (the
+// cache type's own loss) is printed too. Checked: context lengths 1, 15, 16, 17, 4096 and
+// 131072; block sizes 16, 7, 1; shuffled block tables; prefill (causal) and decode; several
+// sequences in one call; GQA; every K type × every V type; both softmax schemes; 1 vs 4
+// threads bit for bit; the exact scheme bit for bit against cpu::attention over a contiguous
+// store (f16 and f32); rotation. Random N(0, 1) data with fixed seeds; no timing assertions.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+#include "cpu/attention.h"
+#include "cpu/paged_attention.h"
+#include "cpu/thread_pool.h"
+#include "kv_layout.h"
+#include "test_util.h"
+
+namespace kvrun::cpu {
+namespace {
+
+/// One sequence of a test: `len` positions in the cache, the last `n_q` of them queried.
+struct SeqSpec {
+  int64_t len = 1;
+  int64_t n_q = 1;
+};
+
+/// One test problem: shapes, types, options and sequences.
+struct Case {
+  DType kt = DType::F32, vt = DType::F32;
+  int64_t n_head = 4, n_head_kv = 2, head_dim = 32, head_dim_v = 32, block_size = 16;
+  bool flash = true, rotate = false;
+  std::vector<SeqSpec> seqs;  ///< set by every test
+  uint32_t seed = 1;
+};
+
+/// A pool holding every sequence of a Case, its block tables (physical ids shuffled across
+/// sequences), the original K/V/Q and the call's PagedSeq array.
+struct Paged {
+  PagedKvLayer kv;
+  PagedAttnParams p;
+  std::vector<uint8_t> kbuf, vbuf;
+  std::vector<std::vector<int32_t>> tables;
+  std::vector<std::vector<float>> k, v;  ///< per sequence: [len][n_head_kv · head_dim(_v)]
+  std::vector<float> q;                  ///< [Σ n_q][n_head · head_dim]
+  std::vector<PagedSeq> seqs;            ///< the attention call's sequences
+};
+
+Paged build(const Case& c) {
+  Paged pg;
+  pg.p.attn = {c.n_head, c.n_head_kv, c.head_dim, c.head_dim_v,
+               float(1.0 / std::sqrt(double(c.head_dim)))};
+  pg.p.flash = c.flash;
+  pg.p.rotate = c.rotate;
+  pg.kv = {c.kt, c.vt, kv_row_bytes(c.kt, c.n_head_kv, c.head_dim),
+           kv_row_bytes(c.vt, c.n_head_kv, c.head_dim_v), c.block_size};
+  int64_t n_blocks = 0;
+  for (const SeqSpec& s : c.seqs) n_blocks += (s.len + c.block_size - 1) / c.block_size;
+  std::vector<int32_t> ids(static_cast<size_t>(n_blocks));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), std::mt19937(c.seed));
+  pg.kbuf.assign(size_t(n_blocks * c.block_size * pg.kv.k_row_bytes), 0xCD);
+  pg.vbuf.assign(size_t(n_blocks * c.block_size * pg.kv.v_row_bytes), 0xCD);
+  pg.kv.k = pg.kbuf.data();
+  pg.kv.v = pg.vbuf.data();
+  int64_t next = 0, q0 = 0;
+  uint32_t seed = c.seed * 1000;
+  for (const SeqSpec& s : c.seqs) {
+    const int64_t nb = (s.len + c.block_size - 1) / c.block_size;
+    pg.tables.emplace_back(ids.begin() + next, ids.begin() + next + nb);
+    next += nb;
+    pg.k.push_back(test::random_floats(size_t(s.len * c.n_head_kv * c.head_dim), ++seed));
+    pg.v.push_back(test::random_floats(size_t(s.len * c.n_head_kv * c.head_dim_v), ++seed));
+    const PagedSeq all{pg.tables.back().data(), 0, 0, s.len};
+    paged_kv_store(pg.kv, pg.p, &all, 1, pg.k.back().data(), pg.v.back().data());
+    pg.seqs.push_back({nullptr, s.len - s.n_q, q0, s.n_q});
+    q0 += s.n_q;
+  }
+  for (size_t i = 0; i < pg.seqs.size(); ++i) pg.seqs[i].block_table = pg.tables[i].data();
+  pg.q = test::random_floats(size_t(q0 * c.n_head * c.head_dim), ++seed);
+  return pg;
+}
+
+std::vector<float> run(const Paged& pg, int threads = 2) {
+  ThreadPool pool(threads);
+  int64_t rows = 0;
+  for (const PagedSeq& s : pg.seqs) rows += s.n_q;
+  std::vector<float> out(static_cast<size_t>(rows * pg.p.attn.n_head * pg.p.attn.head_dim_v), NAN);
+  paged_attention(pool, pg.kv, pg.p, pg.seqs.data(), int64_t(pg.seqs.size()), pg.q.data(),
+                  out.data());
+  return out;
+}
+
+/// Sequence s's K (or V) rows as doubles: decoded from the pool (`decoded`) or the originals.
+std::vector<double> rows_of(const Paged& pg, size_t s, bool is_k, bool decoded) {
+  const int64_t len = pg.seqs[s].pos0 + pg.seqs[s].n_q;
+  const int64_t hd = is_k ? pg.p.attn.head_dim : pg.p.attn.head_dim_v;
+  const int64_t n = pg.p.attn.n_head_kv * hd;
+  const DType t = is_k ? pg.kv.k_type : pg.kv.v_type;
+  const int64_t row_bytes = is_k ? pg.kv.k_row_bytes : pg.kv.v_row_bytes;
+  const uint8_t* base = is_k ? pg.kv.k : pg.kv.v;
+  const std::vector<float>& orig = is_k ? pg.k[s] : pg.v[s];
+  std::vector<double> out(static_cast<size_t>(len * n));
+  std::vector<float> row(static_cast<size_t>(n));
+  for (int64_t pos = 0; pos < len; ++pos) {
+    const int64_t slot = int64_t(pg.tables[s][size_t(pos / pg.kv.block_size)]) * pg.kv.block_size +
+                         pos % pg.kv.block_size;
+    if (decoded)
+      kv_decode_row(t, pg.p.attn.n_head_kv, hd, base + slot * row_bytes, row.data());
+    else
+      std::copy_n(orig.data() + pos * n, n, row.begin());
+    std::copy(row.begin(), row.end(), out.begin() + pos * n);
+  }
+  return out;
+}
+
+/// Softmax attention in double over all sequences (rotate is not applied: with rotation the
+/// decoded K is rotated, so tests compare rotated runs against unrotated ones instead).
+std::vector<double> reference(const Paged& pg, bool decoded) {
+  const AttnParams& a = pg.p.attn;
+  const int64_t G = a.n_head / a.n_head_kv, nk = a.n_head_kv * a.head_dim;
+  const int64_t nv = a.n_head_kv * a.head_dim_v;
+  std::vector<double> out;
+  for (size_t s = 0; s < pg.seqs.size(); ++s) {
+    const std::vector<double> K = rows_of(pg, s, true, decoded);
+    const std::vector<double> V = rows_of(pg, s, false, decoded);
+    const PagedSeq& seq = pg.seqs[s];
+    for (int64_t i = 0; i < seq.n_q; ++i) {
+      const int64_t n_pos = seq.pos0 + i + 1;
+      for (int64_t h = 0; h < a.n_head; ++h) {
+        const float* q = pg.q.data() + ((seq.q0 + i) * a.n_head + h) * a.head_dim;
+        const int64_t hk = h / G;
+        std::vector<double> sc(static_cast<size_t>(n_pos));
+        double mx = -INFINITY, sum = 0;
+        for (int64_t p = 0; p < n_pos; ++p) {
+          double d = 0;
+          for (int64_t e = 0; e < a.head_dim; ++e)
+            d += double(q[e]) * K[size_t(p * nk + hk * a.head_dim + e)];
+          sc[size_t(p)] = d * double(a.scale);
+          mx = std::max(mx, sc[size_t(p)]);
+        }
+        for (double& x : sc) sum += (x = std::exp(x - mx));
+        for (int64_t e = 0; e < a.head_dim_v; ++e) {
+          double o = 0;
+          for (int64_t p = 0; p < n_pos; ++p)
+            o += sc[size_t(p)] * V[size_t(p * nv + hk * a.head_dim_v + e)];
+          out.push_back(o / sum);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+/// max |out − ref|.
+double max_err(const std::vector<float>& out, const std::vector<double>& ref) {
+  double e = 0;
+  for (size_t i = 0; i < ref.size(); ++i) e = std::max(e, std::fabs(double(out[i]) - ref[i]));
+  return out.size() == ref.size() ? e : INFINITY;
+}
+
+/// Bound on max |out − ref| against the reference over the decoded K/V, for outputs of
+/// N(0, 1) data (|out| ≤ ~1). The terms are the kernel's own roundings:
+///  * K: f16 K rounds Q to f16 (~2⁻¹¹ relative on each score); q8_0 / q4_0 K with head_dim % 32
+///    == 0 quantize Q to q8_0 (~0.4 % per element); every other K is dotted in f32.
+///  * V: flash with an f16 V accumulates in f16 (each multiply-add rounded to 11 bits); exact
+///    with an f16 V rounds the weights to f16; otherwise f32 sums.
+double kernel_bound(const Case& c) {
+  double b = 1e-5;
+  if (c.kt == DType::F16) b += 1e-3;
+  if ((c.kt == DType::Q8_0 || c.kt == DType::Q4_0) && c.head_dim % 32 == 0) b += 3e-2;
+  if (c.vt == DType::F16) b += c.flash ? 5e-3 : 1.5e-3;
+  return b;
+}
+
+/// Runs a case and checks it against the decoded reference; returns {kernel error, error vs
+/// the original K/V}.
+std::pair<double, double> check_case(const Case& c, const char* what) {
+  const Paged pg = build(c);
+  const std::vector<float> out = run(pg);
+  const double e = max_err(out, reference(pg, true));
+  EXPECT_LE(e, kernel_bound(c)) << what << " K " << kv_type_name(c.kt) << " V "
+                                << kv_type_name(c.vt) << (c.flash ? " flash" : " exact")
+                                << " head_dim " << c.head_dim << " block " << c.block_size;
+  return {e, max_err(out, reference(pg, false))};
+}
+
+TEST(PagedAttention, ContextLengthsAndBlockSizes) {
+  for (DType t : {DType::F32, DType::F16, DType::Q8_0})
+    for (int64_t bs : {16, 7, 1})
+      for (int64_t len : {1, 15, 16, 17, 4096})
+        for (bool flash : {true, false}) {
+          if (len == 4096 && bs == 1 && t != DType::F32) continue;  // keep the run short
+          Case c;
+          c.kt = c.vt = t;
+          c.block_size = bs;
+          c.flash = flash;
+          // Decode (one query at the end) and prefill (up to 8 causal queries).
+          c.seqs = {{len, 1}, {len, std::min<int64_t>(len, 8)}};
+          c.seed = uint32_t(len * 31 + bs);
+          check_case(c, "lengths");
+        }
+}
+
+TEST(PagedAttention, FullPrefillIsCausal) {
+  for (bool flash : {true, false}) {
+    Case c;
+    c.n_head = 8;
+    c.n_head_kv = 2;
+    c.seqs = {{40, 40}};
+    c.block_size = 7;
+    c.flash = flash;
+    check_case(c, "prefill");
+    c.kt = c.vt = DType::F16;
+    check_case(c, "prefill");
+  }
+}
+
+TEST(PagedAttention, EveryKTypeTimesEveryVType) {
+  std::printf("  kernel error (max abs vs decoded K/V) / error vs original K/V, len 37:\n");
+  for (int64_t hd : {32, 8})
+    for (bool flash : {true, false})
+      for (DType kt : kKvCacheTypes)
+        for (DType vt : kKvCacheTypes) {
+          Case c;
+          c.kt = kt;
+          c.vt = vt;
+          c.head_dim = c.head_dim_v = hd;
+          c.block_size = hd == 8 ? 7 : 16;
+          c.flash = flash;
+          c.seqs = {{37, 5}};
+          c.seed = 5;
+          const auto [kernel, orig] = check_case(c, "types");
+          if (kt == DType::F32 || vt == DType::F32)
+            std::printf("    hd %2lld %-5s K %-8s V %-8s  %.2e / %.2e\n", (long long)hd,
+                        flash ? "flash" : "exact", kv_type_name(kt), kv_type_name(vt), kernel,
+                        orig);
+        }
+}
+
+TEST(PagedAttention, SeveralSequencesInOneCall) {
+  for (bool flash : {true, false}) {
+    Case c;
+    c.kt = DType::Q8_0;
+    c.vt = DType::F16;
+    c.flash = flash;
+    c.seqs = {{17, 1}, {50, 6}, {1, 1}, {33, 33}};
+    check_case(c, "sequences");
+    if (!flash) continue;
+    // Flash results do not depend on what else is in the call.
+    const Paged all = build(c);
+    const std::vector<float> out = run(all);
+    const int64_t row = c.n_head * c.head_dim_v;
+    for (size_t s = 0; s < all.seqs.size(); ++s) {
+      Paged one = build(c);
+      one.seqs = {one.seqs[s]};
+      const int64_t q0 = one.seqs[0].q0;
+      one.seqs[0].q0 = 0;
+      one.q.erase(one.q.begin(), one.q.begin() + q0 * c.n_head * c.head_dim);
+      const std::vector<float> alone = run(one);
+      EXPECT_EQ(0,
+                std::memcmp(alone.data(), out.data() + q0 * row, size_t(one.seqs[0].n_q * row) * 4))
+          << "sequence " << s;
+    }
+  }
+}
+
+TEST(PagedAttention, ThreadsDoNotChangeResults) {
+  for (DType t : {DType::F16, DType::Q4_0, DType::NVFP4})
+    for (bool flash : {true, false}) {
+      Case c;
+      c.kt = c.vt = t;
+      c.n_head = 8;
+      c.flash = flash;
+      c.seqs = {{100, 9}, {5, 1}, {64, 3}};
+      const Paged pg = build(c);
+      const std::vector<float> a = run(pg, 1), b = run(pg, 4);
+      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << kv_type_name(t);
+    }
+}
+
+/// Output of cpu::attention over a contiguous store of the same rows (sequence 0 of pg).
+std::vector<float> contiguous(const Paged& pg, DType t) {
+  const AttnParams& a = pg.p.attn;
+  const PagedSeq& seq = pg.seqs[0];
+  const int64_t len = seq.pos0 + seq.n_q, n_ctx = 4096;
+  const size_t es = t == DType::F16 ? 2 : 4;
+  std::vector<uint8_t> k(static_cast<size_t>(n_ctx * a.n_head_kv * a.head_dim) * es);
+  std::vector<uint8_t> v(static_cast<size_t>(n_ctx * a.n_head_kv * a.head_dim_v) * es);
+  const KvLayerView view{t, k.data(), v.data(), n_ctx};
+  kv_store(view, a, pg.k[0].data(), pg.v[0].data(), 0, len);
+  ThreadPool pool(2);
+  std::vector<float> out(static_cast<size_t>(seq.n_q * a.n_head * a.head_dim_v));
+  attention(pool, view, a, pg.q.data(), seq.pos0, seq.n_q, out.data());
+  return out;
+}
+
+TEST(PagedAttention, ExactSchemeEqualsContiguousAttention) {
+  struct Shape {
+    int64_t n_head, n_head_kv, hd;
+  };
+  for (DType t : {DType::F16, DType::F32})
+    for (const Shape& s : {Shape{8, 4, 8}, Shape{4, 2, 32}, Shape{4, 4, 64}, Shape{6, 2, 48}})
+      for (const SeqSpec& q : {SeqSpec{1, 1}, SeqSpec{15, 15}, SeqSpec{16, 1}, SeqSpec{17, 17},
+                               SeqSpec{100, 1}, SeqSpec{100, 7}, SeqSpec{200, 64}})
+        for (int64_t bs : {16, 7}) {
+          Case c;
+          c.kt = c.vt = t;
+          c.n_head = s.n_head;
+          c.n_head_kv = s.n_head_kv;
+          c.head_dim = c.head_dim_v = s.hd;
+          c.block_size = bs;
+          c.flash = false;
+          c.seqs = {q};
+          const Paged pg = build(c);
+          const std::vector<float> paged = run(pg), ref = contiguous(pg, t);
+          EXPECT_EQ(0, std::memcmp(paged.data(), ref.data(), ref.size() * 4))
+              << kv_type_name(t) << " hd " << s.hd << " len " << q.len << " n_q " << q.n_q
+              << " block " << bs;
+        }
+}
+
+TEST(PagedAttention, LongContext131072) {
+  for (DType t : {DType::F32, DType::FP8_E4M3, DType::F16})
+    for (bool flash : {true, false}) {
+      Case c;
+      c.kt = c.vt = t;
+      c.n_head = 2;
+      c.n_head_kv = 1;
+      c.head_dim = c.head_dim_v = 16;
+      c.flash = flash;
+      c.seqs = {{131072, 2}};
+      const auto [kernel, orig] = check_case(c, "131072");
+      std::printf("  131072 tokens, %-8s %s: %.2e vs decoded, %.2e vs original\n", kv_type_name(t),
+                  flash ? "flash" : "exact", kernel, orig);
+    }
+}
+
+TEST(PagedAttention, RotationKeepsF32Output) {
+  for (bool flash : {true, false})
+    for (int64_t hd : {8, 16, 64}) {
+      Case c;
+      c.head_dim = c.head_dim_v = hd;
+      c.flash = flash;
+      c.seqs = {{45, 6}, {3, 1}};
+      const std::vector<float> plain = run(build(c));
+      c.rotate = true;
+      const Paged pg = build(c);
+      const std::vector<float> rotated = run(pg);
+      for (size_t i = 0; i < plain.size(); ++i) EXPECT_NEAR(rotated[i], plain[i], 1e-5) << i;
+    }
+  Case bad;
+  bad.head_dim = bad.head_dim_v = 24;
+  bad.rotate = true;
+  bad.seqs = {{4, 1}};
+  EXPECT_THROW(build(bad), std::invalid_argument);
+}
+
+TEST(PagedAttention, StoreWritesEncodedRowsIntoTheTable) {
+  for (bool rotate : {false, true}) {
+    Case c;
+    c.kt = DType::NVFP4;
+    c.vt = DType::Q4_0;
+    c.block_size = 7;
+    c.rotate = rotate;
+    c.seqs = {{30, 1}, {9, 1}};
+    const Paged pg = build(c);
+    const int64_t nk = c.n_head_kv * c.head_dim;
+    std::vector<uint8_t> row(static_cast<size_t>(pg.kv.k_row_bytes));
+    std::vector<float> x(static_cast<size_t>(nk));
+    for (size_t s = 0; s < pg.seqs.size(); ++s)
+      for (int64_t pos = 0; pos < c.seqs[s].len; ++pos) {
+        const int64_t slot = int64_t(pg.tables[s][size_t(pos / 7)]) * 7 + pos % 7;
+        std::copy_n(pg.k[s].data() + pos * nk, nk, x.begin());
+        if (rotate)
+          for (int64_t h = 0; h < c.n_head_kv; ++h)
+            hadamard_rotate(x.data() + h * c.head_dim, c.head_dim);
+        kv_encode_row(c.kt, c.n_head_kv, c.head_dim, x.data(), row.data());
+        EXPECT_EQ(0, std::memcmp(row.data(), pg.kv.k + slot * pg.kv.k_row_bytes, row.size()));
+      }
+  }
+}
+
+TEST(PagedAttention, HadamardIsOrthonormal) {
+  for (int64_t n : {1, 2, 8, 128}) {
+    const std::vector<float> x = test::random_floats(size_t(n), 3);
+    std::vector<float> y = x;
+    hadamard_rotate(y.data(), n);
+    double nx = 0, ny = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      nx += double(x[size_t(i)]) * x[size_t(i)];
+      ny += double(y[size_t(i)]) * y[size_t(i)];
+    }
+    EXPECT_NEAR(ny, nx, 1e-5 * nx);
+    hadamard_rotate(y.data(), n);  // its own inverse
+    for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(y[size_t(i)], x[size_t(i)], 1e-6);
+  }
+  float z[12] = {};
+  EXPECT_THROW(hadamard_rotate(z, 12), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace kvrun::cpu
