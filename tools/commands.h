@@ -3,8 +3,17 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "sampler.h"
+
+namespace CLI {
+class App;
+}
+
+namespace kvrun {
+struct ContextParams;
+}
 
 namespace kvrun::tools {
 
@@ -44,6 +53,65 @@ int cmd_run(const RunOptions& opt);
 
 /// `kvrun --chat-template list`: prints the chat template families kvrun renders.
 int cmd_list_chat_templates();
+
+/// The KV cache element types of -ctk / -ctv, as typed (names: kv_type_from_name in
+/// ggml-like/kv_layout.h). Shared by the commands that build a Context from the command line.
+struct KvCacheOptions {
+  std::string type_k = "f16";  ///< -ctk, --cache-type-k
+  std::string type_v = "f16";  ///< -ctv, --cache-type-v
+};
+
+/// Validates `kv` and applies it to `cp`. Throws std::invalid_argument for an unknown type name,
+/// or for a pair the context cannot hold yet: today's contiguous store holds f16/f16 (default)
+/// and f32/f32 only; the paged KV cache will take every kKvCacheTypes pair.
+void apply_kv_cache_options(const KvCacheOptions& kv, ContextParams& cp);
+
+/// Declares --cache-type-k / --cache-type-v (-ctk / -ctv via rewrite_short_aliases) on `cmd`.
+void add_kv_cache_options(CLI::App& cmd, KvCacheOptions& kv);
+
+/// Options of `kvrun perplexity`.
+struct PerplexityOptions {
+  std::string model;       ///< -m
+  std::string text_file;   ///< -f: the text to score
+  int64_t n_ctx = 0;       ///< -c: chunk size (0: the KL base's, else min(512, n_ctx_train))
+  int64_t n_batch = 2048;  ///< -b: prefill batch (clamped to n_ctx)
+  int64_t max_chunks = 0;  ///< --chunks: evaluate at most this many chunks (0: all)
+  int n_threads = 0;       ///< -t (0: physical cores)
+  KvCacheOptions kv;       ///< -ctk / -ctv
+  bool json = false;       ///< --json: one JSON object instead of text
+  std::string kld_base;    ///< --kl-divergence-base FILE: save this run's log-probs
+  std::string kld;         ///< --kl-divergence FILE: compare this run against a saved base
+};
+
+/// Registers `kvrun perplexity` on `app`, parsing into `o`; returns the subcommand.
+CLI::App* add_perplexity_command(CLI::App& app, PerplexityOptions& o);
+
+/// `kvrun perplexity`: llama-perplexity's measurement (src/perplexity.h). Returns the exit code.
+int cmd_perplexity(const PerplexityOptions& opt);
+
+/// Options of `kvrun bench`.
+struct BenchOptions {
+  std::string model;                   ///< -m
+  std::vector<int64_t> n_prompt{512};  ///< -p: prompt lengths (pp tests; 0 skips)
+  std::vector<int64_t> n_gen{128};     ///< -n: generation lengths (tg tests; 0 skips)
+  std::vector<int64_t> depth{0};       ///< -d: tokens already in the context before a test
+  int reps = 3;                        ///< -r: repetitions per test
+  int64_t n_batch = 512;               ///< -b: prefill batch (llama-bench's n_ubatch)
+  int64_t n_ctx = 0;                   ///< -c: fixed context size (0: d + max(p, n) per depth)
+  int n_threads = 0;                   ///< -t (0: physical cores)
+  KvCacheOptions kv;                   ///< -ctk / -ctv
+  bool json = false;                   ///< --json: one JSON array instead of the table
+};
+
+/// Registers `kvrun bench` on `app`, parsing into `o`; returns the subcommand.
+CLI::App* add_bench_command(CLI::App& app, BenchOptions& o);
+
+/// `kvrun bench`: prompt (pp) and generation (tg) speed at context depths, llama-bench's meaning.
+int cmd_bench(const BenchOptions& opt);
+
+/// Rewrites the multi-letter single-dash options CLI11 cannot declare (-ctk, -ctv, also as
+/// -ctk=T) to their long forms, in place.
+void rewrite_short_aliases(int argc, char** argv);
 
 /// Formats a byte count for people: "1.13 MiB", "42.95 GB" (SI when `si`), exact below 1 KiB.
 std::string format_bytes(int64_t bytes, bool si = false);

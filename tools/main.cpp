@@ -65,6 +65,12 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t(1), int64_t(1) << 32));
   info_cmd->add_flag("--json", info.json, "print one JSON object");
 
+  PerplexityOptions ppl;
+  CLI::App* ppl_cmd = add_perplexity_command(app, ppl);
+  BenchOptions bench;
+  CLI::App* bench_cmd = add_bench_command(app, bench);
+
+  rewrite_short_aliases(argc, argv);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -72,6 +78,8 @@ int main(int argc, char** argv) {
   }
 
   if (info_cmd->parsed()) return cmd_info(info);
+  if (ppl_cmd->parsed()) return cmd_perplexity(ppl);
+  if (bench_cmd->parsed()) return cmd_bench(bench);
   if (run.chat_template == "list") return cmd_list_chat_templates();
   if (run.model.empty()) {
     std::fputs(app.help().c_str(), stdout);

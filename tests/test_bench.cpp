@@ -1,0 +1,90 @@
+// test_bench.cpp — `kvrun bench` end to end: the tests it runs, its JSON fields and table, and
+// its errors. No timing assertions: speeds are only checked to be positive.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "test_util.h"
+
+namespace kvrun {
+namespace {
+
+const char* const kModel = "models/stories260K-F32.gguf";
+
+test::CommandResult bench(const std::string& args) {
+  return test::run_command(test::kvrun_binary() + " bench -m " + test::fixture(kModel).string() +
+                           " -t 1 " + args);
+}
+
+TEST(BenchCli, JsonHasEveryTestWithPositiveSpeeds) {
+  KVRUN_REQUIRE_FIXTURE(kModel);
+  const auto r = bench("-p 16 -n 8 -d 0,32 -r 2 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(j.is_array());
+  ASSERT_EQ(j.size(), 4u);  // per depth: pp16, tg8
+  const char* tests[] = {"pp16", "tg8", "pp16 @ d32", "tg8 @ d32"};
+  const int64_t depth[] = {0, 0, 32, 32};
+  for (size_t i = 0; i < 4; ++i) {
+    const auto& t = j[i];
+    EXPECT_EQ(t["test"], tests[i]);
+    EXPECT_EQ(t["n_depth"], depth[i]);
+    EXPECT_EQ(t["n_prompt"], i % 2 == 0 ? 16 : 0);
+    EXPECT_EQ(t["n_gen"], i % 2 == 0 ? 0 : 8);
+    EXPECT_GE(t["n_ctx"].get<int64_t>(), depth[i] + 16);  // d + max(p, n)
+    EXPECT_GT(t["avg_ts"].get<double>(), 0.0);
+    EXPECT_GE(t["stddev_ts"].get<double>(), 0.0);
+    EXPECT_GT(t["avg_ns"].get<double>(), 0.0);
+    EXPECT_EQ(t["samples_ns"].size(), 2u);
+    EXPECT_EQ(t["samples_ts"].size(), 2u);
+    EXPECT_GT(t["kv_bytes"].get<int64_t>(), 0);
+    EXPECT_EQ(t["kv_tokens"], depth[i] + (i % 2 == 0 ? 16 : 8));
+    EXPECT_EQ(t["type_k"], "f16");
+    EXPECT_EQ(t["n_threads"], 1);
+    EXPECT_GT(t["model_n_params"].get<int64_t>(), 0);
+  }
+}
+
+TEST(BenchCli, TableNamesTheTests) {
+  KVRUN_REQUIRE_FIXTURE(kModel);
+  const auto r = bench("-p 16 -n 8 -d 0,32 -r 1");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* s :
+       {"| model", "t/s", "stories260K-F32", "pp16 ", "tg8 ", "pp16 @ d32", "tg8 @ d32", " ± "})
+    EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+}
+
+TEST(BenchCli, DepthThatDoesNotFitIsAnError) {
+  KVRUN_REQUIRE_FIXTURE(kModel);
+  const auto r = bench("-p 16 -n 8 -d 0,32 -c 40");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("kvrun: error: depth 32"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("does not fit"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "");  // refused before anything ran
+}
+
+TEST(BenchCli, FixedContextThatFitsRuns) {
+  KVRUN_REQUIRE_FIXTURE(kModel);
+  const auto r = bench("-p 16 -n 0 -d 16 -c 48 -r 1 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_EQ(j[0]["n_ctx"], 48);
+  EXPECT_EQ(j[0]["test"], "pp16 @ d16");
+}
+
+TEST(BenchCli, RefusesUnsupportedKvTypesAndEmptyRuns) {
+  KVRUN_REQUIRE_FIXTURE(kModel);
+  auto r = bench("-p 16 -n 8 -ctk q4_0 -ctv q4_0");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("not supported yet"), std::string::npos) << r.err;
+  r = bench("-p 16 -n 8 -ctk nope");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("unknown KV cache type 'nope'"), std::string::npos) << r.err;
+  r = bench("-p 0 -n 0");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("nothing to measure"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace kvrun
