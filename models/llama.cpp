@@ -98,8 +98,16 @@ LlamaScratch::LlamaScratch(const Hparams& hp, int64_t n)
 void llama_forward(const Hparams& hp, const LlamaWeights& w, cpu::ThreadPool& pool, LlamaScratch& s,
                    const LlamaBatch& b) {
   const int64_t n = b.n_tokens, d = hp.n_embd;
-  const cpu::AttnParams ap{hp.n_head, hp.n_head_kv, hp.head_dim, hp.head_dim_v,
-                           1.0f / std::sqrt(float(hp.head_dim))};
+  cpu::PagedAttnParams ap;
+  ap.attn = {hp.n_head, hp.n_head_kv, hp.head_dim, hp.head_dim_v,
+             1.0f / std::sqrt(float(hp.head_dim))};
+  ap.flash = b.flash;
+  ap.rotate = b.rotate;
+  cpu::PagedSeq seq;
+  seq.block_table = b.block_table;
+  seq.pos0 = b.pos0;
+  seq.q0 = 0;
+  seq.n_q = n;
   const cpu::RopeConfig rc{hp.rope.n_rot, hp.rope.freq_base, 1.0f / hp.rope.scaling_factor,
                            static_cast<const float*>(w.rope_freqs.data), w.rope_neox};
   for (int64_t i = 0; i < n; ++i) s.pos[size_t(i)] = int32_t(b.pos0 + i);
@@ -118,8 +126,8 @@ void llama_forward(const Hparams& hp, const LlamaWeights& w, cpu::ThreadPool& po
     add_bias(s.v.data(), L.bv, n, L.wv.ne[1]);
     cpu::rope(s.q.data(), n, hp.n_head, hp.head_dim, s.pos.data(), rc);
     cpu::rope(s.k.data(), n, hp.n_head_kv, hp.head_dim, s.pos.data(), rc);
-    cpu::kv_store(b.kv[il], ap, s.k.data(), s.v.data(), b.pos0, n);
-    cpu::attention(pool, b.kv[il], ap, s.q.data(), b.pos0, n, s.att.data());
+    cpu::paged_kv_store(b.kv[il], ap, &seq, 1, s.k.data(), s.v.data());
+    cpu::paged_attention(pool, b.kv[il], ap, &seq, 1, s.q.data(), s.att.data());
     cpu::matmul(pool, L.wo, s.att.data(), n, s.proj.data());
     cpu::add(x, s.proj.data(), n * d);
     // Feed-forward block (SwiGLU).

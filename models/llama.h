@@ -17,7 +17,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "cpu/attention.h"
+#include "cpu/paged_attention.h"
 #include "cpu/thread_pool.h"
 #include "gguf.h"
 #include "models/hparams.h"
@@ -77,13 +77,16 @@ struct LlamaBatch {
   const int32_t* tokens = nullptr;  ///< [n_tokens] ids in [0, n_vocab)
   int64_t n_tokens = 0;             ///< 1 … scratch.n_batch
   int64_t pos0 = 0;                 ///< position of tokens[0]; KV rows 0 … pos0−1 are filled
-  const cpu::KvLayerView* kv = nullptr;  ///< [n_layer] KV store of each layer
+  const cpu::PagedKvLayer* kv = nullptr;  ///< [n_layer] paged KV storage of each layer
+  const int32_t* block_table = nullptr;   ///< the sequence's blocks, reserved past pos0+n_tokens
+  bool flash = false;                     ///< online softmax (see cpu::PagedAttnParams)
+  bool rotate = false;                    ///< K stored Hadamard-rotated (--kv-rotate)
   float* logits = nullptr;  ///< [n_out, n_vocab] (n_out = n_tokens or 1), or null for none
   bool all_logits = false;  ///< logits of every token instead of only the last
 };
 
 /// Runs the batch through the model: writes K/V rows pos0 … pos0+n_tokens−1 of every layer and
-/// the requested logits. The caller guarantees pos0 + n_tokens ≤ n_ctx of the KV views.
+/// the requested logits. The caller has reserved the blocks of positions < pos0 + n_tokens.
 void llama_forward(const Hparams& hp, const LlamaWeights& w, cpu::ThreadPool& pool, LlamaScratch& s,
                    const LlamaBatch& b);
 

@@ -5,17 +5,14 @@
 #include <string>
 
 #include "cpu/cpu_info.h"
+#include "kv_layout.h"
 
 namespace kvrun {
-
 namespace {
 
 int64_t checked_n_ctx(const Model& m, const ContextParams& p) {
   const int64_t n = p.n_ctx > 0 ? p.n_ctx : m.hparams().n_ctx_train;
   if (n < 1) throw ContextError("n_ctx must be at least 1");
-  if (p.kv_type != DType::F16 && p.kv_type != DType::F32)
-    throw ContextError(std::string("KV type ") + traits(p.kv_type).name +
-                       " is not supported by the contiguous KV store (use f16 or f32)");
   return n;
 }
 
@@ -24,36 +21,74 @@ int64_t checked_n_batch(const ContextParams& p) {
   return p.n_batch;
 }
 
+bool is_float_type(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+
 }  // namespace
 
+std::unique_ptr<KvCache> make_context_cache(const Model& model, const ContextParams& params) {
+  KvCacheParams kp = params.kv;
+  if (kp.mem_bytes == 0) {
+    const Hparams& hp = model.hparams();
+    const int64_t n_ctx = checked_n_ctx(model, params);
+    if (kp.block_size < 1) throw std::invalid_argument("KV block size must be at least 1");
+    const int64_t per_block =
+        kp.block_size * kv_bytes_per_token(kp.type_k, kp.type_v, hp.n_layer, hp.n_head_kv,
+                                           hp.head_dim, hp.head_dim_v);
+    kp.mem_bytes = (n_ctx + kp.block_size - 1) / kp.block_size * per_block;
+  }
+  return std::make_unique<KvCache>(model.hparams(), kp);
+}
+
 Context::Context(const Model& model, const ContextParams& params)
+    : Context(model, make_context_cache(model, params), nullptr, params) {}
+
+Context::Context(const Model& model, KvCache& cache, const ContextParams& params)
+    : Context(model, nullptr, &cache, params) {}
+
+Context::Context(const Model& model, std::unique_ptr<KvCache> owned, KvCache* shared,
+                 const ContextParams& params)
     : model_(model),
-      n_batch_(checked_n_batch(params)),
-      kv_(model.hparams(), checked_n_ctx(model, params), params.kv_type),
+      owned_cache_(std::move(owned)),
+      cache_(owned_cache_ ? *owned_cache_ : *shared),
+      seq_(cache_),
+      n_ctx_(checked_n_ctx(model, params)),
+      n_batch_(std::min(checked_n_batch(params), n_ctx_)),
+      flash_(params.flash_attn == FlashAttn::kOn ||
+             (params.flash_attn == FlashAttn::kAuto && !is_float_type(cache_.params().type_v))),
       pool_(params.n_threads > 0 ? params.n_threads : cpu::physical_cores()) {
-  n_batch_ = std::min(n_batch_, kv_.n_ctx());
   scratch_ = std::make_unique<LlamaScratch>(model.hparams(), n_batch_);
 }
 
 Context::~Context() = default;
 
 void Context::truncate(int64_t n) {
-  if (n < 0 || n > n_past_)
+  if (n < 0 || n > n_past())
     throw ContextError("truncate: " + std::to_string(n) + " outside [0, " +
-                       std::to_string(n_past_) + "]");
-  n_past_ = n;
+                       std::to_string(n_past()) + "]");
+  seq_.truncate(n);
+}
+
+int64_t Context::reuse_prefix(std::span<const int32_t> tokens) {
+  if (n_past() != 0) throw ContextError("reuse_prefix needs an empty context");
+  const int64_t n = int64_t(tokens.size());
+  return seq_.attach_prefix(tokens.first(size_t(std::min(n, n_ctx_))));
 }
 
 std::span<const float> Context::eval(std::span<const int32_t> tokens, bool all_logits) {
   const int64_t n = int64_t(tokens.size()), n_vocab = model_.hparams().n_vocab;
   if (n == 0) throw ContextError("eval: no tokens");
-  if (n_past_ + n > n_ctx())
-    throw ContextError("context overflow: " + std::to_string(n_past_) + " tokens held + " +
+  if (n_past() + n > n_ctx())
+    throw ContextError("context overflow: " + std::to_string(n_past()) + " tokens held + " +
                        std::to_string(n) + " new > n_ctx " + std::to_string(n_ctx()));
   for (int32_t id : tokens)
     if (id < 0 || id >= n_vocab)
       throw ContextError("eval: token id " + std::to_string(id) + " outside [0, " +
                          std::to_string(n_vocab) + ")");
+  const int64_t n_past0 = n_past();
+  seq_.reserve(n);  // all blocks up front: a full pool throws here with nothing changed
+  const Hparams& hp = model_.hparams();
+  std::vector<cpu::PagedKvLayer> layers(size_t(hp.n_layer));
+  for (int64_t il = 0; il < hp.n_layer; ++il) layers[size_t(il)] = cache_.layer(il);
   logits_.resize(size_t((all_logits ? n : 1) * n_vocab));
   for (int64_t done = 0; done < n;) {
     const int64_t chunk = std::min(n_batch_, n - done);
@@ -61,14 +96,17 @@ std::span<const float> Context::eval(std::span<const int32_t> tokens, bool all_l
     LlamaBatch b;
     b.tokens = tokens.data() + done;
     b.n_tokens = chunk;
-    b.pos0 = n_past_ + done;
-    b.kv = kv_.layers();
+    b.pos0 = n_past0 + done;
+    b.kv = layers.data();
+    b.block_table = seq_.block_table().data();
+    b.flash = flash_;
+    b.rotate = cache_.params().rotate;
     b.all_logits = all_logits;
     b.logits = all_logits ? logits_.data() + done * n_vocab : (last ? logits_.data() : nullptr);
-    llama_forward(model_.hparams(), model_.weights(), pool_, *scratch_, b);
+    llama_forward(hp, model_.weights(), pool_, *scratch_, b);
+    seq_.commit(tokens.subspan(size_t(done), size_t(chunk)));
     done += chunk;
   }
-  n_past_ += n;
   return logits_;
 }
 

@@ -1,10 +1,11 @@
-// context.h — one sequence's inference state: a Model, its KV store, scratch buffers and a
-// thread pool; eval() feeds tokens and returns logits.
+// context.h — one sequence's inference state: a Model, its block table in a paged KV cache,
+// scratch buffers and a thread pool; eval() feeds tokens and returns logits.
 //
 // Positions are implicit: the i-th token ever fed (since reset) sits at position i, so a call
 // continues where the previous one stopped. A prompt is processed in chunks of n_batch tokens
 // (prefill); a decode step is a call with one token. The context holds at most n_ctx tokens;
-// feeding more throws ContextError and leaves the state unchanged.
+// feeding more throws ContextError and leaves the state unchanged. KV blocks are taken from the
+// cache's pool as tokens arrive (docs/kv-cache.md); a full pool throws KvCacheFull.
 #pragma once
 
 #include <cstdint>
@@ -14,7 +15,7 @@
 #include <vector>
 
 #include "cpu/thread_pool.h"
-#include "kv_contiguous.h"
+#include "kv_cache.h"
 #include "model.h"
 
 namespace kvrun {
@@ -25,53 +26,83 @@ class ContextError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// Which softmax the attention uses (cpu::PagedAttnParams::flash), as llama.cpp's -fa.
+enum class FlashAttn {
+  kAuto,  ///< flash when the V cache type is quantized (as llama.cpp requires), else exact
+  kOn,    ///< online softmax (FlashAttention)
+  kOff,   ///< exact softmax over a score buffer (llama.cpp's default path)
+};
+
 /// How to build a Context.
 struct ContextParams {
-  int64_t n_ctx = 0;           ///< positions held; 0 = the model's n_ctx_train
-  int64_t n_batch = 512;       ///< tokens per prefill chunk (≥ 1)
-  int n_threads = 0;           ///< worker threads; 0 = the machine's physical cores
-  DType kv_type = DType::F16;  ///< KV element type: F16 (default) or F32
+  int64_t n_ctx = 0;      ///< positions held at most; 0 = the model's n_ctx_train
+  int64_t n_batch = 512;  ///< tokens per prefill chunk (≥ 1)
+  int n_threads = 0;      ///< worker threads; 0 = the machine's physical cores
+  FlashAttn flash_attn = FlashAttn::kAuto;
+  /// The KV cache of a Context that owns its own (the constructor without a KvCache). Its
+  /// budget, when 0, is what n_ctx tokens need (ceil(n_ctx / block_size) blocks).
+  KvCacheParams kv;
 };
 
 /// Inference state of one sequence over a Model (which must outlive it).
 class Context {
  public:
-  /// Throws ContextError for n_batch < 1, n_ctx < 1 or an unsupported kv_type.
+  /// A context with its own KV cache built from params.kv. Throws ContextError for n_batch < 1
+  /// or n_ctx < 1, std::invalid_argument for bad cache parameters.
   Context(const Model& model, const ContextParams& params);
+  /// A context whose blocks come from `cache` (shared with other contexts; must outlive this
+  /// one); params.kv is ignored.
+  Context(const Model& model, KvCache& cache, const ContextParams& params);
   ~Context();
 
   /// Runs `tokens` at positions n_past() … n_past()+n−1 and returns the logits: [n_vocab] of the
   /// last token, or with `all_logits` [n, n_vocab] (row i = token i). The span is valid until the
   /// next eval. Throws ContextError when tokens is empty, an id is outside [0, n_vocab), or
-  /// n_past() + n > n_ctx() ("context overflow").
+  /// n_past() + n > n_ctx() ("context overflow"); KvCacheFull when the pool has no room. On an
+  /// exception the state is unchanged.
   std::span<const float> eval(std::span<const int32_t> tokens, bool all_logits = false);
 
+  /// With an empty context: takes the cached KV blocks of the longest full-block prefix of
+  /// `tokens` (prefix sharing), leaving at least one token to evaluate. Returns the tokens taken
+  /// (the new n_past()); the caller evaluates tokens[n_past() …]. 0 when nothing matches.
+  int64_t reuse_prefix(std::span<const int32_t> tokens);
+
   /// Tokens held (the position of the next token).
-  int64_t n_past() const { return n_past_; }
+  int64_t n_past() const { return seq_.n_tokens(); }
   /// Forgets tokens from position `n` on (0 ≤ n ≤ n_past()): the next eval continues at n.
   void truncate(int64_t n);
-  /// Forgets everything (truncate(0)).
+  /// Forgets everything (truncate(0)) and gives the blocks back.
   void reset() { truncate(0); }
-  /// Declares that the KV store holds valid rows for positions [0, n) — written directly by
-  /// read_context_state (context_state.h) — so the next eval continues at n. 0 ≤ n ≤ n_ctx().
-  /// Defined in context_state.cpp.
-  void set_n_past(int64_t n);
 
-  int64_t n_ctx() const { return kv_.n_ctx(); }
+  int64_t n_ctx() const { return n_ctx_; }
   int64_t n_batch() const { return n_batch_; }
   int n_threads() const { return pool_.size(); }
   int64_t n_vocab() const { return model_.hparams().n_vocab; }
+  bool flash() const { return flash_; }
   const Model& model() const { return model_; }
-  const KvContiguous& kv() const { return kv_; }
+  KvCache& cache() { return cache_; }
+  const KvCache& cache() const { return cache_; }
+  /// This context's block table and tokens.
+  const KvSequence& sequence() const { return seq_; }
+  KvSequence& sequence() { return seq_; }
 
  private:
+  Context(const Model& model, std::unique_ptr<KvCache> owned, KvCache* shared,
+          const ContextParams& params);
   const Model& model_;
+  std::unique_ptr<KvCache> owned_cache_;
+  KvCache& cache_;
+  KvSequence seq_;
+  int64_t n_ctx_;
   int64_t n_batch_;
-  KvContiguous kv_;
+  bool flash_;
   cpu::ThreadPool pool_;
   std::unique_ptr<LlamaScratch> scratch_;
   std::vector<float> logits_;
-  int64_t n_past_ = 0;
 };
+
+/// The KV cache a Context of `params` would own: params.kv with the budget filled in (blocks for
+/// n_ctx tokens when params.kv.mem_bytes is 0). Throws as KvCache's constructor.
+std::unique_ptr<KvCache> make_context_cache(const Model& model, const ContextParams& params);
 
 }  // namespace kvrun

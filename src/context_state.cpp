@@ -11,8 +11,8 @@
 namespace kvrun {
 namespace {
 
-constexpr char kMagic[8] = {'K', 'V', 'R', 'U', 'N', 'K', 'V', '1'};
-constexpr int kFields = 7;
+constexpr char kMagic[8] = {'K', 'V', 'R', 'U', 'N', 'K', 'V', '2'};
+constexpr int kFields = 8;
 
 void header(const Context& ctx, uint64_t (&h)[kFields]) {
   const Hparams& hp = ctx.model().hparams();
@@ -21,11 +21,17 @@ void header(const Context& ctx, uint64_t (&h)[kFields]) {
   h[2] = uint64_t(hp.n_head_kv);
   h[3] = uint64_t(hp.head_dim);
   h[4] = uint64_t(hp.head_dim_v);
-  h[5] = uint64_t(ctx.kv().type());
-  h[6] = uint64_t(ctx.n_past());
+  h[5] = uint64_t(ctx.cache().params().type_k);
+  h[6] = uint64_t(ctx.cache().params().type_v);
+  h[7] = uint64_t(ctx.n_past());
 }
 
-size_t elem_bytes(const Context& ctx) { return size_t(traits(ctx.kv().type()).block_bytes); }
+/// Address of position `pos`'s row in `base` ([n_blocks][block_size][row_bytes]).
+uint8_t* row_at(uint8_t* base, const std::vector<int32_t>& table, int64_t block_size,
+                int64_t row_bytes, int64_t pos) {
+  const int64_t b = table[size_t(pos / block_size)];
+  return base + (b * block_size + pos % block_size) * row_bytes;
+}
 
 }  // namespace
 
@@ -34,19 +40,21 @@ void write_context_state(std::ostream& out, const Context& ctx) {
   header(ctx, h);
   out.write(kMagic, sizeof kMagic);
   out.write(reinterpret_cast<const char*>(h), sizeof h);
-  const Hparams& hp = ctx.model().hparams();
-  const size_t k_row = size_t(hp.n_head_kv * hp.head_dim) * elem_bytes(ctx);
-  const size_t v_row = size_t(hp.n_head_kv * hp.head_dim_v) * elem_bytes(ctx);
-  const size_t n = size_t(ctx.n_past());
-  for (int64_t il = 0; il < hp.n_layer; ++il) {
-    const cpu::KvLayerView& kv = ctx.kv().layer(il);
-    out.write(static_cast<const char*>(kv.k), std::streamsize(k_row * n));
-    out.write(static_cast<const char*>(kv.v), std::streamsize(v_row * n));
+  const auto& table = ctx.sequence().block_table();
+  const int64_t n = ctx.n_past();
+  for (int64_t il = 0; il < ctx.cache().n_layer(); ++il) {
+    const cpu::PagedKvLayer L = ctx.cache().layer(il);
+    for (int64_t pos = 0; pos < n; ++pos)
+      out.write(reinterpret_cast<const char*>(row_at(L.k, table, L.block_size, L.k_row_bytes, pos)),
+                std::streamsize(L.k_row_bytes));
+    for (int64_t pos = 0; pos < n; ++pos)
+      out.write(reinterpret_cast<const char*>(row_at(L.v, table, L.block_size, L.v_row_bytes, pos)),
+                std::streamsize(L.v_row_bytes));
   }
   if (!out) throw std::runtime_error("writing the KV state failed");
 }
 
-void read_context_state(std::istream& in, Context& ctx, int64_t expected_n_past) {
+void read_context_state(std::istream& in, Context& ctx, std::span<const int32_t> tokens) {
   char magic[sizeof kMagic];
   uint64_t saved[kFields], mine[kFields];
   in.read(magic, sizeof magic);
@@ -54,45 +62,42 @@ void read_context_state(std::istream& in, Context& ctx, int64_t expected_n_past)
   if (!in || std::memcmp(magic, kMagic, sizeof kMagic) != 0)
     throw std::runtime_error("KV state: missing or damaged header");
   header(ctx, mine);
-  static const char* const kWhat[kFields - 1] = {"model file size", "n_layer",    "n_head_kv",
-                                                 "head_dim",        "head_dim_v", "KV type"};
+  static const char* const kWhat[kFields - 1] = {
+      "model file size", "n_layer", "n_head_kv", "head_dim", "head_dim_v", "K type", "V type"};
   for (int i = 0; i < kFields - 1; ++i)
     if (saved[i] != mine[i])
       throw std::runtime_error(std::string("KV state was saved with another ") + kWhat[i] + " (" +
                                std::to_string(saved[i]) + ", this run " + std::to_string(mine[i]) +
                                ")");
-  const uint64_t n = saved[6];
-  if (n != uint64_t(expected_n_past))
+  const uint64_t n = saved[7];
+  if (n != uint64_t(tokens.size()))
     throw std::runtime_error("KV state holds " + std::to_string(n) + " positions, expected " +
-                             std::to_string(expected_n_past));
+                             std::to_string(tokens.size()));
   if (n > uint64_t(ctx.n_ctx()))
     throw std::runtime_error("KV state holds " + std::to_string(n) +
                              " positions; the context holds " + std::to_string(ctx.n_ctx()));
-  const Hparams& hp = ctx.model().hparams();
-  const size_t k_bytes = size_t(hp.n_head_kv * hp.head_dim) * elem_bytes(ctx) * size_t(n);
-  const size_t v_bytes = size_t(hp.n_head_kv * hp.head_dim_v) * elem_bytes(ctx) * size_t(n);
-  std::vector<char> data((k_bytes + v_bytes) * size_t(hp.n_layer));
+  const KvCache& cache = ctx.cache();
+  std::vector<char> data;
+  for (int64_t il = 0; il < cache.n_layer(); ++il) {
+    const cpu::PagedKvLayer L = cache.layer(il);
+    data.resize(data.size() + size_t((L.k_row_bytes + L.v_row_bytes) * int64_t(n)));
+  }
   in.read(data.data(), std::streamsize(data.size()));
   if (size_t(in.gcount()) != data.size()) throw std::runtime_error("KV state is truncated");
+
+  ctx.reset();
+  KvSequence& seq = ctx.sequence();
+  seq.reserve(int64_t(n));
+  const auto& table = seq.block_table();
   const char* p = data.data();
-  for (int64_t il = 0; il < hp.n_layer; ++il) {
-    const cpu::KvLayerView& kv = ctx.kv().layer(il);
-    std::memcpy(kv.k, p, k_bytes);
-    p += k_bytes;
-    std::memcpy(kv.v, p, v_bytes);
-    p += v_bytes;
+  for (int64_t il = 0; il < cache.n_layer(); ++il) {
+    const cpu::PagedKvLayer L = cache.layer(il);
+    for (int64_t pos = 0; pos < int64_t(n); ++pos, p += L.k_row_bytes)
+      std::memcpy(row_at(L.k, table, L.block_size, L.k_row_bytes, pos), p, size_t(L.k_row_bytes));
+    for (int64_t pos = 0; pos < int64_t(n); ++pos, p += L.v_row_bytes)
+      std::memcpy(row_at(L.v, table, L.block_size, L.v_row_bytes, pos), p, size_t(L.v_row_bytes));
   }
-  ctx.set_n_past(int64_t(n));
-}
-
-}  // namespace kvrun
-
-namespace kvrun {
-
-void Context::set_n_past(int64_t n) {
-  if (n < 0 || n > n_ctx())
-    throw ContextError("set_n_past(" + std::to_string(n) + ") outside [0, n_ctx]");
-  n_past_ = n;
+  seq.commit(tokens);
 }
 
 }  // namespace kvrun

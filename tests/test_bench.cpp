@@ -73,11 +73,17 @@ TEST(BenchCli, FixedContextThatFitsRuns) {
   EXPECT_EQ(j[0]["test"], "pp16 @ d16");
 }
 
-TEST(BenchCli, RefusesUnsupportedKvTypesAndEmptyRuns) {
+TEST(BenchCli, QuantizedKvHoldsWholeBlocksAndBadRunsAreRefused) {
   KVRUN_REQUIRE_FIXTURE(kModel);
-  auto r = bench("-p 16 -n 8 -ctk q4_0 -ctv q4_0");
-  EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.err.find("not supported yet"), std::string::npos) << r.err;
+  auto r = bench("-p 16 -n 8 -d 0,20 -r 1 -ctk q4_0 -ctv q8_0 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // stories260K: 5 layers, 4 KV heads × head_dim 8 = one 32-value block per row: q4_0 18 bytes,
+  // q8_0 34 bytes; 16-token blocks.
+  const int64_t per_block = 16 * 5 * (18 + 34);
+  for (const auto& t : nlohmann::json::parse(r.out)) {
+    const int64_t tokens = t["kv_tokens"];
+    EXPECT_EQ(t["kv_bytes"].get<int64_t>(), (tokens + 15) / 16 * per_block) << t.dump();
+  }
   r = bench("-p 16 -n 8 -ctk nope");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("unknown KV cache type 'nope'"), std::string::npos) << r.err;

@@ -270,21 +270,35 @@ TEST(PerplexityCli, KlDivergenceRoundTrip) {
   EXPECT_NE(r.err.find("-c 64"), std::string::npos) << r.err;
 }
 
-TEST(PerplexityCli, RefusesKvTypesTheContextCannotHoldYet) {
+TEST(PerplexityCli, EveryKvTypeRunsAndUnknownTypesAreRefused) {
   KVRUN_REQUIRE_FIXTURE("models/stories260K-F32.gguf");
   KVRUN_REQUIRE_FIXTURE(kText);
-  auto r = test::run_command(
-      cli("models/stories260K-F32.gguf", "-c 128 --chunks 2 -ctk q8_0 -ctv q8_0"));
-  EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.err.find("not supported yet"), std::string::npos) << r.err;
-  r = test::run_command(cli("models/stories260K-F32.gguf", "-c 128 --chunks 2 -ctk=q9"));
+  auto ppl = [](const std::string& kv) {
+    auto r =
+        test::run_command(cli("models/stories260K-F32.gguf", "-c 128 --chunks 2 --json " + kv));
+    EXPECT_EQ(r.exit_code, 0) << kv << ": " << r.err;
+    return r.exit_code == 0 ? nlohmann::json::parse(r.out) : nlohmann::json();
+  };
+  const nlohmann::json f16 = ppl("");
+  ASSERT_TRUE(f16.contains("ppl"));
+  // head_dim 8: every cache type works (llama.cpp refuses quantized types here). 8-bit and wider
+  // types stay within 10% of f16 (measured: f32 +0.0%, bf16 +0.1%, q8_0 +0.6%, fp8 +0.4%,
+  // fp8_e5m2 +5.2%); 4-bit K loses much more, as llama.cpp's q4_0 K does on pad-F32 (10.39 vs
+  // 4.88 in the fixtures README): measured q4_0 ×3.3, nvfp4 ×1.9; bounded at ×5.
+  const std::pair<const char*, double> kTypes[] = {{"f32", 0.1},  {"bf16", 0.1},     {"q8_0", 0.1},
+                                                   {"fp8", 0.1},  {"fp8_e5m2", 0.1}, {"q4_0", 4.0},
+                                                   {"nvfp4", 4.0}};
+  for (const auto& [t, max_rel] : kTypes) {
+    const nlohmann::json j = ppl(std::string("-ctk ") + t + " -ctv " + t);
+    ASSERT_TRUE(j.contains("ppl")) << t;
+    EXPECT_EQ(j["cache_type_k"], t) << t;
+    const double ppl = j["ppl"].get<double>(), base = f16["ppl"].get<double>();
+    EXPECT_TRUE(std::isfinite(ppl)) << t;
+    EXPECT_LT(std::fabs(ppl - base) / base, max_rel) << t << ": " << ppl << " vs f16 " << base;
+  }
+  auto r = test::run_command(cli("models/stories260K-F32.gguf", "-c 128 --chunks 2 -ctk=q9"));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("unknown KV cache type 'q9'"), std::string::npos) << r.err;
-  // f32/f32 is what today's store can hold besides f16; llama.cpp gives 4.8809 there too.
-  r = test::run_command(
-      cli("models/stories260K-F32.gguf", "-c 128 --chunks 2 -ctk f32 -ctv f32 --json"));
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(nlohmann::json::parse(r.out)["cache_type_k"], "f32");
 }
 
 TEST(PerplexityCli, TooShortTextIsAClearError) {

@@ -88,9 +88,8 @@ std::pair<double, double> mean_sd(const std::vector<double>& v) {
   return {mean, std::sqrt(ss / double(v.size() - 1))};
 }
 
-/// KV cache bytes `ctx` holds. TODO(lead): with the paged KV cache, the bytes of the blocks in
-/// use; today the contiguous store allocates all n_ctx positions up front.
-int64_t kv_bytes_held(const Context& ctx) { return int64_t(ctx.kv().bytes()); }
+/// KV cache bytes `ctx` holds: its blocks (ceil(tokens / block_size) × bytes per block).
+int64_t kv_bytes_held(const Context& ctx) { return ctx.sequence().bytes_held(); }
 
 /// Random token ids in [0, n_vocab), reproducible per test.
 std::vector<int32_t> random_tokens(std::mt19937& rng, int64_t n, int64_t n_vocab) {
@@ -143,8 +142,8 @@ BenchResult run_test(Context& ctx, std::mt19937& rng, int64_t depth, int64_t n_p
 }
 
 /// The context size for depth d, after checking that it fits (-c, and the machine's memory).
-int64_t context_for_depth(const BenchOptions& opt, const Model& model, DType kv_type, int64_t d,
-                          int64_t longest) {
+int64_t context_for_depth(const BenchOptions& opt, const Model& model, const KvCacheParams& kv,
+                          int64_t d, int64_t longest) {
   const int64_t need = d + longest;
   if (opt.n_ctx > 0 && need > opt.n_ctx)
     throw std::invalid_argument("depth " + std::to_string(d) + " + " + std::to_string(longest) +
@@ -152,9 +151,8 @@ int64_t context_for_depth(const BenchOptions& opt, const Model& model, DType kv_
                                 " does not fit in the context of -c " + std::to_string(opt.n_ctx));
   const int64_t n_ctx = opt.n_ctx > 0 ? opt.n_ctx : need;
   const Hparams& hp = model.hparams();
-  // TODO(lead): pass the -ctk / -ctv pair here once the paged KV cache takes it.
-  const int64_t per_token =
-      kv_bytes_per_token(kv_type, kv_type, hp.n_layer, hp.n_head_kv, hp.head_dim, hp.head_dim_v);
+  const int64_t per_token = kv_bytes_per_token(kv.type_k, kv.type_v, hp.n_layer, hp.n_head_kv,
+                                               hp.head_dim, hp.head_dim_v);
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
   if (pages > 0 && page > 0 && double(per_token) * double(n_ctx) > double(pages) * double(page))
     throw std::invalid_argument("depth " + std::to_string(d) + " needs a context of " +
@@ -183,12 +181,12 @@ std::vector<BenchResult> run_bench(const BenchOptions& opt, const Model& model, 
   apply_kv_cache_options(opt.kv, base);
   const int64_t longest = std::max(*std::max_element(opt.n_prompt.begin(), opt.n_prompt.end()),
                                    *std::max_element(opt.n_gen.begin(), opt.n_gen.end()));
-  for (int64_t d : opt.depth) context_for_depth(opt, model, base.kv_type, d, longest);
+  for (int64_t d : opt.depth) context_for_depth(opt, model, base.kv, d, longest);
   std::vector<BenchResult> results;
   std::mt19937 rng(1234);
   for (int64_t d : opt.depth) {
     ContextParams cp = base;
-    cp.n_ctx = context_for_depth(opt, model, base.kv_type, d, longest);
+    cp.n_ctx = context_for_depth(opt, model, base.kv, d, longest);
     Context ctx(model, cp);
     n_threads = ctx.n_threads();
     if (d > 0) {  // fill the depth once, untimed; every test truncates back to it

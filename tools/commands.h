@@ -5,15 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "kv_options.h"
 #include "sampler.h"
-
-namespace CLI {
-class App;
-}
-
-namespace kvrun {
-struct ContextParams;
-}
 
 namespace kvrun::tools {
 
@@ -46,6 +39,7 @@ struct RunOptions {
   bool ignore_eos = false;    ///< --ignore-eos
   bool verbose = false;       ///< --verbose: more detail on stderr
   SamplerParams sampling;     ///< --temp, --top-k, --top-p, --min-p, penalties, -s
+  KvCacheOptions kv;          ///< -ctk, -ctv, --kv-block-size, --kv-mem, -fa, ...
 };
 
 /// The default mode. Returns the exit code (0 ok, 1 error).
@@ -53,21 +47,6 @@ int cmd_run(const RunOptions& opt);
 
 /// `kvrun --chat-template list`: prints the chat template families kvrun renders.
 int cmd_list_chat_templates();
-
-/// The KV cache element types of -ctk / -ctv, as typed (names: kv_type_from_name in
-/// ggml-like/kv_layout.h). Shared by the commands that build a Context from the command line.
-struct KvCacheOptions {
-  std::string type_k = "f16";  ///< -ctk, --cache-type-k
-  std::string type_v = "f16";  ///< -ctv, --cache-type-v
-};
-
-/// Validates `kv` and applies it to `cp`. Throws std::invalid_argument for an unknown type name,
-/// or for a pair the context cannot hold yet: today's contiguous store holds f16/f16 (default)
-/// and f32/f32 only; the paged KV cache will take every kKvCacheTypes pair.
-void apply_kv_cache_options(const KvCacheOptions& kv, ContextParams& cp);
-
-/// Declares --cache-type-k / --cache-type-v (-ctk / -ctv via rewrite_short_aliases) on `cmd`.
-void add_kv_cache_options(CLI::App& cmd, KvCacheOptions& kv);
 
 /// Options of `kvrun perplexity`.
 struct PerplexityOptions {
@@ -108,10 +87,6 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& o);
 
 /// `kvrun bench`: prompt (pp) and generation (tg) speed at context depths, llama-bench's meaning.
 int cmd_bench(const BenchOptions& opt);
-
-/// Rewrites the multi-letter single-dash options CLI11 cannot declare (-ctk, -ctv, also as
-/// -ctk=T) to their long forms, in place.
-void rewrite_short_aliases(int argc, char** argv);
 
 /// Formats a byte count for people: "1.13 MiB", "42.95 GB" (SI when `si`), exact below 1 KiB.
 std::string format_bytes(int64_t bytes, bool si = false);

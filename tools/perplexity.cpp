@@ -22,63 +22,6 @@
 
 namespace kvrun::tools {
 
-// ---- shared command-line helpers ----------------------------------------------------------
-
-void apply_kv_cache_options(const KvCacheOptions& kv, ContextParams& cp) {
-  auto parse = [](const std::string& name, const char* flag) {
-    const std::optional<DType> t = kv_type_from_name(name);
-    if (!t) {
-      std::string names;
-      for (DType d : kKvCacheTypes)
-        names += std::string(names.empty() ? "" : ", ") + kv_type_name(d);
-      throw std::invalid_argument("unknown KV cache type '" + name + "' for " + flag +
-                                  " (types: " + names + ")");
-    }
-    return *t;
-  };
-  const DType k = parse(kv.type_k, "-ctk");
-  const DType v = parse(kv.type_v, "-ctv");
-  // TODO(lead): pass to the KV cache — ContextParams will carry type_k / type_v for the paged
-  // cache; until then only the pairs today's contiguous store holds are accepted.
-  if (k == v && (k == DType::F16 || k == DType::F32)) {
-    cp.kv_type = k;
-    return;
-  }
-  throw std::invalid_argument(std::string("KV cache type -ctk ") + kv_type_name(k) + " -ctv " +
-                              kv_type_name(v) +
-                              " is not supported yet: the context holds f16/f16 or f32/f32 only "
-                              "until the paged KV cache is wired in");
-}
-
-void rewrite_short_aliases(int argc, char** argv) {
-  static const std::pair<const char*, const char*> kAliases[] = {{"-ctk", "--cache-type-k"},
-                                                                 {"-ctv", "--cache-type-v"}};
-  static std::vector<std::unique_ptr<char[]>> storage;  // rewritten "-ctk=T" strings
-  for (int i = 1; i < argc; ++i) {
-    for (const auto& [alias, full] : kAliases) {
-      const size_t n = std::strlen(alias);
-      if (std::strncmp(argv[i], alias, n) != 0) continue;
-      if (argv[i][n] != '\0' && argv[i][n] != '=') continue;
-      const std::string s = std::string(full) + (argv[i] + n);
-      storage.push_back(std::make_unique<char[]>(s.size() + 1));
-      std::memcpy(storage.back().get(), s.c_str(), s.size() + 1);
-      argv[i] = storage.back().get();
-      break;
-    }
-  }
-}
-
-void add_kv_cache_options(CLI::App& cmd, KvCacheOptions& kv) {
-  // CLI11 cannot declare "-ctk": main() rewrites it to the long form (rewrite_short_aliases).
-  cmd.add_option(
-         "--cache-type-k", kv.type_k,
-         "(-ctk) KV cache type of K: f16 (default) or f32 for now; later also bf16, q8_0, q4_0, "
-         "fp8, fp8_e5m2, nvfp4")
-      ->capture_default_str();
-  cmd.add_option("--cache-type-v", kv.type_v, "(-ctv) KV cache type of V (as -ctk)")
-      ->capture_default_str();
-}
-
 CLI::App* add_perplexity_command(CLI::App& app, PerplexityOptions& o) {
   CLI::App* cmd =
       app.add_subcommand("perplexity", "perplexity of a text (llama-perplexity's method)");

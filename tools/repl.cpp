@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "chat_template.h"
+#include "kv_layout.h"
 #include "repl_state.h"
 
 namespace kvrun::tools {
@@ -74,10 +75,19 @@ void print_stats(const ChatState& st, const Loaded& l) {
   std::printf("last reply: prompt %lld tokens at %.1f t/s, generation %lld tokens at %.1f t/s\n",
               (long long)st.last.n_prompt, st.last.prompt_tps(), (long long)st.last.n_gen,
               st.last.gen_tps());
-  const double per_token = double(l.ctx->kv().bytes()) / double(l.ctx->n_ctx());
-  std::printf("KV cache: %s held for %lld tokens, %s allocated (%s)\n",
-              format_bytes(int64_t(per_token * double(n))).c_str(), (long long)n,
-              format_bytes(int64_t(l.ctx->kv().bytes())).c_str(), traits(l.ctx->kv().type()).name);
+  const KvCache& cache = l.ctx->cache();
+  const BlockPoolStats ps = cache.pool().stats();
+  std::printf("KV cache: %s held in %zu blocks of %lld tokens (K %s, V %s, %s/token)\n",
+              format_bytes(l.ctx->sequence().bytes_held()).c_str(),
+              l.ctx->sequence().block_table().size(), (long long)cache.block_size(),
+              kv_type_name(cache.params().type_k), kv_type_name(cache.params().type_v),
+              format_bytes(cache.bytes_per_token()).c_str());
+  std::printf(
+      "KV pool: %lld blocks (%s): %lld used, %lld cached, %lld free | tokens computed "
+      "%lld, reused from the prefix cache %lld\n",
+      (long long)ps.n_blocks, format_bytes(ps.n_blocks * cache.bytes_per_block()).c_str(),
+      (long long)ps.n_used, (long long)ps.n_cached, (long long)ps.n_free,
+      (long long)cache.n_tokens_computed(), (long long)cache.n_tokens_reused());
 }
 
 /// Handles a /command; returns false to leave the REPL.

@@ -75,6 +75,7 @@ GenerateResult ChatState::turn(const std::string& user, const RunOptions& opt, L
     while (keep < tokens.size() && keep < want.size() && tokens[keep] == want[keep]) ++keep;
     keep = std::min(keep, want.size() - 1);  // re-evaluate at least the last token
     l.ctx->truncate(int64_t(keep));
+    if (keep == 0) keep = size_t(l.ctx->reuse_prefix(want));  // cached blocks (prefix sharing)
     GenerateParams gp;
     gp.n_predict = opt.n_predict;
     gp.ignore_eos = opt.ignore_eos;
@@ -129,7 +130,7 @@ void load_chat(const std::string& path, ChatState& st, Loaded& l) {
   if (family != (st.family ? *st.family : ""))
     throw std::runtime_error(path + " was saved with chat template '" + family + "'");
   try {
-    read_context_state(f, *l.ctx, int64_t(tokens.size()));  // validates, then commits
+    read_context_state(f, *l.ctx, tokens);  // validates, then commits
   } catch (const std::runtime_error& e) {
     throw std::runtime_error(path + ": " + e.what());
   }

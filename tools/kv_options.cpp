@@ -1,0 +1,107 @@
+// kv_options.cpp — see kv_options.h.
+#include "kv_options.h"
+
+#include <cctype>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
+#include "kv_layout.h"
+
+namespace kvrun::tools {
+
+void add_kv_cache_options(CLI::App& app, KvCacheOptions& o) {
+  const std::string types = "f32, f16, bf16, q8_0, q4_0, fp8 (= fp8_e4m3), fp8_e5m2, nvfp4";
+  // CLI11 2.1 cannot declare "-ctk": main() rewrites it to the long form (rewrite_short_aliases).
+  app.add_option("--cache-type-k", o.type_k, "(-ctk) K cache type: " + types)
+      ->capture_default_str();
+  app.add_option("--cache-type-v", o.type_v, "(-ctv) V cache type: " + types)
+      ->capture_default_str();
+  app.add_option("--kv-block-size", o.block_size, "tokens per KV block")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 16))
+      ->capture_default_str();
+  app.add_option("--kv-mem", o.mem,
+                 "KV pool budget, e.g. 512M or 8G (default: what the context size needs)");
+  app.add_flag("--no-prefix-cache", o.no_prefix_cache, "do not reuse cached KV blocks of prefixes");
+  app.add_flag("--kv-rotate", o.rotate,
+               "Hadamard-rotate K and Q along head_dim before K is quantized");
+  app.add_option(
+         "--flash-attn", o.flash_attn,
+         "(-fa) attention softmax: on (online), off (exact), auto (on for a quantized V cache)")
+      ->capture_default_str();
+}
+
+void rewrite_short_aliases(int argc, char** argv) {
+  static const std::pair<const char*, const char*> kAliases[] = {
+      {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"}, {"-fa", "--flash-attn"}};
+  static std::vector<std::unique_ptr<char[]>> storage;  // rewritten "-ctk=T" strings
+  for (int i = 1; i < argc; ++i) {
+    for (const auto& [alias, full] : kAliases) {
+      const size_t n = std::strlen(alias);
+      if (std::strncmp(argv[i], alias, n) != 0) continue;
+      if (argv[i][n] != '\0' && argv[i][n] != '=') continue;
+      const std::string s = std::string(full) + (argv[i] + n);
+      storage.push_back(std::make_unique<char[]>(s.size() + 1));
+      std::memcpy(storage.back().get(), s.c_str(), s.size() + 1);
+      argv[i] = storage.back().get();
+      break;
+    }
+  }
+}
+
+int64_t parse_size(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i;
+  if (i == 0 || i > 18) throw std::invalid_argument("bad size '" + s + "'");
+  int64_t v = std::stoll(s.substr(0, i));
+  std::string unit = s.substr(i);
+  for (char& c : unit) c = char(std::toupper(static_cast<unsigned char>(c)));
+  if (unit.ends_with("IB"))
+    unit.resize(unit.size() - 2);
+  else if (unit.ends_with("B"))
+    unit.resize(unit.size() - 1);
+  int shift = 0;
+  if (unit == "K")
+    shift = 10;
+  else if (unit == "M")
+    shift = 20;
+  else if (unit == "G")
+    shift = 30;
+  else if (unit == "T")
+    shift = 40;
+  else if (!unit.empty())
+    throw std::invalid_argument("bad size unit in '" + s + "'");
+  if (v > (int64_t(1) << (62 - shift))) throw std::invalid_argument("size '" + s + "' too large");
+  return v << shift;
+}
+
+void apply_kv_cache_options(const KvCacheOptions& o, ContextParams& params) {
+  auto type = [](const std::string& name, const char* opt) {
+    auto t = kv_type_from_name(name);
+    if (!t)
+      throw std::invalid_argument(std::string(opt) + ": unknown KV cache type '" + name +
+                                  "' (f32, f16, bf16, q8_0, q4_0, fp8, fp8_e4m3, fp8_e5m2, nvfp4)");
+    return *t;
+  };
+  params.kv.type_k = type(o.type_k, "--cache-type-k");
+  params.kv.type_v = type(o.type_v, "--cache-type-v");
+  params.kv.block_size = o.block_size;
+  params.kv.mem_bytes = o.mem.empty() ? 0 : parse_size(o.mem);
+  if (!o.mem.empty() && params.kv.mem_bytes <= 0)
+    throw std::invalid_argument("--kv-mem must be positive");
+  params.kv.prefix_cache = !o.no_prefix_cache;
+  params.kv.rotate = o.rotate;
+  if (o.flash_attn == "on")
+    params.flash_attn = FlashAttn::kOn;
+  else if (o.flash_attn == "off")
+    params.flash_attn = FlashAttn::kOff;
+  else if (o.flash_attn == "auto")
+    params.flash_attn = FlashAttn::kAuto;
+  else
+    throw std::invalid_argument("--flash-attn: expected on, off or auto, got '" + o.flash_attn +
+                                "'");
+}
+
+}  // namespace kvrun::tools

@@ -1,0 +1,40 @@
+// kv_options.h — the KV cache and attention options every model-running command shares
+// (-ctk, -ctv, --kv-block-size, --kv-mem, --no-prefix-cache, --kv-rotate, -fa), parsed once:
+// `kvrun` (completion and chat), `kvrun perplexity` and `kvrun bench` all use these.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+
+#include "context.h"
+
+namespace kvrun::tools {
+
+/// The raw option values, as typed.
+struct KvCacheOptions {
+  std::string type_k = "f16";       ///< -ctk
+  std::string type_v = "f16";       ///< -ctv
+  int64_t block_size = 16;          ///< --kv-block-size
+  std::string mem;                  ///< --kv-mem SIZE ("" = what n_ctx needs)
+  bool no_prefix_cache = false;     ///< --no-prefix-cache
+  bool rotate = false;              ///< --kv-rotate
+  std::string flash_attn = "auto";  ///< -fa on|off|auto
+};
+
+/// Registers the options on `app`.
+void add_kv_cache_options(CLI::App& app, KvCacheOptions& o);
+
+/// Fills params.kv and params.flash_attn from `o`. Throws std::invalid_argument naming the bad
+/// option (unknown cache type, bad size, bad -fa value).
+void apply_kv_cache_options(const KvCacheOptions& o, ContextParams& params);
+
+/// Rewrites the multi-letter single-dash options CLI11 (2.1) cannot declare (-ctk, -ctv, -fa, also
+/// as -ctk=T) to their long forms, in place, before parsing.
+void rewrite_short_aliases(int argc, char** argv);
+
+/// Parses a byte size: a number with an optional K, M, G or T suffix (powers of 1024, with or
+/// without a trailing "B"/"iB"), e.g. "512M", "4G", "1048576". Throws std::invalid_argument.
+int64_t parse_size(const std::string& s);
+
+}  // namespace kvrun::tools
