@@ -1,6 +1,8 @@
 // test_llama_refs.cpp — end to end, through the kvrun binary, against llama.cpp's reference
-// generations (fixtures refs/kv_f16: 12 stories260K GGUF files × 6 prompts, f16 KV, no flash
-// attention): `kvrun -m MODEL -f PROMPT -n 64 --temp 0 --json --n-probs 10 -c 128 -t 2`.
+// generations: refs/kv_f16 (12 stories260K GGUF files × 6 prompts, f16 KV, no flash attention)
+// and refs/kv_q8_0_fa, refs/kv_q4_0_fa (pad-F32, pad-Q8_0, pad-Q4_0 × 6 prompts, quantized KV,
+// flash attention): `kvrun -m MODEL -f PROMPT -n 64 --temp 0 --json --n-probs 10 -c 128 -t 2
+// [-ctk T -ctv T]`.
 //
 // Per reference: the prompt tokenizes to `prompt_tokens`; the first step's top-10 logprobs
 // (log_softmax over the full vocabulary) are within 1e-3 (F32/F16 files) or 2e-2 (quantized)
@@ -25,10 +27,18 @@ namespace {
 
 constexpr double kNearTie = 0.05;
 
-class LlamaRefs : public ::testing::TestWithParam<std::string> {};
-std::vector<std::filesystem::path> ref_files(const std::string& model) {
+/// One reference set of one model: refs/<set>/<model>__*.json, run with the cache `flags`.
+struct RefCase {
+  std::string model;  ///< e.g. "stories260K-pad-F32"
+  std::string set;    ///< "kv_f16", "kv_q8_0_fa" or "kv_q4_0_fa"
+  std::string flags;  ///< KV cache flags matching how llama.cpp made the set
+};
+
+class LlamaRefs : public ::testing::TestWithParam<RefCase> {};
+
+std::vector<std::filesystem::path> ref_files(const std::string& model, const std::string& set) {
   std::vector<std::filesystem::path> out;
-  const auto dir = test::fixture("refs/kv_f16");
+  const auto dir = test::fixture("refs/" + set);
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
     const std::string name = e.path().filename().string();
     if (name.rfind(model + "__", 0) == 0) out.push_back(e.path());
@@ -38,16 +48,16 @@ std::vector<std::filesystem::path> ref_files(const std::string& model) {
 }
 
 TEST_P(LlamaRefs, MatchesLlamaCpp) {
-  const std::string model_name = GetParam();
+  const std::string model_name = GetParam().model;
   const std::string rel = "models/" + model_name + ".gguf";
   KVRUN_REQUIRE_FIXTURE(rel);
-  KVRUN_REQUIRE_FIXTURE("refs/kv_f16");
+  KVRUN_REQUIRE_FIXTURE("refs/" + GetParam().set);
   const bool exact = model_name.ends_with("F32") || model_name.ends_with("F16") ||
                      model_name.ends_with("pad-Q8_0");
   const bool float_model = model_name.ends_with("F32") || model_name.ends_with("F16");
   const double tol = float_model ? 1e-3 : 2e-2;
 
-  const auto files = ref_files(model_name);
+  const auto files = ref_files(model_name, GetParam().set);
   ASSERT_EQ(files.size(), 6u) << "reference files for " << model_name;
   test::TempDir dir;
   double max_diff = 0.0;
@@ -59,9 +69,9 @@ TEST_P(LlamaRefs, MatchesLlamaCpp) {
     const auto want = ref["greedy_tokens"].get<std::vector<int32_t>>();
     const auto prompt_file = (dir / "prompt.txt").string();
     std::ofstream(prompt_file, std::ios::binary) << ref["prompt"].get<std::string>();
-    const auto r =
-        test::run_command(test::kvrun_binary() + " -m '" + test::fixture(rel).string() + "' -f '" +
-                          prompt_file + "' -n 64 --temp 0 --json --n-probs 10 -c 128 -t 2");
+    const auto r = test::run_command(
+        test::kvrun_binary() + " -m '" + test::fixture(rel).string() + "' -f '" + prompt_file +
+        "' -n 64 --temp 0 --json --n-probs 10 -c 128 -t 2 " + GetParam().flags);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const nlohmann::json out = nlohmann::json::parse(r.out);
     ASSERT_EQ(out["prompt_tokens"], ref["prompt_tokens"]);
@@ -87,24 +97,43 @@ TEST_P(LlamaRefs, MatchesLlamaCpp) {
       ++n_checked_tokens;
     }
   }
-  std::cout << "[ model    ] " << model_name << ": max |logprob diff| " << max_diff << ", "
-            << n_checked_tokens << " greedy tokens checked\n";
+  std::cout << "[ model    ] " << model_name << " " << GetParam().set << ": max |logprob diff| "
+            << max_diff << ", " << n_checked_tokens << " greedy tokens checked\n";
   RecordProperty("max_logprob_diff", std::to_string(max_diff));
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, LlamaRefs,
-                         ::testing::Values("stories260K-F32", "stories260K-F16",
-                                           "stories260K-Q4_K_M", "stories260K-Q5_K_M",
-                                           "stories260K-Q6_K", "stories260K-pad-F32",
-                                           "stories260K-pad-F16", "stories260K-pad-Q8_0",
-                                           "stories260K-pad-Q4_0", "stories260K-pad-Q4_K_M",
-                                           "stories260K-pad-Q5_K_M", "stories260K-pad-Q6_K"),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           std::string s = info.param;
-                           for (char& c : s)
-                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-                           return s;
-                         });
+std::string case_name(const ::testing::TestParamInfo<RefCase>& info) {
+  std::string s = info.param.model + "_" + info.param.set;
+  for (char& c : s)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  return s;
+}
+
+// f16 KV, no flash attention (llama.cpp's default): all 12 models.
+INSTANTIATE_TEST_SUITE_P(KvF16, LlamaRefs,
+                         ::testing::Values(RefCase{"stories260K-F32", "kv_f16", ""},
+                                           RefCase{"stories260K-F16", "kv_f16", ""},
+                                           RefCase{"stories260K-Q4_K_M", "kv_f16", ""},
+                                           RefCase{"stories260K-Q5_K_M", "kv_f16", ""},
+                                           RefCase{"stories260K-Q6_K", "kv_f16", ""},
+                                           RefCase{"stories260K-pad-F32", "kv_f16", ""},
+                                           RefCase{"stories260K-pad-F16", "kv_f16", ""},
+                                           RefCase{"stories260K-pad-Q8_0", "kv_f16", ""},
+                                           RefCase{"stories260K-pad-Q4_0", "kv_f16", ""},
+                                           RefCase{"stories260K-pad-Q4_K_M", "kv_f16", ""},
+                                           RefCase{"stories260K-pad-Q5_K_M", "kv_f16", ""},
+                                           RefCase{"stories260K-pad-Q6_K", "kv_f16", ""}),
+                         case_name);
+
+// Quantized KV with flash attention (llama.cpp: -ctk T -ctv T -fa; kvrun's auto picks the online
+// softmax for a quantized V).
+INSTANTIATE_TEST_SUITE_P(
+    KvQuantizedFlash, LlamaRefs,
+    ::testing::Values(RefCase{"stories260K-pad-F32", "kv_q8_0_fa", "-ctk q8_0 -ctv q8_0"},
+                      RefCase{"stories260K-pad-Q8_0", "kv_q8_0_fa", "-ctk q8_0 -ctv q8_0"},
+                      RefCase{"stories260K-pad-F32", "kv_q4_0_fa", "-ctk q4_0 -ctv q4_0"},
+                      RefCase{"stories260K-pad-Q8_0", "kv_q4_0_fa", "-ctk q4_0 -ctv q4_0"}),
+    case_name);
 
 }  // namespace
 }  // namespace kvrun
