@@ -10,11 +10,13 @@
 #include <cstring>
 #include <vector>
 
+#include "blocks.h"
 #include "cpu/attention.h"
 #include "cpu/cpu_traits.h"
 #include "cpu/matmul.h"
 #include "cpu/ops.h"
 #include "cpu/thread_pool.h"
+#include "fp16.h"
 #include "test_util.h"
 
 namespace kvrun::cpu {
@@ -91,6 +93,53 @@ INSTANTIATE_TEST_SUITE_P(AllWeightTypes, MatmulTypes,
                          [](const ::testing::TestParamInfo<DType>& info) {
                            return std::string(traits(info.param).name);
                          });
+
+// llama.cpp repacks q4_0 weights with a multiple of 8 rows (q4_0_8x8 on x86 with AVX2); its
+// gemm/gemv then compute, per block, the whole integer dot and acc = fma(float(isum), d_w·d_x,
+// acc). Other row counts keep ggml_vec_dot_q4_0_q8_0's order (vec_dot).
+TEST(Matmul, Q4_0RepackedOrderForMultipleOf8Rows) {
+  const int64_t k = 96, n = 5;
+  const CpuTypeTraits* ct = cpu_traits(DType::Q4_0);
+  ASSERT_NE(ct, nullptr);
+  ASSERT_NE(ct->repack_dot, nullptr);
+  for (int64_t m : {int64_t(16), int64_t(12)}) {
+    const auto wf = random_floats(size_t(m * k), 7);
+    const auto x = random_floats(size_t(n * k), 8);
+    auto wbytes = encode(DType::Q4_0, wf, m, k);
+    const Tensor w = Tensor::contiguous(DType::Q4_0, wbytes.data(), k, m);
+    const size_t wrow = size_t(*row_bytes(DType::Q4_0, k)),
+                 arow = size_t(*row_bytes(DType::Q8_0, k));
+    std::vector<uint8_t> act(arow * size_t(n));
+    for (int64_t j = 0; j < n; ++j) ct->act_from_float(x.data() + j * k, act.data() + j * arow, k);
+    for (int64_t rows : {int64_t(1), int64_t(3), n}) {
+      ThreadPool pool(2);
+      std::vector<float> y(size_t(rows * m));
+      matmul(pool, w, x.data(), rows, y.data());
+      for (int64_t j = 0; j < rows; ++j)
+        for (int64_t i = 0; i < m; ++i) {
+          const auto* bw = reinterpret_cast<const block_q4_0*>(wbytes.data() + size_t(i) * wrow);
+          const auto* bx = reinterpret_cast<const block_q8_0*>(act.data() + size_t(j) * arow);
+          float want = 0.0f;
+          if (m % 8 == 0) {
+            for (int64_t b = 0; b < k / 32; ++b) {
+              int32_t isum = 0;
+              for (int e = 0; e < 16; ++e) {
+                isum += ((bw[b].qs[e] & 0x0F) - 8) * bx[b].qs[e];
+                isum += ((bw[b].qs[e] >> 4) - 8) * bx[b].qs[e + 16];
+              }
+              want = std::fma(float(isum), fp16_lut(bw[b].d) * fp16_lut(bx[b].d), want);
+            }
+          } else {
+            want = ct->vec_dot(k, bw, bx);
+          }
+          const float got = y[size_t(j * m + i)];
+          EXPECT_EQ(std::memcmp(&got, &want, 4), 0)
+              << "m " << m << " rows " << rows << " row " << i << " token " << j << ": " << got
+              << " vs " << want;
+        }
+    }
+  }
+}
 
 TEST(Matmul, RejectsUnsupportedShapes) {
   std::vector<uint8_t> buf(34 * 4);

@@ -132,7 +132,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(RefCase{"stories260K-pad-F32", "kv_q8_0_fa", "-ctk q8_0 -ctv q8_0"},
                       RefCase{"stories260K-pad-Q8_0", "kv_q8_0_fa", "-ctk q8_0 -ctv q8_0"},
                       RefCase{"stories260K-pad-F32", "kv_q4_0_fa", "-ctk q4_0 -ctv q4_0"},
-                      RefCase{"stories260K-pad-Q8_0", "kv_q4_0_fa", "-ctk q4_0 -ctv q4_0"}),
+                      RefCase{"stories260K-pad-Q8_0", "kv_q4_0_fa", "-ctk q4_0 -ctv q4_0"},
+                      RefCase{"stories260K-pad-Q4_0", "kv_q8_0_fa", "-ctk q8_0 -ctv q8_0"},
+                      RefCase{"stories260K-pad-Q4_0", "kv_q4_0_fa", "-ctk q4_0 -ctv q4_0"}),
     case_name);
 
 }  // namespace

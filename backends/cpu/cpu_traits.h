@@ -21,6 +21,10 @@ struct CpuTypeTraits {
   /// The same dot in the accumulation order llama.cpp uses for batches (≥ 2 rows, k % 16 == 0,
   /// m % 4 == 0; see vec_dot.h); null when the order is the same as vec_dot's.
   VecDotFn gemm_dot;
+  /// The dot of llama.cpp's repacked weight layout (its CPU_AARCH64 buffer: q4_0 as q4_0_8x8 on
+  /// x86 with AVX2), used for every batch size when the weight has a multiple of 8 rows (m);
+  /// null when that type is not repacked. Takes precedence over vec_dot and gemm_dot.
+  VecDotFn repack_dot;
 };
 
 /// The CPU traits of weight type `t`, or null when the CPU backend cannot multiply by it.

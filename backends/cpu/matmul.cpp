@@ -42,8 +42,11 @@ void matmul(ThreadPool& pool, const Tensor& w, const float* x, int64_t n, float*
       },
       std::max<int64_t>(1, kMinWorkPerChunk / (k * 4)));
 
-  const VecDotFn dot =
-      ct.gemm_dot && n >= 2 && k % 16 == 0 && m % 4 == 0 ? ct.gemm_dot : ct.vec_dot;
+  VecDotFn dot = ct.vec_dot;
+  if (ct.repack_dot && m % 8 == 0)
+    dot = ct.repack_dot;  // llama.cpp repacks such weights at load (cpu_traits.h)
+  else if (ct.gemm_dot && n >= 2 && k % 16 == 0 && m % 4 == 0)
+    dot = ct.gemm_dot;
   const char* wdata = static_cast<const char*>(w.data);
   const size_t wstride = w.nb[1];
   pool.run(

@@ -20,7 +20,8 @@
 // Feb 2025, read for behaviour): per query head, positions one at a time in order:
 //   s = dot · scale;  if s > M: M' = s, ms = expf(M − M'), acc ·= ms, vs = 1
 //                     else:     ms = 1, vs = expf(s − M)
-//   acc = fma(v, vs, acc) element-wise;  S = fma(S, ms, vs)
+//   acc = fma(v, vs, acc) element-wise;  S = S·ms + vs (product rounded before the add: GCC
+//   leaves that statement unfused, unlike ggml_vec_mad_f32's leftover loop)
 //   out = acc · (1 / S)
 // with libm expf. For an f16 V the accumulator is f16 (each scale and each multiply-add rounded
 // to f16, as its VKQ16 buffer); otherwise f32 over V decoded to f32.
@@ -190,7 +191,8 @@ void flash_step(const Call& c, const BlockView& bv, int64_t j, int64_t hk, float
     const float* v = v_f32(c, bv, j, hk, sc);
     for (int64_t d = 0; d < hdv; ++d) acc[d] = std::fma(v[d], vs, acc[d]);
   }
-  st.s = std::fma(st.s, ms, vs);
+  // Unfused: GCC does not contract llama.cpp's `S = S*ms + vs` (product rounded, then the add).
+  st.s = st.s * ms + vs;
 }
 
 /// Query at position n_pos − 1 of sequence `seq`, KV head hk, flash scheme. q_row / out_row:

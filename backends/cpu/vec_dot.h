@@ -64,6 +64,11 @@ float vec_dot_q5_0_q8_0(int64_t n, const void* w, const void* x);
 float vec_dot_q8_0_q8_0(int64_t n, const void* w, const void* x);
 float vec_dot_iq4_nl_q8_0(int64_t n, const void* w, const void* x);
 float vec_dot_q4_1_q8_1(int64_t n, const void* w, const void* x);
+/// vec_dot_q4_0_q8_0 in the order of llama.cpp's repacked q4_0 kernels (CPU_AARCH64 buffer,
+/// q4_0_8x8 layout, which x86 with AVX2 uses for every q4_0 weight with a multiple of 8 rows,
+/// in its gemm and gemv alike): per block the whole 32-element integer dot, then
+/// acc = fma(float(isum), d_w · d_x, acc) with one scalar accumulator from 0.
+float repack_dot_q4_0_q8_0(int64_t n, const void* w, const void* x);
 float vec_dot_q5_1_q8_1(int64_t n, const void* w, const void* x);
 
 // K-quants (vec_dot_k.cpp).

@@ -120,6 +120,20 @@ float vec_dot_q4_0_q8_0(int64_t n, const void* w, const void* x) {
       n, w, x, [](const block_q4_0& b, int8_t* q) { unpack_nibbles(b.qs, 8, q); });
 }
 
+float repack_dot_q4_0_q8_0(int64_t n, const void* w, const void* x) {
+  const block_q4_0* bw = static_cast<const block_q4_0*>(w);
+  const block_q8_0* bx = static_cast<const block_q8_0*>(x);
+  float acc = 0.0f;
+  int8_t q[32];
+  for (int64_t b = 0; b < n / 32; ++b) {
+    unpack_nibbles(bw[b].qs, 8, q);
+    int32_t isum = 0;
+    for (int i = 0; i < 32; ++i) isum += int32_t(q[i]) * int32_t(bx[b].qs[i]);
+    acc = std::fma(float(isum), fp16_lut(bw[b].d) * fp16_lut(bx[b].d), acc);
+  }
+  return acc;
+}
+
 float vec_dot_q5_0_q8_0(int64_t n, const void* w, const void* x) {
   return dot_sym_q8_0<block_q5_0>(
       n, w, x, [](const block_q5_0& b, int8_t* q) { unpack_5bit(b.qs, b.qh, 16, q); });
