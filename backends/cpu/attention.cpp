@@ -20,21 +20,6 @@ int64_t padded_cells(int64_t end, int64_t n_ctx) {
   return std::min(n_ctx, std::max<int64_t>(32, (end + 31) / 32 * 32));
 }
 
-/// Softmax of x[0..n_pos) scaled by `scale`, as part of a row of n_kv cells where the rest are
-/// masked (−inf), as llama.cpp's soft_max op with scale and an f32 causal mask: scores times
-/// scale, then softmax_exp (polynomial e^x in 16-lane blocks, libm expf in the tail, block sums
-/// in double; see ops.h) and every cell times float(1 / sum).
-void masked_softmax(float* x, int64_t n_pos, int64_t n_kv, float scale) {
-  float max = -INFINITY;
-  for (int64_t j = 0; j < n_pos; ++j) {
-    x[j] *= scale;
-    max = std::fmax(max, x[j]);
-  }
-  for (int64_t j = n_pos; j < n_kv; ++j) x[j] = -INFINITY;
-  const float inv = float(1.0 / softmax_exp(x, x, n_kv, max));
-  for (int64_t i = 0; i < n_kv; ++i) x[i] *= inv;
-}
-
 /// Per-thread buffers of attend_one.
 struct AttnScratch {
   std::vector<float> w;      // [n_kv] scores, then weights

@@ -108,4 +108,15 @@ void get_rows(const Tensor& table, const int32_t* ids, int64_t n_ids, float* out
   }
 }
 
+void masked_softmax(float* x, int64_t n_pos, int64_t n_kv, float scale) {
+  float max = -INFINITY;
+  for (int64_t j = 0; j < n_pos; ++j) {
+    x[j] *= scale;
+    max = std::fmax(max, x[j]);
+  }
+  for (int64_t j = n_pos; j < n_kv; ++j) x[j] = -INFINITY;
+  const float inv = float(1.0 / softmax_exp(x, x, n_kv, max));
+  for (int64_t j = 0; j < n_kv; ++j) x[j] *= inv;
+}
+
 }  // namespace kvrun::cpu

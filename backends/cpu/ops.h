@@ -54,6 +54,11 @@ void add(float* y, const float* x, int64_t n);
 /// the tail's libm expf values are accumulated in double. x[i] = −inf gives 0. y may equal x.
 double softmax_exp(const float* x, float* y, int64_t n, float max);
 
+/// Softmax of x[0..n_pos) scaled by `scale`, inside a row of n_kv cells whose rest is masked
+/// (set to −inf here), as llama.cpp's soft_max op with a scale and an f32 causal mask: scale,
+/// max, softmax_exp over all n_kv cells, every cell times float(1 / sum). In place, x[n_kv].
+void masked_softmax(float* x, int64_t n_pos, int64_t n_kv, float scale);
+
 /// In-place softmax of x[n] as llama.cpp's soft_max op (no scale or mask): softmax_exp with the
 /// row's max, then every element times float(1 / sum).
 void softmax(float* x, int64_t n);

@@ -299,20 +299,6 @@ struct LaneOrder {
   }
 };
 
-/// Softmax of x[0..n_pos) times `scale` inside a row of n_kv cells whose rest is masked, as
-/// llama.cpp's soft_max op with an f32 causal mask (and attention.cpp): scale, max, −inf for the
-/// masked cells, softmax_exp over all n_kv cells, every cell times float(1 / sum).
-void masked_softmax(float* x, int64_t n_pos, int64_t n_kv, float scale) {
-  float max = -INFINITY;
-  for (int64_t j = 0; j < n_pos; ++j) {
-    x[j] *= scale;
-    max = std::fmax(max, x[j]);
-  }
-  for (int64_t j = n_pos; j < n_kv; ++j) x[j] = -INFINITY;
-  const float inv = float(1.0 / softmax_exp(x, x, n_kv, max));
-  for (int64_t j = 0; j < n_kv; ++j) x[j] *= inv;
-}
-
 /// Scores of the group's query heads over positions 0 … n_pos − 1 into sc.w, then weights.
 void exact_weights(const Call& c, const PagedSeq& seq, int64_t n_pos, int64_t n_kv, int64_t hk,
                    Scratch& sc) {
