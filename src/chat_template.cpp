@@ -392,16 +392,6 @@ std::vector<std::string> chat_template_names() {
   return names;
 }
 
-std::string render_plain_completion(const std::vector<ChatMessage>& messages) {
-  std::string out;
-  for (const ChatMessage& m : messages) {
-    if (m.role != "user") continue;
-    if (!out.empty()) out += "\n";
-    out += m.content;
-  }
-  return out;
-}
-
 namespace {
 
 /// One detection rule: the template contains every `all` substring and no `none` substring.

@@ -55,8 +55,4 @@ std::string render_chat(std::string_view family, const std::vector<ChatMessage>&
 /// Every family name render_chat accepts (for `--chat-template NAME`), sorted.
 std::vector<std::string> chat_template_names();
 
-/// Plain completion mode for models without a chat template: the user messages' contents joined
-/// with "\n" (system and assistant messages are ignored); no special tokens are added.
-std::string render_plain_completion(const std::vector<ChatMessage>& messages);
-
 }  // namespace kvrun

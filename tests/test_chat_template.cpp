@@ -382,13 +382,6 @@ TEST(ChatTemplate, Llama2Detection) {
   EXPECT_EQ(why->rfind("llama2-default-system", 0), 0u) << *why;
 }
 
-TEST(ChatTemplate, PlainCompletionJoinsUserMessages) {
-  EXPECT_EQ(
-      render_plain_completion({{"system", "s"}, {"user", "a"}, {"assistant", "b"}, {"user", "c"}}),
-      "a\nc");
-  EXPECT_EQ(render_plain_completion({}), "");
-}
-
 // Dates with a one-digit day and month, for the families that print today's date.
 TEST(ChatTemplate, DatesMatchJinja2) {
   KVRUN_REQUIRE_FIXTURE("templates");

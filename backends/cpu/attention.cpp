@@ -1,4 +1,5 @@
-// attention.cpp — causal GQA attention over a contiguous KV store (see attention.h).
+// attention.cpp — causal GQA attention over a contiguous KV store, the test oracle of the paged
+// kernel (see attention.h).
 #include "cpu/attention.h"
 
 #include <algorithm>

@@ -1,8 +1,11 @@
-// attention.h — causal multi-head attention with GQA over a contiguous per-layer KV store.
+// attention.h — causal multi-head attention with GQA over a contiguous per-layer KV store: the
+// reference implementation of llama.cpp's non-flash CPU attention. The model no longer uses it
+// (it runs on the paged cache, paged_attention.h); it is kept as the oracle that the paged
+// kernel's exact path must equal bit for bit (tests/test_paged_attention.cpp), and AttnParams is
+// shared with the paged kernel.
 //
 // Layout of one layer's store (KvLayerView): K and V each [n_ctx, n_head_kv · head_dim] in
-// `type` (f16 or f32), row p holding the token at position p. A later issue replaces this with
-// the paged cache; the model only passes the view through.
+// `type` (f16 or f32), row p holding the token at position p.
 //
 // Numerics (llama.cpp's CPU path without flash attention, f16 cache): Q is rounded to f16 and
 // dotted with f16 K in f32, scores are scaled by `scale`, softmax in f32 (sum in double), the
