@@ -28,7 +28,7 @@ class ContextError : public std::runtime_error {
 
 /// Which softmax the attention uses (cpu::PagedAttnParams::flash), as llama.cpp's -fa.
 enum class FlashAttn {
-  kAuto,  ///< flash when the V cache type is quantized (as llama.cpp requires), else exact
+  kAuto,  ///< flash when K or V is a quantized type (fp8, nvfp4, q8_0, q4_0), else exact
   kOn,    ///< online softmax (FlashAttention)
   kOff,   ///< exact softmax over a score buffer (llama.cpp's default path)
 };

@@ -3,6 +3,7 @@
 #include "cpu/kv_row_ops.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <numeric>
 
@@ -26,6 +27,33 @@ void decode_span(int64_t off, int64_t len, int64_t per, float* out, Dec dec) {
     const int64_t lo = std::max(off, b * per), hi = std::min(off + len, (b + 1) * per);
     std::copy(tmp + (lo - b * per), tmp + (hi - b * per), out + (lo - off));
   }
+}
+
+/// The 256 FP8 codes of format `t` (E4M3 or E5M2) as floats, built once.
+const float* fp8_table(DType t) {
+  static const auto tables = [] {
+    std::array<std::array<float, 256>, 2> tb{};
+    for (int c = 0; c < 256; ++c) {
+      tb[0][size_t(c)] = fp8_e4m3_to_f32(uint8_t(c));
+      tb[1][size_t(c)] = fp8_e5m2_to_f32(uint8_t(c));
+    }
+    return tb;
+  }();
+  return tables[t == DType::FP8_E4M3 ? 0 : 1].data();
+}
+
+/// dequantize_row_fp8_scaled through the code table: y = table[q] · 2^(b − 127). Multiplying by
+/// a normal power of two rounds once, as ldexp does, so the values are the same; scales whose
+/// 2^e is not a normal float (and the NaN scale 255) take the reference path.
+void decode_fp8_head(DType t, const uint8_t* q, uint8_t b, float* y, int64_t n) {
+  const int e = int(b) - 127;
+  if (e < -126 || e > 127) {
+    dequantize_row_fp8_scaled(t, q, b, y, n);
+    return;
+  }
+  const float* tb = fp8_table(t);
+  const float sc = f32_from_bits(uint32_t(e + 127) << 23);
+  for (int64_t i = 0; i < n; ++i) y[i] = tb[q[i]] * sc;
 }
 
 void decode_nvfp4_head(int64_t n_head_kv, int64_t head_dim, const uint8_t* row, int64_t h,
@@ -74,7 +102,7 @@ void kv_decode_head(DType t, int64_t n_head_kv, int64_t head_dim, const uint8_t*
       return;
     case DType::FP8_E4M3:
     case DType::FP8_E5M2:
-      dequantize_row_fp8_scaled(t, row + off, row[n_head_kv * head_dim + h], out, head_dim);
+      decode_fp8_head(t, row + off, row[n_head_kv * head_dim + h], out, head_dim);
       return;
     default:  // NVFP4 (callers pass KV cache types only)
       decode_nvfp4_head(n_head_kv, head_dim, row, h, out);

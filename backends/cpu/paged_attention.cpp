@@ -34,6 +34,7 @@
 #include "cpu/paged_attention.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
@@ -58,6 +59,7 @@ struct KDot {
 
 KDot make_kdot(DType kt, int64_t hd, bool flash, bool batched) {
   const bool gemm = !flash && batched && hd % 16 == 0;
+  if (kt == DType::F16 && flash) return {false, act_from_float_f32, vec_dot_f32};  // tile path
   if (kt == DType::F16) return {true, act_from_float_f16, gemm ? gemm_dot_f16 : vec_dot_f16};
   if (kt == DType::Q8_0 && hd % 32 == 0) return {true, act_from_float_q8_0, vec_dot_q8_0_q8_0};
   if (kt == DType::Q4_0 && hd % 32 == 0) return {true, act_from_float_q8_0, vec_dot_q4_0_q8_0};
@@ -75,25 +77,23 @@ struct Call {
   bool batched;   ///< ≥ 2 query rows in the call (selects the exact scheme's gemm order)
 };
 
-/// Running state of one query head.
-struct Online {
-  float m = -INFINITY;  ///< running max of the scaled scores
-  float s = 0.0f;       ///< running sum of e^(score − m)
-};
-
 /// Per-thread buffers; sized on use, reused across items.
 struct Scratch {
-  std::vector<float> qf;        ///< [group][head_dim] Q heads in f32 (rotated when asked)
-  std::vector<uint8_t> qx;      ///< [group][4·head_dim] Q heads in K's dot type
-  std::vector<float> ktile;     ///< [block_size][head_dim] decoded K head rows
-  std::vector<float> vtile;     ///< [block_size][head_dim_v] decoded V head rows
-  std::vector<float> acc;       ///< flash: [group][head_dim_v]; exact: [group][64][head_dim_v]
-  std::vector<uint16_t> acc16;  ///< flash, f16 V: [group][head_dim_v]
-  std::vector<float> w;         ///< exact: [group][n_kv] scores, then weights
-  std::vector<double> tail;     ///< exact: [group][head_dim_v] vec-order tail sums
-  std::vector<float> zeros;     ///< [head_dim_v] V of the cells past the causal limit
-  std::vector<float> vrow;      ///< [head_dim_v] one f16 V row widened to f32 (exact scheme)
-  std::vector<Online> online;   ///< flash: [group] softmax state
+  std::vector<float> qf;     ///< [rows][head_dim] Q heads in f32 (rotated when asked)
+  std::vector<uint8_t> qx;   ///< [rows][4·head_dim] Q heads in K's dot type
+  std::vector<float> ktile;  ///< exact: [block_size][head_dim] decoded K head rows
+  std::vector<float> kt;     ///< flash: [head_dim][block_size] decoded K rows, transposed
+  std::vector<float> krow;   ///< flash: [head_dim] one decoded K row
+  std::vector<float> vtile;  ///< [block_size][head_dim_v] decoded V head rows
+  std::vector<float> acc;    ///< flash: [rows][head_dim_v]; exact: [group][64][head_dim_v]
+  std::vector<float> w;      ///< exact: [group][n_kv] scores, then weights; flash: [rows][bs]
+  std::vector<double> tail;  ///< exact: [group][head_dim_v] vec-order tail sums
+  std::vector<float> zeros;  ///< [head_dim_v] V of the cells past the causal limit
+  std::vector<float> vrow;   ///< [head_dim_v] one f16 V row widened to f32 (exact scheme)
+  std::vector<float> m, l;   ///< flash: [rows] running max and running sum
+  std::vector<int64_t> nv;   ///< flash: [rows] positions of the block each row sees
+  std::vector<float> s;      ///< flash: [padded block] one row's scores, then weights
+  std::vector<float> wexp;   ///< flash: [padded block · head_dim_v] weights per V slot
 };
 
 /// One block's rows of one KV head: stored rows (in place) or decoded tiles.
@@ -165,64 +165,215 @@ inline const uint16_t* v_f16(const Call& c, const BlockView& bv, int64_t j, int6
   return reinterpret_cast<const uint16_t*>(bv.v + j * c.kv.v_row_bytes) + hk * c.p.attn.head_dim_v;
 }
 
-// ---- flash (online softmax) ----
+// ---- flash (online softmax, one block at a time) ----
 
-/// One position of the online softmax for one query head (see the file comment).
-void flash_step(const Call& c, const BlockView& bv, int64_t j, int64_t hk, float score, Online& st,
-                float* acc, uint16_t* acc16, const Scratch& sc) {
-  const int64_t hdv = c.p.attn.head_dim_v;
-  float ms = 1.0f, vs = 1.0f;
-  if (score > st.m) {
-    ms = std::exp(st.m - score);
-    st.m = score;
-    if (c.v_f16) {
-      for (int64_t d = 0; d < hdv; ++d) acc16[d] = f32_to_fp16(fp16_lut(acc16[d]) * ms);
-    } else {
-      for (int64_t d = 0; d < hdv; ++d) acc[d] *= ms;
-    }
-  } else {
-    vs = std::exp(score - st.m);
-  }
-  if (c.v_f16) {
-    const uint16_t* v = v_f16(c, bv, j, hk);
-    for (int64_t d = 0; d < hdv; ++d)
-      acc16[d] = f32_to_fp16(std::fma(fp16_lut(v[d]), vs, fp16_lut(acc16[d])));
-  } else {
-    const float* v = v_f32(c, bv, j, hk, sc);
-    for (int64_t d = 0; d < hdv; ++d) acc[d] = std::fma(v[d], vs, acc[d]);
-  }
-  // Unfused: GCC does not contract llama.cpp's `S = S*ms + vs` (product rounded, then the add).
-  st.s = st.s * ms + vs;
+/// e^x for x ≤ 0 (scores minus their running max), vectorizable: the Cody–Waite reduction and
+/// degree-5 polynomial of fast_exp.h's expf_lane with plain f32 operations and the 2^n scaling
+/// done on the exponent bits (n ≥ −126, so 2^n is normal). Relative error ≤ about 3 ulp;
+/// x < −87.3 (including −inf) gives 0.
+inline float exp_nonpos(float x) {
+  constexpr float kShift = 0x1.8p23f, kInvLn2 = 0x1.715476p+0f, kLn2Hi = 0x1.62e4p-1f,
+                  kLn2Lo = 0x1.7f7d1cp-20f, kC0 = 0x1.ffffecp-1f, kC1 = 0x1.fffdb6p-2f,
+                  kC2 = 0x1.555e66p-3f, kC3 = 0x1.573e2ep-5f, kC4 = 0x1.0e4020p-7f;
+  const float xc = x < -87.3f ? -87.3f : x;
+  const float z = xc * kInvLn2 + kShift;
+  const float n = z - kShift;
+  const float b = (xc - n * kLn2Hi) - n * kLn2Lo;
+  const float u = b * b;
+  const float j = ((kC4 * b + kC3) * u + (kC2 * b + kC1)) * u + (kC0 * b + 1.0f);
+  const float p2 = std::bit_cast<float>(uint32_t(int32_t(n) + 127) << 23);
+  return x < -87.3f ? 0.0f : j * p2;
 }
 
-/// Query at position n_pos − 1 of sequence `seq`, KV head hk, flash scheme. q_row / out_row:
-/// the query's rows of q and out.
-void flash_item(const Call& c, const PagedSeq& seq, int64_t n_pos, int64_t hk, const float* q_row,
-                float* out_row, Scratch& sc) {
-  const int64_t hdv = c.p.attn.head_dim_v, bs = c.kv.block_size, G = c.group;
-  prepare_q(c, q_row, hk, sc);
-  sc.acc.assign(size_t(G * hdv), 0.0f);
-  sc.acc16.assign(size_t(G * hdv), 0);
-  sc.online.assign(size_t(G), Online{});
-  BlockView bv;
-  for (int64_t b = 0; b * bs < n_pos; ++b) {
-    const int64_t n = std::min(bs, n_pos - b * bs);
-    load_k(c, seq.block_table[b], n, hk, sc, bv);
-    load_v(c, seq.block_table[b], n, hk, sc, bv);
-    for (int64_t g = 0; g < G; ++g)
-      for (int64_t j = 0; j < n; ++j)
-        flash_step(c, bv, j, hk, k_dot(c, bv, j, g, sc) * c.p.attn.scale, sc.online[size_t(g)],
-                   sc.acc.data() + g * hdv, sc.acc16.data() + g * hdv, sc);
-  }
-  for (int64_t g = 0; g < G; ++g) {
-    float* out = out_row + (hk * G + g) * hdv;
-    const float inv = 1.0f / sc.online[size_t(g)].s;
-    for (int64_t d = 0; d < hdv; ++d) {
-      const float a =
-          c.v_f16 ? fp16_lut(sc.acc16[size_t(g * hdv + d)]) : sc.acc[size_t(g * hdv + d)];
-      out[d] = a * inv;
+// The 16-lane helpers below are always inlined, so passing vectors by value never crosses a
+// function boundary and GCC's note about the AVX-512 calling convention does not apply.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+/// 16 floats as one GCC/Clang vector: the compiler maps it to one AVX-512 register, two AVX2
+/// registers or four SSE registers, whichever the function is compiled for.
+using v16f = float __attribute__((vector_size(64)));
+using v16i = int32_t __attribute__((vector_size(64)));
+constexpr int64_t kLanes = 16;
+
+[[gnu::always_inline]] inline v16f load16(const float* p) {
+  v16f v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+[[gnu::always_inline]] inline void store16(float* p, v16f v) { std::memcpy(p, &v, sizeof v); }
+[[gnu::always_inline]] inline v16f splat16(float x) { return v16f{} + x; }
+[[gnu::always_inline]] inline float hmax16(v16f v) {
+  float m = v[0];
+  for (int k = 1; k < 16; ++k) m = v[k] > m ? v[k] : m;
+  return m;
+}
+[[gnu::always_inline]] inline float hsum16(v16f v) {
+  float t = 0.0f;
+  for (int k = 0; k < 16; ++k) t += v[k];
+  return t;
+}
+
+/// exp_nonpos on 16 lanes.
+[[gnu::always_inline]] inline v16f exp_nonpos16(v16f x) {
+  const v16f lo = splat16(-87.3f);
+  const v16i under = x < lo;
+  const v16f xc = under ? lo : x;
+  const v16f z = xc * 0x1.715476p+0f + 0x1.8p23f;
+  const v16f n = z - 0x1.8p23f;
+  const v16f b = (xc - n * 0x1.62e4p-1f) - n * 0x1.7f7d1cp-20f;
+  const v16f u = b * b;
+  const v16f j = ((0x1.0e4020p-7f * b + 0x1.573e2ep-5f) * u + (0x1.555e66p-3f * b + 0x1.fffdb6p-2f)) *
+                     u +
+                 (0x1.ffffecp-1f * b + 1.0f);
+  const v16i e = (__builtin_convertvector(n, v16i) + 127) << 23;
+  v16f p2;
+  std::memcpy(&p2, &e, sizeof p2);
+  return under ? v16f{} : j * p2;
+}
+
+/// Scores, online-softmax update and V accumulation of `rows` query heads over one block, whose
+/// width is padded to bsp (a multiple of kLanes). Row r sees the block's first nv[r] positions
+/// (nv[r] ≤ 0: none). kt: the block's K rows transposed, [head_dim][bsp]; vt: its V rows,
+/// [bsp][head_dim_v], rows past the block's end zero; q: [rows][head_dim] in K's precision;
+/// direct: when not null, the rows' unscaled scores [rows][bsp] (kt and q unused); s, w:
+/// [bsp] and [bsp · head_dim_v] scratch. m, l: the rows' running max and sum. acc: with `wide`,
+/// [rows][bsp · head_dim_v] per-slot accumulators (summed over the slots at the end; for small
+/// head_dim_v, where a row of V is shorter than a vector), else [rows][head_dim_v].
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
+void flash_block(int64_t rows, const int64_t* nv, int64_t hd, int64_t hdv, int64_t bsp,
+                 float scale, const float* q, const float* kt, const float* vt, const float* direct,
+                 bool wide, float* s, float* w, float* m, float* l, float* acc) {
+  const int64_t acc_len = wide ? bsp * hdv : hdv;
+  const v16f ninf = splat16(-INFINITY);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t n = nv[r];
+    if (n <= 0) continue;
+    for (int64_t j0 = 0; j0 < bsp; j0 += kLanes) {
+      v16f sv{};
+      if (direct) {
+        sv = load16(direct + r * bsp + j0) * scale;
+      } else {
+        const float* qr = q + r * hd;
+        for (int64_t d = 0; d < hd; ++d) sv += (qr[d] * scale) * load16(kt + d * bsp + j0);
+      }
+      store16(s + j0, sv);
+    }
+    for (int64_t j = n; j < bsp; ++j) s[j] = -INFINITY;
+    v16f mx = ninf;
+    for (int64_t j0 = 0; j0 < bsp; j0 += kLanes) {
+      const v16f sv = load16(s + j0);
+      mx = mx > sv ? mx : sv;
+    }
+    float mb = std::max(m[r], hmax16(mx));
+    float* a = acc + r * acc_len;
+    if (mb > m[r]) {  // a new maximum: rescale what was accumulated (e^−inf = 0 the first time)
+      const float corr = exp_nonpos(m[r] - mb);
+      for (int64_t d = 0; d < acc_len; ++d) a[d] *= corr;
+      l[r] *= corr;
+      m[r] = mb;
+    }
+    v16f sum{};
+    for (int64_t j0 = 0; j0 < bsp; j0 += kLanes) {
+      const v16f e = exp_nonpos16(load16(s + j0) - mb);
+      store16(s + j0, e);
+      sum += e;
+    }
+    l[r] += hsum16(sum);
+    if (wide) {  // slot-wise: a[j·hdv + d] += p_j · v[j][d] over the whole padded block
+      for (int64_t j = 0; j < bsp; ++j)
+        for (int64_t d = 0; d < hdv; ++d) w[j * hdv + d] = s[j];
+      for (int64_t x = 0; x < bsp * hdv; x += kLanes)
+        store16(a + x, load16(a + x) + load16(w + x) * load16(vt + x));
+    } else {
+      for (int64_t j = 0; j < n; ++j) {
+        const float p = s[j];
+        const float* v = vt + j * hdv;
+        for (int64_t d = 0; d < hdv; ++d) a[d] += p * v[d];
+      }
     }
   }
+}
+
+/// Query rows [i0, i1) of sequence `seq` (rows of q / out: seq.q0 + i), KV head hk, flash scheme.
+/// Each block of the KV head is decoded once for all the tile's query heads.
+void flash_tile(const Call& c, const PagedSeq& seq, int64_t i0, int64_t i1, int64_t hk,
+                const float* q, float* out, Scratch& sc) {
+  const PagedKvLayer& kv = c.kv;
+  const AttnParams& a = c.p.attn;
+  const int64_t hd = a.head_dim, hdv = a.head_dim_v, bs = kv.block_size, G = c.group;
+  const int64_t bsp = (bs + kLanes - 1) / kLanes * kLanes;
+  const bool wide = bsp * hdv <= 256;
+  const int64_t rows = (i1 - i0) * G, acc_len = wide ? bsp * hdv : hdv;
+  const bool direct = c.kd.direct;
+  // Q heads of the tile in K's precision: f32, or rounded to f16 for an f16 K (as llama.cpp's
+  // flash attention converts Q to K's type), or quantized for the in-place q8_0 / q4_0 dot.
+  sc.qf.resize(size_t(rows * hd));
+  if (direct) sc.qx.resize(size_t(rows * hd * 4));
+  for (int64_t i = i0; i < i1; ++i)
+    for (int64_t g = 0; g < G; ++g) {
+      const int64_t r = (i - i0) * G + g;
+      float* qf = sc.qf.data() + r * hd;
+      std::copy_n(q + (seq.q0 + i) * a.n_head * hd + (hk * G + g) * hd, hd, qf);
+      if (c.p.rotate) hadamard_rotate(qf, hd);
+      if (direct) {
+        c.kd.q_convert(qf, sc.qx.data() + r * hd * 4, hd);
+      } else if (kv.k_type == DType::F16) {
+        for (int64_t d = 0; d < hd; ++d) qf[d] = fp16_lut(f32_to_fp16(qf[d]));
+      }
+    }
+  sc.acc.assign(size_t(rows * acc_len), 0.0f);
+  sc.m.assign(size_t(rows), -INFINITY);
+  sc.l.assign(size_t(rows), 0.0f);
+  sc.nv.resize(size_t(rows));
+  sc.s.resize(size_t(bsp));
+  sc.krow.resize(size_t(hd));
+  sc.kt.assign(size_t(hd * bsp), 0.0f);
+  sc.vtile.assign(size_t(bsp * hdv), 0.0f);
+  sc.wexp.resize(size_t(bsp * hdv));
+  if (direct) sc.w.assign(size_t(rows * bsp), 0.0f);
+  const int64_t off = direct ? kv_head_offset(kv.k_type, hd, hk) : 0;
+  const int64_t end = seq.pos0 + i1;  // positions the last query of the tile sees
+  for (int64_t b = 0; b * bs < end; ++b) {
+    const int64_t n = std::min(bs, end - b * bs);
+    const uint8_t* kb = kv.k + int64_t(seq.block_table[b]) * bs * kv.k_row_bytes;
+    const uint8_t* vb = kv.v + int64_t(seq.block_table[b]) * bs * kv.v_row_bytes;
+    for (int64_t i = i0; i < i1; ++i)
+      for (int64_t g = 0; g < G; ++g)
+        sc.nv[size_t((i - i0) * G + g)] = std::min(n, seq.pos0 + i + 1 - b * bs);
+    if (direct) {
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < sc.nv[size_t(r)]; ++j)
+          sc.w[size_t(r * bsp + j)] =
+              c.kd.dot(hd, kb + j * kv.k_row_bytes + off, sc.qx.data() + r * hd * 4);
+    } else {
+      for (int64_t j = 0; j < n; ++j) {
+        kv_decode_head(kv.k_type, a.n_head_kv, hd, kb + j * kv.k_row_bytes, hk, sc.krow.data());
+        for (int64_t d = 0; d < hd; ++d) sc.kt[size_t(d * bsp + j)] = sc.krow[size_t(d)];
+      }
+    }
+    for (int64_t j = 0; j < n; ++j)
+      kv_decode_head(kv.v_type, a.n_head_kv, hdv, vb + j * kv.v_row_bytes, hk,
+                     sc.vtile.data() + j * hdv);
+    if (n < bsp) std::fill(sc.vtile.begin() + n * hdv, sc.vtile.end(), 0.0f);
+    flash_block(rows, sc.nv.data(), hd, hdv, bsp, a.scale, sc.qf.data(), sc.kt.data(),
+                sc.vtile.data(), direct ? sc.w.data() : nullptr, wide, sc.s.data(),
+                sc.wexp.data(), sc.m.data(), sc.l.data(), sc.acc.data());
+  }
+  for (int64_t i = i0; i < i1; ++i)
+    for (int64_t g = 0; g < G; ++g) {
+      const int64_t r = (i - i0) * G + g;
+      float* o = out + (seq.q0 + i) * a.n_head * hdv + (hk * G + g) * hdv;
+      const float* acc = sc.acc.data() + r * acc_len;
+      const float inv = 1.0f / sc.l[size_t(r)];
+      for (int64_t d = 0; d < hdv; ++d) {
+        float t = acc[d];
+        if (wide)
+          for (int64_t j = 1; j < bsp; ++j) t += acc[j * hdv + d];
+        o[d] = t * inv;
+      }
+    }
 }
 
 // ---- exact (llama.cpp's non-flash softmax) ----
@@ -370,6 +521,9 @@ void check_shapes(const PagedKvLayer& kv, const PagedAttnParams& p) {
     throw std::invalid_argument("paged attention: rotate needs a power-of-two head_dim");
 }
 
+/// Query rows per flash work item: each K/V block is decoded once for this many queries.
+constexpr int64_t kFlashTile = 32;
+
 /// Cells llama.cpp's KV cache exposes to a batch ending at position `end`: a multiple of 32,
 /// at least 32 (its n_ctx is a multiple of 32 too, so no cap applies).
 int64_t padded_cells(int64_t end) { return std::max<int64_t>(32, (end + 31) / 32 * 32); }
@@ -417,6 +571,26 @@ void paged_attention(ThreadPool& pool, const PagedKvLayer& kv, const PagedAttnPa
                kv.v_type == DType::F16,
                kv.v_type == DType::F16 || kv.v_type == DType::F32,
                batched};
+  if (p.flash) {
+    // Items: (sequence, query tile, KV head). Tiles of one sequence are visited alternately
+    // from both ends (0, last, 1, last − 1, …) so that the contiguous chunks the pool gives each
+    // thread carry about the same causal work.
+    std::vector<int64_t> tiles(size_t(n_seqs + 1), 0);
+    for (int64_t s = 0; s < n_seqs; ++s)
+      tiles[size_t(s + 1)] = tiles[size_t(s)] + (seqs[s].n_q + kFlashTile - 1) / kFlashTile;
+    pool.run(tiles[size_t(n_seqs)] * a.n_head_kv, [&](int64_t begin, int64_t end) {
+      thread_local Scratch sc;
+      for (int64_t it = begin; it < end; ++it) {
+        const int64_t t = it / a.n_head_kv, hk = it % a.n_head_kv;
+        const int64_t s = std::upper_bound(tiles.begin(), tiles.end(), t) - tiles.begin() - 1;
+        const int64_t k = t - tiles[size_t(s)], nt = tiles[size_t(s + 1)] - tiles[size_t(s)];
+        const int64_t tile = k % 2 == 0 ? k / 2 : nt - 1 - k / 2;
+        const int64_t i0 = tile * kFlashTile, i1 = std::min(seqs[s].n_q, i0 + kFlashTile);
+        flash_tile(c, seqs[s], i0, i1, hk, q, out, sc);
+      }
+    });
+    return;
+  }
   pool.run(first[size_t(n_seqs)], [&](int64_t begin, int64_t end) {
     thread_local Scratch sc;
     for (int64_t it = begin; it < end; ++it) {
@@ -426,11 +600,8 @@ void paged_attention(ThreadPool& pool, const PagedKvLayer& kv, const PagedAttnPa
       const int64_t hk = (it - first[size_t(s)]) % a.n_head_kv;
       const float* q_row = q + (seq.q0 + i) * a.n_head * a.head_dim;
       float* out_row = out + (seq.q0 + i) * a.n_head * a.head_dim_v;
-      const int64_t n_pos = seq.pos0 + i + 1;
-      if (p.flash)
-        flash_item(c, seq, n_pos, hk, q_row, out_row, sc);
-      else
-        exact_item(c, seq, n_pos, padded_cells(seq.pos0 + seq.n_q), hk, q_row, out_row, sc);
+      exact_item(c, seq, seq.pos0 + i + 1, padded_cells(seq.pos0 + seq.n_q), hk, q_row, out_row,
+                 sc);
     }
   });
 }
