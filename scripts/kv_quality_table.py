@@ -7,12 +7,15 @@ PPL, ΔPPL, mean KLD and top-1 agreement against the base, plus KV bytes per tok
   scripts/kv_quality_table.py [--models A.gguf B.gguf] [--texts X.txt Y.txt] > table.md
 
 Runs `kvrun perplexity -c 128 -b 128 -t 2` (build/kvrun); about 150 runs, ~20 min on 2 cores.
+Configurations with a float V (f32, f16, bf16) run with `-fa off` (the exact softmax, llama.cpp's
+scheme for them) so the rows compare with llama.cpp's; a quantized V runs the flash kernel.
 """
 import argparse, json, os, subprocess, sys, tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 KVRUN = os.path.join(HERE, "..", "build", "kvrun")
 FIX = os.environ.get("KVRUN_FIXTURES", os.path.join(HERE, "..", "..", "shared", "fixtures"))
+FLOAT_TYPES = ["f32", "f16", "bf16"]
 TYPES = ["f32", "bf16", "q8_0", "fp8_e4m3", "fp8_e5m2", "q4_0", "nvfp4"]
 
 
@@ -60,6 +63,8 @@ def main():
                 print("|---|---|---|---|---|---|---|---|")
                 for k, v, rot in configs:
                     args = ["--kl-divergence", base_file, "-ctk", k, "-ctv", v]
+                    if v in FLOAT_TYPES:  # llama.cpp's scheme for a float V: exact softmax
+                        args += ["-fa", "off"]
                     if rot:
                         args.append("--kv-rotate")
                     r = run(model, text, args)["kl_divergence"]

@@ -54,8 +54,8 @@ Context::Context(const Model& model, std::unique_ptr<KvCache> owned, KvCache* sh
       n_ctx_(checked_n_ctx(model, params)),
       n_batch_(std::min(checked_n_batch(params), n_ctx_)),
       flash_(params.flash_attn == FlashAttn::kOn ||
-             (params.flash_attn == FlashAttn::kAuto && (!is_float_type(cache_.params().type_k) ||
-                                                          !is_float_type(cache_.params().type_v)))),
+             (params.flash_attn == FlashAttn::kAuto &&
+              (!is_float_type(cache_.params().type_k) || !is_float_type(cache_.params().type_v)))),
       pool_(params.n_threads > 0 ? params.n_threads : cpu::physical_cores()) {
   scratch_ = std::make_unique<LlamaScratch>(model.hparams(), n_batch_);
 }

@@ -6,10 +6,10 @@
 //
 // Per reference: the prompt tokenizes to `prompt_tokens`; the first step's top-10 logprobs
 // (log_softmax over the full vocabulary) are within 1e-3 (F32/F16 files) or 2e-2 (quantized;
-// 0.1 for the Q4_0 file with q4_0 KV, see below) of llama.cpp's; greedy decoding reproduces all 64 `greedy_tokens` for F32, F16 and pad-Q8_0,
-// and for the other quantized files every token up to the first position where kvrun's own
-// top-2 logprobs are within 0.05 of each other (a near-tie, where rounding may legitimately flip
-// the choice).
+// 0.1 for the Q4_0 file with q4_0 KV, see below) of llama.cpp's; greedy decoding reproduces all 64
+// `greedy_tokens` for F32, F16 and pad-Q8_0, and for the other quantized files every token up to
+// the first position where kvrun's own top-2 logprobs are within 0.05 of each other (a near-tie,
+// where rounding may legitimately flip the choice).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -29,9 +29,9 @@ constexpr double kNearTie = 0.05;
 
 /// One reference set of one model: refs/<set>/<model>__*.json, run with the cache `flags`.
 struct RefCase {
-  std::string model;  ///< e.g. "stories260K-pad-F32"
-  std::string set;    ///< "kv_f16", "kv_q8_0_fa" or "kv_q4_0_fa"
-  std::string flags;  ///< KV cache flags matching how llama.cpp made the set
+  std::string model;         ///< e.g. "stories260K-pad-F32"
+  std::string set;           ///< "kv_f16", "kv_q8_0_fa" or "kv_q4_0_fa"
+  std::string flags;         ///< KV cache flags matching how llama.cpp made the set
   double logprob_tol = 0.0;  ///< first-step logprob tolerance; 0: 1e-3 float files, 2e-2 else
 };
 

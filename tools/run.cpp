@@ -63,11 +63,24 @@ int complete(const RunOptions& opt, Loaded& l) {
       std::fflush(stdout);
     };
   GenerateResult r = generate(*l.ctx, l.tok, sampler, prompt, gp, sink, &g_interrupted);
+  const KvSequence& seq = l.ctx->sequence();
+  const KvCache& cache = l.ctx->cache();
   if (opt.json) {
-    std::printf("%s\n", result_json(l.tok, prompt, r).dump().c_str());
+    nlohmann::ordered_json j = result_json(l.tok, prompt, r);
+    j["kv"] = {{"n_tokens", seq.n_tokens()},
+               {"blocks", seq.block_table().size()},
+               {"block_size", cache.block_size()},
+               {"bytes_per_token", cache.bytes_per_token()},
+               {"bytes_held", seq.bytes_held()}};
+    std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("\n");
     print_timings(r.timings);
+    std::fprintf(stderr,
+                 "kvrun: KV cache: %lld tokens in %lld blocks of %lld, %s held (%lld bytes)\n",
+                 (long long)seq.n_tokens(), (long long)seq.block_table().size(),
+                 (long long)cache.block_size(), format_bytes(seq.bytes_held()).c_str(),
+                 (long long)seq.bytes_held());
   }
   return 0;
 }

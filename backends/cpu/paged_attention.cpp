@@ -1,36 +1,35 @@
 // paged_attention.cpp — attention over the paged KV cache (see paged_attention.h and
 // docs/kv-cache.md).
 //
-// Work item = (sequence, query token, KV head): the item converts the query heads of the KV
-// head's group once, then walks the sequence's block table; per block it decodes (when the type
-// cannot be read in place) the K rows of that KV head into a block_size × head_dim tile and the
-// V rows into a block_size × head_dim_v tile, and uses them for every query head of the group.
-// Items are independent, so the result does not depend on the number of threads.
+// Flash scheme. Work item = (sequence, tile of up to kFlashTile query tokens, KV head): the item
+// converts the tile's query heads of the KV head's group once, then walks the block table up to
+// the tile's last position; per block it decodes the K rows of the KV head once into a
+// transposed head_dim × block tile and the V rows into a block × head_dim_v tile (f16 widened,
+// quantized types dequantized; q8_0 / q4_0 K with head_dim % 32 == 0 is dotted in place against
+// Q quantized to q8_0, as llama.cpp pairs them), and uses them for every query row of the tile
+// (GQA group × tokens). Per row and block (FlashAttention-2, Dao 2023): scores of the block,
+// block max, one rescale of the accumulator when the running max grows, e^(s − max) for the
+// block's 16 lanes at once (exp_nonpos16), running sum, accumulation of V. Q is rounded to f16
+// for an f16 K (llama.cpp's flash attention converts Q to K's type). The inner loop
+// (flash_block) is compiled for AVX-512, AVX2+FMA and baseline x86-64 and picked at load time
+// (GCC target_clones). Tiles are visited alternately from both ends of the sequence so the
+// pool's contiguous chunks carry similar causal work. Items are independent, so the result does
+// not depend on the number of threads.
 //
-// Dot of Q with K ("K's dot type", as llama.cpp's CPU backend pairs them, ggml-cpu
-// type_traits_cpu[k].vec_dot_type):
+// Exact scheme (flash = false), llama.cpp's default path. Work item = (sequence, query token, KV
+// head): per block the K rows of the KV head are decoded (when the type cannot be read in place)
+// into a block_size × head_dim tile; Q is dotted in "K's dot type" as llama.cpp's CPU backend
+// pairs them (ggml-cpu type_traits_cpu[k].vec_dot_type):
 //   f32 K: Q in f32, vec_dot_f32;  f16 K: Q rounded to f16, vec_dot_f16;
 //   q8_0 / q4_0 K with head_dim % 32 == 0: Q quantized to q8_0 per head, the q8_0 block dot on
 //   the stored blocks;  any other case (bf16, fp8, nvfp4, q8_0 / q4_0 with head_dim % 32 ≠ 0):
 //   the head decoded to f32, Q in f32, vec_dot_f32.
-// The exact (non-flash) scheme uses the gemm accumulation order for batches as
-// backends/cpu/attention.cpp does (vec_dot.h).
-//
-// Flash numerics (llama.cpp's ggml_compute_forward_flash_attn_ext_f16 at commit c392e509,
-// Feb 2025, read for behaviour): per query head, positions one at a time in order:
-//   s = dot · scale;  if s > M: M' = s, ms = expf(M − M'), acc ·= ms, vs = 1
-//                     else:     ms = 1, vs = expf(s − M)
-//   acc = fma(v, vs, acc) element-wise;  S = S·ms + vs (product rounded before the add: GCC
-//   leaves that statement unfused, unlike ggml_vec_mad_f32's leftover loop)
-//   out = acc · (1 / S)
-// with libm expf. For an f16 V the accumulator is f16 (each scale and each multiply-add rounded
-// to f16, as its VKQ16 buffer); otherwise f32 over V decoded to f32.
-//
-// Exact numerics: as attention.cpp (llama.cpp without -fa): scores over the n_kv cells
-// llama.cpp's KV cache exposes (a multiple of 32, at least 32; cells past the causal limit
-// weigh 0), masked softmax with softmax_exp, weights rounded to f16 for an f16 V, then the
-// weighted sum of V in the lane order of vec_dot_f16 / vec_dot_f32 (one token) or gemm_dot_*
-// (batches), reproduced here block by block with per-lane accumulators (see LaneOrder).
+// Numerics as attention.cpp (llama.cpp without -fa): the gemm accumulation order for batches
+// (vec_dot.h); scores over the n_kv cells llama.cpp's KV cache exposes (a multiple of 32, at
+// least 32; cells past the causal limit weigh 0), masked softmax with softmax_exp, weights
+// rounded to f16 for an f16 V, then the weighted sum of V in the lane order of vec_dot_f16 /
+// vec_dot_f32 (one token) or gemm_dot_* (batches), reproduced here block by block with per-lane
+// accumulators (see LaneOrder).
 #include "cpu/paged_attention.h"
 
 #include <algorithm>
@@ -222,9 +221,9 @@ constexpr int64_t kLanes = 16;
   const v16f n = z - 0x1.8p23f;
   const v16f b = (xc - n * 0x1.62e4p-1f) - n * 0x1.7f7d1cp-20f;
   const v16f u = b * b;
-  const v16f j = ((0x1.0e4020p-7f * b + 0x1.573e2ep-5f) * u + (0x1.555e66p-3f * b + 0x1.fffdb6p-2f)) *
-                     u +
-                 (0x1.ffffecp-1f * b + 1.0f);
+  const v16f j =
+      ((0x1.0e4020p-7f * b + 0x1.573e2ep-5f) * u + (0x1.555e66p-3f * b + 0x1.fffdb6p-2f)) * u +
+      (0x1.ffffecp-1f * b + 1.0f);
   const v16i e = (__builtin_convertvector(n, v16i) + 127) << 23;
   v16f p2;
   std::memcpy(&p2, &e, sizeof p2);
@@ -358,8 +357,8 @@ void flash_tile(const Call& c, const PagedSeq& seq, int64_t i0, int64_t i1, int6
                      sc.vtile.data() + j * hdv);
     if (n < bsp) std::fill(sc.vtile.begin() + n * hdv, sc.vtile.end(), 0.0f);
     flash_block(rows, sc.nv.data(), hd, hdv, bsp, a.scale, sc.qf.data(), sc.kt.data(),
-                sc.vtile.data(), direct ? sc.w.data() : nullptr, wide, sc.s.data(),
-                sc.wexp.data(), sc.m.data(), sc.l.data(), sc.acc.data());
+                sc.vtile.data(), direct ? sc.w.data() : nullptr, wide, sc.s.data(), sc.wexp.data(),
+                sc.m.data(), sc.l.data(), sc.acc.data());
   }
   for (int64_t i = i0; i < i1; ++i)
     for (int64_t g = 0; g < G; ++g) {

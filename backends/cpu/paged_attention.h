@@ -5,10 +5,11 @@
 // docs/kv-cache.md.
 //
 // Two softmax schemes, as llama.cpp's CPU backend has (PagedAttnParams::flash):
-//  * flash (online softmax, FlashAttention: Dao et al. 2022): one pass over the blocks with a
-//    running max, running sum and rescaled V accumulator per query head; each K/V block is
-//    decoded once per KV head for all query heads sharing it (GQA). The numerics follow llama.cpp's
-//    CPU flash-attention kernel where llama.cpp supports the type (Q converted to K's dot type).
+//  * flash (online softmax, FlashAttention: Dao et al. 2022/2023): one pass over the blocks
+//    with a running max, running sum and rescaled V accumulator per query head, a block of
+//    positions at a time; each K/V block is decoded once per KV head for a tile of up to 32
+//    query tokens and every query head sharing it (GQA). Its summation order is kvrun's own
+//    (not llama.cpp's position-by-position one), accurate to ~1e-7 relative against float64.
 //  * exact (flash = false): per query head the scores over all visible positions are computed
 //    block by block into a score buffer (n_kv floats, not K or V), then softmax as llama.cpp's
 //    non-flash path does (its polynomial exp, f16-rounded weights for an f16 V), then V block by
@@ -37,9 +38,9 @@ struct PagedKvLayer {
 
 /// Shapes and options of one paged attention call.
 struct PagedAttnParams {
-  AttnParams attn;       ///< n_head, n_head_kv, head_dim, head_dim_v, scale
-  bool flash = true;     ///< online softmax (true) or llama.cpp's exact non-flash softmax
-  bool rotate = false;   ///< K rows were stored Hadamard-rotated along head_dim; rotate Q too
+  AttnParams attn;      ///< n_head, n_head_kv, head_dim, head_dim_v, scale
+  bool flash = true;    ///< online softmax (true) or llama.cpp's exact non-flash softmax
+  bool rotate = false;  ///< K rows were stored Hadamard-rotated along head_dim; rotate Q too
 };
 
 /// One sequence's part of a batch (CSR style: sequences own consecutive query rows).
