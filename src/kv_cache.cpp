@@ -100,6 +100,26 @@ struct KvCache::Impl {
   BlockPool pool{0};
   int64_t computed = 0;
   int64_t reused = 0;
+  std::unique_ptr<PrefixStore> store;  // --kv-cache-dir
+  std::vector<uint8_t> payload;        // one block's rows, for the store
+
+  /// Copies block b's rows of every layer to (to_store) or from the payload buffer.
+  void block_io(int32_t b, bool to_store) {
+    const int64_t bs = params.block_size;
+    uint8_t* p = payload.data();
+    for (int64_t il = 0; il < n_layer; ++il) {
+      uint8_t* k = layer_k(il) + b * bs * k_row;
+      uint8_t* v = layer_v(il) + b * bs * v_row;
+      if (to_store) {
+        std::memcpy(p, k, size_t(bs * k_row));
+        std::memcpy(p + bs * k_row, v, size_t(bs * v_row));
+      } else {
+        std::memcpy(k, p, size_t(bs * k_row));
+        std::memcpy(v, p + bs * k_row, size_t(bs * v_row));
+      }
+      p += bs * (k_row + v_row);
+    }
+  }
 
   uint8_t* layer_k(int64_t il) const {
     return base + il * n_blocks * params.block_size * (k_row + v_row);
@@ -129,6 +149,24 @@ KvCache::KvCache(const Hparams& hp, const KvCacheParams& params) : impl_(std::ma
   if (p == MAP_FAILED) throw std::bad_alloc();
   c.base = static_cast<uint8_t*>(p);
   c.pool = BlockPool(c.n_blocks);
+  if (!params.cache_dir.empty() && params.prefix_cache) {
+    PrefixStoreLayout L;
+    L.model_id = params.model_id;
+    L.type_k = params.type_k;
+    L.type_v = params.type_v;
+    L.block_size = params.block_size;
+    L.n_layer = c.n_layer;
+    L.k_row_bytes = c.k_row;
+    L.v_row_bytes = c.v_row;
+    try {
+      c.store = std::make_unique<PrefixStore>(params.cache_dir, params.cache_dir_max, L);
+    } catch (...) {
+      munmap(c.base, c.map_bytes);
+      c.base = nullptr;
+      throw;
+    }
+    c.payload.resize(size_t(L.payload_bytes()));
+  }
 }
 
 KvCache::~KvCache() {
@@ -178,6 +216,22 @@ int64_t KvCache::n_tokens_computed() const { return impl_->computed; }
 int64_t KvCache::n_tokens_reused() const { return impl_->reused; }
 void KvCache::add_computed(int64_t n) { impl_->computed += n; }
 void KvCache::add_reused(int64_t n) { impl_->reused += n; }
+
+const PrefixStore* KvCache::prefix_store() const { return impl_->store.get(); }
+
+void KvCache::persist_block(int32_t block, uint64_t hash, std::span<const int32_t> tokens) {
+  Impl& c = *impl_;
+  if (!c.store || c.store->contains(hash)) return;
+  c.block_io(block, true);
+  c.store->save(hash, tokens, c.payload);
+}
+
+bool KvCache::restore_block(int32_t block, uint64_t hash, std::span<const int32_t> tokens) {
+  Impl& c = *impl_;
+  if (!c.store || !c.store->load(hash, tokens, c.payload)) return false;
+  c.block_io(block, false);
+  return true;
+}
 
 // ---------------------------------------------------------------------------------------------
 // KvSequence
@@ -258,6 +312,7 @@ void KvSequence::commit(std::span<const int32_t> tokens) {
         kv_block_hash(parent, std::span<const int32_t>(tokens_).subspan(i * bs, bs), tk, tv);
     pool.set_hash(table_[i], h);
     hashes_.push_back(h);
+    cache_.persist_block(table_[i], h, std::span<const int32_t>(tokens_).subspan(i * bs, bs));
   }
 }
 
@@ -275,6 +330,22 @@ int64_t KvSequence::attach_prefix(std::span<const int32_t> tokens) {
     const std::optional<int32_t> b = pool.find(h);
     if (!b) break;
     pool.ref(*b);
+    table_.push_back(*b);
+    hashes_.push_back(h);
+    parent = h;
+  }
+  // Then the persistent prefix cache: each further block read into a block of the pool.
+  for (size_t i = table_.size(); cache_.prefix_store() && i < n_full; ++i) {
+    const std::span<const int32_t> blk = tokens.subspan(i * bs, bs);
+    const uint64_t h = kv_block_hash(parent, blk, tk, tv);
+    if (!cache_.prefix_store()->contains(h)) break;
+    const std::optional<int32_t> b = pool.take();
+    if (!b) break;
+    if (!cache_.restore_block(*b, h, blk)) {
+      pool.unref(*b);
+      break;
+    }
+    pool.set_hash(*b, h);
     table_.push_back(*b);
     hashes_.push_back(h);
     parent = h;

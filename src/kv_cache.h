@@ -6,12 +6,14 @@
 #include <memory>
 #include <span>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "block_pool.h"
 #include "cpu/paged_attention.h"
 #include "dtype.h"
 #include "models/hparams.h"
+#include "prefix_store.h"
 
 namespace kvrun {
 
@@ -29,6 +31,11 @@ struct KvCacheParams {
   int64_t mem_bytes = 0;      ///< --kv-mem: pool budget in bytes (0: half the available RAM)
   bool prefix_cache = true;   ///< false: --no-prefix-cache (no hashing, no reuse)
   bool rotate = false;        ///< --kv-rotate: Hadamard-rotate K (and Q) along head_dim
+  /// --kv-cache-dir: persist full prefix blocks there and find them again in later processes
+  /// ("" = off; needs prefix_cache). See prefix_store.h.
+  std::string cache_dir;
+  int64_t cache_dir_max = int64_t(8) << 30;  ///< --kv-cache-dir-max: the directory's budget (bytes)
+  uint64_t model_id = 0;                     ///< model_file_id() of the model (with cache_dir)
 };
 
 /// Pool + per-layer storage, shared by every session of a process. Storage is reserved as
@@ -61,6 +68,15 @@ class KvCache {
   int64_t n_tokens_reused() const;
   void add_computed(int64_t n);
   void add_reused(int64_t n);
+
+  /// The persistent prefix cache (--kv-cache-dir), or null when off.
+  const PrefixStore* prefix_store() const;
+  /// Writes used block `block` (every layer's K and V rows) to the persistent prefix cache under
+  /// its chained hash, with its token ids; no-op without one.
+  void persist_block(int32_t block, uint64_t hash, std::span<const int32_t> tokens);
+  /// Fills block `block` from the persistent prefix cache; false (block untouched) on a miss or
+  /// an untrusted file, or without a cache.
+  bool restore_block(int32_t block, uint64_t hash, std::span<const int32_t> tokens);
 
  private:
   struct Impl;
@@ -98,9 +114,11 @@ class KvSequence {
   /// the cache's computed counter. n may be less than reserved (the rest stays reserved).
   void commit(std::span<const int32_t> tokens);
   /// With n_tokens() == 0: takes the cached blocks matching the longest full-block prefix of
-  /// `tokens`, leaving at least the last token to compute; returns the tokens reused (a multiple
-  /// of block_size, 0 without a match or with the prefix cache off) and adds them to the cache's
-  /// reused counter. The sequence then holds those tokens (n_tokens() == the return value).
+  /// `tokens`, leaving at least the last token to compute — blocks in the pool first, then blocks
+  /// read from the persistent prefix cache (--kv-cache-dir) into free blocks; returns the tokens
+  /// reused (a multiple of block_size, 0 without a match or with the prefix cache off) and adds
+  /// them to the cache's reused counter. The sequence then holds those tokens (n_tokens() == the
+  /// return value).
   int64_t attach_prefix(std::span<const int32_t> tokens);
   /// Forgets positions n … n_tokens()−1 (0 ≤ n ≤ n_tokens()), giving back blocks past them and
   /// any pending reservation (cancellation). A block left partial keeps its content (and its

@@ -178,7 +178,7 @@ std::vector<BenchResult> run_bench(const BenchOptions& opt, const Model& model, 
   ContextParams base;
   base.n_batch = opt.n_batch;
   base.n_threads = opt.n_threads;
-  apply_kv_cache_options(opt.kv, base);
+  apply_kv_cache_options(opt.kv, opt.model, base);
   const int64_t longest = std::max(*std::max_element(opt.n_prompt.begin(), opt.n_prompt.end()),
                                    *std::max_element(opt.n_gen.begin(), opt.n_gen.end()));
   for (int64_t d : opt.depth) context_for_depth(opt, model, base.kv, d, longest);

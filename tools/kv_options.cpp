@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kv_layout.h"
+#include "prefix_store.h"
 
 namespace kvrun::tools {
 
@@ -25,6 +26,12 @@ void add_kv_cache_options(CLI::App& app, KvCacheOptions& o) {
   app.add_option("--kv-mem", o.mem,
                  "KV pool budget, e.g. 512M or 8G (default: what the context size needs)");
   app.add_flag("--no-prefix-cache", o.no_prefix_cache, "do not reuse cached KV blocks of prefixes");
+  app.add_option("--kv-cache-dir", o.cache_dir,
+                 "persistent prefix cache: write full KV blocks to DIR and reuse them in later "
+                 "runs with the same model and cache types");
+  app.add_option("--kv-cache-dir-max", o.cache_dir_max,
+                 "budget of --kv-cache-dir; least recently used blocks are removed past it")
+      ->capture_default_str();
   app.add_flag("--kv-rotate", o.rotate,
                "Hadamard-rotate K and Q along head_dim before K is quantized");
   app.add_option(
@@ -77,7 +84,8 @@ int64_t parse_size(const std::string& s) {
   return v << shift;
 }
 
-void apply_kv_cache_options(const KvCacheOptions& o, ContextParams& params) {
+void apply_kv_cache_options(const KvCacheOptions& o, const std::string& model_path,
+                            ContextParams& params) {
   auto type = [](const std::string& name, const char* opt) {
     auto t = kv_type_from_name(name);
     if (!t)
@@ -93,6 +101,13 @@ void apply_kv_cache_options(const KvCacheOptions& o, ContextParams& params) {
     throw std::invalid_argument("--kv-mem must be positive");
   params.kv.prefix_cache = !o.no_prefix_cache;
   params.kv.rotate = o.rotate;
+  if (!o.cache_dir.empty()) {
+    params.kv.cache_dir = o.cache_dir;
+    params.kv.cache_dir_max = parse_size(o.cache_dir_max);
+    if (params.kv.cache_dir_max <= 0)
+      throw std::invalid_argument("--kv-cache-dir-max must be positive");
+    params.kv.model_id = model_file_id(model_path);
+  }
   if (o.flash_attn == "on")
     params.flash_attn = FlashAttn::kOn;
   else if (o.flash_attn == "off")

@@ -13,21 +13,25 @@ namespace kvrun::tools {
 
 /// The raw option values, as typed.
 struct KvCacheOptions {
-  std::string type_k = "f16";       ///< -ctk
-  std::string type_v = "f16";       ///< -ctv
-  int64_t block_size = 16;          ///< --kv-block-size
-  std::string mem;                  ///< --kv-mem SIZE ("" = what n_ctx needs)
-  bool no_prefix_cache = false;     ///< --no-prefix-cache
-  bool rotate = false;              ///< --kv-rotate
-  std::string flash_attn = "auto";  ///< -fa on|off|auto
+  std::string type_k = "f16";        ///< -ctk
+  std::string type_v = "f16";        ///< -ctv
+  int64_t block_size = 16;           ///< --kv-block-size
+  std::string mem;                   ///< --kv-mem SIZE ("" = what n_ctx needs)
+  bool no_prefix_cache = false;      ///< --no-prefix-cache
+  bool rotate = false;               ///< --kv-rotate
+  std::string flash_attn = "auto";   ///< -fa on|off|auto
+  std::string cache_dir;             ///< --kv-cache-dir DIR ("" = off)
+  std::string cache_dir_max = "8G";  ///< --kv-cache-dir-max SIZE
 };
 
 /// Registers the options on `app`.
 void add_kv_cache_options(CLI::App& app, KvCacheOptions& o);
 
-/// Fills params.kv and params.flash_attn from `o`. Throws std::invalid_argument naming the bad
-/// option (unknown cache type, bad size, bad -fa value).
-void apply_kv_cache_options(const KvCacheOptions& o, ContextParams& params);
+/// Fills params.kv and params.flash_attn from `o`; with --kv-cache-dir, params.kv.model_id is the
+/// model_file_id() of `model_path`. Throws std::invalid_argument naming the bad option (unknown
+/// cache type, bad size, bad -fa value), std::runtime_error when the model cannot be read.
+void apply_kv_cache_options(const KvCacheOptions& o, const std::string& model_path,
+                            ContextParams& params);
 
 /// Rewrites the multi-letter single-dash options CLI11 (2.1) cannot declare (-ctk, -ctv, -fa, also
 /// as -ctk=T) to their long forms, in place, before parsing.

@@ -125,7 +125,7 @@ int run_perplexity(const PerplexityOptions& opt) {
   cp.n_ctx = n_ctx;
   cp.n_batch = std::min(opt.n_batch, n_ctx);
   cp.n_threads = opt.n_threads;
-  apply_kv_cache_options(opt.kv, cp);
+  apply_kv_cache_options(opt.kv, opt.model, cp);
   const PerplexityInput in = prepare_perplexity(tok, text, n_ctx, opt.max_chunks);
   const KldHeader header = KldHeader::of(tok, in, model.hparams().n_vocab);
   std::unique_ptr<KldComparer> cmp;  // opened first: a mismatched base fails before any work

@@ -62,12 +62,18 @@ int complete(const RunOptions& opt, Loaded& l) {
       std::fwrite(piece.data(), 1, piece.size(), stdout);
       std::fflush(stdout);
     };
-  GenerateResult r = generate(*l.ctx, l.tok, sampler, prompt, gp, sink, &g_interrupted);
+  // Blocks of the prompt's prefix found in the persistent prefix cache (--kv-cache-dir) are not
+  // computed again; the sampler still sees every prompt token.
+  const int64_t reused = l.ctx->reuse_prefix(prompt);
+  for (int64_t i = 0; i < reused; ++i) sampler.accept(prompt[size_t(i)]);
+  GenerateResult r = generate(*l.ctx, l.tok, sampler, std::span(prompt).subspan(size_t(reused)), gp,
+                              sink, &g_interrupted);
   const KvSequence& seq = l.ctx->sequence();
   const KvCache& cache = l.ctx->cache();
   if (opt.json) {
     nlohmann::ordered_json j = result_json(l.tok, prompt, r);
     j["kv"] = {{"n_tokens", seq.n_tokens()},
+               {"prompt_tokens_reused", reused},
                {"blocks", seq.block_table().size()},
                {"block_size", cache.block_size()},
                {"bytes_per_token", cache.bytes_per_token()},
@@ -81,6 +87,9 @@ int complete(const RunOptions& opt, Loaded& l) {
                  (long long)seq.n_tokens(), (long long)seq.block_table().size(),
                  (long long)cache.block_size(), format_bytes(seq.bytes_held()).c_str(),
                  (long long)seq.bytes_held());
+    if (reused > 0)
+      std::fprintf(stderr, "kvrun: %lld prompt tokens taken from the prefix cache\n",
+                   (long long)reused);
   }
   return 0;
 }

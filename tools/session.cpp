@@ -51,7 +51,7 @@ Loaded load(const RunOptions& opt) {
                  (long long)cp.n_ctx, (long long)n_ctx_train);
   cp.n_batch = opt.n_batch;
   cp.n_threads = opt.n_threads;
-  apply_kv_cache_options(opt.kv, cp);
+  apply_kv_cache_options(opt.kv, opt.model, cp);
   Loaded l{std::move(model), std::move(tok), nullptr};
   l.ctx = std::make_unique<Context>(l.model, cp);
   return l;
