@@ -92,7 +92,6 @@ struct Scratch {
   std::vector<float> m, l;   ///< flash: [rows] running max and running sum
   std::vector<int64_t> nv;   ///< flash: [rows] positions of the block each row sees
   std::vector<float> s;      ///< flash: [padded block] one row's scores, then weights
-  std::vector<float> wexp;   ///< flash: [padded block · head_dim_v] weights per V slot
 };
 
 /// One block's rows of one KV head: stored rows (in place) or decoded tiles.
@@ -233,17 +232,17 @@ constexpr int64_t kLanes = 16;
 /// Scores, online-softmax update and V accumulation of `rows` query heads over one block, whose
 /// width is padded to bsp (a multiple of kLanes). Row r sees the block's first nv[r] positions
 /// (nv[r] ≤ 0: none). kt: the block's K rows transposed, [head_dim][bsp]; vt: its V rows,
-/// [bsp][head_dim_v], rows past the block's end zero; q: [rows][head_dim] in K's precision;
-/// direct: when not null, the rows' unscaled scores [rows][bsp] (kt and q unused); s, w:
-/// [bsp] and [bsp · head_dim_v] scratch. m, l: the rows' running max and sum. acc: with `wide`,
-/// [rows][bsp · head_dim_v] per-slot accumulators (summed over the slots at the end; for small
-/// head_dim_v, where a row of V is shorter than a vector), else [rows][head_dim_v].
+/// [bsp][head_dim_v], or with `wide` transposed, [head_dim_v][bsp]; rows past the block's end
+/// zero; q: [rows][head_dim] in K's precision; direct: when not null, the rows' unscaled scores
+/// [rows][bsp] (kt and q unused); s: [bsp] scratch. m, l: the rows' running max and sum. acc:
+/// with `wide`, [rows][head_dim_v][bsp] per-lane accumulators (summed over the lanes at the end;
+/// for small head_dim_v, where a row of V is shorter than a vector), else [rows][head_dim_v].
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #endif
 void flash_block(int64_t rows, const int64_t* nv, int64_t hd, int64_t hdv, int64_t bsp,
                  float scale, const float* q, const float* kt, const float* vt, const float* direct,
-                 bool wide, float* s, float* w, float* m, float* l, float* acc) {
+                 bool wide, float* s, float* m, float* l, float* acc) {
   const int64_t acc_len = wide ? bsp * hdv : hdv;
   const v16f ninf = splat16(-INFINITY);
   for (int64_t r = 0; r < rows; ++r) {
@@ -280,11 +279,11 @@ void flash_block(int64_t rows, const int64_t* nv, int64_t hd, int64_t hdv, int64
       sum += e;
     }
     l[r] += hsum16(sum);
-    if (wide) {  // slot-wise: a[j·hdv + d] += p_j · v[j][d] over the whole padded block
-      for (int64_t j = 0; j < bsp; ++j)
-        for (int64_t d = 0; d < hdv; ++d) w[j * hdv + d] = s[j];
-      for (int64_t x = 0; x < bsp * hdv; x += kLanes)
-        store16(a + x, load16(a + x) + load16(w + x) * load16(vt + x));
+    if (wide) {  // per lane: a[d][j] += p_j · v[j][d], vt transposed
+      for (int64_t d = 0; d < hdv; ++d)
+        for (int64_t j0 = 0; j0 < bsp; j0 += kLanes)
+          store16(a + d * bsp + j0,
+                  load16(a + d * bsp + j0) + load16(s + j0) * load16(vt + d * bsp + j0));
     } else {
       for (int64_t j = 0; j < n; ++j) {
         const float p = s[j];
@@ -327,10 +326,9 @@ void flash_tile(const Call& c, const PagedSeq& seq, int64_t i0, int64_t i1, int6
   sc.l.assign(size_t(rows), 0.0f);
   sc.nv.resize(size_t(rows));
   sc.s.resize(size_t(bsp));
-  sc.krow.resize(size_t(hd));
+  sc.krow.resize(size_t(std::max(hd, hdv)));
   sc.kt.assign(size_t(hd * bsp), 0.0f);
   sc.vtile.assign(size_t(bsp * hdv), 0.0f);
-  sc.wexp.resize(size_t(bsp * hdv));
   if (direct) sc.w.assign(size_t(rows * bsp), 0.0f);
   const int64_t off = direct ? kv_head_offset(kv.k_type, hd, hk) : 0;
   const int64_t end = seq.pos0 + i1;  // positions the last query of the tile sees
@@ -352,13 +350,22 @@ void flash_tile(const Call& c, const PagedSeq& seq, int64_t i0, int64_t i1, int6
         for (int64_t d = 0; d < hd; ++d) sc.kt[size_t(d * bsp + j)] = sc.krow[size_t(d)];
       }
     }
-    for (int64_t j = 0; j < n; ++j)
-      kv_decode_head(kv.v_type, a.n_head_kv, hdv, vb + j * kv.v_row_bytes, hk,
-                     sc.vtile.data() + j * hdv);
-    if (n < bsp) std::fill(sc.vtile.begin() + n * hdv, sc.vtile.end(), 0.0f);
+    if (wide) {
+      for (int64_t j = 0; j < n; ++j) {
+        kv_decode_head(kv.v_type, a.n_head_kv, hdv, vb + j * kv.v_row_bytes, hk, sc.krow.data());
+        for (int64_t d = 0; d < hdv; ++d) sc.vtile[size_t(d * bsp + j)] = sc.krow[size_t(d)];
+      }
+      for (int64_t d = 0; d < hdv && n < bsp; ++d)
+        std::fill_n(sc.vtile.begin() + d * bsp + n, bsp - n, 0.0f);
+    } else {
+      for (int64_t j = 0; j < n; ++j)
+        kv_decode_head(kv.v_type, a.n_head_kv, hdv, vb + j * kv.v_row_bytes, hk,
+                       sc.vtile.data() + j * hdv);
+      if (n < bsp) std::fill(sc.vtile.begin() + n * hdv, sc.vtile.end(), 0.0f);
+    }
     flash_block(rows, sc.nv.data(), hd, hdv, bsp, a.scale, sc.qf.data(), sc.kt.data(),
-                sc.vtile.data(), direct ? sc.w.data() : nullptr, wide, sc.s.data(), sc.wexp.data(),
-                sc.m.data(), sc.l.data(), sc.acc.data());
+                sc.vtile.data(), direct ? sc.w.data() : nullptr, wide, sc.s.data(), sc.m.data(),
+                sc.l.data(), sc.acc.data());
   }
   for (int64_t i = i0; i < i1; ++i)
     for (int64_t g = 0; g < G; ++g) {
@@ -368,8 +375,10 @@ void flash_tile(const Call& c, const PagedSeq& seq, int64_t i0, int64_t i1, int6
       const float inv = 1.0f / sc.l[size_t(r)];
       for (int64_t d = 0; d < hdv; ++d) {
         float t = acc[d];
-        if (wide)
-          for (int64_t j = 1; j < bsp; ++j) t += acc[j * hdv + d];
+        if (wide) {
+          t = 0.0f;
+          for (int64_t j = 0; j < bsp; ++j) t += acc[d * bsp + j];
+        }
         o[d] = t * inv;
       }
     }
