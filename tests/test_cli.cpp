@@ -105,6 +105,24 @@ TEST(Cli, FileAndPipedStdinGiveTheSameTokensAsPrompt) {
   EXPECT_EQ(text.out, from_p.at("text").get<std::string>() + "\n");
 }
 
+// Every token of the vocabulary in --n-probs, byte tokens (<0x80> … <0xFF>, pieces that are not
+// UTF-8 on their own) included: the JSON stays valid, such bytes become U+FFFD, ids stay exact.
+TEST(Cli, JsonWithByteTokenPiecesStaysValid) {
+  KVRUN_REQUIRE_FIXTURE(kModel);
+  const json j = run_json("-p " + q(kPrompt) + " --temp 0 -n 2 --n-probs 512");
+  ASSERT_EQ(j["probs"].size(), 2u);
+  ASSERT_EQ(j["probs"][0].size(), 512u);
+  std::vector<int32_t> ids;
+  bool replaced = false;
+  for (const auto& p : j["probs"][0]) {
+    ids.push_back(p["id"].get<int32_t>());
+    replaced |= p["token"].get<std::string>().find("\xEF\xBF\xBD") != std::string::npos;
+  }
+  std::sort(ids.begin(), ids.end());
+  for (int32_t i = 0; i < 512; ++i) ASSERT_EQ(ids[size_t(i)], i) << "every id once";
+  EXPECT_TRUE(replaced) << "a lone byte token is written as U+FFFD";
+}
+
 TEST(Cli, JsonFieldsAndInvariants) {
   KVRUN_REQUIRE_FIXTURE(kModel);
   constexpr int kN = 16, kK = 5;

@@ -78,7 +78,9 @@ int complete(const RunOptions& opt, Loaded& l) {
                {"block_size", cache.block_size()},
                {"bytes_per_token", cache.bytes_per_token()},
                {"bytes_held", seq.bytes_held()}};
-    std::printf("%s\n", j.dump().c_str());
+    // A token's piece may be part of a UTF-8 sequence (byte tokens like <0xE2>): such bytes are
+    // written as U+FFFD; "tokens" keeps the exact ids.
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::printf("\n");
     print_timings(r.timings);
