@@ -7,8 +7,9 @@ PPL, ΔPPL, mean KLD and top-1 agreement against the base, plus KV bytes per tok
   scripts/kv_quality_table.py [--models A.gguf B.gguf] [--texts X.txt Y.txt] > table.md
 
 Runs `kvrun perplexity -c 128 -b 128 -t 2` (build/kvrun); about 150 runs, ~20 min on 2 cores.
-Configurations with a float V (f32, f16, bf16) run with `-fa off` (the exact softmax, llama.cpp's
-scheme for them) so the rows compare with llama.cpp's; a quantized V runs the flash kernel.
+The base and configurations with a float V (f32, f16, bf16) run with `-fa off` (the exact
+softmax, llama.cpp's default scheme for them) so the rows compare with llama.cpp's; a quantized V
+runs the flash kernel (as llama.cpp requires -fa for it).
 """
 import argparse, json, os, subprocess, sys, tempfile
 
@@ -55,7 +56,7 @@ def main():
         for model in a.models:
             for text in a.texts:
                 base_file = os.path.join(d, "base.kld")
-                base = run(model, text, ["--kl-divergence-base", base_file])
+                base = run(model, text, ["--kl-divergence-base", base_file, "-fa", "off"])
                 print(f"\n### {os.path.basename(model)} on {os.path.basename(text)}\n")
                 print(f"f16/f16 PPL {base['ppl']:.4f} ± {base['ppl_err']:.4f} "
                       f"({base['n_tokens_scored']} tokens scored)\n")

@@ -21,8 +21,6 @@ int64_t checked_n_batch(const ContextParams& p) {
   return p.n_batch;
 }
 
-bool is_float_type(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
-
 }  // namespace
 
 std::unique_ptr<KvCache> make_context_cache(const Model& model, const ContextParams& params) {
@@ -53,9 +51,7 @@ Context::Context(const Model& model, std::unique_ptr<KvCache> owned, KvCache* sh
       seq_(cache_),
       n_ctx_(checked_n_ctx(model, params)),
       n_batch_(std::min(checked_n_batch(params), n_ctx_)),
-      flash_(params.flash_attn == FlashAttn::kOn ||
-             (params.flash_attn == FlashAttn::kAuto &&
-              (!is_float_type(cache_.params().type_k) || !is_float_type(cache_.params().type_v)))),
+      flash_(params.flash_attn != FlashAttn::kOff),
       pool_(params.n_threads > 0 ? params.n_threads : cpu::physical_cores()) {
   scratch_ = std::make_unique<LlamaScratch>(model.hparams(), n_batch_);
 }

@@ -28,9 +28,9 @@ class ContextError : public std::runtime_error {
 
 /// Which softmax the attention uses (cpu::PagedAttnParams::flash), as llama.cpp's -fa.
 enum class FlashAttn {
-  kAuto,  ///< flash when K or V is a quantized type (fp8, nvfp4, q8_0, q4_0), else exact
+  kAuto,  ///< kvrun's choice: flash (as llama.cpp's -fa auto on the CPU)
   kOn,    ///< online softmax (FlashAttention)
-  kOff,   ///< exact softmax over a score buffer (llama.cpp's default path)
+  kOff,   ///< exact softmax over a score buffer (llama.cpp's non-flash path, reproduced)
 };
 
 /// How to build a Context.

@@ -37,6 +37,7 @@ struct Runner {
     ContextParams cp;
     cp.n_ctx = n_ctx;
     cp.n_batch = n_batch;
+    cp.flash_attn = FlashAttn::kOff;  // llama-perplexity without -fa, as the reference numbers
     r.ctx = std::make_unique<Context>(r.model, cp);
     return r;
   }

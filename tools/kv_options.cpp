@@ -36,7 +36,8 @@ void add_kv_cache_options(CLI::App& app, KvCacheOptions& o) {
                "Hadamard-rotate K and Q along head_dim before K is quantized");
   app.add_option(
          "--flash-attn", o.flash_attn,
-         "(-fa) attention softmax: on (online), off (exact), auto (on for a quantized K or V)")
+         "(-fa) attention: on (flash kernel, online softmax), off (llama.cpp's exact non-flash "
+         "softmax), auto (= on)")
       ->capture_default_str();
 }
 
