@@ -224,6 +224,25 @@ TEST(PagedAttention, FullPrefillIsCausal) {
   }
 }
 
+// The flash kernel's tiles of 32 queries: several tiles per sequence (visited from both ends),
+// a last partial tile, blocks wider than one 16-lane vector and not a multiple of it, both V
+// accumulation layouts (per lane for head_dim_v 8, per row for 64 and 128), GQA groups of 4.
+TEST(PagedAttention, FlashTilesAndWideBlocks) {
+  for (int64_t hd : {8, 64, 128})
+    for (int64_t bs : {33, 32, 16})
+      for (DType t : {DType::F32, DType::FP8_E4M3}) {
+        Case c;
+        c.kt = c.vt = t;
+        c.n_head = 8;
+        c.n_head_kv = 2;
+        c.head_dim = c.head_dim_v = hd;
+        c.block_size = bs;
+        c.seqs = {{150, 101}, {40, 1}};
+        c.seed = uint32_t(hd * 7 + bs);
+        check_case(c, "tiles");
+      }
+}
+
 TEST(PagedAttention, EveryKTypeTimesEveryVType) {
   std::printf("  kernel error (max abs vs decoded K/V) / error vs original K/V, len 37:\n");
   for (int64_t hd : {32, 8})
