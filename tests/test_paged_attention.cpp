@@ -243,6 +243,51 @@ TEST(PagedAttention, FlashTilesAndWideBlocks) {
       }
 }
 
+// attn_merge_partials against one softmax over the whole context, in float64, on random scores
+// and values split into parts at random boundaries (including empty parts and one part).
+TEST(PagedAttention, LogSumExpMergeEqualsOnePass) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 50; ++trial) {
+    const int64_t n = 1 + int64_t(rng() % 3000), hdv = 1 + int64_t(rng() % 130);
+    const auto s = test::random_floats(size_t(n), uint32_t(trial), 4.0f);
+    const auto v = test::random_floats(size_t(n * hdv), uint32_t(trial + 1000));
+    std::vector<double> ref(size_t(hdv), 0.0);
+    double mx = -INFINITY, den = 0.0;
+    for (float x : s) mx = std::max(mx, double(x));
+    for (int64_t p = 0; p < n; ++p) {
+      const double w = std::exp(double(s[size_t(p)]) - mx);
+      den += w;
+      for (int64_t d = 0; d < hdv; ++d) ref[size_t(d)] += w * v[size_t(p * hdv + d)];
+    }
+    // Parts: random cut points; each part's state in float as the kernel keeps it.
+    const int64_t n_parts = 1 + int64_t(rng() % 6);
+    std::vector<int64_t> cut{0, n};
+    for (int64_t k = 1; k < n_parts; ++k) cut.push_back(int64_t(rng() % uint32_t(n + 1)));
+    std::sort(cut.begin(), cut.end());
+    std::vector<float> m, l;
+    std::vector<std::vector<float>> acc;
+    for (size_t k = 0; k + 1 < cut.size(); ++k) {
+      float pm = -INFINITY, pl = 0.0f;
+      std::vector<float> pa(size_t(hdv), 0.0f);
+      for (int64_t p = cut[k]; p < cut[k + 1]; ++p) pm = std::max(pm, s[size_t(p)]);
+      for (int64_t p = cut[k]; p < cut[k + 1]; ++p) {
+        const float w = std::exp(s[size_t(p)] - pm);
+        pl += w;
+        for (int64_t d = 0; d < hdv; ++d) pa[size_t(d)] += w * v[size_t(p * hdv + d)];
+      }
+      m.push_back(pm);
+      l.push_back(pl);
+      acc.push_back(pa);
+    }
+    std::vector<const float*> ptr;
+    for (const auto& a : acc) ptr.push_back(a.data());
+    std::vector<float> out(static_cast<size_t>(hdv));
+    attn_merge_partials(int64_t(m.size()), m.data(), l.data(), ptr.data(), hdv, out.data());
+    for (int64_t d = 0; d < hdv; ++d)
+      ASSERT_NEAR(out[size_t(d)], ref[size_t(d)] / den, 2e-5) << "trial " << trial << " d " << d;
+  }
+}
+
 TEST(PagedAttention, EveryKTypeTimesEveryVType) {
   std::printf("  kernel error (max abs vs decoded K/V) / error vs original K/V, len 37:\n");
   for (int64_t hd : {32, 8})
@@ -299,7 +344,8 @@ TEST(PagedAttention, ThreadsDoNotChangeResults) {
       c.kt = c.vt = t;
       c.n_head = 8;
       c.flash = flash;
-      c.seqs = {{100, 9}, {5, 1}, {64, 3}};
+      // The 9000-position decode is split into segments merged by log-sum-exp (flash).
+      c.seqs = {{100, 9}, {5, 1}, {64, 3}, {9000, 1}};
       const Paged pg = build(c);
       const std::vector<float> a = run(pg, 1), b = run(pg, 4);
       EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << kv_type_name(t);

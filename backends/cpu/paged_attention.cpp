@@ -297,7 +297,8 @@ void flash_block(int64_t rows, const int64_t* nv, int64_t hd, int64_t hdv, int64
 /// Query rows [i0, i1) of sequence `seq` (rows of q / out: seq.q0 + i), KV head hk, flash scheme.
 /// Each block of the KV head is decoded once for all the tile's query heads.
 void flash_tile(const Call& c, const PagedSeq& seq, int64_t i0, int64_t i1, int64_t hk,
-                const float* q, float* out, Scratch& sc) {
+                int64_t b_begin, int64_t b_end, const float* q, float* out, float* partial,
+                Scratch& sc) {
   const PagedKvLayer& kv = c.kv;
   const AttnParams& a = c.p.attn;
   const int64_t hd = a.head_dim, hdv = a.head_dim_v, bs = kv.block_size, G = c.group;
@@ -332,7 +333,7 @@ void flash_tile(const Call& c, const PagedSeq& seq, int64_t i0, int64_t i1, int6
   if (direct) sc.w.assign(size_t(rows * bsp), 0.0f);
   const int64_t off = direct ? kv_head_offset(kv.k_type, hd, hk) : 0;
   const int64_t end = seq.pos0 + i1;  // positions the last query of the tile sees
-  for (int64_t b = 0; b * bs < end; ++b) {
+  for (int64_t b = b_begin; b < b_end && b * bs < end; ++b) {
     const int64_t n = std::min(bs, end - b * bs);
     const uint8_t* kb = kv.k + int64_t(seq.block_table[b]) * bs * kv.k_row_bytes;
     const uint8_t* vb = kv.v + int64_t(seq.block_table[b]) * bs * kv.v_row_bytes;
@@ -370,9 +371,15 @@ void flash_tile(const Call& c, const PagedSeq& seq, int64_t i0, int64_t i1, int6
   for (int64_t i = i0; i < i1; ++i)
     for (int64_t g = 0; g < G; ++g) {
       const int64_t r = (i - i0) * G + g;
-      float* o = out + (seq.q0 + i) * a.n_head * hdv + (hk * G + g) * hdv;
       const float* acc = sc.acc.data() + r * acc_len;
-      const float inv = 1.0f / sc.l[size_t(r)];
+      // Final: out = acc / l. Partial (a segment of the blocks): m, l, acc as they are.
+      float* o = partial ? partial + r * (hdv + 2) + 2
+                         : out + (seq.q0 + i) * a.n_head * hdv + (hk * G + g) * hdv;
+      const float inv = partial ? 1.0f : 1.0f / sc.l[size_t(r)];
+      if (partial) {
+        partial[r * (hdv + 2)] = sc.m[size_t(r)];
+        partial[r * (hdv + 2) + 1] = sc.l[size_t(r)];
+      }
       for (int64_t d = 0; d < hdv; ++d) {
         float t = acc[d];
         if (wide) {
@@ -515,6 +522,92 @@ void exact_item(const Call& c, const PagedSeq& seq, int64_t n_pos, int64_t n_kv,
                  out_row + (hk * G + g) * hdv);
 }
 
+// ---- flash dispatch: tiles, segments of long contexts, and their merge ----
+
+/// Query rows per flash work item: each K/V block is decoded once for this many queries.
+constexpr int64_t kFlashTile = 32;
+/// Sequences with at most this many query rows in a call (decode) split their context into
+/// segments of kFlashSegment positions, computed as separate work items and merged by their
+/// log-sum-exp (Flash-Decoding), so one long decode spreads over every thread. The split depends
+/// only on the context length, never on the thread count.
+constexpr int64_t kFlashSplitMaxQueries = 4;
+constexpr int64_t kFlashSegment = 4096;
+
+/// One flash work item: query rows [i0, i1) of sequence s, KV head hk, blocks [b0, b1); its
+/// result goes to `out` (part < 0) or to partial-state slot `part`.
+struct FlashItem {
+  int64_t s, i0, i1, hk, b0, b1, part;
+};
+
+void flash_call(ThreadPool& pool, const Call& c, const PagedSeq* seqs, int64_t n_seqs,
+                const float* q, float* out) {
+  const AttnParams& a = c.p.attn;
+  const int64_t bs = c.kv.block_size, hdv = a.head_dim_v;
+  const int64_t seg_blocks = std::max<int64_t>(1, kFlashSegment / bs);
+  // Items: (sequence, query tile, KV head[, segment]). Tiles of one sequence are visited
+  // alternately from both ends (0, last, 1, last − 1, …) so that the contiguous chunks the pool
+  // gives each thread carry about the same causal work.
+  std::vector<FlashItem> items;
+  struct Group {  // a decode row set split into segments: its partial slots and where they go
+    int64_t s, i0, i1, hk, first_part, n_parts;
+  };
+  std::vector<Group> groups;
+  int64_t n_parts = 0;
+  for (int64_t s = 0; s < n_seqs; ++s) {
+    const PagedSeq& seq = seqs[s];
+    const int64_t nt = (seq.n_q + kFlashTile - 1) / kFlashTile;
+    const int64_t n_blocks = (seq.pos0 + seq.n_q + bs - 1) / bs;
+    const int64_t n_seg =
+        seq.n_q <= kFlashSplitMaxQueries ? (n_blocks + seg_blocks - 1) / seg_blocks : 1;
+    for (int64_t k = 0; k < nt; ++k) {
+      const int64_t tile = k % 2 == 0 ? k / 2 : nt - 1 - k / 2;
+      const int64_t i0 = tile * kFlashTile, i1 = std::min(seq.n_q, i0 + kFlashTile);
+      for (int64_t hk = 0; hk < a.n_head_kv; ++hk) {
+        if (n_seg == 1) {
+          items.push_back({s, i0, i1, hk, 0, n_blocks, -1});
+          continue;
+        }
+        groups.push_back({s, i0, i1, hk, n_parts, n_seg});
+        for (int64_t g = 0; g < n_seg; ++g)
+          items.push_back(
+              {s, i0, i1, hk, g * seg_blocks, std::min(n_blocks, (g + 1) * seg_blocks), n_parts++});
+      }
+    }
+  }
+  const int64_t rows_max = kFlashSplitMaxQueries * c.group;
+  std::vector<float> parts(size_t(n_parts * rows_max * (hdv + 2)));
+  pool.run(int64_t(items.size()), [&](int64_t begin, int64_t end) {
+    thread_local Scratch sc;
+    for (int64_t it = begin; it < end; ++it) {
+      const FlashItem& f = items[size_t(it)];
+      float* part = f.part < 0 ? nullptr : parts.data() + f.part * rows_max * (hdv + 2);
+      flash_tile(c, seqs[f.s], f.i0, f.i1, f.hk, f.b0, f.b1, q, out, part, sc);
+    }
+  });
+  if (groups.empty()) return;
+  pool.run(int64_t(groups.size()), [&](int64_t begin, int64_t end) {
+    std::vector<float> m, l;
+    for (int64_t gi = begin; gi < end; ++gi) {
+      const Group& g = groups[size_t(gi)];
+      const int64_t rows = (g.i1 - g.i0) * c.group;
+      m.resize(size_t(g.n_parts));
+      l.resize(size_t(g.n_parts));
+      std::vector<const float*> accs(size_t(g.n_parts));
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t k = 0; k < g.n_parts; ++k) {
+          const float* p = parts.data() + ((g.first_part + k) * rows_max + r) * (hdv + 2);
+          m[size_t(k)] = p[0];
+          l[size_t(k)] = p[1];
+          accs[size_t(k)] = p + 2;
+        }
+        const int64_t i = g.i0 + r / c.group, h = g.hk * c.group + r % c.group;
+        attn_merge_partials(g.n_parts, m.data(), l.data(), accs.data(), hdv,
+                            out + (seqs[g.s].q0 + i) * a.n_head * hdv + h * hdv);
+      }
+    }
+  });
+}
+
 // ---- checks and dispatch ----
 
 void check_shapes(const PagedKvLayer& kv, const PagedAttnParams& p) {
@@ -528,9 +621,6 @@ void check_shapes(const PagedKvLayer& kv, const PagedAttnParams& p) {
   if (p.rotate && (a.head_dim & (a.head_dim - 1)) != 0)
     throw std::invalid_argument("paged attention: rotate needs a power-of-two head_dim");
 }
-
-/// Query rows per flash work item: each K/V block is decoded once for this many queries.
-constexpr int64_t kFlashTile = 32;
 
 /// Cells llama.cpp's KV cache exposes to a batch ending at position `end`: a multiple of 32,
 /// at least 32 (its n_ctx is a multiple of 32 too, so no cap applies).
@@ -580,23 +670,7 @@ void paged_attention(ThreadPool& pool, const PagedKvLayer& kv, const PagedAttnPa
                kv.v_type == DType::F16 || kv.v_type == DType::F32,
                batched};
   if (p.flash) {
-    // Items: (sequence, query tile, KV head). Tiles of one sequence are visited alternately
-    // from both ends (0, last, 1, last − 1, …) so that the contiguous chunks the pool gives each
-    // thread carry about the same causal work.
-    std::vector<int64_t> tiles(size_t(n_seqs + 1), 0);
-    for (int64_t s = 0; s < n_seqs; ++s)
-      tiles[size_t(s + 1)] = tiles[size_t(s)] + (seqs[s].n_q + kFlashTile - 1) / kFlashTile;
-    pool.run(tiles[size_t(n_seqs)] * a.n_head_kv, [&](int64_t begin, int64_t end) {
-      thread_local Scratch sc;
-      for (int64_t it = begin; it < end; ++it) {
-        const int64_t t = it / a.n_head_kv, hk = it % a.n_head_kv;
-        const int64_t s = std::upper_bound(tiles.begin(), tiles.end(), t) - tiles.begin() - 1;
-        const int64_t k = t - tiles[size_t(s)], nt = tiles[size_t(s + 1)] - tiles[size_t(s)];
-        const int64_t tile = k % 2 == 0 ? k / 2 : nt - 1 - k / 2;
-        const int64_t i0 = tile * kFlashTile, i1 = std::min(seqs[s].n_q, i0 + kFlashTile);
-        flash_tile(c, seqs[s], i0, i1, hk, q, out, sc);
-      }
-    });
+    flash_call(pool, c, seqs, n_seqs, q, out);
     return;
   }
   pool.run(first[size_t(n_seqs)], [&](int64_t begin, int64_t end) {
@@ -612,6 +686,22 @@ void paged_attention(ThreadPool& pool, const PagedKvLayer& kv, const PagedAttnPa
                  sc);
     }
   });
+}
+
+void attn_merge_partials(int64_t n_parts, const float* m, const float* l, const float* const* acc,
+                         int64_t head_dim_v, float* out) {
+  float mx = -INFINITY;
+  for (int64_t k = 0; k < n_parts; ++k) mx = std::max(mx, m[k]);
+  float den = 0.0f;
+  for (int64_t d = 0; d < head_dim_v; ++d) out[d] = 0.0f;
+  for (int64_t k = 0; k < n_parts; ++k) {
+    if (m[k] == -INFINITY) continue;  // a part that saw no position
+    const float w = std::exp(m[k] - mx);
+    den += w * l[k];
+    for (int64_t d = 0; d < head_dim_v; ++d) out[d] += w * acc[k][d];
+  }
+  const float inv = 1.0f / den;
+  for (int64_t d = 0; d < head_dim_v; ++d) out[d] *= inv;
 }
 
 void hadamard_rotate(float* x, int64_t n) {

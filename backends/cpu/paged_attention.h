@@ -63,6 +63,16 @@ void paged_kv_store(const PagedKvLayer& kv, const PagedAttnParams& p, const Page
 void paged_attention(ThreadPool& pool, const PagedKvLayer& kv, const PagedAttnParams& p,
                      const PagedSeq* seqs, int64_t n_seqs, const float* q, float* out);
 
+/// Merges partial attention results of one query head over disjoint parts of its context
+/// (segments of a long context, or tiers of the KV cache) exactly: part k holds its running max
+/// m[k] of the scaled scores, its sum l[k] = Σ e^(s − m[k]) and its unnormalized
+/// acc[k][head_dim_v] = Σ e^(s − m[k]) · v. out = Σ_k e^(m[k] − M) acc[k] / Σ_k e^(m[k] − M) l[k]
+/// with M = max m[k] (the log-sum-exp combination of Milakov & Gimelshein 2018, "Online
+/// normalizer calculation for softmax", as Flash-Decoding uses it). Parts with m = −inf (no
+/// positions) are skipped; at least one part must have seen a position.
+void attn_merge_partials(int64_t n_parts, const float* m, const float* l, const float* const* acc,
+                         int64_t head_dim_v, float* out);
+
 /// In-place fast Walsh–Hadamard transform of `n` values (n a power of two), scaled by 1/√n so
 /// it is orthonormal (its own inverse). Used by --kv-rotate (QuaRot, Ashkboos et al. 2024).
 void hadamard_rotate(float* x, int64_t n);
