@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
@@ -141,6 +142,19 @@ json post_json(httplib::Client& c, const std::string& path, const json& body, in
   json j = json::parse(r->body, nullptr, false);
   EXPECT_FALSE(j.is_discarded()) << r->body;
   return j;
+}
+
+/// POSTs `body` to `path`, feeding the response body to `recv` as it arrives (a streamed
+/// response); `recv` returning false hangs up.
+httplib::Result post_stream(httplib::Client& c, const std::string& path, const std::string& body,
+                            std::function<bool(const char*, size_t)> recv) {
+  httplib::Request req;
+  req.method = "POST";
+  req.path = path;
+  req.body = body;
+  req.set_header("Content-Type", "application/json");
+  req.content_receiver = [recv](const char* d, size_t n, uint64_t, uint64_t) { return recv(d, n); };
+  return c.send(req);
 }
 
 /// The value of metric `line_prefix` (e.g. "kvrun_kv_blocks{tier=\"ram\",state=\"used\"}").
@@ -365,8 +379,8 @@ TEST(Serve, QueueFullGets503AndTimeoutEndsTheRequest) {
   std::thread second;
   const json long_req = {{"prompt", "Once upon a time"}, {"n_predict", 4000},
                          {"ignore_eos", true},           {"stream", true}};
-  auto res = c1->Post(
-      "/completion", httplib::Headers{}, long_req.dump(), "application/json",
+  auto res = post_stream(
+      *c1, "/completion", long_req.dump(),
       [&](const char* data, size_t n) {
         body1.append(data, n);
         if (chunks++ == 0)  // the first request is generating: a second one finds no room
@@ -425,7 +439,7 @@ TEST(Serve, ThirtyTwoStreamingClientsSomeDisconnecting) {
         body = {{"prompt", "The little dog " + std::to_string(i)}, {"max_tokens", 24},
                 {"temperature", 0.8}, {"seed", i}, {"stream", true}};
       const char* path = is_quitter(i) ? "/completion" : (i % 2 == 0 ? "/v1/chat/completions" : "/v1/completions");
-      auto r = c->Post(path, httplib::Headers{}, body.dump(), "application/json",
+      auto r = post_stream(*c, path, body.dump(),
                        [&](const char* data, size_t n) {
                          buf.append(data, n);
                          for (size_t p; (p = buf.find("\n\n")) != std::string::npos;) {
