@@ -60,16 +60,16 @@ LlamaWeights load_llama_weights(const gguf::File& file, const Hparams& hp);
 struct LlamaScratch {
   LlamaScratch(const Hparams& hp, int64_t n_batch);
   int64_t n_batch;
-  std::vector<float> x;      ///< [n_batch, n_embd] residual stream
-  std::vector<float> xn;     ///< [n_batch, n_embd] normalized input of a sub-block
-  std::vector<float> q;      ///< [n_batch, n_head · head_dim]
-  std::vector<float> k;      ///< [n_batch, n_head_kv · head_dim]
-  std::vector<float> v;      ///< [n_batch, n_head_kv · head_dim_v]
-  std::vector<float> att;    ///< [n_batch, n_head · head_dim_v]
-  std::vector<float> proj;   ///< [n_batch, n_embd] output of attn_output / ffn_down
-  std::vector<float> gate;   ///< [n_batch, n_ff]
-  std::vector<float> up;     ///< [n_batch, n_ff]
-  std::vector<int32_t> pos;  ///< [n_batch]
+  std::vector<float> x;             ///< [n_batch, n_embd] residual stream
+  std::vector<float> xn;            ///< [n_batch, n_embd] normalized input of a sub-block
+  std::vector<float> q;             ///< [n_batch, n_head · head_dim]
+  std::vector<float> k;             ///< [n_batch, n_head_kv · head_dim]
+  std::vector<float> v;             ///< [n_batch, n_head_kv · head_dim_v]
+  std::vector<float> att;           ///< [n_batch, n_head · head_dim_v]
+  std::vector<float> proj;          ///< [n_batch, n_embd] output of attn_output / ffn_down
+  std::vector<float> gate;          ///< [n_batch, n_ff]
+  std::vector<float> up;            ///< [n_batch, n_ff]
+  std::vector<int32_t> pos;         ///< [n_batch]
   std::vector<cpu::PagedSeq> seqs;  ///< [n_seqs] the attention's view of the batch
   std::vector<float> logits;        ///< [n_out, n_vocab] when several slices ask for logits
 };

@@ -126,9 +126,9 @@ std::shared_ptr<Request> Scheduler::submit(RequestParams params) {
   const int64_t n = int64_t(params.prompt.size()), n_vocab = model_.hparams().n_vocab;
   if (n == 0) throw ContextError("the prompt is empty");
   if (n > params_.n_ctx)
-    throw ContextError("the prompt is " + std::to_string(n) +
-                       " tokens but a session holds at most n_ctx = " +
-                       std::to_string(params_.n_ctx));
+    throw ContextError(
+        "the prompt is " + std::to_string(n) +
+        " tokens but a session holds at most n_ctx = " + std::to_string(params_.n_ctx));
   for (int32_t id : params.prompt)
     if (id < 0 || id >= n_vocab)
       throw ContextError("token id " + std::to_string(id) + " outside [0, " +

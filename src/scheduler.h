@@ -61,14 +61,14 @@ struct SchedulerParams {
 
 /// What one request asks for.
 struct RequestParams {
-  std::vector<int32_t> prompt;     ///< token ids (BOS included when wanted), 1 … n_ctx of them
-  int64_t n_predict = -1;          ///< tokens to generate at most; < 0: until EOG / full context
-  SamplerParams sampling;          ///< temperature, top-k/p, penalties, seed
-  int n_probs = 0;                 ///< top-K logprobs per generated token (0: none)
-  std::vector<std::string> stop;   ///< stop strings (not included in the output)
-  bool ignore_eos = false;         ///< keep generating past end-of-generation tokens
-  bool cache_prompt = true;        ///< take cached KV blocks of the prompt's prefix
-  double timeout_s = 0;            ///< end the request after this many seconds (0: never)
+  std::vector<int32_t> prompt;    ///< token ids (BOS included when wanted), 1 … n_ctx of them
+  int64_t n_predict = -1;         ///< tokens to generate at most; < 0: until EOG / full context
+  SamplerParams sampling;         ///< temperature, top-k/p, penalties, seed
+  int n_probs = 0;                ///< top-K logprobs per generated token (0: none)
+  std::vector<std::string> stop;  ///< stop strings (not included in the output)
+  bool ignore_eos = false;        ///< keep generating past end-of-generation tokens
+  bool cache_prompt = true;       ///< take cached KV blocks of the prompt's prefix
+  double timeout_s = 0;           ///< end the request after this many seconds (0: never)
 };
 
 /// Why a request ended.
@@ -96,17 +96,17 @@ struct TokenEvent {
 /// The outcome of a request.
 struct RequestResult {
   FinishReason finish = FinishReason::kLength;
-  std::string error;               ///< with kError: why
-  std::string stop_word;           ///< with kStopString: which
-  std::vector<int32_t> tokens;     ///< generated ids (no EOG token)
-  std::string text;                ///< generated text (stop string excluded)
-  std::string tail;                ///< the end of `text` released at the end, in no TokenEvent
-  int64_t n_prompt = 0;            ///< prompt tokens
-  int64_t n_cached = 0;            ///< prompt tokens taken from the prefix cache
-  double queue_ms = 0;             ///< submit → first step of the session
-  double ttft_ms = 0;              ///< submit → first generated token
-  double prompt_ms = 0;            ///< first step → first token (prefill)
-  double gen_ms = 0;               ///< first token → end (decode)
+  std::string error;            ///< with kError: why
+  std::string stop_word;        ///< with kStopString: which
+  std::vector<int32_t> tokens;  ///< generated ids (no EOG token)
+  std::string text;             ///< generated text (stop string excluded)
+  std::string tail;             ///< the end of `text` released at the end, in no TokenEvent
+  int64_t n_prompt = 0;         ///< prompt tokens
+  int64_t n_cached = 0;         ///< prompt tokens taken from the prefix cache
+  double queue_ms = 0;          ///< submit → first step of the session
+  double ttft_ms = 0;           ///< submit → first generated token
+  double prompt_ms = 0;         ///< first step → first token (prefill)
+  double gen_ms = 0;            ///< first token → end (decode)
 };
 
 /// An event of a request's stream: a token, or the end (then `done` and `result` are set).
@@ -149,22 +149,22 @@ struct SessionInfo {
 
 /// Counters since start, and the pool now (for /metrics).
 struct SchedulerStats {
-  int64_t n_requests = 0;            ///< submitted
-  int64_t n_finished = 0;            ///< ended in any way
-  int64_t n_cancelled = 0;           ///< ended by cancel (client gone)
-  int64_t n_timeout = 0;             ///< ended by timeout
-  int64_t n_errors = 0;              ///< ended with kError
-  int64_t n_rejected = 0;            ///< refused with QueueFull
-  int64_t n_prompt_tokens = 0;       ///< prompt tokens of started requests
-  int64_t n_cached_tokens = 0;       ///< of which taken from the prefix cache
-  int64_t n_prefill_tokens = 0;      ///< prompt tokens computed
-  int64_t n_generated_tokens = 0;    ///< tokens sampled
-  int64_t n_steps = 0;               ///< forward steps
-  double prefill_s = 0;              ///< time in steps, weighted by the prefill share of tokens
-  double decode_s = 0;               ///< time in steps, weighted by the decode share of tokens
-  int64_t n_active = 0;              ///< sessions now
-  int64_t n_queued = 0;              ///< waiting requests now
-  BlockPoolStats blocks;             ///< the KV pool now
+  int64_t n_requests = 0;             ///< submitted
+  int64_t n_finished = 0;             ///< ended in any way
+  int64_t n_cancelled = 0;            ///< ended by cancel (client gone)
+  int64_t n_timeout = 0;              ///< ended by timeout
+  int64_t n_errors = 0;               ///< ended with kError
+  int64_t n_rejected = 0;             ///< refused with QueueFull
+  int64_t n_prompt_tokens = 0;        ///< prompt tokens of started requests
+  int64_t n_cached_tokens = 0;        ///< of which taken from the prefix cache
+  int64_t n_prefill_tokens = 0;       ///< prompt tokens computed
+  int64_t n_generated_tokens = 0;     ///< tokens sampled
+  int64_t n_steps = 0;                ///< forward steps
+  double prefill_s = 0;               ///< time in steps, weighted by the prefill share of tokens
+  double decode_s = 0;                ///< time in steps, weighted by the decode share of tokens
+  int64_t n_active = 0;               ///< sessions now
+  int64_t n_queued = 0;               ///< waiting requests now
+  BlockPoolStats blocks;              ///< the KV pool now
   std::vector<SessionInfo> sessions;  ///< active sessions now
 };
 

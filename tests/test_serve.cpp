@@ -50,8 +50,14 @@ class ServerProcess {
  public:
   explicit ServerProcess(const std::vector<std::string>& extra) {
     log_ = dir_ / "server.log";
-    std::vector<std::string> args = {test::kvrun_binary(), "serve", "-m",
-                                     test::fixture(kModel).string(), "--port", "0", "-t", "2"};
+    std::vector<std::string> args = {test::kvrun_binary(),
+                                     "serve",
+                                     "-m",
+                                     test::fixture(kModel).string(),
+                                     "--port",
+                                     "0",
+                                     "-t",
+                                     "2"};
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
@@ -70,7 +76,8 @@ class ServerProcess {
     for (int i = 0; i < 600 && port_ == 0; ++i) {  // up to 60 s (ASan builds load slowly)
       std::smatch m;
       const std::string log = slurp(log_);
-      if (std::regex_search(log, m, re)) port_ = std::stoi(m[2]);
+      if (std::regex_search(log, m, re))
+        port_ = std::stoi(m[2]);
       else if (waitpid(pid_, &status_, WNOHANG) == pid_) {
         pid_ = -1;
         break;
@@ -123,8 +130,8 @@ class ServerProcess {
   int exit_code_ = -1;
 };
 
-#define START_SERVER(name, ...)                            \
-  KVRUN_REQUIRE_FIXTURE(kModel);                           \
+#define START_SERVER(name, ...)                              \
+  KVRUN_REQUIRE_FIXTURE(kModel);                             \
   ServerProcess name(std::vector<std::string>{__VA_ARGS__}); \
   ASSERT_TRUE(name.ok()) << name.log()
 
@@ -132,6 +139,7 @@ class ServerProcess {
 void expect_clean_exit(ServerProcess& s) {
   EXPECT_EQ(s.stop(), 0) << s.log();
   EXPECT_EQ(s.log().find("AddressSanitizer"), std::string::npos) << s.log();
+  EXPECT_EQ(s.log().find("runtime error:"), std::string::npos) << s.log();  // UBSan
 }
 
 json post_json(httplib::Client& c, const std::string& path, const json& body, int want_status) {
@@ -207,15 +215,15 @@ std::vector<Ref> load_refs() {
   std::sort(files.begin(), files.end());
   for (const auto& f : files) {
     const json j = json::parse(slurp(f));
-    out.push_back({j["prompt"], j["prompt_tokens"], j["greedy_tokens"], j["first_step_top10_logprobs"]});
+    out.push_back(
+        {j["prompt"], j["prompt_tokens"], j["greedy_tokens"], j["first_step_top10_logprobs"]});
   }
   return out;
 }
 
 json ref_request(const Ref& r) {
-  return {{"prompt", r.prompt},     {"n_predict", 64},     {"temperature", 0.0},
-          {"top_k", 1},             {"seed", 42},          {"cache_prompt", false},
-          {"return_tokens", true},  {"n_probs", 10}};
+  return {{"prompt", r.prompt}, {"n_predict", 64},       {"temperature", 0.0},    {"top_k", 1},
+          {"seed", 42},         {"cache_prompt", false}, {"return_tokens", true}, {"n_probs", 10}};
 }
 
 TEST(Serve, GreedyCompletionMatchesLlamaCppReferences) {
@@ -233,7 +241,8 @@ TEST(Serve, GreedyCompletionMatchesLlamaCppReferences) {
     EXPECT_EQ(j["stop_type"], "limit");
     const json& first = j["completion_probabilities"][0]["top_logprobs"];
     for (const auto& e : ref.top10) {
-      auto it = std::find_if(first.begin(), first.end(), [&](const json& p) { return p["id"] == e["id"]; });
+      auto it = std::find_if(first.begin(), first.end(),
+                             [&](const json& p) { return p["id"] == e["id"]; });
       ASSERT_NE(it, first.end()) << "token " << e["id"] << " not in the top 10";
       EXPECT_NEAR((*it)["logprob"].get<double>(), e["logprob"].get<double>(), 1e-3);
     }
@@ -284,7 +293,7 @@ TEST(Serve, OpenAiNodeClientStreamsAChat) {
   const std::string streamed = j["streamed"];
   EXPECT_FALSE(streamed.empty());
   EXPECT_EQ(streamed, j["whole"].get<std::string>());  // greedy: the same text both ways
-  EXPECT_GT(j["chunks"].get<int>(), 3);                 // really streamed, not one blob
+  EXPECT_GT(j["chunks"].get<int>(), 3);                // really streamed, not one blob
   EXPECT_EQ(j["finish_stream"], j["finish_whole"]);
   EXPECT_GT(j["usage"]["completion_tokens"].get<int>(), 0);
   // The same request through plain HTTP gives that text too.
@@ -292,7 +301,8 @@ TEST(Serve, OpenAiNodeClientStreamsAChat) {
   c->set_bearer_token_auth("sk-kvrun-test");
   const json whole = post_json(
       *c, "/v1/chat/completions",
-      {{"messages", {{{"role", "user"}, {"content", "Once upon a time, there was a little dog named Max."}}}},
+      {{"messages",
+        {{{"role", "user"}, {"content", "Once upon a time, there was a little dog named Max."}}}},
        {"max_tokens", 40},
        {"temperature", 0}},
       200);
@@ -361,7 +371,8 @@ TEST(Serve, BadInputGetsTheStatedStatus) {
   EXPECT_EQ(r->status, 404);
   EXPECT_TRUE(json::parse(r->body, nullptr, false).contains("error")) << r->body;
   // The server still works after all of it.
-  const json ok = post_json(*c, "/completion", {{"prompt", "The little dog"}, {"n_predict", 8}}, 200);
+  const json ok =
+      post_json(*c, "/completion", {{"prompt", "The little dog"}, {"n_predict", 8}}, 200);
   EXPECT_EQ(ok["tokens_predicted"], 8);
   expect_all_blocks_returned(idle_metrics(*c));
   expect_clean_exit(srv);
@@ -377,25 +388,22 @@ TEST(Serve, QueueFullGets503AndTimeoutEndsTheRequest) {
   int second_status = 0;
   std::string retry_after;
   std::thread second;
-  const json long_req = {{"prompt", "Once upon a time"}, {"n_predict", 4000},
-                         {"ignore_eos", true},           {"stream", true}};
-  auto res = post_stream(
-      *c1, "/completion", long_req.dump(),
-      [&](const char* data, size_t n) {
-        body1.append(data, n);
-        if (chunks++ == 0)  // the first request is generating: a second one finds no room
-          second = std::thread([&] {
-            auto c2 = srv.client();
-            auto r2 = c2->Post("/completion", R"({"prompt": "x", "n_predict": 2})",
-                               "application/json");
-            if (r2) {
-              second_status = r2->status;
-              retry_after = r2->get_header_value("Retry-After");
-            }
-            second_done = true;
-          });
-        return true;
+  const json long_req = {
+      {"prompt", "Once upon a time"}, {"n_predict", 4000}, {"ignore_eos", true}, {"stream", true}};
+  auto res = post_stream(*c1, "/completion", long_req.dump(), [&](const char* data, size_t n) {
+    body1.append(data, n);
+    if (chunks++ == 0)  // the first request is generating: a second one finds no room
+      second = std::thread([&] {
+        auto c2 = srv.client();
+        auto r2 = c2->Post("/completion", R"({"prompt": "x", "n_predict": 2})", "application/json");
+        if (r2) {
+          second_status = r2->status;
+          retry_after = r2->get_header_value("Retry-After");
+        }
+        second_done = true;
       });
+    return true;
+  });
   if (second.joinable()) second.join();
   ASSERT_TRUE(res) << httplib::to_string(res.error());
   EXPECT_TRUE(second_done);
@@ -430,38 +438,47 @@ TEST(Serve, ThirtyTwoStreamingClientsSomeDisconnecting) {
       int events = 0;
       json body;
       if (is_quitter(i))  // long generations, dropped after a few tokens
-        body = {{"prompt", "Once upon a time"}, {"n_predict", 1000}, {"ignore_eos", true},
+        body = {{"prompt", "Once upon a time"},
+                {"n_predict", 1000},
+                {"ignore_eos", true},
                 {"stream", true}};
       else if (i % 2 == 0)
-        body = {{"messages", {{{"role", "user"}, {"content", "Tom went to the park " + std::to_string(i)}}}},
-                {"max_tokens", 24}, {"temperature", 0.8}, {"seed", i}, {"stream", true}};
+        body = {{"messages",
+                 {{{"role", "user"}, {"content", "Tom went to the park " + std::to_string(i)}}}},
+                {"max_tokens", 24},
+                {"temperature", 0.8},
+                {"seed", i},
+                {"stream", true}};
       else
-        body = {{"prompt", "The little dog " + std::to_string(i)}, {"max_tokens", 24},
-                {"temperature", 0.8}, {"seed", i}, {"stream", true}};
-      const char* path = is_quitter(i) ? "/completion" : (i % 2 == 0 ? "/v1/chat/completions" : "/v1/completions");
-      auto r = post_stream(*c, path, body.dump(),
-                       [&](const char* data, size_t n) {
-                         buf.append(data, n);
-                         for (size_t p; (p = buf.find("\n\n")) != std::string::npos;) {
-                           const std::string ev = buf.substr(0, p);
-                           buf.erase(0, p + 2);
-                           ++events;
-                           if (ev == "data: [DONE]") {
-                             done_marker[i] = 1;
-                             continue;
-                           }
-                           const json j = json::parse(ev.substr(6), nullptr, false);
-                           if (j.is_discarded()) continue;
-                           if (j.contains("choices") && !j["choices"].empty()) {
-                             const json& ch = j["choices"][0];
-                             if (ch.contains("delta") && ch["delta"].contains("content"))
-                               texts[i] += ch["delta"]["content"].get<std::string>();
-                             if (ch.contains("text")) texts[i] += ch["text"].get<std::string>();
-                             if (ch["finish_reason"].is_string()) finished[i] = 1;
-                           }
-                         }
-                         return !(is_quitter(i) && events >= 3);  // hang up
-                       });
+        body = {{"prompt", "The little dog " + std::to_string(i)},
+                {"max_tokens", 24},
+                {"temperature", 0.8},
+                {"seed", i},
+                {"stream", true}};
+      const char* path =
+          is_quitter(i) ? "/completion" : (i % 2 == 0 ? "/v1/chat/completions" : "/v1/completions");
+      auto r = post_stream(*c, path, body.dump(), [&](const char* data, size_t n) {
+        buf.append(data, n);
+        for (size_t p; (p = buf.find("\n\n")) != std::string::npos;) {
+          const std::string ev = buf.substr(0, p);
+          buf.erase(0, p + 2);
+          ++events;
+          if (ev == "data: [DONE]") {
+            done_marker[i] = 1;
+            continue;
+          }
+          const json j = json::parse(ev.substr(6), nullptr, false);
+          if (j.is_discarded()) continue;
+          if (j.contains("choices") && !j["choices"].empty()) {
+            const json& ch = j["choices"][0];
+            if (ch.contains("delta") && ch["delta"].contains("content"))
+              texts[i] += ch["delta"]["content"].get<std::string>();
+            if (ch.contains("text")) texts[i] += ch["text"].get<std::string>();
+            if (ch["finish_reason"].is_string()) finished[i] = 1;
+          }
+        }
+        return !(is_quitter(i) && events >= 3);  // hang up
+      });
       (void)r;
     });
   for (auto& t : threads) t.join();
@@ -518,11 +535,13 @@ TEST(Serve, SecondChatTurnReusesTheFirstTurnsKv) {
 TEST(Serve, SmallEndpoints) {
   START_SERVER(srv, "-c", "128");
   auto c = srv.client();
-  const json t = post_json(*c, "/tokenize", {{"content", "The little dog"}, {"add_special", true}}, 200);
+  const json t =
+      post_json(*c, "/tokenize", {{"content", "The little dog"}, {"add_special", true}}, 200);
   const auto ids = t["tokens"].get<std::vector<int32_t>>();
   ASSERT_GE(ids.size(), 2u);
   EXPECT_EQ(ids[0], 1);  // BOS
-  const json d = post_json(*c, "/detokenize", {{"tokens", std::vector<int32_t>(ids.begin() + 1, ids.end())}}, 200);
+  const json d = post_json(*c, "/detokenize",
+                           {{"tokens", std::vector<int32_t>(ids.begin() + 1, ids.end())}}, 200);
   EXPECT_EQ(d["content"], " The little dog");
   auto r = c->Get("/v1/models");
   ASSERT_TRUE(r);
@@ -532,8 +551,11 @@ TEST(Serve, SmallEndpoints) {
   EXPECT_TRUE(json::parse(r->body)["active"].is_array());
   // Stop strings end the text before them; logprobs come per token.
   const json s = post_json(*c, "/v1/completions",
-                           {{"prompt", "Once upon a time"}, {"max_tokens", 40}, {"temperature", 0},
-                            {"stop", "Lily"}, {"logprobs", 2}},
+                           {{"prompt", "Once upon a time"},
+                            {"max_tokens", 40},
+                            {"temperature", 0},
+                            {"stop", "Lily"},
+                            {"logprobs", 2}},
                            200);
   // The greedy continuation is ", there was a little girl named Lily. ..." (refs/kv_f16).
   EXPECT_EQ(s["choices"][0]["text"], ", there was a little girl named ");

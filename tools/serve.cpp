@@ -54,8 +54,7 @@ std::string metrics_text(const SchedulerStats& s, const KvCache& cache) {
          s.n_errors);
   metric("requests_active", "gauge", "Sessions generating now.", s.n_active);
   metric("requests_queued", "gauge", "Requests waiting for a session.", s.n_queued);
-  metric("prompt_tokens_total", "counter", "Prompt tokens of started requests.",
-         s.n_prompt_tokens);
+  metric("prompt_tokens_total", "counter", "Prompt tokens of started requests.", s.n_prompt_tokens);
   metric("prompt_tokens_cached_total", "counter", "Prompt tokens taken from the prefix cache.",
          s.n_cached_tokens);
   metric("prefill_tokens_total", "counter", "Prompt tokens computed.", s.n_prefill_tokens);
@@ -169,7 +168,8 @@ struct Server {
   void tokenize(const httplib::Request& req, httplib::Response& res) {
     const json body = parse_body(req.body);
     auto it = body.find("content");
-    if (it == body.end() || !it->is_string()) throw ApiError(400, "'content' must be a string", "content");
+    if (it == body.end() || !it->is_string())
+      throw ApiError(400, "'content' must be a string", "content");
     auto add = body.find("add_special");
     if (add != body.end() && !add->is_boolean())
       throw ApiError(400, "'add_special' must be a boolean", "add_special");
@@ -198,8 +198,7 @@ struct Server {
       if (!t.is_number_integer()) throw ApiError(400, "'tokens' must hold integers", "tokens");
       const int64_t id = t.get<int64_t>();
       if (id < 0 || id >= tok.n_vocab())
-        throw ApiError(400, "token id " + std::to_string(id) + " outside the vocabulary",
-                       "tokens");
+        throw ApiError(400, "token id " + std::to_string(id) + " outside the vocabulary", "tokens");
       text += tok.token_to_piece(int32_t(id), false);
     }
     send_json(res, {{"content", text}});
@@ -231,8 +230,8 @@ httplib::Server::Handler guarded(F f) {
     } catch (const ApiError& e) {
       send_error(res, e);
     } catch (const std::exception& e) {
-      send_error(res, ApiError(500, std::string("internal error: ") + e.what(), "",
-                               "server_error"));
+      send_error(res,
+                 ApiError(500, std::string("internal error: ") + e.what(), "", "server_error"));
     }
   };
 }
@@ -290,7 +289,8 @@ int cmd_serve(const ServeOptions& opt_in) {
     const int64_t n_ctx_train = model->hparams().n_ctx_train;
     if (opt.n_ctx == 0) opt.n_ctx = n_ctx_train > 0 ? std::min<int64_t>(4096, n_ctx_train) : 4096;
     if (n_ctx_train > 0 && opt.n_ctx > n_ctx_train)
-      std::fprintf(stderr, "kvrun: warning: n_ctx %lld is larger than the model's n_ctx_train %lld\n",
+      std::fprintf(stderr,
+                   "kvrun: warning: n_ctx %lld is larger than the model's n_ctx_train %lld\n",
                    (long long)opt.n_ctx, (long long)n_ctx_train);
     ContextParams cp;
     cp.n_ctx = opt.n_ctx * opt.n_parallel;  // pool budget (without --kv-mem): every session full
@@ -342,7 +342,8 @@ int cmd_serve(const ServeOptions& opt_in) {
   svr.set_keep_alive_max_count(1000);
 
   svr.set_pre_routing_handler([&](const httplib::Request& req, httplib::Response& res) {
-    if (opt.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+    if (opt.api_key.empty() || req.path == "/health")
+      return httplib::Server::HandlerResponse::Unhandled;
     if (req.get_header_value("Authorization") == "Bearer " + opt.api_key)
       return httplib::Server::HandlerResponse::Unhandled;
     send_error(res, ApiError(401, "invalid or missing API key (Authorization: Bearer KEY)", "",
@@ -358,31 +359,28 @@ int cmd_serve(const ServeOptions& opt_in) {
                              res.status == 404 ? "not_found_error" : "invalid_request_error"));
   });
 
-  svr.Post("/v1/completions", guarded([&](const auto& q, auto& r) {
-             s.generate(q, r, Api::kCompletions);
-           }));
+  svr.Post("/v1/completions",
+           guarded([&](const auto& q, auto& r) { s.generate(q, r, Api::kCompletions); }));
   svr.Post("/v1/chat/completions",
            guarded([&](const auto& q, auto& r) { s.generate(q, r, Api::kChat); }));
-  svr.Post("/completion", guarded([&](const auto& q, auto& r) {
-             s.generate(q, r, Api::kLlamaCompletion);
-           }));
-  svr.Post("/completions", guarded([&](const auto& q, auto& r) {
-             s.generate(q, r, Api::kLlamaCompletion);
-           }));
-  svr.Post("/infill", guarded([&](const auto& q, auto& r) {
-             s.generate(q, r, Api::kLlamaCompletion);
-           }));
+  svr.Post("/completion",
+           guarded([&](const auto& q, auto& r) { s.generate(q, r, Api::kLlamaCompletion); }));
+  svr.Post("/completions",
+           guarded([&](const auto& q, auto& r) { s.generate(q, r, Api::kLlamaCompletion); }));
+  svr.Post("/infill",
+           guarded([&](const auto& q, auto& r) { s.generate(q, r, Api::kLlamaCompletion); }));
   svr.Post("/tokenize", guarded([&](const auto& q, auto& r) { s.tokenize(q, r); }));
   svr.Post("/detokenize", guarded([&](const auto& q, auto& r) { s.detokenize(q, r); }));
   svr.Get("/health", [](const auto&, auto& r) { send_json(r, {{"status", "ok"}}); });
   svr.Get("/v1/models", [&](const auto&, auto& r) {
-    send_json(r, {{"object", "list"},
-                  {"data", json::array({{{"id", api.model_name},
-                                         {"object", "model"},
-                                         {"created", int64_t(std::time(nullptr))},
-                                         {"owned_by", "kvrun"},
-                                         {"meta", {{"n_ctx", opt.n_ctx},
-                                                   {"n_vocab", tok->n_vocab()}}}}})}});
+    send_json(
+        r,
+        {{"object", "list"},
+         {"data", json::array({{{"id", api.model_name},
+                                {"object", "model"},
+                                {"created", int64_t(std::time(nullptr))},
+                                {"owned_by", "kvrun"},
+                                {"meta", {{"n_ctx", opt.n_ctx}, {"n_vocab", tok->n_vocab()}}}}})}});
   });
   svr.Get("/metrics", [&](const auto&, auto& r) {
     r.set_content(metrics_text(sched.stats(), *cache), "text/plain; version=0.0.4");

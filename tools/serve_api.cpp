@@ -71,8 +71,8 @@ std::vector<std::string> stop_strings(const json& j) {
 
 /// The seed: negative (llama.cpp's -1) or absent → random.
 uint32_t seed_of(const json& j) {
-  const auto s = integer(j, "seed", std::numeric_limits<int64_t>::min(),
-                         std::numeric_limits<int64_t>::max());
+  const auto s =
+      integer(j, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
   if (!s || *s < 0) return kRandomSeed;
   return uint32_t(uint64_t(*s) & 0xFFFFFFFFu);
 }
@@ -181,8 +181,7 @@ json completion_logprobs(const std::vector<const TokenEvent*>& evs, const Tokeni
 }
 
 /// OpenAI chat logprobs ({"content": [...]}) of some events.
-json chat_logprobs(const std::vector<const TokenEvent*>& evs, const Tokenizer& tok,
-                   size_t n_top) {
+json chat_logprobs(const std::vector<const TokenEvent*>& evs, const Tokenizer& tok, size_t n_top) {
   json content = json::array();
   for (const TokenEvent* e : evs) {
     const std::string piece = tok.token_to_piece(e->id, true);
@@ -191,8 +190,10 @@ json chat_logprobs(const std::vector<const TokenEvent*>& evs, const Tokenizer& t
       const std::string p = tok.token_to_piece(e->top[i].id, true);
       top.push_back({{"token", p}, {"logprob", e->top[i].logprob}, {"bytes", bytes_of(p)}});
     }
-    content.push_back(
-        {{"token", piece}, {"logprob", e->logprob}, {"bytes", bytes_of(piece)}, {"top_logprobs", top}});
+    content.push_back({{"token", piece},
+                       {"logprob", e->logprob},
+                       {"bytes", bytes_of(piece)},
+                       {"top_logprobs", top}});
   }
   return {{"content", content}};
 }
@@ -283,8 +284,8 @@ ApiRequest parse_chat(const json& j, const ApiContext& ctx) {
   for (const auto& m : *msgs) {
     if (!m.is_object()) bad("messages", "must hold objects");
     const auto role = string(m, "role");
-    if (!role || (*role != "system" && *role != "user" && *role != "assistant" &&
-                  *role != "developer"))
+    if (!role ||
+        (*role != "system" && *role != "user" && *role != "assistant" && *role != "developer"))
       bad("messages", "roles must be system, developer, user or assistant");
     std::string content;
     const json* c = field(m, "content");
@@ -307,8 +308,8 @@ ApiRequest parse_chat(const json& j, const ApiContext& ctx) {
     try {
       text = render_chat(*ctx.chat_family, conv, true, ctx.special);
     } catch (const std::invalid_argument& e) {
-      throw ApiError(400, std::string("the chat template cannot render these messages: ") +
-                              e.what(),
+      throw ApiError(400,
+                     std::string("the chat template cannot render these messages: ") + e.what(),
                      "messages");
     }
     add_special = ctx.special.bos.empty() || text.rfind(ctx.special.bos, 0) != 0;
@@ -384,18 +385,23 @@ json response_json(const ApiRequest& r, const RequestResult& res,
       json choice = {{"index", 0}, {"text", res.text}};
       choice["logprobs"] = r.logprobs ? completion_logprobs(evs, *ctx.tok) : json(nullptr);
       choice["finish_reason"] = finish_reason_oai(res.finish);
-      return {{"id", id},          {"object", "text_completion"},  {"created", created},
-              {"model", ctx.model_name}, {"choices", json::array({choice})},
+      return {{"id", id},
+              {"object", "text_completion"},
+              {"created", created},
+              {"model", ctx.model_name},
+              {"choices", json::array({choice})},
               {"usage", usage_json(res)}};
     }
     case Api::kChat: {
-      json choice = {{"index", 0},
-                     {"message", {{"role", "assistant"}, {"content", res.text}}}};
-      choice["logprobs"] = r.logprobs ? chat_logprobs(evs, *ctx.tok, size_t(r.params.n_probs))
-                                      : json(nullptr);
+      json choice = {{"index", 0}, {"message", {{"role", "assistant"}, {"content", res.text}}}};
+      choice["logprobs"] =
+          r.logprobs ? chat_logprobs(evs, *ctx.tok, size_t(r.params.n_probs)) : json(nullptr);
       choice["finish_reason"] = finish_reason_oai(res.finish);
-      return {{"id", id},          {"object", "chat.completion"},  {"created", created},
-              {"model", ctx.model_name}, {"choices", json::array({choice})},
+      return {{"id", id},
+              {"object", "chat.completion"},
+              {"created", created},
+              {"model", ctx.model_name},
+              {"choices", json::array({choice})},
               {"usage", usage_json(res)}};
     }
     case Api::kLlamaCompletion: {
@@ -437,8 +443,11 @@ std::optional<json> stream_chunk_json(const ApiRequest& r, const TokenEvent& ev,
       json choice = {{"index", 0}, {"text", ev.text}};
       choice["logprobs"] = r.logprobs ? completion_logprobs(evs, *ctx.tok) : json(nullptr);
       choice["finish_reason"] = nullptr;
-      return json{{"id", id},          {"object", "text_completion"},  {"created", created},
-                  {"model", ctx.model_name}, {"choices", json::array({choice})}};
+      return json{{"id", id},
+                  {"object", "text_completion"},
+                  {"created", created},
+                  {"model", ctx.model_name},
+                  {"choices", json::array({choice})}};
     }
     case Api::kChat: {
       if (ev.text.empty() && !r.logprobs) return std::nullopt;
@@ -446,8 +455,11 @@ std::optional<json> stream_chunk_json(const ApiRequest& r, const TokenEvent& ev,
       choice["logprobs"] =
           r.logprobs ? chat_logprobs(evs, *ctx.tok, size_t(r.params.n_probs)) : json(nullptr);
       choice["finish_reason"] = nullptr;
-      return json{{"id", id},          {"object", "chat.completion.chunk"},  {"created", created},
-                  {"model", ctx.model_name}, {"choices", json::array({choice})}};
+      return json{{"id", id},
+                  {"object", "chat.completion.chunk"},
+                  {"created", created},
+                  {"model", ctx.model_name},
+                  {"choices", json::array({choice})}};
     }
     case Api::kLlamaCompletion: {
       json out = {{"content", ev.text}, {"tokens", json::array({ev.id})}, {"stop", false}};
@@ -459,8 +471,7 @@ std::optional<json> stream_chunk_json(const ApiRequest& r, const TokenEvent& ev,
 }
 
 std::vector<json> stream_end_json(const ApiRequest& r, const RequestResult& res,
-                                  const ApiContext& ctx, const std::string& id,
-                                  int64_t created) {
+                                  const ApiContext& ctx, const std::string& id, int64_t created) {
   std::vector<json> out;
   switch (r.api) {
     case Api::kCompletions:
@@ -474,8 +485,11 @@ std::vector<json> stream_end_json(const ApiRequest& r, const RequestResult& res,
         choice["text"] = res.tail;
       choice["logprobs"] = nullptr;
       choice["finish_reason"] = finish_reason_oai(res.finish);
-      out.push_back({{"id", id},          {"object", object},  {"created", created},
-                     {"model", ctx.model_name}, {"choices", json::array({choice})}});
+      out.push_back({{"id", id},
+                     {"object", object},
+                     {"created", created},
+                     {"model", ctx.model_name},
+                     {"choices", json::array({choice})}});
       if (r.include_usage)
         out.push_back({{"id", id},
                        {"object", object},

@@ -24,7 +24,9 @@ using json = nlohmann::ordered_json;
 struct ApiError : std::runtime_error {
   ApiError(int status, std::string message, std::string param = "",
            std::string type = "invalid_request_error")
-      : std::runtime_error(message), status(status), type(std::move(type)),
+      : std::runtime_error(message),
+        status(status),
+        type(std::move(type)),
         param(std::move(param)) {}
   int status;
   std::string type;
@@ -51,11 +53,11 @@ struct ApiContext {
 /// A checked generation request.
 struct ApiRequest {
   Api api = Api::kCompletions;
-  RequestParams params;         ///< for the scheduler (prompt tokenized)
-  bool stream = false;          ///< server-sent events
-  bool include_usage = false;   ///< OpenAI stream_options.include_usage
-  bool logprobs = false;        ///< OpenAI: logprobs asked for
-  bool return_tokens = false;   ///< llama.cpp: "tokens" in the response
+  RequestParams params;        ///< for the scheduler (prompt tokenized)
+  bool stream = false;         ///< server-sent events
+  bool include_usage = false;  ///< OpenAI stream_options.include_usage
+  bool logprobs = false;       ///< OpenAI: logprobs asked for
+  bool return_tokens = false;  ///< llama.cpp: "tokens" in the response
 };
 
 /// Parses a body as a JSON object; throws ApiError 400 (malformed JSON, not an object).
