@@ -6,7 +6,8 @@
 // a streamed chat through the official `openai` npm client; every kind of bad input and its
 // status (400, 401, 404, 413, 503 + Retry-After, 504 on --timeout); 32 concurrent streaming
 // clients with some disconnecting early (the others complete, every KV block returns to the
-// pool, checked through /metrics); the prefix cache on a second chat turn; the small endpoints.
+// pool, checked through /metrics); the prefix cache on a second chat turn; /infill's FIM prompt
+// (on a copy of the fixture with FIM token ids added); the small endpoints.
 // The server must exit 0 on SIGTERM (also under AddressSanitizer: scripts/asan_serve.sh).
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -26,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "gguf.h"
 #include "test_util.h"
 
 extern char** environ;
@@ -48,16 +50,11 @@ std::string slurp(const std::filesystem::path& p) {
 /// A running `kvrun serve` on a free loopback port; SIGTERM and wait in the destructor.
 class ServerProcess {
  public:
-  explicit ServerProcess(const std::vector<std::string>& extra) {
+  explicit ServerProcess(const std::vector<std::string>& extra, std::string model = "") {
     log_ = dir_ / "server.log";
-    std::vector<std::string> args = {test::kvrun_binary(),
-                                     "serve",
-                                     "-m",
-                                     test::fixture(kModel).string(),
-                                     "--port",
-                                     "0",
-                                     "-t",
-                                     "2"};
+    if (model.empty()) model = test::fixture(kModel).string();
+    std::vector<std::string> args = {
+        test::kvrun_binary(), "serve", "-m", model, "--port", "0", "-t", "2"};
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
@@ -568,6 +565,43 @@ TEST(Serve, SmallEndpoints) {
   ASSERT_TRUE(r);
   EXPECT_EQ(metric(r->body, "kvrun_requests_total"), 1);
   EXPECT_GT(metric(r->body, "kvrun_generated_tokens_total"), 0);
+  expect_clean_exit(srv);
+}
+
+TEST(Serve, InfillPutsPrefixAndSuffixAroundTheFimTokens) {
+  KVRUN_REQUIRE_FIXTURE(kModel);
+  // The fixture with FIM token ids added (three byte tokens stand in for <PRE> <SUF> <MID>).
+  test::TempDir dir;
+  const auto fim_model = (dir / "fim.gguf").string();
+  {
+    const gguf::File f = gguf::File::open(test::fixture(kModel).string());
+    gguf::Writer w;
+    for (const auto& kv : f.metadata()) w.set_value(std::string(kv.key), kv.value);
+    w.set_u32("tokenizer.ggml.fim_pre_token_id", 3);
+    w.set_u32("tokenizer.ggml.fim_suf_token_id", 4);
+    w.set_u32("tokenizer.ggml.fim_mid_token_id", 5);
+    for (const auto& t : f.tensors())
+      w.add_tensor(std::string(t.name), t.type,
+                   std::vector<int64_t>(t.ne, t.ne + std::max(1, t.n_dims)), t.data);
+    w.write(fim_model);
+  }
+  ServerProcess srv({"-c", "128"}, fim_model);
+  ASSERT_TRUE(srv.ok()) << srv.log();
+  auto c = srv.client();
+  auto n_tokens = [&](const std::string& text) {
+    return post_json(*c, "/tokenize", {{"content", text}}, 200)["tokens"].size();
+  };
+  const json j = post_json(*c, "/infill",
+                           {{"input_prefix", "Once upon"},
+                            {"input_suffix", "the end."},
+                            {"input_extra", {{{"filename", "a.txt"}, {"text", "Lily"}}}},
+                            {"n_predict", 4},
+                            {"temperature", 0}},
+                           200);
+  // BOS, PRE, extra + prefix, SUF, suffix, MID.
+  EXPECT_EQ(j["tokens_evaluated"],
+            4 + n_tokens("// a.txt\nLily\nOnce upon") + n_tokens("the end."));
+  EXPECT_EQ(j["tokens_predicted"], 4);
   expect_clean_exit(srv);
 }
 

@@ -346,9 +346,7 @@ ApiRequest parse_infill(const json& j, const ApiContext& ctx) {
   const Tokenizer& tok = *ctx.tok;
   if (tok.fim_prefix() < 0 || tok.fim_suffix() < 0 || tok.fim_middle() < 0)
     throw ApiError(400, "this model has no fill-in-the-middle tokens (FIM prefix/suffix/middle)");
-  json body = j;
-  body["prompt"] = "";  // parse the sampling fields; the prompt is built below
-  body.erase("prompt");
+  json body = j;  // every /completion field; "prompt" is replaced by the FIM token sequence
   std::string extra;
   if (const json* ex = field(j, "input_extra")) {
     if (!ex->is_array()) bad("input_extra", "must be an array of {filename, text}");
@@ -371,8 +369,7 @@ ApiRequest parse_infill(const json& j, const ApiContext& ctx) {
   p.push_back(tok.fim_middle());
   for (int32_t id : tok.tokenize(middle, false, false)) p.push_back(id);
   body["prompt"] = p;
-  ApiRequest r = parse_llama_completion(body, ctx);
-  return r;
+  return parse_llama_completion(body, ctx);
 }
 
 json response_json(const ApiRequest& r, const RequestResult& res,
