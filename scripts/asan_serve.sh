@@ -11,7 +11,7 @@ JOBS="${JOBS:-2}"
 FIXTURES="${KVRUN_FIXTURES:-$(cd .. && pwd)/shared/fixtures}"
 
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVRUN_ASAN=ON \
-  -DKVRUN_FUZZ=OFF -DKVRUN_FIXTURES="$FIXTURES" >/dev/null
+  -DKVRUN_FUZZ=OFF -DKVRUN_CUDA=OFF -DKVRUN_FIXTURES="$FIXTURES" >/dev/null
 cmake --build "$BUILD" -j "$JOBS" --target kvrun test_serve
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"

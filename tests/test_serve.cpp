@@ -11,6 +11,7 @@
 // The server must exit 0 on SIGTERM (also under AddressSanitizer: scripts/asan_serve.sh).
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -21,7 +22,6 @@
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
-#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -47,6 +47,17 @@ std::string slurp(const std::filesystem::path& p) {
   return ss.str();
 }
 
+/// The port of the "kvrun: listening on http://HOST:PORT" line in `log`, or 0.
+int listening_port(const std::string& log) {
+  const std::string mark = "listening on http://";
+  const size_t at = log.find(mark);
+  if (at == std::string::npos) return 0;
+  const size_t colon = log.find(':', at + mark.size());
+  const size_t eol = log.find('\n', at);
+  if (colon == std::string::npos || eol == std::string::npos || colon > eol) return 0;
+  return std::atoi(log.substr(colon + 1, eol - colon - 1).c_str());
+}
+
 /// A running `kvrun serve` on a free loopback port; SIGTERM and wait in the destructor.
 class ServerProcess {
  public:
@@ -69,17 +80,14 @@ class ServerProcess {
       pid_ = -1;
       return;
     }
-    const std::regex re("listening on http://([0-9.]+):([0-9]+)");
     for (int i = 0; i < 600 && port_ == 0; ++i) {  // up to 60 s (ASan builds load slowly)
-      std::smatch m;
-      const std::string log = slurp(log_);
-      if (std::regex_search(log, m, re))
-        port_ = std::stoi(m[2]);
-      else if (waitpid(pid_, &status_, WNOHANG) == pid_) {
+      port_ = listening_port(slurp(log_));
+      if (port_ > 0) break;
+      if (waitpid(pid_, &status_, WNOHANG) == pid_) {  // it exited: the log says why
         pid_ = -1;
         break;
-      } else
-        std::this_thread::sleep_for(100ms);
+      }
+      std::this_thread::sleep_for(100ms);
     }
   }
   ~ServerProcess() { stop(); }
