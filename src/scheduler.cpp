@@ -368,9 +368,11 @@ void Scheduler::finish(Session& s, FinishReason why, const std::string& error) {
   if (why == FinishReason::kCancelled) ++counters_.n_cancelled;
   if (why == FinishReason::kTimeout) ++counters_.n_timeout;
   if (why == FinishReason::kError) ++counters_.n_errors;
+  {
+    std::lock_guard lk(mu_);  // before the event: whoever sees the end may submit again
+    --n_inflight_;
+  }
   s.req->push(RequestEvent{true, {}, r});
-  std::lock_guard lk(mu_);
-  --n_inflight_;
 }
 
 }  // namespace kvrun

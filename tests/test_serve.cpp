@@ -9,9 +9,9 @@
 // pool, checked through /metrics); the prefix cache on a second chat turn; /infill's FIM prompt
 // (on a copy of the fixture with FIM token ids added); the small endpoints.
 // The server must exit 0 on SIGTERM (also under AddressSanitizer: scripts/asan_serve.sh).
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -433,6 +433,7 @@ TEST(Serve, ThirtyTwoStreamingClientsSomeDisconnecting) {
   START_SERVER(srv, "-c", "1024", "-np", "8", "--max-queue", "64");
   constexpr int kClients = 32;
   std::vector<int> finished(kClients, 0), done_marker(kClients, 0);
+  std::vector<std::string> outcome(kClients);  // HTTP status or client error, for messages
   std::vector<std::string> texts(kClients);
   std::vector<std::thread> threads;
   auto is_quitter = [](int i) { return i % 4 == 1; };
@@ -484,7 +485,8 @@ TEST(Serve, ThirtyTwoStreamingClientsSomeDisconnecting) {
         }
         return !(is_quitter(i) && events >= 3);  // hang up
       });
-      (void)r;
+      outcome[i] = r ? "HTTP " + std::to_string(r->status) + " " + buf.substr(0, 300)
+                     : "client error " + httplib::to_string(r.error());
     });
   for (auto& t : threads) t.join();
   int n_quit = 0;
@@ -493,7 +495,7 @@ TEST(Serve, ThirtyTwoStreamingClientsSomeDisconnecting) {
       ++n_quit;
       continue;
     }
-    EXPECT_TRUE(finished[i]) << "client " << i << " got no finish_reason";
+    EXPECT_TRUE(finished[i]) << "client " << i << " got no finish_reason: " << outcome[i];
     EXPECT_TRUE(done_marker[i]) << "client " << i << " got no [DONE]";
     EXPECT_FALSE(texts[i].empty()) << "client " << i;
   }

@@ -4,6 +4,7 @@
 // /detokenize, /health, /metrics, /slots. Requests and responses: docs/http-api.md.
 #include <httplib.h>
 #include <pthread.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <csignal>
@@ -387,8 +388,16 @@ int cmd_serve(const ServeOptions& opt_in) {
   });
   svr.Get("/slots", [&](const auto&, auto& r) { s.slots(r); });
 
+  // httplib 0.11 listens with a backlog of 5 (compiled into the Debian library), too few for a
+  // burst of clients connecting at once: keep the listening socket and raise it after bind.
+  int listen_fd = -1;
+  svr.set_socket_options([&listen_fd](socket_t sock) {
+    httplib::default_socket_options(sock);
+    listen_fd = sock;
+  });
   const int port = opt.port == 0 ? svr.bind_to_any_port(opt.host)
                                  : (svr.bind_to_port(opt.host, opt.port) ? opt.port : -1);
+  if (port >= 0 && listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);
   if (port < 0) {
     std::fprintf(stderr, "kvrun: error: cannot listen on %s:%d\n", opt.host.c_str(), opt.port);
     return 1;
