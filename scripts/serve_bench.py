@@ -3,10 +3,12 @@
 
 Two measurements, each against a fresh server started on a free loopback port:
 
-1. Aggregate generation t/s for 1, 4 and 8 parallel clients: every client streams one greedy
-   /completion of --n-predict tokens (ignore_eos), all started together; t/s = all generated
-   tokens / wall time from the first request to the last [end]. The server runs with -np equal
-   to the client count, so the 8 sessions decode in one batched forward per step.
+1. Aggregate generation t/s for 1, 4 and 8 parallel clients: every client sends one greedy
+   /completion of --n-predict tokens (ignore_eos), all started together, streamed or not;
+   t/s = all generated tokens / wall time from the first request to the last end. The server
+   runs with -np equal to the client count, so the sessions decode in one batched forward per
+   step. Also the server's own figure (kvrun_generation_tokens_per_second: tokens / time in
+   forward steps), which leaves out HTTP, JSON and the clients.
 2. TTFT of a second chat turn: turn 1 is a long user message (the start of the fixture text) and
    a short reply; turn 2 sends the whole conversation plus a new user message, streamed; TTFT =
    time from sending turn 2 to its first content chunk. Once with the prefix cache (turn 2 reuses
@@ -87,15 +89,19 @@ class Server:
         return data
 
 
-def throughput(kvrun, model, clients, n_predict, threads):
+def throughput(kvrun, model, clients, n_predict, threads, stream):
+    """Returns (client-side aggregate t/s, the server's own generation t/s from /metrics)."""
     with Server(kvrun, model, ["-np", str(clients), "-c", str(n_predict + 64), "-t", str(threads)]) as s:
-        s.stream("/completion", {"prompt": "Once upon a time", "n_predict": 8, "stream": True})  # warm up
+        s.post("/completion", {"prompt": "Once upon a time", "n_predict": 8})  # warm up
         counts = [0] * clients
 
         def client(i):
             body = {"prompt": f"Once upon a time {i}", "n_predict": n_predict, "temperature": 0,
-                    "ignore_eos": True, "cache_prompt": False, "stream": True}
-            counts[i] = s.stream("/completion", body)[2]
+                    "ignore_eos": True, "cache_prompt": False, "stream": stream}
+            if stream:
+                counts[i] = s.stream("/completion", body)[2]
+            else:
+                counts[i] = s.post("/completion", body)["tokens_predicted"]
 
         ts = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
         t0 = time.perf_counter()
@@ -105,7 +111,11 @@ def throughput(kvrun, model, clients, n_predict, threads):
             t.join()
         wall = time.perf_counter() - t0
         assert all(c == n_predict for c in counts), counts
-        return sum(counts) / wall
+        conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
+        conn.request("GET", "/metrics")
+        metrics = conn.getresponse().read().decode()
+        engine = float(re.search(r"^kvrun_generation_tokens_per_second (\S+)$", metrics, re.M).group(1))
+        return sum(counts) / wall, engine
 
 
 def second_turn_ttft(kvrun, model, prefix_cache, threads, n_chars):
@@ -134,11 +144,17 @@ def main():
 
     print(f"model {os.path.basename(a.model)}, -t {a.threads}, {a.n_predict} tokens per client, "
           f"median of {a.reps}\n")
-    print("| parallel clients | aggregate generation t/s |")
-    print("|---|---|")
+    print("| parallel clients | aggregate t/s, streamed | aggregate t/s, not streamed | "
+          "server generation t/s (/metrics) |")
+    print("|---|---|---|---|")
     for clients in (1, 4, 8):
-        tps = [throughput(a.kvrun, a.model, clients, a.n_predict, a.threads) for _ in range(a.reps)]
-        print(f"| {clients} | {statistics.median(tps):.0f} |", flush=True)
+        streamed = [throughput(a.kvrun, a.model, clients, a.n_predict, a.threads, True)
+                    for _ in range(a.reps)]
+        whole = [throughput(a.kvrun, a.model, clients, a.n_predict, a.threads, False)
+                 for _ in range(a.reps)]
+        print(f"| {clients} | {statistics.median(r[0] for r in streamed):.0f} | "
+              f"{statistics.median(r[0] for r in whole):.0f} | "
+              f"{statistics.median(r[1] for r in whole):.0f} |", flush=True)
     print("\n| second chat turn | prompt tokens | cached tokens | TTFT (ms) |")
     print("|---|---|---|---|")
     for on in (True, False):
