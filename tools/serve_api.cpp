@@ -402,7 +402,7 @@ json response_json(const ApiRequest& r, const RequestResult& res,
               {"usage", usage_json(res)}};
     }
     case Api::kLlamaCompletion: {
-      json out = {{"content", res.text}, {"id_slot", 0}, {"stop", true}, {"model", ctx.model_name}};
+      json out = {{"content", res.text}, {"stop", true}, {"model", ctx.model_name}};
       if (r.return_tokens) out["tokens"] = res.tokens;
       out["stop_type"] = stop_type(res.finish);
       out["stopping_word"] = res.stop_word;
