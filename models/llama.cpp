@@ -1,6 +1,7 @@
 // llama.cpp — llama-family weights and forward pass (see llama.h).
 #include "models/llama.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -97,20 +98,28 @@ LlamaScratch::LlamaScratch(const Hparams& hp, int64_t n)
 
 void llama_forward(const Hparams& hp, const LlamaWeights& w, cpu::ThreadPool& pool, LlamaScratch& s,
                    const LlamaBatch& b) {
-  const int64_t n = b.n_tokens, d = hp.n_embd;
+  const int64_t d = hp.n_embd, n_vocab = hp.n_vocab;
   cpu::PagedAttnParams ap;
   ap.attn = {hp.n_head, hp.n_head_kv, hp.head_dim, hp.head_dim_v,
              1.0f / std::sqrt(float(hp.head_dim))};
   ap.flash = b.flash;
   ap.rotate = b.rotate;
-  cpu::PagedSeq seq;
-  seq.block_table = b.block_table;
-  seq.pos0 = b.pos0;
-  seq.q0 = 0;
-  seq.n_q = n;
+  s.seqs.resize(size_t(b.n_seqs));
+  int64_t n = 0, n_out = 0;  // rows, logit rows
+  for (int64_t i = 0; i < b.n_seqs; ++i) {
+    const LlamaSeqSlice& sl = b.seqs[i];
+    cpu::PagedSeq& seq = s.seqs[size_t(i)];
+    seq.block_table = sl.block_table;
+    seq.pos0 = sl.pos0;
+    seq.q0 = n;
+    seq.n_q = sl.n_tokens;
+    for (int64_t j = 0; j < sl.n_tokens; ++j) s.pos[size_t(n + j)] = int32_t(sl.pos0 + j);
+    n += sl.n_tokens;
+    if (sl.logits) n_out += sl.all_logits ? sl.n_tokens : 1;
+  }
+  const int64_t n_seqs = b.n_seqs;
   const cpu::RopeConfig rc{hp.rope.n_rot, hp.rope.freq_base, 1.0f / hp.rope.scaling_factor,
                            static_cast<const float*>(w.rope_freqs.data), w.rope_neox};
-  for (int64_t i = 0; i < n; ++i) s.pos[size_t(i)] = int32_t(b.pos0 + i);
   float* x = s.x.data();
   cpu::get_rows(w.tok_embd, b.tokens, n, x);
 
@@ -126,8 +135,8 @@ void llama_forward(const Hparams& hp, const LlamaWeights& w, cpu::ThreadPool& po
     add_bias(s.v.data(), L.bv, n, L.wv.ne[1]);
     cpu::rope(s.q.data(), n, hp.n_head, hp.head_dim, s.pos.data(), rc);
     cpu::rope(s.k.data(), n, hp.n_head_kv, hp.head_dim, s.pos.data(), rc);
-    cpu::paged_kv_store(b.kv[il], ap, &seq, 1, s.k.data(), s.v.data());
-    cpu::paged_attention(pool, b.kv[il], ap, &seq, 1, s.q.data(), s.att.data());
+    cpu::paged_kv_store(b.kv[il], ap, s.seqs.data(), n_seqs, s.k.data(), s.v.data());
+    cpu::paged_attention(pool, b.kv[il], ap, s.seqs.data(), n_seqs, s.q.data(), s.att.data());
     cpu::matmul(pool, L.wo, s.att.data(), n, s.proj.data());
     cpu::add(x, s.proj.data(), n * d);
     // Feed-forward block (SwiGLU).
@@ -139,11 +148,32 @@ void llama_forward(const Hparams& hp, const LlamaWeights& w, cpu::ThreadPool& po
     cpu::add(x, s.proj.data(), n * d);
   }
 
-  if (!b.logits) return;
-  const int64_t n_out = b.all_logits ? n : 1;
-  const float* last = x + (n - n_out) * d;
-  cpu::rms_norm(last, static_cast<float*>(w.output_norm.data), s.xn.data(), n_out, d, hp.rms_eps);
-  cpu::matmul(pool, w.output, s.xn.data(), n_out, b.logits);
+  if (n_out == 0) return;
+  // Normalize the rows that need logits into consecutive rows of xn, one matmul for all of them.
+  int64_t row = 0;
+  for (int64_t i = 0; i < n_seqs; ++i) {
+    const LlamaSeqSlice& sl = b.seqs[i];
+    if (!sl.logits) continue;
+    const int64_t k = sl.all_logits ? sl.n_tokens : 1;
+    const float* src = x + (s.seqs[size_t(i)].q0 + sl.n_tokens - k) * d;
+    cpu::rms_norm(src, static_cast<float*>(w.output_norm.data), s.xn.data() + row * d, k, d,
+                  hp.rms_eps);
+    row += k;
+  }
+  if (n_seqs == 1) {  // straight into the caller's buffer
+    cpu::matmul(pool, w.output, s.xn.data(), n_out, b.seqs[0].logits);
+    return;
+  }
+  s.logits.resize(size_t(n_out * n_vocab));
+  cpu::matmul(pool, w.output, s.xn.data(), n_out, s.logits.data());
+  row = 0;
+  for (int64_t i = 0; i < n_seqs; ++i) {
+    const LlamaSeqSlice& sl = b.seqs[i];
+    if (!sl.logits) continue;
+    const int64_t k = sl.all_logits ? sl.n_tokens : 1;
+    std::copy_n(s.logits.data() + row * n_vocab, k * n_vocab, sl.logits);
+    row += k;
+  }
 }
 
 }  // namespace kvrun

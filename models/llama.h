@@ -60,33 +60,44 @@ LlamaWeights load_llama_weights(const gguf::File& file, const Hparams& hp);
 struct LlamaScratch {
   LlamaScratch(const Hparams& hp, int64_t n_batch);
   int64_t n_batch;
-  std::vector<float> x;      ///< [n_batch, n_embd] residual stream
-  std::vector<float> xn;     ///< [n_batch, n_embd] normalized input of a sub-block
-  std::vector<float> q;      ///< [n_batch, n_head · head_dim]
-  std::vector<float> k;      ///< [n_batch, n_head_kv · head_dim]
-  std::vector<float> v;      ///< [n_batch, n_head_kv · head_dim_v]
-  std::vector<float> att;    ///< [n_batch, n_head · head_dim_v]
-  std::vector<float> proj;   ///< [n_batch, n_embd] output of attn_output / ffn_down
-  std::vector<float> gate;   ///< [n_batch, n_ff]
-  std::vector<float> up;     ///< [n_batch, n_ff]
-  std::vector<int32_t> pos;  ///< [n_batch]
+  std::vector<float> x;             ///< [n_batch, n_embd] residual stream
+  std::vector<float> xn;            ///< [n_batch, n_embd] normalized input of a sub-block
+  std::vector<float> q;             ///< [n_batch, n_head · head_dim]
+  std::vector<float> k;             ///< [n_batch, n_head_kv · head_dim]
+  std::vector<float> v;             ///< [n_batch, n_head_kv · head_dim_v]
+  std::vector<float> att;           ///< [n_batch, n_head · head_dim_v]
+  std::vector<float> proj;          ///< [n_batch, n_embd] output of attn_output / ffn_down
+  std::vector<float> gate;          ///< [n_batch, n_ff]
+  std::vector<float> up;            ///< [n_batch, n_ff]
+  std::vector<int32_t> pos;         ///< [n_batch]
+  std::vector<cpu::PagedSeq> seqs;  ///< [n_seqs] the attention's view of the batch
+  std::vector<float> logits;        ///< [n_out, n_vocab] when several slices ask for logits
 };
 
-/// One forward call over a batch of consecutive tokens of one sequence.
+/// One sequence's part of a batch: `n_tokens` consecutive rows of LlamaBatch::tokens (CSR
+/// style, as cpu::PagedSeq), at positions pos0 … pos0+n_tokens−1 of that sequence.
+struct LlamaSeqSlice {
+  const int32_t* block_table = nullptr;  ///< the sequence's blocks, reserved past pos0+n_tokens
+  int64_t pos0 = 0;                      ///< position of its first token; KV rows < pos0 filled
+  int64_t n_tokens = 0;                  ///< ≥ 1
+  float* logits = nullptr;  ///< [n_out, n_vocab] (n_out = n_tokens or 1), or null for none
+  bool all_logits = false;  ///< logits of every token of the slice instead of only the last
+};
+
+/// One forward call over a batch of tokens of one or more sequences.
 struct LlamaBatch {
-  const int32_t* tokens = nullptr;  ///< [n_tokens] ids in [0, n_vocab)
-  int64_t n_tokens = 0;             ///< 1 … scratch.n_batch
-  int64_t pos0 = 0;                 ///< position of tokens[0]; KV rows 0 … pos0−1 are filled
+  const int32_t* tokens = nullptr;        ///< [Σ seqs[i].n_tokens] ids in [0, n_vocab), by slice
+  const LlamaSeqSlice* seqs = nullptr;    ///< [n_seqs] slices in row order
+  int64_t n_seqs = 0;                     ///< ≥ 1; Σ n_tokens ≤ scratch.n_batch
   const cpu::PagedKvLayer* kv = nullptr;  ///< [n_layer] paged KV storage of each layer
-  const int32_t* block_table = nullptr;   ///< the sequence's blocks, reserved past pos0+n_tokens
   bool flash = false;                     ///< online softmax (see cpu::PagedAttnParams)
   bool rotate = false;                    ///< K stored Hadamard-rotated (--kv-rotate)
-  float* logits = nullptr;  ///< [n_out, n_vocab] (n_out = n_tokens or 1), or null for none
-  bool all_logits = false;  ///< logits of every token instead of only the last
 };
 
-/// Runs the batch through the model: writes K/V rows pos0 … pos0+n_tokens−1 of every layer and
-/// the requested logits. The caller has reserved the blocks of positions < pos0 + n_tokens.
+/// Runs the batch through the model: writes K/V rows pos0 … pos0+n_tokens−1 of every slice's
+/// sequence in every layer and each slice's requested logits. The caller has reserved the blocks
+/// of positions < pos0 + n_tokens of each slice. A batch of one slice computes exactly what a
+/// single-sequence call did; with several slices the exact attention may sum in another order.
 void llama_forward(const Hparams& hp, const LlamaWeights& w, cpu::ThreadPool& pool, LlamaScratch& s,
                    const LlamaBatch& b);
 

@@ -90,16 +90,19 @@ std::span<const float> Context::eval(std::span<const int32_t> tokens, bool all_l
   for (int64_t done = 0; done < n;) {
     const int64_t chunk = std::min(n_batch_, n - done);
     const bool last = done + chunk == n;
+    LlamaSeqSlice sl;
+    sl.block_table = seq_.block_table().data();
+    sl.pos0 = n_past0 + done;
+    sl.n_tokens = chunk;
+    sl.all_logits = all_logits;
+    sl.logits = all_logits ? logits_.data() + done * n_vocab : (last ? logits_.data() : nullptr);
     LlamaBatch b;
     b.tokens = tokens.data() + done;
-    b.n_tokens = chunk;
-    b.pos0 = n_past0 + done;
+    b.seqs = &sl;
+    b.n_seqs = 1;
     b.kv = layers.data();
-    b.block_table = seq_.block_table().data();
     b.flash = flash_;
     b.rotate = cache_.params().rotate;
-    b.all_logits = all_logits;
-    b.logits = all_logits ? logits_.data() + done * n_vocab : (last ? logits_.data() : nullptr);
     llama_forward(hp, model_.weights(), pool_, *scratch_, b);
     seq_.commit(tokens.subspan(size_t(done), size_t(chunk)));
     done += chunk;

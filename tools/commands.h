@@ -88,6 +88,30 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& o);
 /// `kvrun bench`: prompt (pp) and generation (tg) speed at context depths, llama-bench's meaning.
 int cmd_bench(const BenchOptions& opt);
 
+/// Options of `kvrun serve`.
+struct ServeOptions {
+  std::string model;               ///< -m
+  std::string host = "127.0.0.1";  ///< --host (loopback by default)
+  int port = 8080;                 ///< --port (0: any free port, printed on stderr)
+  int n_parallel = 4;              ///< -np/--parallel: sessions generating at once
+  int max_queue = 64;              ///< --max-queue: requests waiting beyond -np (then 503)
+  int64_t n_ctx = 0;               ///< -c: context length of each session (0: min(4096, train))
+  int64_t n_batch = 512;           ///< -b: tokens per forward step (decodes + prefill chunks)
+  int n_threads = 0;               ///< -t (0: physical cores)
+  std::string api_key;             ///< --api-key: require "Authorization: Bearer KEY"
+  std::string max_body = "1M";     ///< --max-body SIZE: largest request body (else 413)
+  double timeout_s = 600;          ///< --timeout: seconds a request may take (0: no limit)
+  std::string chat_template;       ///< --chat-template NAME ("" = the model's)
+  KvCacheOptions kv;               ///< -ctk / -ctv / --kv-mem / --no-prefix-cache / -fa ...
+};
+
+/// Registers `kvrun serve` on `app`, parsing into `o`; returns the subcommand.
+CLI::App* add_serve_command(CLI::App& app, ServeOptions& o);
+
+/// `kvrun serve`: the HTTP server (tools/serve.cpp, docs/http-api.md). Runs until SIGINT or
+/// SIGTERM; returns the exit code (1 when the model cannot be loaded or the port bound).
+int cmd_serve(const ServeOptions& opt);
+
 /// Formats a byte count for people: "1.13 MiB", "42.95 GB" (SI when `si`), exact below 1 KiB.
 std::string format_bytes(int64_t bytes, bool si = false);
 

@@ -33,8 +33,8 @@ void add_kv_cache_options(CLI::App& app, KvCacheOptions& o);
 void apply_kv_cache_options(const KvCacheOptions& o, const std::string& model_path,
                             ContextParams& params);
 
-/// Rewrites the multi-letter single-dash options CLI11 (2.1) cannot declare (-ctk, -ctv, -fa, also
-/// as -ctk=T) to their long forms, in place, before parsing.
+/// Rewrites the multi-letter single-dash options CLI11 (2.1) cannot declare (-ctk, -ctv, -fa, -np,
+/// also as -ctk=T) to their long forms, in place, before parsing.
 void rewrite_short_aliases(int argc, char** argv);
 
 /// Parses a byte size: a number with an optional K, M, G or T suffix (powers of 1024, with or

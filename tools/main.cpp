@@ -70,6 +70,8 @@ int main(int argc, char** argv) {
   CLI::App* ppl_cmd = add_perplexity_command(app, ppl);
   BenchOptions bench;
   CLI::App* bench_cmd = add_bench_command(app, bench);
+  ServeOptions serve;
+  CLI::App* serve_cmd = add_serve_command(app, serve);
 
   rewrite_short_aliases(argc, argv);
   try {
@@ -81,6 +83,7 @@ int main(int argc, char** argv) {
   if (info_cmd->parsed()) return cmd_info(info);
   if (ppl_cmd->parsed()) return cmd_perplexity(ppl);
   if (bench_cmd->parsed()) return cmd_bench(bench);
+  if (serve_cmd->parsed()) return cmd_serve(serve);
   if (run.chat_template == "list") return cmd_list_chat_templates();
   if (run.model.empty()) {
     std::fputs(app.help().c_str(), stdout);

@@ -1,0 +1,423 @@
+// serve.cpp — `kvrun serve`: a local HTTP endpoint (cpp-httplib) in front of the
+// continuous-batching scheduler (src/scheduler.h). OpenAI-compatible /v1/completions,
+// /v1/chat/completions, /v1/models; llama.cpp-compatible /completion, /infill, /tokenize,
+// /detokenize, /health, /metrics, /slots. Requests and responses: docs/http-api.md.
+#include <httplib.h>
+#include <pthread.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <memory>
+#include <sstream>
+#include <thread>
+
+#include "commands.h"
+#include "scheduler.h"
+#include "serve_api.h"
+
+namespace kvrun::tools {
+namespace {
+
+using std::chrono::milliseconds;
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.status;
+  res.set_content(error_json(e.status, e.what(), e.type, e.param).dump(), "application/json");
+}
+
+void send_json(httplib::Response& res, const json& j) {
+  res.set_content(j.dump(), "application/json");
+}
+
+/// "data: {...}\n\n"
+std::string sse(const json& j) { return "data: " + j.dump() + "\n\n"; }
+
+/// Prometheus text exposition of the scheduler's counters and the KV pool.
+std::string metrics_text(const SchedulerStats& s, const KvCache& cache) {
+  std::ostringstream o;
+  auto metric = [&](const char* name, const char* type, const char* help, auto value,
+                    const char* labels = "") {
+    o << "# HELP kvrun_" << name << " " << help << "\n# TYPE kvrun_" << name << " " << type
+      << "\nkvrun_" << name << labels << " " << value << "\n";
+  };
+  metric("requests_total", "counter", "Generation requests accepted.", s.n_requests);
+  metric("requests_rejected_total", "counter", "Requests refused because the queue was full.",
+         s.n_rejected);
+  metric("requests_finished_total", "counter", "Requests ended (any reason).", s.n_finished);
+  metric("requests_cancelled_total", "counter", "Requests cancelled (client disconnected).",
+         s.n_cancelled);
+  metric("requests_timeout_total", "counter", "Requests ended by --timeout.", s.n_timeout);
+  metric("requests_error_total", "counter", "Requests ended by an error (e.g. KV cache full).",
+         s.n_errors);
+  metric("requests_active", "gauge", "Sessions generating now.", s.n_active);
+  metric("requests_queued", "gauge", "Requests waiting for a session.", s.n_queued);
+  metric("prompt_tokens_total", "counter", "Prompt tokens of started requests.", s.n_prompt_tokens);
+  metric("prompt_tokens_cached_total", "counter", "Prompt tokens taken from the prefix cache.",
+         s.n_cached_tokens);
+  metric("prefill_tokens_total", "counter", "Prompt tokens computed.", s.n_prefill_tokens);
+  metric("generated_tokens_total", "counter", "Tokens generated.", s.n_generated_tokens);
+  metric("forward_steps_total", "counter", "Batched forward steps.", s.n_steps);
+  metric("prefill_tokens_per_second", "gauge", "Prefill throughput over the server's lifetime.",
+         s.prefill_s > 0 ? double(s.n_prefill_tokens) / s.prefill_s : 0.0);
+  metric("generation_tokens_per_second", "gauge",
+         "Aggregate generation throughput over the server's lifetime (all sessions).",
+         s.decode_s > 0 ? double(s.n_generated_tokens) / s.decode_s : 0.0);
+  metric("prefix_cache_hit_ratio", "gauge", "Share of prompt tokens taken from the prefix cache.",
+         s.n_prompt_tokens > 0 ? double(s.n_cached_tokens) / double(s.n_prompt_tokens) : 0.0);
+  o << "# HELP kvrun_kv_blocks KV cache blocks by state (tier: where the blocks live).\n"
+       "# TYPE kvrun_kv_blocks gauge\n";
+  o << "kvrun_kv_blocks{tier=\"ram\",state=\"used\"} " << s.blocks.n_used << "\n";
+  o << "kvrun_kv_blocks{tier=\"ram\",state=\"free\"} " << s.blocks.n_free << "\n";
+  o << "kvrun_kv_blocks{tier=\"ram\",state=\"cached\"} " << s.blocks.n_cached << "\n";
+  metric("kv_blocks_total", "gauge", "KV cache blocks in the pool.", s.blocks.n_blocks,
+         "{tier=\"ram\"}");
+  metric("kv_block_size", "gauge", "Tokens per KV block.", cache.block_size());
+  metric("kv_blocks_evicted_total", "counter", "Cached blocks evicted for new ones.",
+         s.blocks.n_evicted, "{tier=\"ram\"}");
+  return o.str();
+}
+
+/// Everything the handlers share.
+struct Server {
+  const ServeOptions& opt;
+  const Tokenizer& tok;
+  Scheduler& sched;
+  const KvCache& cache;
+  ApiContext api;
+  std::atomic<int64_t> next_id{1};
+
+  std::string new_id(Api a) {
+    return std::string(a == Api::kChat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
+  }
+
+  void generate(const httplib::Request& req, httplib::Response& res, Api api_kind) {
+    const json body = parse_body(req.body);
+    ApiRequest ar;
+    switch (api_kind) {
+      case Api::kCompletions:
+        ar = parse_completions(body, api);
+        break;
+      case Api::kChat:
+        ar = parse_chat(body, api);
+        break;
+      case Api::kLlamaCompletion:
+        ar = req.path == "/infill" ? parse_infill(body, api) : parse_llama_completion(body, api);
+        break;
+    }
+    std::shared_ptr<Request> handle;
+    try {
+      handle = sched.submit(ar.params);
+    } catch (const QueueFull& e) {
+      res.set_header("Retry-After", "1");
+      throw ApiError(503, std::string("server busy: ") + e.what(), "", "server_busy");
+    } catch (const ContextError& e) {
+      throw ApiError(400, e.what(), "prompt");
+    }
+    const std::string id = new_id(api_kind);
+    const int64_t created = int64_t(std::time(nullptr));
+    if (!ar.stream) {
+      std::vector<TokenEvent> events;
+      for (;;) {
+        auto ev = handle->next(milliseconds(200));
+        if (!ev) continue;  // the scheduler ends every request (timeout, shutdown)
+        if (!ev->done) {
+          events.push_back(std::move(ev->token));
+          continue;
+        }
+        if (auto err = result_error(ev->result)) throw *err;
+        send_json(res, response_json(ar, ev->result, events, api, id, created));
+        return;
+      }
+    }
+    res.set_header("Cache-Control", "no-cache");
+    auto state = std::make_shared<ApiRequest>(std::move(ar));
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, handle, state, id, created](size_t, httplib::DataSink& sink) {
+          auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
+          if (auto begin = stream_begin_json(*state, api, id, created))
+            if (!write(sse(*begin))) return handle->cancel(), false;
+          for (;;) {
+            auto ev = handle->next(milliseconds(100));
+            if (!ev) {
+              if (!sink.is_writable()) return handle->cancel(), false;
+              continue;
+            }
+            if (!ev->done) {
+              if (auto chunk = stream_chunk_json(*state, ev->token, api, id, created))
+                if (!write(sse(*chunk))) return handle->cancel(), false;
+              continue;
+            }
+            if (auto err = result_error(ev->result)) {
+              write(sse(error_json(err->status, err->what(), err->type)));
+            } else {
+              for (const json& j : stream_end_json(*state, ev->result, api, id, created))
+                if (!write(sse(j))) return false;
+            }
+            if (state->api != Api::kLlamaCompletion) write("data: [DONE]\n\n");
+            sink.done();
+            return true;
+          }
+        },
+        [handle](bool) { handle->cancel(); });  // no-op when it already ended
+  }
+
+  void tokenize(const httplib::Request& req, httplib::Response& res) {
+    const json body = parse_body(req.body);
+    auto it = body.find("content");
+    if (it == body.end() || !it->is_string())
+      throw ApiError(400, "'content' must be a string", "content");
+    auto add = body.find("add_special");
+    if (add != body.end() && !add->is_boolean())
+      throw ApiError(400, "'add_special' must be a boolean", "add_special");
+    const bool add_special = add != body.end() && add->get<bool>();
+    auto pieces = body.find("with_pieces");
+    if (pieces != body.end() && !pieces->is_boolean())
+      throw ApiError(400, "'with_pieces' must be a boolean", "with_pieces");
+    const auto ids = tok.tokenize(it->get<std::string>(), add_special, true);
+    json tokens = json::array();
+    for (int32_t id : ids) {
+      if (pieces != body.end() && pieces->get<bool>())
+        tokens.push_back({{"id", id}, {"piece", tok.token_to_piece(id, true)}});
+      else
+        tokens.push_back(id);
+    }
+    send_json(res, {{"tokens", tokens}});
+  }
+
+  void detokenize(const httplib::Request& req, httplib::Response& res) {
+    const json body = parse_body(req.body);
+    auto it = body.find("tokens");
+    if (it == body.end() || !it->is_array())
+      throw ApiError(400, "'tokens' must be an array of token ids", "tokens");
+    std::string text;
+    for (const auto& t : *it) {
+      if (!t.is_number_integer()) throw ApiError(400, "'tokens' must hold integers", "tokens");
+      const int64_t id = t.get<int64_t>();
+      if (id < 0 || id >= tok.n_vocab())
+        throw ApiError(400, "token id " + std::to_string(id) + " outside the vocabulary", "tokens");
+      text += tok.token_to_piece(int32_t(id), false);
+    }
+    send_json(res, {{"content", text}});
+  }
+
+  void slots(httplib::Response& res) {
+    const SchedulerStats s = sched.stats();
+    json a = json::array();
+    for (const auto& x : s.sessions)
+      a.push_back({{"id", x.id},
+                   {"state", x.prefill ? "prefill" : "decode"},
+                   {"n_prompt", x.n_prompt},
+                   {"n_cached", x.n_cached},
+                   {"n_past", x.n_past},
+                   {"n_generated", x.n_generated}});
+    send_json(res, {{"n_parallel", opt.n_parallel},
+                    {"n_ctx", opt.n_ctx},
+                    {"active", a},
+                    {"queued", s.n_queued}});
+  }
+};
+
+/// Wraps a handler: ApiError → its status and error object; anything else → 500.
+template <class F>
+httplib::Server::Handler guarded(F f) {
+  return [f](const httplib::Request& req, httplib::Response& res) {
+    try {
+      f(req, res);
+    } catch (const ApiError& e) {
+      send_error(res, e);
+    } catch (const std::exception& e) {
+      send_error(res,
+                 ApiError(500, std::string("internal error: ") + e.what(), "", "server_error"));
+    }
+  };
+}
+
+}  // namespace
+
+CLI::App* add_serve_command(CLI::App& app, ServeOptions& o) {
+  CLI::App* cmd = app.add_subcommand(
+      "serve", "HTTP server: OpenAI- and llama.cpp-compatible endpoints, continuous batching");
+  cmd->add_option("-m,--model", o.model, "GGUF model file")->required();
+  cmd->add_option("--host", o.host, "address to listen on")->capture_default_str();
+  cmd->add_option("--port", o.port, "port (0: any free port, printed on stderr)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  cmd->add_option("--parallel", o.n_parallel, "(-np) sessions generating at once")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  cmd->add_option("--max-queue", o.max_queue, "requests waiting beyond -np before 503")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("-c,--ctx-size", o.n_ctx,
+                  "context length of each session (default: min(4096, n_ctx_train))")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 30));
+  cmd->add_option("-b,--batch-size", o.n_batch,
+                  "tokens per forward step: decodes plus prefill chunks")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
+      ->capture_default_str();
+  cmd->add_option("-t,--threads", o.n_threads, "threads (default: physical cores)")
+      ->check(CLI::Range(0, 1024));
+  cmd->add_option("--api-key", o.api_key, "require 'Authorization: Bearer KEY' (not on /health)");
+  cmd->add_option("--max-body", o.max_body, "largest request body, e.g. 1M (else 413)")
+      ->capture_default_str();
+  cmd->add_option("--timeout", o.timeout_s, "seconds a request may take (0: no limit)")
+      ->check(CLI::Range(0.0, 1e9))
+      ->capture_default_str();
+  cmd->add_option("--chat-template", o.chat_template,
+                  "chat template family instead of the model's (kvrun --chat-template list)");
+  add_kv_cache_options(*cmd, o.kv);
+  return cmd;
+}
+
+int cmd_serve(const ServeOptions& opt_in) {
+  ServeOptions opt = opt_in;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Tokenizer> tok;
+  std::unique_ptr<KvCache> cache;
+  SchedulerParams sp;
+  ApiContext api;
+  int64_t max_body = 0;
+  try {
+    max_body = parse_size(opt.max_body);
+    if (max_body < 1) throw std::invalid_argument("--max-body must be positive");
+    model = std::make_unique<Model>(Model::load(opt.model));
+    tok = std::make_unique<Tokenizer>(Tokenizer::from_gguf(model->file()));
+    const int64_t n_ctx_train = model->hparams().n_ctx_train;
+    if (opt.n_ctx == 0) opt.n_ctx = n_ctx_train > 0 ? std::min<int64_t>(4096, n_ctx_train) : 4096;
+    if (n_ctx_train > 0 && opt.n_ctx > n_ctx_train)
+      std::fprintf(stderr,
+                   "kvrun: warning: n_ctx %lld is larger than the model's n_ctx_train %lld\n",
+                   (long long)opt.n_ctx, (long long)n_ctx_train);
+    ContextParams cp;
+    cp.n_ctx = opt.n_ctx * opt.n_parallel;  // pool budget (without --kv-mem): every session full
+    apply_kv_cache_options(opt.kv, cp);
+    cache = make_context_cache(*model, cp);
+    sp.n_ctx = opt.n_ctx;
+    sp.n_batch = opt.n_batch;
+    sp.n_parallel = opt.n_parallel;
+    sp.max_queue = opt.max_queue;
+    sp.n_threads = opt.n_threads;
+    sp.flash_attn = cp.flash_attn;
+    api.tok = tok.get();
+    api.n_ctx = opt.n_ctx;
+    api.timeout_s = opt.timeout_s;
+    api.model_name = std::filesystem::path(opt.model).stem().string();
+    auto text_of = [&](int32_t id) { return id >= 0 ? tok->token_text(id) : std::string(); };
+    api.special = {text_of(tok->bos()), text_of(tok->eos())};
+    if (!opt.chat_template.empty()) {
+      const auto names = chat_template_names();
+      if (std::find(names.begin(), names.end(), opt.chat_template) == names.end())
+        throw std::invalid_argument("unknown --chat-template '" + opt.chat_template +
+                                    "' (see kvrun --chat-template list)");
+      api.chat_family = opt.chat_template;
+    } else if (auto tmpl = model->file().get_string("tokenizer.chat_template")) {
+      api.chat_family = detect_chat_template(*tmpl);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kvrun: error: %s: %s\n", opt.model.c_str(), e.what());
+    return 1;
+  }
+
+  // SIGINT/SIGTERM stop the server from a thread of their own (sigwait), so no handler runs
+  // inside the server's threads. Blocked before any thread starts, so all inherit the mask.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  Scheduler sched(*model, *tok, *cache, sp);
+  Server s{opt, *tok, sched, *cache, api, {}};
+  httplib::Server svr;
+  const int n_http = opt.n_parallel + opt.max_queue + 4;
+  svr.new_task_queue = [n_http] { return new httplib::ThreadPool(size_t(n_http)); };
+  svr.set_payload_max_length(size_t(max_body));
+  svr.set_read_timeout(30, 0);
+  svr.set_write_timeout(30, 0);
+  svr.set_keep_alive_max_count(1000);
+
+  svr.set_pre_routing_handler([&](const httplib::Request& req, httplib::Response& res) {
+    if (opt.api_key.empty() || req.path == "/health")
+      return httplib::Server::HandlerResponse::Unhandled;
+    if (req.get_header_value("Authorization") == "Bearer " + opt.api_key)
+      return httplib::Server::HandlerResponse::Unhandled;
+    send_error(res, ApiError(401, "invalid or missing API key (Authorization: Bearer KEY)", "",
+                             "authentication_error"));
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  svr.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    std::string msg = res.status == 413   ? "the request body is larger than --max-body"
+                      : res.status == 404 ? "no such endpoint"
+                                          : "HTTP error " + std::to_string(res.status);
+    send_error(res, ApiError(res.status, msg, "",
+                             res.status == 404 ? "not_found_error" : "invalid_request_error"));
+  });
+
+  svr.Post("/v1/completions",
+           guarded([&](const auto& q, auto& r) { s.generate(q, r, Api::kCompletions); }));
+  svr.Post("/v1/chat/completions",
+           guarded([&](const auto& q, auto& r) { s.generate(q, r, Api::kChat); }));
+  svr.Post("/completion",
+           guarded([&](const auto& q, auto& r) { s.generate(q, r, Api::kLlamaCompletion); }));
+  svr.Post("/completions",
+           guarded([&](const auto& q, auto& r) { s.generate(q, r, Api::kLlamaCompletion); }));
+  svr.Post("/infill",
+           guarded([&](const auto& q, auto& r) { s.generate(q, r, Api::kLlamaCompletion); }));
+  svr.Post("/tokenize", guarded([&](const auto& q, auto& r) { s.tokenize(q, r); }));
+  svr.Post("/detokenize", guarded([&](const auto& q, auto& r) { s.detokenize(q, r); }));
+  svr.Get("/health", [](const auto&, auto& r) { send_json(r, {{"status", "ok"}}); });
+  svr.Get("/v1/models", [&](const auto&, auto& r) {
+    send_json(
+        r,
+        {{"object", "list"},
+         {"data", json::array({{{"id", api.model_name},
+                                {"object", "model"},
+                                {"created", int64_t(std::time(nullptr))},
+                                {"owned_by", "kvrun"},
+                                {"meta", {{"n_ctx", opt.n_ctx}, {"n_vocab", tok->n_vocab()}}}}})}});
+  });
+  svr.Get("/metrics", [&](const auto&, auto& r) {
+    r.set_content(metrics_text(sched.stats(), *cache), "text/plain; version=0.0.4");
+  });
+  svr.Get("/slots", [&](const auto&, auto& r) { s.slots(r); });
+
+  // httplib 0.11 listens with a backlog of 5 (compiled into the Debian library), too few for a
+  // burst of clients connecting at once: keep the listening socket and raise it after bind.
+  int listen_fd = -1;
+  svr.set_socket_options([&listen_fd](socket_t sock) {
+    httplib::default_socket_options(sock);
+    listen_fd = sock;
+  });
+  const int port = opt.port == 0 ? svr.bind_to_any_port(opt.host)
+                                 : (svr.bind_to_port(opt.host, opt.port) ? opt.port : -1);
+  if (port >= 0 && listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);
+  if (port < 0) {
+    std::fprintf(stderr, "kvrun: error: cannot listen on %s:%d\n", opt.host.c_str(), opt.port);
+    return 1;
+  }
+  std::fprintf(stderr, "kvrun: serving %s (n_ctx %lld per session, -np %d) on %s:%d\n",
+               opt.model.c_str(), (long long)opt.n_ctx, opt.n_parallel, opt.host.c_str(), port);
+  std::fprintf(stderr, "kvrun: listening on http://%s:%d\n", opt.host.c_str(), port);
+  std::fflush(stderr);
+
+  std::thread stopper([&] {
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    svr.stop();
+  });
+  svr.listen_after_bind();
+  // Stopped (by a signal, or listening failed): wake the stopper if it still waits.
+  pthread_kill(stopper.native_handle(), SIGTERM);
+  stopper.join();
+  std::fprintf(stderr, "kvrun: server stopped\n");
+  return 0;
+}
+
+}  // namespace kvrun::tools

@@ -1,0 +1,519 @@
+// serve_api.cpp — see serve_api.h.
+#include "serve_api.h"
+
+#include <cmath>
+#include <limits>
+
+namespace kvrun::tools {
+namespace {
+
+constexpr int64_t kMaxInt = int64_t(1) << 40;
+
+[[noreturn]] void bad(const std::string& param, const std::string& what) {
+  throw ApiError(400, "'" + param + "' " + what, param);
+}
+
+/// The field `key`, or nullptr when absent or null.
+const json* field(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+std::optional<double> number(const json& j, const char* key, double lo, double hi) {
+  const json* v = field(j, key);
+  if (!v) return std::nullopt;
+  if (!v->is_number()) bad(key, "must be a number");
+  const double x = v->get<double>();
+  if (!std::isfinite(x) || x < lo || x > hi)
+    bad(key, "must be in [" + json(lo).dump() + ", " + json(hi).dump() + "]");
+  return x;
+}
+
+std::optional<int64_t> integer(const json& j, const char* key, int64_t lo, int64_t hi) {
+  const json* v = field(j, key);
+  if (!v) return std::nullopt;
+  if (!v->is_number_integer()) bad(key, "must be an integer");
+  if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(hi))
+    bad(key, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  const int64_t x = v->get<int64_t>();
+  if (x < lo || x > hi)
+    bad(key, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return x;
+}
+
+std::optional<bool> boolean(const json& j, const char* key) {
+  const json* v = field(j, key);
+  if (!v) return std::nullopt;
+  if (!v->is_boolean()) bad(key, "must be a boolean");
+  return v->get<bool>();
+}
+
+std::optional<std::string> string(const json& j, const char* key) {
+  const json* v = field(j, key);
+  if (!v) return std::nullopt;
+  if (!v->is_string()) bad(key, "must be a string");
+  return v->get<std::string>();
+}
+
+std::vector<std::string> stop_strings(const json& j) {
+  const json* v = field(j, "stop");
+  if (!v) return {};
+  if (v->is_string()) return {v->get<std::string>()};
+  if (!v->is_array() || v->size() > 16) bad("stop", "must be a string or an array of at most 16");
+  std::vector<std::string> out;
+  for (const auto& s : *v) {
+    if (!s.is_string()) bad("stop", "must hold strings");
+    out.push_back(s.get<std::string>());
+  }
+  return out;
+}
+
+/// The seed: negative (llama.cpp's -1) or absent → random.
+uint32_t seed_of(const json& j) {
+  const auto s =
+      integer(j, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
+  if (!s || *s < 0) return kRandomSeed;
+  return uint32_t(uint64_t(*s) & 0xFFFFFFFFu);
+}
+
+/// Sampling fields both APIs share.
+void parse_sampling(const json& j, SamplerParams& sp, double max_temp) {
+  if (auto t = number(j, "temperature", 0, max_temp)) sp.temp = float(*t);
+  if (auto t = number(j, "top_p", 0, 1)) sp.top_p = float(*t);
+  if (auto t = number(j, "presence_penalty", -2, 2)) sp.presence_penalty = float(*t);
+  if (auto t = number(j, "frequency_penalty", -2, 2)) sp.frequency_penalty = float(*t);
+  sp.seed = seed_of(j);
+}
+
+/// Common checks after the prompt is known.
+void finish_params(ApiRequest& r, const ApiContext& ctx) {
+  if (r.params.prompt.empty()) bad("prompt", "is empty");
+  if (int64_t(r.params.prompt.size()) > ctx.n_ctx)
+    throw ApiError(400,
+                   "the prompt is " + std::to_string(r.params.prompt.size()) +
+                       " tokens, longer than the context (n_ctx = " + std::to_string(ctx.n_ctx) +
+                       ")",
+                   "prompt", "invalid_request_error");
+  r.params.timeout_s = ctx.timeout_s;
+}
+
+/// A prompt: a string (tokenized with BOS), an array of token ids, or an array of one string.
+std::vector<int32_t> prompt_tokens(const json& j, const char* key, const ApiContext& ctx) {
+  const json* v = field(j, key);
+  if (!v) bad(key, "is required");
+  if (v->is_array() && v->size() == 1 && (*v)[0].is_string()) v = &(*v)[0];
+  if (v->is_string()) return ctx.tok->tokenize(v->get<std::string>(), true, true);
+  if (!v->is_array()) bad(key, "must be a string or an array of token ids");
+  std::vector<int32_t> out;
+  for (const auto& t : *v) {
+    if (!t.is_number_integer()) bad(key, "must be a string or an array of token ids");
+    const int64_t id = t.get<int64_t>();
+    if (id < 0 || id >= ctx.tok->n_vocab())
+      bad(key, "holds token id " + std::to_string(id) + " outside [0, " +
+                   std::to_string(ctx.tok->n_vocab()) + ")");
+    out.push_back(int32_t(id));
+  }
+  return out;
+}
+
+void check_n(const json& j) {
+  if (auto n = integer(j, "n", 1, kMaxInt); n && *n != 1) bad("n", "must be 1 (one choice)");
+}
+
+void parse_stream(const json& j, ApiRequest& r) {
+  r.stream = boolean(j, "stream").value_or(false);
+  if (const json* so = field(j, "stream_options")) {
+    if (!so->is_object()) bad("stream_options", "must be an object");
+    r.include_usage = boolean(*so, "include_usage").value_or(false);
+  }
+}
+
+std::string plain_chat(const std::vector<ChatMessage>& msgs) {
+  std::string text;
+  for (size_t i = 0; i < msgs.size(); ++i) {
+    if (i > 0 && msgs[i].role != "assistant") text += "\n";
+    text += msgs[i].content;
+  }
+  return text;
+}
+
+std::string finish_reason_oai(FinishReason f) {
+  return f == FinishReason::kEog || f == FinishReason::kStopString ? "stop" : "length";
+}
+
+json bytes_of(const std::string& s) {
+  json a = json::array();
+  for (unsigned char c : s) a.push_back(int(c));
+  return a;
+}
+
+json usage_json(const RequestResult& res) {
+  const int64_t n_gen = int64_t(res.tokens.size());
+  return {{"prompt_tokens", res.n_prompt},
+          {"completion_tokens", n_gen},
+          {"total_tokens", res.n_prompt + n_gen},
+          {"prompt_tokens_details", {{"cached_tokens", res.n_cached}}}};
+}
+
+json timings_json(const RequestResult& res) {
+  const int64_t n_gen = int64_t(res.tokens.size()), n_eval = res.n_prompt - res.n_cached;
+  return {{"prompt_n", n_eval},
+          {"prompt_ms", res.prompt_ms},
+          {"prompt_per_second", res.prompt_ms > 0 ? 1e3 * double(n_eval) / res.prompt_ms : 0.0},
+          {"predicted_n", n_gen},
+          {"predicted_ms", res.gen_ms},
+          {"predicted_per_second", res.gen_ms > 0 ? 1e3 * double(n_gen) / res.gen_ms : 0.0},
+          {"ttft_ms", res.ttft_ms}};
+}
+
+/// OpenAI /v1/completions logprobs of some events.
+json completion_logprobs(const std::vector<const TokenEvent*>& evs, const Tokenizer& tok) {
+  json tokens = json::array(), lps = json::array(), tops = json::array();
+  for (const TokenEvent* e : evs) {
+    tokens.push_back(tok.token_to_piece(e->id, true));
+    lps.push_back(e->logprob);
+    json top = json::object();
+    for (const auto& t : e->top) top[tok.token_to_piece(t.id, true)] = t.logprob;
+    tops.push_back(top);
+  }
+  return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}};
+}
+
+/// OpenAI chat logprobs ({"content": [...]}) of some events.
+json chat_logprobs(const std::vector<const TokenEvent*>& evs, const Tokenizer& tok, size_t n_top) {
+  json content = json::array();
+  for (const TokenEvent* e : evs) {
+    const std::string piece = tok.token_to_piece(e->id, true);
+    json top = json::array();
+    for (size_t i = 0; i < e->top.size() && i < n_top; ++i) {
+      const std::string p = tok.token_to_piece(e->top[i].id, true);
+      top.push_back({{"token", p}, {"logprob", e->top[i].logprob}, {"bytes", bytes_of(p)}});
+    }
+    content.push_back({{"token", piece},
+                       {"logprob", e->logprob},
+                       {"bytes", bytes_of(piece)},
+                       {"top_logprobs", top}});
+  }
+  return {{"content", content}};
+}
+
+/// llama.cpp completion_probabilities of some events.
+json llama_probs(const std::vector<const TokenEvent*>& evs, const Tokenizer& tok) {
+  json out = json::array();
+  for (const TokenEvent* e : evs) {
+    json top = json::array();
+    for (const auto& t : e->top) {
+      const std::string p = tok.token_to_piece(t.id, true);
+      top.push_back({{"id", t.id}, {"token", p}, {"logprob", t.logprob}, {"bytes", bytes_of(p)}});
+    }
+    const std::string piece = tok.token_to_piece(e->id, true);
+    out.push_back({{"id", e->id},
+                   {"token", piece},
+                   {"logprob", e->logprob},
+                   {"bytes", bytes_of(piece)},
+                   {"top_logprobs", top}});
+  }
+  return out;
+}
+
+const char* stop_type(FinishReason f) {
+  switch (f) {
+    case FinishReason::kEog:
+      return "eos";
+    case FinishReason::kStopString:
+      return "word";
+    case FinishReason::kLength:
+      return "limit";
+    default:
+      return "none";
+  }
+}
+
+}  // namespace
+
+json error_json(int status, const std::string& message, const std::string& type,
+                const std::string& param) {
+  json e = {{"message", message}, {"type", type}, {"code", status}};
+  e["param"] = param.empty() ? json(nullptr) : json(param);
+  return {{"error", e}};
+}
+
+json parse_body(const std::string& body) {
+  json j = json::parse(body, nullptr, false);
+  if (j.is_discarded()) throw ApiError(400, "the request body is not valid JSON");
+  if (!j.is_object()) throw ApiError(400, "the request body must be a JSON object");
+  return j;
+}
+
+ApiRequest parse_completions(const json& j, const ApiContext& ctx) {
+  ApiRequest r;
+  r.api = Api::kCompletions;
+  check_n(j);
+  parse_stream(j, r);
+  parse_sampling(j, r.params.sampling, 2);
+  if (auto n = integer(j, "max_tokens", 1, kMaxInt)) r.params.n_predict = *n;
+  if (auto lp = integer(j, "logprobs", 0, 20)) {
+    r.logprobs = true;
+    r.params.n_probs = std::max<int>(1, int(*lp));
+  }
+  if (boolean(j, "echo").value_or(false)) bad("echo", "is not supported");
+  r.params.stop = stop_strings(j);
+  r.params.prompt = prompt_tokens(j, "prompt", ctx);
+  finish_params(r, ctx);
+  return r;
+}
+
+ApiRequest parse_chat(const json& j, const ApiContext& ctx) {
+  ApiRequest r;
+  r.api = Api::kChat;
+  check_n(j);
+  parse_stream(j, r);
+  parse_sampling(j, r.params.sampling, 2);
+  if (auto n = integer(j, "max_tokens", 1, kMaxInt)) r.params.n_predict = *n;
+  if (auto n = integer(j, "max_completion_tokens", 1, kMaxInt)) r.params.n_predict = *n;
+  r.logprobs = boolean(j, "logprobs").value_or(false);
+  const auto top = integer(j, "top_logprobs", 0, 20);
+  if (top && !r.logprobs) bad("top_logprobs", "needs logprobs: true");
+  if (r.logprobs) r.params.n_probs = std::max<int>(1, int(top.value_or(0)));
+  r.params.stop = stop_strings(j);
+  const json* msgs = field(j, "messages");
+  if (!msgs) bad("messages", "is required");
+  if (!msgs->is_array() || msgs->empty()) bad("messages", "must be a non-empty array");
+  std::vector<ChatMessage> conv;
+  for (const auto& m : *msgs) {
+    if (!m.is_object()) bad("messages", "must hold objects");
+    const auto role = string(m, "role");
+    if (!role ||
+        (*role != "system" && *role != "user" && *role != "assistant" && *role != "developer"))
+      bad("messages", "roles must be system, developer, user or assistant");
+    std::string content;
+    const json* c = field(m, "content");
+    if (c && c->is_string()) {
+      content = c->get<std::string>();
+    } else if (c && c->is_array()) {  // content parts: text only
+      for (const auto& part : *c) {
+        if (!part.is_object() || string(part, "type").value_or("") != "text")
+          bad("messages", "content parts must be of type text");
+        content += string(part, "text").value_or("");
+      }
+    } else if (c) {
+      bad("messages", "content must be a string or an array of text parts");
+    }
+    conv.push_back({*role == "developer" ? "system" : *role, content});
+  }
+  std::string text;
+  bool add_special = true;
+  if (ctx.chat_family) {
+    try {
+      text = render_chat(*ctx.chat_family, conv, true, ctx.special);
+    } catch (const std::invalid_argument& e) {
+      throw ApiError(400,
+                     std::string("the chat template cannot render these messages: ") + e.what(),
+                     "messages");
+    }
+    add_special = ctx.special.bos.empty() || text.rfind(ctx.special.bos, 0) != 0;
+  } else {
+    text = plain_chat(conv);
+  }
+  r.params.prompt = ctx.tok->tokenize(text, add_special, true);
+  finish_params(r, ctx);
+  return r;
+}
+
+ApiRequest parse_llama_completion(const json& j, const ApiContext& ctx) {
+  ApiRequest r;
+  r.api = Api::kLlamaCompletion;
+  r.stream = boolean(j, "stream").value_or(false);
+  parse_sampling(j, r.params.sampling, 100);
+  auto& sp = r.params.sampling;
+  if (auto v = integer(j, "top_k", -1, kMaxInt)) sp.top_k = int32_t(std::min<int64_t>(*v, 1 << 30));
+  if (auto v = number(j, "min_p", 0, 1)) sp.min_p = float(*v);
+  if (auto v = number(j, "repeat_penalty", 0, 100)) sp.repeat_penalty = float(*v);
+  if (auto v = integer(j, "repeat_last_n", -1, 1 << 30)) sp.repeat_last_n = int32_t(*v);
+  if (auto n = integer(j, "n_predict", -1, kMaxInt)) r.params.n_predict = *n;
+  if (auto n = integer(j, "n_probs", 0, 100)) r.params.n_probs = int(*n);
+  r.params.cache_prompt = boolean(j, "cache_prompt").value_or(true);
+  r.params.ignore_eos = boolean(j, "ignore_eos").value_or(false);
+  r.return_tokens = boolean(j, "return_tokens").value_or(false);
+  r.params.stop = stop_strings(j);
+  r.params.prompt = prompt_tokens(j, "prompt", ctx);
+  finish_params(r, ctx);
+  return r;
+}
+
+ApiRequest parse_infill(const json& j, const ApiContext& ctx) {
+  const Tokenizer& tok = *ctx.tok;
+  if (tok.fim_prefix() < 0 || tok.fim_suffix() < 0 || tok.fim_middle() < 0)
+    throw ApiError(400, "this model has no fill-in-the-middle tokens (FIM prefix/suffix/middle)");
+  json body = j;  // every /completion field; "prompt" is replaced by the FIM token sequence
+  std::string extra;
+  if (const json* ex = field(j, "input_extra")) {
+    if (!ex->is_array()) bad("input_extra", "must be an array of {filename, text}");
+    for (const auto& chunk : *ex) {
+      if (!chunk.is_object()) bad("input_extra", "must be an array of {filename, text}");
+      const std::string name = string(chunk, "filename").value_or("");
+      extra += (name.empty() ? "" : "// " + name + "\n") + string(chunk, "text").value_or("");
+      if (!extra.empty() && extra.back() != '\n') extra += "\n";
+    }
+  }
+  const std::string prefix = extra + string(j, "input_prefix").value_or("");
+  const std::string suffix = string(j, "input_suffix").value_or("");
+  const std::string middle = string(j, "prompt").value_or("");
+  std::vector<int32_t> p;
+  if (tok.add_bos() && tok.bos() >= 0) p.push_back(tok.bos());
+  p.push_back(tok.fim_prefix());
+  for (int32_t id : tok.tokenize(prefix, false, false)) p.push_back(id);
+  p.push_back(tok.fim_suffix());
+  for (int32_t id : tok.tokenize(suffix, false, false)) p.push_back(id);
+  p.push_back(tok.fim_middle());
+  for (int32_t id : tok.tokenize(middle, false, false)) p.push_back(id);
+  body["prompt"] = p;
+  return parse_llama_completion(body, ctx);
+}
+
+json response_json(const ApiRequest& r, const RequestResult& res,
+                   const std::vector<TokenEvent>& events, const ApiContext& ctx,
+                   const std::string& id, int64_t created) {
+  std::vector<const TokenEvent*> evs;
+  for (const auto& e : events) evs.push_back(&e);
+  switch (r.api) {
+    case Api::kCompletions: {
+      json choice = {{"index", 0}, {"text", res.text}};
+      choice["logprobs"] = r.logprobs ? completion_logprobs(evs, *ctx.tok) : json(nullptr);
+      choice["finish_reason"] = finish_reason_oai(res.finish);
+      return {{"id", id},
+              {"object", "text_completion"},
+              {"created", created},
+              {"model", ctx.model_name},
+              {"choices", json::array({choice})},
+              {"usage", usage_json(res)}};
+    }
+    case Api::kChat: {
+      json choice = {{"index", 0}, {"message", {{"role", "assistant"}, {"content", res.text}}}};
+      choice["logprobs"] =
+          r.logprobs ? chat_logprobs(evs, *ctx.tok, size_t(r.params.n_probs)) : json(nullptr);
+      choice["finish_reason"] = finish_reason_oai(res.finish);
+      return {{"id", id},
+              {"object", "chat.completion"},
+              {"created", created},
+              {"model", ctx.model_name},
+              {"choices", json::array({choice})},
+              {"usage", usage_json(res)}};
+    }
+    case Api::kLlamaCompletion: {
+      json out = {{"content", res.text}, {"stop", true}, {"model", ctx.model_name}};
+      if (r.return_tokens) out["tokens"] = res.tokens;
+      out["stop_type"] = stop_type(res.finish);
+      out["stopping_word"] = res.stop_word;
+      out["tokens_predicted"] = res.tokens.size();
+      out["tokens_evaluated"] = res.n_prompt;
+      out["tokens_cached"] = res.n_cached;
+      out["timings"] = timings_json(res);
+      if (r.params.n_probs > 0) out["completion_probabilities"] = llama_probs(evs, *ctx.tok);
+      return out;
+    }
+  }
+  return {};
+}
+
+std::optional<json> stream_begin_json(const ApiRequest& r, const ApiContext& ctx,
+                                      const std::string& id, int64_t created) {
+  if (r.api != Api::kChat) return std::nullopt;
+  json choice = {{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}}};
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = nullptr;
+  return json{{"id", id},
+              {"object", "chat.completion.chunk"},
+              {"created", created},
+              {"model", ctx.model_name},
+              {"choices", json::array({choice})}};
+}
+
+std::optional<json> stream_chunk_json(const ApiRequest& r, const TokenEvent& ev,
+                                      const ApiContext& ctx, const std::string& id,
+                                      int64_t created) {
+  const std::vector<const TokenEvent*> evs{&ev};
+  switch (r.api) {
+    case Api::kCompletions: {
+      if (ev.text.empty() && !r.logprobs) return std::nullopt;
+      json choice = {{"index", 0}, {"text", ev.text}};
+      choice["logprobs"] = r.logprobs ? completion_logprobs(evs, *ctx.tok) : json(nullptr);
+      choice["finish_reason"] = nullptr;
+      return json{{"id", id},
+                  {"object", "text_completion"},
+                  {"created", created},
+                  {"model", ctx.model_name},
+                  {"choices", json::array({choice})}};
+    }
+    case Api::kChat: {
+      if (ev.text.empty() && !r.logprobs) return std::nullopt;
+      json choice = {{"index", 0}, {"delta", {{"content", ev.text}}}};
+      choice["logprobs"] =
+          r.logprobs ? chat_logprobs(evs, *ctx.tok, size_t(r.params.n_probs)) : json(nullptr);
+      choice["finish_reason"] = nullptr;
+      return json{{"id", id},
+                  {"object", "chat.completion.chunk"},
+                  {"created", created},
+                  {"model", ctx.model_name},
+                  {"choices", json::array({choice})}};
+    }
+    case Api::kLlamaCompletion: {
+      json out = {{"content", ev.text}, {"tokens", json::array({ev.id})}, {"stop", false}};
+      if (r.params.n_probs > 0) out["completion_probabilities"] = llama_probs(evs, *ctx.tok);
+      return out;
+    }
+  }
+  return std::nullopt;
+}
+
+std::vector<json> stream_end_json(const ApiRequest& r, const RequestResult& res,
+                                  const ApiContext& ctx, const std::string& id, int64_t created) {
+  std::vector<json> out;
+  switch (r.api) {
+    case Api::kCompletions:
+    case Api::kChat: {
+      const bool chat = r.api == Api::kChat;
+      const char* object = chat ? "chat.completion.chunk" : "text_completion";
+      json choice = {{"index", 0}};
+      if (chat)
+        choice["delta"] = res.tail.empty() ? json::object() : json{{"content", res.tail}};
+      else
+        choice["text"] = res.tail;
+      choice["logprobs"] = nullptr;
+      choice["finish_reason"] = finish_reason_oai(res.finish);
+      out.push_back({{"id", id},
+                     {"object", object},
+                     {"created", created},
+                     {"model", ctx.model_name},
+                     {"choices", json::array({choice})}});
+      if (r.include_usage)
+        out.push_back({{"id", id},
+                       {"object", object},
+                       {"created", created},
+                       {"model", ctx.model_name},
+                       {"choices", json::array()},
+                       {"usage", usage_json(res)}});
+      break;
+    }
+    case Api::kLlamaCompletion: {
+      json end = response_json(r, res, {}, ctx, id, created);
+      end["content"] = res.tail;
+      end.erase("completion_probabilities");
+      out.push_back(end);
+      break;
+    }
+  }
+  return out;
+}
+
+std::optional<ApiError> result_error(const RequestResult& res) {
+  if (res.finish == FinishReason::kTimeout)
+    return ApiError(504, "the request took longer than --timeout", "", "timeout_error");
+  if (res.finish == FinishReason::kError) return ApiError(503, res.error, "", "server_error");
+  if (res.finish == FinishReason::kCancelled)
+    return ApiError(503, "the request was cancelled (server shutting down)", "", "server_error");
+  return std::nullopt;
+}
+
+}  // namespace kvrun::tools

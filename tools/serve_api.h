@@ -1,0 +1,95 @@
+// serve_api.h — the JSON side of `kvrun serve`: request bodies of the OpenAI-compatible and
+// llama.cpp-compatible endpoints checked and turned into scheduler requests, and the response
+// objects (whole and streamed). No HTTP here (serve.cpp), no engine (src/scheduler.h).
+// Field by field reference: docs/http-api.md.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "chat_template.h"
+#include "scheduler.h"
+#include "tokenizer.h"
+
+namespace kvrun::tools {
+
+using json = nlohmann::ordered_json;
+
+/// A request the server refuses: HTTP status and an OpenAI-style error object
+/// {"error": {"message", "type", "param", "code"}}.
+struct ApiError : std::runtime_error {
+  ApiError(int status, std::string message, std::string param = "",
+           std::string type = "invalid_request_error")
+      : std::runtime_error(message),
+        status(status),
+        type(std::move(type)),
+        param(std::move(param)) {}
+  int status;
+  std::string type;
+  std::string param;
+};
+
+/// The error object of `e`.
+json error_json(int status, const std::string& message, const std::string& type,
+                const std::string& param = "");
+
+/// Which endpoint a generation request came through (its response format).
+enum class Api { kCompletions, kChat, kLlamaCompletion };
+
+/// What the server knows when it reads a request.
+struct ApiContext {
+  const Tokenizer* tok = nullptr;
+  std::optional<std::string> chat_family;  ///< nullopt: plain text chat (contents joined)
+  ChatSpecialTokens special;               ///< BOS/EOS text for the chat template
+  int64_t n_ctx = 0;                       ///< per-session context length
+  double timeout_s = 0;                    ///< --timeout
+  std::string model_name;                  ///< for "model" fields
+};
+
+/// A checked generation request.
+struct ApiRequest {
+  Api api = Api::kCompletions;
+  RequestParams params;        ///< for the scheduler (prompt tokenized)
+  bool stream = false;         ///< server-sent events
+  bool include_usage = false;  ///< OpenAI stream_options.include_usage
+  bool logprobs = false;       ///< OpenAI: logprobs asked for
+  bool return_tokens = false;  ///< llama.cpp: "tokens" in the response
+};
+
+/// Parses a body as a JSON object; throws ApiError 400 (malformed JSON, not an object).
+json parse_body(const std::string& body);
+
+/// POST /v1/completions. Throws ApiError 400 for a wrong type, a value out of range, a
+/// missing or empty prompt, or a prompt longer than n_ctx.
+ApiRequest parse_completions(const json& body, const ApiContext& ctx);
+/// POST /v1/chat/completions (messages rendered with the chat template). Throws as above.
+ApiRequest parse_chat(const json& body, const ApiContext& ctx);
+/// POST /completion (llama.cpp). Throws as above.
+ApiRequest parse_llama_completion(const json& body, const ApiContext& ctx);
+/// POST /infill (llama.cpp): input_prefix, input_suffix, input_extra around the model's FIM
+/// tokens. Throws ApiError 400 when the model has no FIM tokens, or as above.
+ApiRequest parse_infill(const json& body, const ApiContext& ctx);
+
+/// The whole (non-streamed) response. `events` are the request's token events in order.
+json response_json(const ApiRequest& r, const RequestResult& res,
+                   const std::vector<TokenEvent>& events, const ApiContext& ctx,
+                   const std::string& id, int64_t created);
+/// One streamed chunk for a token event, or nullopt when there is nothing to send for it.
+std::optional<json> stream_chunk_json(const ApiRequest& r, const TokenEvent& ev,
+                                      const ApiContext& ctx, const std::string& id,
+                                      int64_t created);
+/// The chunks that end a stream (text released at the end, finish reason, usage), in order.
+std::vector<json> stream_end_json(const ApiRequest& r, const RequestResult& res,
+                                  const ApiContext& ctx, const std::string& id, int64_t created);
+/// The first chunk of a chat stream (the assistant role), or nullopt for other APIs.
+std::optional<json> stream_begin_json(const ApiRequest& r, const ApiContext& ctx,
+                                      const std::string& id, int64_t created);
+
+/// The HTTP status and error object for a request that ended with timeout or error.
+std::optional<ApiError> result_error(const RequestResult& res);
+
+}  // namespace kvrun::tools
