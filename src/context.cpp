@@ -51,7 +51,7 @@ Context::Context(const Model& model, std::unique_ptr<KvCache> owned, KvCache* sh
       seq_(cache_),
       n_ctx_(checked_n_ctx(model, params)),
       n_batch_(std::min(checked_n_batch(params), n_ctx_)),
-      flash_(params.flash_attn != FlashAttn::kOff),
+      flash_(use_flash_attn(params.flash_attn)),
       pool_(params.n_threads > 0 ? params.n_threads : cpu::physical_cores()) {
   scratch_ = std::make_unique<LlamaScratch>(model.hparams(), n_batch_);
 }

@@ -33,6 +33,10 @@ enum class FlashAttn {
   kOff,   ///< exact softmax over a score buffer (llama.cpp's non-flash path, reproduced)
 };
 
+/// Whether attention runs the flash scheme for the setting `fa` (kAuto and kOn: yes). The one
+/// rule every caller of llama_forward uses (Context, Scheduler).
+inline bool use_flash_attn(FlashAttn fa) { return fa != FlashAttn::kOff; }
+
 /// How to build a Context.
 struct ContextParams {
   int64_t n_ctx = 0;      ///< positions held at most; 0 = the model's n_ctx_train

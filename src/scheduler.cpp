@@ -17,7 +17,6 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-bool is_float_type(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 
 }  // namespace
 
@@ -104,8 +103,7 @@ Scheduler::Scheduler(const Model& model, const Tokenizer& tok, KvCache& cache,
   if (p.n_batch < 1) throw std::invalid_argument("scheduler: n_batch must be at least 1");
   if (p.n_parallel < 1) throw std::invalid_argument("scheduler: n_parallel must be at least 1");
   if (p.max_queue < 0) throw std::invalid_argument("scheduler: max_queue must be at least 0");
-  flash_ = p.flash_attn == FlashAttn::kOn ||
-           (p.flash_attn == FlashAttn::kAuto && !is_float_type(cache.params().type_v));
+  flash_ = use_flash_attn(p.flash_attn);
   const Hparams& hp = model.hparams();
   for (int64_t il = 0; il < hp.n_layer; ++il) layers_.push_back(cache.layer(il));
   scratch_ = std::make_unique<LlamaScratch>(hp, p.n_batch);

@@ -80,6 +80,7 @@ TEST_F(SchedulerTest, BatchedGreedyRequestsMatchLlamaCppAndReturnEveryBlock) {
   sp.n_parallel = 6;
   sp.n_batch = 8;  // prompts are prefilled in chunks next to running decodes
   sp.n_threads = 2;
+  sp.flash_attn = FlashAttn::kOff;  // the scheme llama.cpp made the references with
   {
     Scheduler sched(*model_, *tok_, *kv, sp);
     std::vector<std::shared_ptr<Request>> reqs;

@@ -233,7 +233,8 @@ json ref_request(const Ref& r) {
 
 TEST(Serve, GreedyCompletionMatchesLlamaCppReferences) {
   KVRUN_REQUIRE_FIXTURE("refs/kv_f16");
-  START_SERVER(srv, "-c", "128", "-np", "6");
+  // -fa off: the exact attention scheme, the one llama.cpp made these references with.
+  START_SERVER(srv, "-c", "128", "-np", "6", "-fa", "off");
   const auto refs = load_refs();
   ASSERT_EQ(refs.size(), 6u);
   auto c = srv.client();

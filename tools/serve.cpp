@@ -295,7 +295,7 @@ int cmd_serve(const ServeOptions& opt_in) {
                    (long long)opt.n_ctx, (long long)n_ctx_train);
     ContextParams cp;
     cp.n_ctx = opt.n_ctx * opt.n_parallel;  // pool budget (without --kv-mem): every session full
-    apply_kv_cache_options(opt.kv, cp);
+    apply_kv_cache_options(opt.kv, opt.model, cp);
     cache = make_context_cache(*model, cp);
     sp.n_ctx = opt.n_ctx;
     sp.n_batch = opt.n_batch;
