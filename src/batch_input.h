@@ -27,8 +27,8 @@ struct BatchInputIssue {
 
 /// Everything read from an input.
 struct BatchInput {
-  std::vector<BatchDoc> docs;            ///< in input order, duplicates removed
-  std::vector<BatchInputIssue> invalid;  ///< malformed lines (skipped)
+  std::vector<BatchDoc> docs;               ///< in input order, duplicates removed
+  std::vector<BatchInputIssue> invalid;     ///< malformed lines (skipped)
   std::vector<BatchInputIssue> duplicates;  ///< lines whose id an earlier line has (skipped)
 };
 

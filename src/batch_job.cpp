@@ -14,8 +14,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-constexpr int kMaxDepth = 3;       // map-reduce levels before the rest is truncated
-constexpr int64_t kMargin = 4;     // tokens kept free for tokenization at chunk edges
+constexpr int kMaxDepth = 3;    // map-reduce levels before the rest is truncated
+constexpr int64_t kMargin = 4;  // tokens kept free for tokenization at chunk edges
 
 double ms_since(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
@@ -62,7 +62,7 @@ struct BatchJob::Doc {
   int64_t n_prompt = 0, n_cached = 0, n_completion = 0, n_chunks = 0;
   Clock::time_point start;
   bool truncated = false, skipped = false, failed = false, cancelled = false;
-  std::string error;               // failed / skipped: why
+  std::string error;  // failed / skipped: why
   std::string output;
   FinishReason finish = FinishReason::kLength;
 };
@@ -84,8 +84,8 @@ struct BatchJob::Active {
 BatchJob::BatchJob(const Model& model, const Tokenizer& tok, KvCache& cache, BatchParams params)
     : model_(model), tok_(tok), cache_(cache), p_(std::move(params)) {
   const int64_t n_ctx = p_.sched.n_ctx;
-  const int64_t reserve =
-      p_.n_predict > 0 ? std::min<int64_t>(p_.n_predict, n_ctx / 2) : std::max<int64_t>(1, n_ctx / 4);
+  const int64_t reserve = p_.n_predict > 0 ? std::min<int64_t>(p_.n_predict, n_ctx / 2)
+                                           : std::max<int64_t>(1, n_ctx / 4);
   budget_ = n_ctx - reserve;
   overhead_ = int64_t(tokens_for("").size());
   const int64_t max_chunk = budget_ - overhead_ - kMargin;

@@ -50,12 +50,12 @@ std::string batch_prompt_text(const BatchPromptParams& p, const std::string& tex
 
 /// How to run a batch.
 struct BatchParams {
-  SchedulerParams sched;          ///< n_ctx (per session), n_parallel, n_batch, threads
-  BatchPromptParams prompt;       ///< prompt template
-  int64_t n_predict = 256;        ///< tokens per summary at most
-  SamplerParams sampling;         ///< temperature etc.
+  SchedulerParams sched;     ///< n_ctx (per session), n_parallel, n_batch, threads
+  BatchPromptParams prompt;  ///< prompt template
+  int64_t n_predict = 256;   ///< tokens per summary at most
+  SamplerParams sampling;    ///< temperature etc.
   BatchLongMode long_mode = BatchLongMode::kSplit;
-  int64_t chunk_tokens = 0;       ///< tokens of document per chunk (0: as many as fit)
+  int64_t chunk_tokens = 0;  ///< tokens of document per chunk (0: as many as fit)
 };
 
 /// Running totals, for progress lines and the final summary.

@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -16,10 +16,10 @@ namespace kvrun {
 
 /// What an existing output file already holds.
 struct BatchResumeState {
-  std::set<std::string> done;           ///< id keys (id.dump()) of complete lines
-  int64_t n_lines = 0;                  ///< complete lines kept
-  int64_t n_cut_bytes = 0;              ///< bytes of a cut-short final line that were removed
-  std::vector<std::string> warnings;    ///< e.g. "line 7: not JSON, ignored"
+  std::set<std::string> done;         ///< id keys (id.dump()) of complete lines
+  int64_t n_lines = 0;                ///< complete lines kept
+  int64_t n_cut_bytes = 0;            ///< bytes of a cut-short final line that were removed
+  std::vector<std::string> warnings;  ///< e.g. "line 7: not JSON, ignored"
 };
 
 /// Scans `path` (absent: nothing done). A final line without '\n', or a final line that is not a

@@ -247,16 +247,15 @@ int cmd_batch(const BatchOptions& opt_in) {
       g_stop.store(true);
     }
   };
-  BatchProgress p = job->run(todo, on_result, [&](const BatchProgress& x) { view.update(x); },
-                             g_stop);
+  BatchProgress p = job->run(
+      todo, on_result, [&](const BatchProgress& x) { view.update(x); }, g_stop);
   try {
     writer->flush_all();
   } catch (const std::exception& e) {
     write_error = e.what();
   }
   view.finish();
-  for (const auto& e : job->errors())
-    std::fprintf(stderr, "kvrun batch: failed: %s\n", e.c_str());
+  for (const auto& e : job->errors()) std::fprintf(stderr, "kvrun batch: failed: %s\n", e.c_str());
   if (!write_error.empty()) std::fprintf(stderr, "kvrun batch: error: %s\n", write_error.c_str());
 
   const auto& st = job->stats();
@@ -272,9 +271,8 @@ int cmd_batch(const BatchOptions& opt_in) {
   std::fprintf(stderr,
                "kvrun batch: %lld requests; prompt tokens %lld (%lld from the prefix cache, %lld "
                "computed), generated %lld; %.2f s, %.3f docs/s, %.1f generated tok/s\n",
-               (long long)p.n_requests, (long long)p.n_prompt_tokens,
-               (long long)p.n_cached_tokens, (long long)st.n_prefill_tokens,
-               (long long)p.n_completion_tokens, p.elapsed_s,
+               (long long)p.n_requests, (long long)p.n_prompt_tokens, (long long)p.n_cached_tokens,
+               (long long)st.n_prefill_tokens, (long long)p.n_completion_tokens, p.elapsed_s,
                p.elapsed_s > 0 ? double(p.n_done) / p.elapsed_s : 0.0,
                p.elapsed_s > 0 ? double(p.n_completion_tokens) / p.elapsed_s : 0.0);
   if (p.interrupted && write_error.empty()) return 130;

@@ -114,23 +114,24 @@ int cmd_serve(const ServeOptions& opt);
 
 /// Options of `kvrun batch`.
 struct BatchOptions {
-  std::string model;        ///< -m
-  std::string input;        ///< -i: a JSON-lines file or a folder of .txt/.md files
-  std::string output;       ///< -o: JSON-lines results (appended; a rerun resumes)
-  std::string prompt = "Summarize the text below.\\n\\n{text}";  ///< --prompt (backslash escapes)
-  std::string system;       ///< --system
-  std::string chat_template;  ///< --chat-template NAME ("" = the model's)
-  int n_parallel = 4;       ///< -np/--parallel: documents at once
-  int64_t n_predict = 256;  ///< -n: tokens per summary at most
-  int64_t n_ctx = 0;        ///< -c: context per session (0: min(4096, n_ctx_train))
-  int64_t n_batch = 512;    ///< -b: tokens per forward step
-  int n_threads = 0;        ///< -t (0: physical cores)
-  bool ordered = false;     ///< --ordered: write in input order
+  std::string model;   ///< -m
+  std::string input;   ///< -i: a JSON-lines file or a folder of .txt/.md files
+  std::string output;  ///< -o: JSON-lines results (appended; a rerun resumes)
+  /// --prompt: the user turn, {text} = the document; "\\n", "\\t" and "\\\\" are expanded
+  std::string prompt = "Summarize the text below.\\n\\n{text}";
+  std::string system;               ///< --system
+  std::string chat_template;        ///< --chat-template NAME ("" = the model's)
+  int n_parallel = 4;               ///< -np/--parallel: documents at once
+  int64_t n_predict = 256;          ///< -n: tokens per summary at most
+  int64_t n_ctx = 0;                ///< -c: context per session (0: min(4096, n_ctx_train))
+  int64_t n_batch = 512;            ///< -b: tokens per forward step
+  int n_threads = 0;                ///< -t (0: physical cores)
+  bool ordered = false;             ///< --ordered: write in input order
   std::string long_mode = "split";  ///< --long split|truncate|skip
-  int64_t chunk_tokens = 0;  ///< --chunk-tokens (0: as many as fit)
-  double progress_s = 5;    ///< --progress-interval: seconds between plain progress lines
-  SamplerParams sampling;   ///< --temp (default 0), --top-k, --top-p, --min-p, -s
-  KvCacheOptions kv;        ///< -ctk / -ctv / --kv-mem / --no-prefix-cache / -fa ...
+  int64_t chunk_tokens = 0;         ///< --chunk-tokens (0: as many as fit)
+  double progress_s = 5;            ///< --progress-interval: seconds between plain progress lines
+  SamplerParams sampling;           ///< --temp (default 0), --top-k, --top-p, --min-p, -s
+  KvCacheOptions kv;                ///< -ctk / -ctv / --kv-mem / --no-prefix-cache / -fa ...
 };
 
 /// Registers `kvrun batch` on `app`, parsing into `o`; returns the subcommand.
