@@ -58,6 +58,7 @@ struct BatchJob::Doc {
   int64_t index = 0;
   int pending = 0;                 // units queued or running
   int depth = 0;                   // map-reduce level
+  int64_t level_tokens = 0;        // tokens of the text split at the previous level
   std::vector<std::string> parts;  // map outputs of the current level
   int64_t n_prompt = 0, n_cached = 0, n_completion = 0, n_chunks = 0;
   Clock::time_point start;
@@ -131,7 +132,11 @@ void BatchJob::plan(Doc& d, const std::string& text, int depth, std::vector<Unit
       k = std::max<int64_t>(1, k - std::max<int64_t>(1, int64_t(pr.size()) - budget_));
     }
   };
-  if (p_.long_mode == BatchLongMode::kTruncate || depth >= kMaxDepth) {
+  // Map-reduce only while it shrinks the text: chunk summaries (up to n_predict tokens each)
+  // must be shorter than the chunks, and a level's summaries shorter than its text.
+  const bool shrinks = p_.n_predict > 0 && p_.n_predict < chunk_ &&
+                       (depth == 0 || int64_t(ids.size()) < d.level_tokens);
+  if (p_.long_mode == BatchLongMode::kTruncate || depth >= kMaxDepth || !shrinks) {
     auto [t, pr] = fit_head(0, budget_ - overhead_);
     d.truncated = true;
     out.push_back({&d, std::move(pr), true, 0});
@@ -140,6 +145,7 @@ void BatchJob::plan(Doc& d, const std::string& text, int depth, std::vector<Unit
   }
   // Map: summarize chunks of chunk_ tokens; their summaries are reduced when all are done.
   d.parts.clear();
+  d.level_tokens = int64_t(ids.size());
   for (size_t b = 0; b < ids.size(); b += size_t(chunk_)) {
     auto [t, pr] = fit_head(b, chunk_);
     out.push_back({&d, std::move(pr), false, d.parts.size()});

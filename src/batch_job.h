@@ -9,7 +9,9 @@
 //
 // A document whose prompt does not fit the context (n_ctx minus room for the answer) is split
 // into chunks that are summarized and whose summaries are summarized again (map-reduce,
-// recursively), truncated to its head, or skipped, as BatchLongMode says.
+// recursively, up to 3 levels), truncated to its head, or skipped, as BatchLongMode says. Split
+// falls back to truncation when summarizing would not shrink the text (n_predict ≥ the chunk
+// size, or a level's summaries as long as its text).
 #pragma once
 
 #include <atomic>

@@ -219,6 +219,13 @@ int cmd_batch(const BatchOptions& opt_in) {
                (long long)opt.n_ctx, (long long)job->prompt_budget(),
                (long long)job->chunk_tokens());
 
+  if (opt.long_mode == "split" && opt.n_predict >= job->chunk_tokens())
+    std::fprintf(stderr,
+                 "kvrun batch: warning: -n %lld is not below the chunk size (%lld tokens): a "
+                 "summary would not shrink a chunk, so documents that do not fit are truncated "
+                 "instead of split (raise -c or lower -n)\n",
+                 (long long)opt.n_predict, (long long)job->chunk_tokens());
+
   std::unique_ptr<BatchWriter> writer;
   try {
     writer = std::make_unique<BatchWriter>(opt.output, opt.ordered);
