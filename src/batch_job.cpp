@@ -121,14 +121,13 @@ void BatchJob::plan(Doc& d, const std::string& text, int depth, std::vector<Unit
     return;
   }
   const auto ids = tok_.tokenize(text, false, false);
-  // Head of the text within `max_doc` tokens whose prompt fits.
+  // The prompt of the text's tokens [begin, begin + k) with k ≤ max_doc as large as fits; k.
   auto fit_head = [&](size_t begin, int64_t max_doc) {
     int64_t k = std::min<int64_t>(max_doc, int64_t(ids.size() - begin));
     for (;;) {
       std::vector<int32_t> head(ids.begin() + int64_t(begin), ids.begin() + int64_t(begin) + k);
-      std::string t = tok_.detokenize(head, false);
-      auto pr = tokens_for(t);
-      if (int64_t(pr.size()) <= budget_ || k <= 1) return std::make_pair(std::move(t), pr);
+      auto pr = tokens_for(tok_.detokenize(head, false));
+      if (int64_t(pr.size()) <= budget_ || k <= 1) return std::make_pair(std::move(pr), k);
       k = std::max<int64_t>(1, k - std::max<int64_t>(1, int64_t(pr.size()) - budget_));
     }
   };
@@ -137,17 +136,17 @@ void BatchJob::plan(Doc& d, const std::string& text, int depth, std::vector<Unit
   const bool shrinks = p_.n_predict > 0 && p_.n_predict < chunk_ &&
                        (depth == 0 || int64_t(ids.size()) < d.level_tokens);
   if (p_.long_mode == BatchLongMode::kTruncate || depth >= kMaxDepth || !shrinks) {
-    auto [t, pr] = fit_head(0, budget_ - overhead_);
     d.truncated = true;
-    out.push_back({&d, std::move(pr), true, 0});
+    out.push_back({&d, fit_head(0, budget_ - overhead_).first, true, 0});
     ++d.pending;
     return;
   }
   // Map: summarize chunks of chunk_ tokens; their summaries are reduced when all are done.
   d.parts.clear();
   d.level_tokens = int64_t(ids.size());
-  for (size_t b = 0; b < ids.size(); b += size_t(chunk_)) {
-    auto [t, pr] = fit_head(b, chunk_);
+  for (size_t b = 0; b < ids.size();) {
+    auto [pr, k] = fit_head(b, chunk_);
+    b += size_t(k);  // the next chunk starts where this one ended
     out.push_back({&d, std::move(pr), false, d.parts.size()});
     d.parts.emplace_back();
     ++d.pending;

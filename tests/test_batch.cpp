@@ -207,6 +207,16 @@ TEST(BatchPrompt, TemplateAndSystem) {
   EXPECT_EQ(batch_prompt_text(p, "X"), "No placeholder\n\nX");
 }
 
+TEST(BatchPrompt, ChatTemplateWrapsSystemAndUserTurn) {
+  BatchPromptParams p;
+  p.prompt = "Summarize: {text}";
+  p.system = "Be brief.";
+  p.chat_family = "chatml";
+  EXPECT_EQ(batch_prompt_text(p, "X"),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nSummarize: "
+            "X<|im_end|>\n<|im_start|>assistant\n");
+}
+
 // ---- the binary ----
 
 /// Starts `cmd` through /bin/sh (exec'd, so the pid is kvrun's).
