@@ -112,6 +112,35 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& o);
 /// SIGTERM; returns the exit code (1 when the model cannot be loaded or the port bound).
 int cmd_serve(const ServeOptions& opt);
 
+/// Options of `kvrun batch`.
+struct BatchOptions {
+  std::string model;   ///< -m
+  std::string input;   ///< -i: a JSON-lines file or a folder of .txt/.md files
+  std::string output;  ///< -o: JSON-lines results (appended; a rerun resumes)
+  /// --prompt: the user turn, {text} = the document; "\\n", "\\t" and "\\\\" are expanded
+  std::string prompt = "Summarize the text below.\\n\\n{text}";
+  std::string system;               ///< --system
+  std::string chat_template;        ///< --chat-template NAME ("" = the model's)
+  int n_parallel = 4;               ///< -np/--parallel: documents at once
+  int64_t n_predict = 256;          ///< -n: tokens per summary at most
+  int64_t n_ctx = 0;                ///< -c: context per session (0: min(4096, n_ctx_train))
+  int64_t n_batch = 512;            ///< -b: tokens per forward step
+  int n_threads = 0;                ///< -t (0: physical cores)
+  bool ordered = false;             ///< --ordered: write in input order
+  std::string long_mode = "split";  ///< --long split|truncate|skip
+  int64_t chunk_tokens = 0;         ///< --chunk-tokens (0: as many as fit)
+  double progress_s = 5;            ///< --progress-interval: seconds between plain progress lines
+  SamplerParams sampling;           ///< --temp (default 0), --top-k, --top-p, --min-p, -s
+  KvCacheOptions kv;                ///< -ctk / -ctv / --kv-mem / --no-prefix-cache / -fa ...
+};
+
+/// Registers `kvrun batch` on `app`, parsing into `o`; returns the subcommand.
+CLI::App* add_batch_command(CLI::App& app, BatchOptions& o);
+
+/// `kvrun batch`: summarizes many documents (tools/batch.cpp). Returns 0 when every document
+/// was done, 1 on a setup error or when documents failed, 130 when stopped by SIGINT/SIGTERM.
+int cmd_batch(const BatchOptions& opt);
+
 /// Formats a byte count for people: "1.13 MiB", "42.95 GB" (SI when `si`), exact below 1 KiB.
 std::string format_bytes(int64_t bytes, bool si = false);
 

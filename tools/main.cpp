@@ -72,6 +72,8 @@ int main(int argc, char** argv) {
   CLI::App* bench_cmd = add_bench_command(app, bench);
   ServeOptions serve;
   CLI::App* serve_cmd = add_serve_command(app, serve);
+  BatchOptions batch;
+  CLI::App* batch_cmd = add_batch_command(app, batch);
 
   rewrite_short_aliases(argc, argv);
   try {
@@ -84,6 +86,7 @@ int main(int argc, char** argv) {
   if (ppl_cmd->parsed()) return cmd_perplexity(ppl);
   if (bench_cmd->parsed()) return cmd_bench(bench);
   if (serve_cmd->parsed()) return cmd_serve(serve);
+  if (batch_cmd->parsed()) return cmd_batch(batch);
   if (run.chat_template == "list") return cmd_list_chat_templates();
   if (run.model.empty()) {
     std::fputs(app.help().c_str(), stdout);
