@@ -18,12 +18,17 @@
 // All functions take `n` = elements (a multiple of the format's block size) and never throw.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace kvrun::cpu {
 
 /// Σ w[i]·x[i] over `n` elements; `w` is a weight row, `x` an activation row of the paired type.
 using VecDotFn = float (*)(int64_t n, const void* w, const void* x);
+/// y[r] = the VecDotFn of the same kernel for weight row r (at w + r·w_stride bytes) and the
+/// one activation row x, for r < nrows; the same floats, computed several rows at a time.
+using DotRowsFn = void (*)(int64_t n, const void* w, size_t w_stride, int64_t nrows, const void* x,
+                           float* y);
 /// Converts `n` floats to an activation row of a paired type.
 using ActFromFloatFn = void (*)(const float* src, void* dst, int64_t n);
 

@@ -1,0 +1,40 @@
+// kernels_x86.h — the x86 SIMD kernels of each level (namespaces avx2 and avx512), with the
+// signatures of vec_dot.h. Each is bit-identical to the scalar kernel of the same name
+// (kernels_x86.inl says why); call them only when cpu_level_supported() says so.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#define KVRUN_X86_KERNEL_DECLS                                                                  \
+  void act_from_float_q8_0(const float* src, void* dst, int64_t n);                             \
+  void act_from_float_q8_K(const float* src, void* dst, int64_t n);                             \
+  float vec_dot_f32(int64_t n, const void* w, const void* x);                                   \
+  float vec_dot_f16(int64_t n, const void* w, const void* x);                                   \
+  float vec_dot_bf16(int64_t n, const void* w, const void* x);                                  \
+  float gemm_dot_f32(int64_t n, const void* w, const void* x);                                  \
+  float gemm_dot_f16(int64_t n, const void* w, const void* x);                                  \
+  float vec_dot_q4_0_q8_0(int64_t n, const void* w, const void* x);                             \
+  float vec_dot_q8_0_q8_0(int64_t n, const void* w, const void* x);                             \
+  float repack_dot_q4_0_q8_0(int64_t n, const void* w, const void* x);                          \
+  float vec_dot_q4_K_q8_K(int64_t n, const void* w, const void* x);                             \
+  float vec_dot_q6_K_q8_K(int64_t n, const void* w, const void* x);                             \
+  void rows_q4_0_q8_0(int64_t n, const void* w, size_t ws, int64_t nrows, const void* x,        \
+                      float* y);                                                                \
+  void rows_q8_0_q8_0(int64_t n, const void* w, size_t ws, int64_t nrows, const void* x,        \
+                      float* y);                                                                \
+  void rows_repack_q4_0_q8_0(int64_t n, const void* w, size_t ws, int64_t nrows, const void* x, \
+                             float* y);                                                         \
+  void rows_q4_K_q8_K(int64_t n, const void* w, size_t ws, int64_t nrows, const void* x,        \
+                      float* y);                                                                \
+  void rows_q6_K_q8_K(int64_t n, const void* w, size_t ws, int64_t nrows, const void* x, float* y);
+
+namespace kvrun::cpu::avx2 {
+KVRUN_X86_KERNEL_DECLS
+}  // namespace kvrun::cpu::avx2
+
+namespace kvrun::cpu::avx512 {
+KVRUN_X86_KERNEL_DECLS
+}  // namespace kvrun::cpu::avx512
+
+#undef KVRUN_X86_KERNEL_DECLS

@@ -1,0 +1,613 @@
+// kernels_x86.inl — the x86 SIMD kernels, written once and compiled twice: by kernels_avx2.cpp
+// (namespace avx2, -mavx2 -mfma -mf16c) and by kernels_avx512.cpp (namespace avx512, plus
+// -mavx512f/bw/vl/vnni). Only CPUs whose features cpu_level.h checked may call them.
+//
+// Every kernel computes the same floats as its scalar reference (vec_dot_*.cpp), bit for bit:
+//   * integer parts (the int8 products of the quantized dots) are exact in any order;
+//   * every float operation is the one of the scalar code, lane for lane: the scalar code
+//     emulates llama.cpp's SIMD lanes (8 lanes for the quantized dots, 16 for f32/f16/bf16),
+//     and these kernels are those lanes (16 lanes are one zmm at avx512, two ymm at avx2);
+//   * the translation units are built with -ffp-contract=off so that no a·b + c outside an
+//     explicit fmadd becomes fused.
+// The *_rows kernels give the same float per row as the single-row dot; they run 4 or 8 weight
+// rows together to share the activation loads and to overlap the per-row accumulation chains.
+//
+// No standard-library templates or inline functions are used here: they would be emitted in
+// both translation units with different instruction sets and the linker may keep either copy.
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "blocks.h"
+#include "cpu/x86/kernels_x86.h"
+
+#ifndef KVRUN_SIMD_NS
+#error "define KVRUN_SIMD_NS (avx2 or avx512) before including kernels_x86.inl"
+#endif
+
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#define KVRUN_X86_VNNI 1
+#endif
+
+namespace kvrun::cpu::KVRUN_SIMD_NS {
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------------------------
+
+inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
+
+inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+/// 8 int32: Σ of each 4 consecutive products u[e]·s[e] (u unsigned bytes, s signed bytes).
+/// Without VNNI the pair sums go through int16: callers keep |u·s + u'·s'| ≤ 32767.
+inline __m256i dot_us(__m256i u, __m256i s) {
+#ifdef KVRUN_X86_VNNI
+  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+#else
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+#endif
+}
+
+/// 8 int32: Σ of each 4 consecutive products a[e]·b[e] of signed bytes in −127…127.
+inline __m256i dot_ss(__m256i a, __m256i b) {
+  return dot_us(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
+}
+
+/// 8 int32: Σ of each 4 consecutive signed bytes.
+inline __m256i sum4_s8(__m256i s) { return dot_us(_mm256_set1_epi8(1), s); }
+
+/// 32 nibbles of a 32-element legacy block: low nibbles (elements 0..15), then high (16..31).
+inline __m256i nibbles_32(const uint8_t* qs) {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i m = _mm_set1_epi8(0x0F);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
+}
+
+/// Sum of 8 lanes as the scalar fold8: (v0+v4 + v2+v6) + (v1+v5 + v3+v7), pairwise as a
+/// 256-bit horizontal add does it.
+inline float fold8(__m256 v) {
+  const __m128 t = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
+  const __m128 u = _mm_add_ps(t, _mm_movehl_ps(t, t));
+  return _mm_cvtss_f32(_mm_add_ss(u, _mm_movehdup_ps(u)));
+}
+
+/// Sum of the 8 int32 lanes.
+inline int32_t hsum_i32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_extracti128_si256(v, 1), _mm256_castsi256_si128(v));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+  return _mm_cvtsi128_si32(s);
+}
+
+/// Lane r = Σ of the 8 int32 lanes of p[r], for 8 vectors.
+inline __m256i hsum8x8_i32(const __m256i* p) {
+  const __m256i h01 = _mm256_hadd_epi32(p[0], p[1]), h23 = _mm256_hadd_epi32(p[2], p[3]);
+  const __m256i h45 = _mm256_hadd_epi32(p[4], p[5]), h67 = _mm256_hadd_epi32(p[6], p[7]);
+  const __m256i a = _mm256_hadd_epi32(h01, h23), b = _mm256_hadd_epi32(h45, h67);
+  // a = [s0 s1 s2 s3 | s0' s1' s2' s3'] (low and high 128-bit halves), b likewise for 4..7.
+  return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20),
+                          _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+/// 16 float lanes: one zmm with AVX-512, two ymm (lanes 0..7, 8..15) otherwise.
+#ifdef __AVX512F__
+// The maskz forms with a full mask: GCC 12's plain forms start from _mm512_undefined_*(), which
+// -Wuninitialized reports (a false positive) once inlined.
+constexpr __mmask16 kAll16 = 0xFFFF;
+struct V16 {
+  __m512 v;
+};
+inline V16 zero16() { return {_mm512_setzero_ps()}; }
+inline V16 load16_f32(const float* p) { return {_mm512_loadu_ps(p)}; }
+inline V16 load16_f16(const uint16_t* p) { return {_mm512_maskz_cvtph_ps(kAll16, load256(p))}; }
+inline V16 load16_bf16(const uint16_t* p) {
+  const __m512i u = _mm512_maskz_cvtepu16_epi32(kAll16, load256(p));
+  return {_mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAll16, u, 16))};
+}
+inline V16 fma16(V16 a, V16 b, V16 c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }
+inline V16 add16(V16 a, V16 b) { return {_mm512_add_ps(a.v, b.v)}; }
+inline void store16(float* p, V16 a) { _mm512_storeu_ps(p, a.v); }
+inline float fold16(V16 a) {
+  const __m512d d = _mm512_castps_pd(a.v);
+  const __m256 lo = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xFF, d, 0));
+  const __m256 hi = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xFF, d, 1));
+  return fold8(_mm256_add_ps(hi, lo));
+}
+#else
+struct V16 {
+  __m256 lo, hi;
+};
+inline V16 zero16() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+inline V16 load16_f32(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
+inline V16 load16_f16(const uint16_t* p) {
+  const __m256i h = load256(p);
+  return {_mm256_cvtph_ps(_mm256_castsi256_si128(h)),
+          _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1))};
+}
+inline __m256 bf16x8(__m128i h) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+inline V16 load16_bf16(const uint16_t* p) {
+  const __m256i h = load256(p);
+  return {bf16x8(_mm256_castsi256_si128(h)), bf16x8(_mm256_extracti128_si256(h, 1))};
+}
+inline V16 fma16(V16 a, V16 b, V16 c) {
+  return {_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)};
+}
+inline V16 add16(V16 a, V16 b) { return {_mm256_add_ps(a.lo, b.lo), _mm256_add_ps(a.hi, b.hi)}; }
+inline void store16(float* p, V16 a) {
+  _mm256_storeu_ps(p, a.lo);
+  _mm256_storeu_ps(p + 8, a.hi);
+}
+inline float fold16(V16 a) { return fold8(_mm256_add_ps(a.hi, a.lo)); }
+#endif
+
+/// Runs `k.template operator()<R>(w_row, y_row)` over `nrows` rows R at a time, the rest one
+/// at a time.
+template <int R, typename Kernel>
+inline void for_rows(const void* w, size_t ws, int64_t nrows, float* y, Kernel k) {
+  const uint8_t* wb = static_cast<const uint8_t*>(w);
+  int64_t r = 0;
+  for (; r + R <= nrows; r += R) k.template operator()<R>(wb + size_t(r) * ws, y + r);
+  for (; r < nrows; ++r) k.template operator()<1>(wb + size_t(r) * ws, y + r);
+}
+
+template <typename Block>
+inline const Block& block_at(const uint8_t* row, size_t ws, int r, int64_t b) {
+  return reinterpret_cast<const Block*>(row + size_t(r) * ws)[b];
+}
+
+// ---------------------------------------------------------------------------------------------
+// Legacy quants against q8_0 (8 lanes of 4 consecutive elements, lane = fma(d_w·d_x, Σ, lane))
+// ---------------------------------------------------------------------------------------------
+
+template <int R>
+inline void q8_0_q8_0_tile(int64_t nb, const uint8_t* w, size_t ws, const block_q8_0* x, float* y) {
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const __m256i xq = load256(x[b].qs);
+    const float dx = h2f(x[b].d);
+    for (int r = 0; r < R; ++r) {
+      const block_q8_0& wb = block_at<block_q8_0>(w, ws, r, b);
+      const __m256 p = _mm256_cvtepi32_ps(dot_ss(load256(wb.qs), xq));
+      acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(h2f(wb.d) * dx), p, acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) y[r] = fold8(acc[r]);
+}
+
+/// q4_0 values are nibble − 8: Σ (u−8)·x = Σ u·x − 8·Σ x per 4 elements.
+template <int R>
+inline void q4_0_q8_0_tile(int64_t nb, const uint8_t* w, size_t ws, const block_q8_0* x, float* y) {
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const __m256i xq = load256(x[b].qs);
+    const __m256i off = _mm256_slli_epi32(sum4_s8(xq), 3);
+    const float dx = h2f(x[b].d);
+    for (int r = 0; r < R; ++r) {
+      const block_q4_0& wb = block_at<block_q4_0>(w, ws, r, b);
+      const __m256i s = _mm256_sub_epi32(dot_us(nibbles_32(wb.qs), xq), off);
+      acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(h2f(wb.d) * dx), _mm256_cvtepi32_ps(s), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) y[r] = fold8(acc[r]);
+}
+
+/// The repacked order: per block the whole integer dot, acc = fma(isum, d_w·d_x, acc) with one
+/// scalar accumulator per row; 8 rows run in the 8 lanes of one register.
+inline void repack_q4_0_row(int64_t nb, const uint8_t* w, const block_q8_0* x, float* y) {
+  const block_q4_0* bw = reinterpret_cast<const block_q4_0*>(w);
+  float acc = 0.0f;
+  for (int64_t b = 0; b < nb; ++b) {
+    const __m256i xq = load256(x[b].qs);
+    const __m256i off = _mm256_slli_epi32(sum4_s8(xq), 3);
+    const int32_t isum = hsum_i32(_mm256_sub_epi32(dot_us(nibbles_32(bw[b].qs), xq), off));
+    acc = __builtin_fmaf(float(isum), h2f(bw[b].d) * h2f(x[b].d), acc);
+  }
+  *y = acc;
+}
+
+inline void repack_q4_0_8rows(int64_t nb, const uint8_t* w, size_t ws, const block_q8_0* x,
+                              float* y) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const __m256i xq = load256(x[b].qs);
+    const __m256i off = _mm256_slli_epi32(sum4_s8(xq), 3);
+    __m256i p[8];
+    uint16_t dw[8];
+    for (int r = 0; r < 8; ++r) {
+      const block_q4_0& wb = block_at<block_q4_0>(w, ws, r, b);
+      p[r] = _mm256_sub_epi32(dot_us(nibbles_32(wb.qs), xq), off);
+      dw[r] = wb.d;
+    }
+    const __m256 isum = _mm256_cvtepi32_ps(hsum8x8_i32(p));
+    __m128i dh;
+    std::memcpy(&dh, dw, sizeof(dh));
+    const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(dh), _mm256_set1_ps(h2f(x[b].d)));
+    acc = _mm256_fmadd_ps(isum, d, acc);
+  }
+  _mm256_storeu_ps(y, acc);
+}
+
+// ---------------------------------------------------------------------------------------------
+// K-quants against q8_K
+// ---------------------------------------------------------------------------------------------
+
+/// q4_K / q5_K: 6-bit scale and min of sub-block j from the 12-byte packing.
+inline void scale_min_k4(int j, const uint8_t* q, int* sc, int* m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4);
+    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+/// q4_K in llama.cpp's AVX2 order (vec_dot_k.cpp): main term in 8 float lanes, the min term
+/// in 4 float lanes, folded at the end.
+template <int R>
+inline void q4_K_q8_K_tile(int64_t nb, const uint8_t* w, size_t ws, const block_q8_K* x, float* y) {
+  __m256 acc[R];
+  __m128 acc_m[R];
+  for (int r = 0; r < R; ++r) {
+    acc[r] = _mm256_setzero_ps();
+    acc_m[r] = _mm_setzero_ps();
+  }
+  const __m256i mask = _mm256_set1_epi8(0x0F);
+  for (int64_t b = 0; b < nb; ++b) {
+    const block_q8_K& xb = x[b];
+    __m256i xq[8];
+    for (int j = 0; j < 8; ++j) xq[j] = load256(xb.qs + 32 * j);
+    int s16[8];  // Σ q_x over 32-element sub-block j
+    for (int j = 0; j < 8; ++j) s16[j] = xb.bsums[2 * j] + xb.bsums[2 * j + 1];
+    for (int r = 0; r < R; ++r) {
+      const block_q4_K& wb = block_at<block_q4_K>(w, ws, r, b);
+      int sc[8], m[8];
+      for (int j = 0; j < 8; ++j) scale_min_k4(j, wb.scales, &sc[j], &m[j]);
+      const float d = xb.d * h2f(wb.d);
+      const float dmin = -xb.d * h2f(wb.dmin);
+      const __m128i msum =
+          _mm_setr_epi32(m[0] * s16[0] + m[1] * s16[1], m[2] * s16[2] + m[3] * s16[3],
+                         m[4] * s16[4] + m[5] * s16[5], m[6] * s16[6] + m[7] * s16[7]);
+      acc_m[r] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(msum), acc_m[r]);
+      __m256i lane = _mm256_setzero_si256();
+      for (int j2 = 0; j2 < 4; ++j2) {
+        const __m256i q = load256(wb.qs + 32 * j2);
+        const __m256i lo = _mm256_and_si256(q, mask);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
+        // Pair sums of nibble·q_x fit int16 (≤ 2·15·128); madd by the scale gives sc·Σ of 4.
+        const __m256i p0 = _mm256_maddubs_epi16(lo, xq[2 * j2]);
+        const __m256i p1 = _mm256_maddubs_epi16(hi, xq[2 * j2 + 1]);
+        lane =
+            _mm256_add_epi32(lane, _mm256_madd_epi16(p0, _mm256_set1_epi16(int16_t(sc[2 * j2]))));
+        lane = _mm256_add_epi32(lane,
+                                _mm256_madd_epi16(p1, _mm256_set1_epi16(int16_t(sc[2 * j2 + 1]))));
+      }
+      acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lane), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    const __m128 u = _mm_add_ps(acc_m[r], _mm_movehl_ps(acc_m[r], acc_m[r]));
+    const float mins = _mm_cvtss_f32(_mm_add_ss(u, _mm_movehdup_ps(u)));
+    y[r] = fold8(acc[r]) + mins;
+  }
+}
+
+/// q6_K in llama.cpp's AVX2 order: 8 integer lanes per super-block (lane l: values 4l..4l+3
+/// of each 32-value group, times the scale of their 16-value sub-block), one fma per lane.
+/// q6 values are u − 32 with u in 0..63: Σ (u−32)·x = Σ u·x − 32·Σ x per 4 elements.
+template <int R>
+inline void q6_K_q8_K_tile(int64_t nb, const uint8_t* w, size_t ws, const block_q8_K* x, float* y) {
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03);
+  for (int64_t b = 0; b < nb; ++b) {
+    const block_q8_K& xb = x[b];
+    __m256i xq[8], off[8];
+    for (int g = 0; g < 8; ++g) {
+      xq[g] = load256(xb.qs + 32 * g);
+      off[g] = _mm256_slli_epi32(sum4_s8(xq[g]), 5);
+    }
+    for (int r = 0; r < R; ++r) {
+      const block_q6_K& wb = block_at<block_q6_K>(w, ws, r, b);
+      __m256i lane = _mm256_setzero_si256();
+      for (int h = 0; h < 2; ++h) {
+        const __m256i ql0 = load256(wb.ql + 64 * h), ql1 = load256(wb.ql + 64 * h + 32);
+        const __m256i qh = load256(wb.qh + 32 * h);
+        for (int g4 = 0; g4 < 4; ++g4) {
+          const int g = 4 * h + g4;
+          const __m256i l = g4 & 1 ? ql1 : ql0;
+          const __m256i lo =
+              g4 < 2 ? _mm256_and_si256(l, m4) : _mm256_and_si256(_mm256_srli_epi16(l, 4), m4);
+          const __m256i hi =
+              _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * g4), m2), 4);
+          const __m256i s = _mm256_sub_epi32(dot_us(_mm256_or_si256(lo, hi), xq[g]), off[g]);
+          const __m256i scv = _mm256_set_m128i(_mm_set1_epi32(wb.scales[2 * g + 1]),
+                                               _mm_set1_epi32(wb.scales[2 * g]));
+          lane = _mm256_add_epi32(lane, _mm256_mullo_epi32(s, scv));
+        }
+      }
+      const float d = xb.d * h2f(wb.d);
+      acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lane), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) y[r] = fold8(acc[r]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Float weights (16 lanes; see vec_dot.h for the vec and gemm orders)
+// ---------------------------------------------------------------------------------------------
+
+/// ggml_vec_dot order over the first n & ~63 elements: 4 accumulators of 16 lanes, folded.
+template <typename Load>
+inline float vec_body(int64_t np, Load load_ab) {
+  V16 acc[4] = {zero16(), zero16(), zero16(), zero16()};
+  for (int64_t i = 0; i < np; i += 64)
+    for (int j = 0; j < 4; ++j) {
+      V16 a, b;
+      load_ab(i + 16 * j, &a, &b);
+      acc[j] = fma16(a, b, acc[j]);
+    }
+  acc[0] = add16(acc[0], acc[2]);
+  acc[1] = add16(acc[1], acc[3]);
+  return fold16(add16(acc[0], acc[1]));
+}
+
+template <typename Load>
+inline float gemm_body(int64_t n, Load load_ab) {
+  V16 acc = zero16();
+  for (int64_t i = 0; i < n; i += 16) {
+    V16 a, b;
+    load_ab(i, &a, &b);
+    acc = fma16(a, b, acc);
+  }
+  return fold16(acc);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Exported kernels (declared in kernels_x86.h)
+// ---------------------------------------------------------------------------------------------
+
+float vec_dot_f32(int64_t n, const void* w, const void* x) {
+  const float* a = static_cast<const float*>(w);
+  const float* b = static_cast<const float*>(x);
+  const int64_t np = n & ~int64_t(63);
+  float sum = vec_body(np, [a, b](int64_t i, V16* va, V16* vb) {
+    *va = load16_f32(a + i);
+    *vb = load16_f32(b + i);
+  });
+  // The tail as vec_dot_float.cpp: unfused up to unfused_end, fused after.
+  const int64_t c = n - np;
+  const int64_t unfused_end = np + c / 16 * 16 + (c % 16 >= 8 ? 8 : 0);
+  for (int64_t i = np; i < n; ++i) {
+    if (i < unfused_end) {
+      const float p = a[i] * b[i];
+      sum = sum + p;
+    } else {
+      sum = __builtin_fmaf(a[i], b[i], sum);
+    }
+  }
+  return sum;
+}
+
+float vec_dot_f16(int64_t n, const void* w, const void* x) {
+  const uint16_t* a = static_cast<const uint16_t*>(w);
+  const uint16_t* b = static_cast<const uint16_t*>(x);
+  const int64_t np = n & ~int64_t(63);
+  // f16·f16 products are exact in f32: the fma is the scalar code's c + a·b.
+  double sum = vec_body(np, [a, b](int64_t i, V16* va, V16* vb) {
+    *va = load16_f16(a + i);
+    *vb = load16_f16(b + i);
+  });
+  for (int64_t i = np; i < n; ++i) sum += double(h2f(a[i]) * h2f(b[i]));
+  return float(sum);
+}
+
+float gemm_dot_f32(int64_t n, const void* w, const void* x) {
+  const float* a = static_cast<const float*>(w);
+  const float* b = static_cast<const float*>(x);
+  return gemm_body(n, [a, b](int64_t i, V16* va, V16* vb) {
+    *va = load16_f32(a + i);
+    *vb = load16_f32(b + i);
+  });
+}
+
+float gemm_dot_f16(int64_t n, const void* w, const void* x) {
+  const uint16_t* a = static_cast<const uint16_t*>(w);
+  const uint16_t* b = static_cast<const uint16_t*>(x);
+  return gemm_body(n, [a, b](int64_t i, V16* va, V16* vb) {
+    *va = load16_f16(a + i);
+    *vb = load16_f16(b + i);
+  });
+}
+
+float vec_dot_bf16(int64_t n, const void* w, const void* x) {
+  // 16 lane sums (bf16 products are exact in f32), the tail into lane i % 16, then the lanes
+  // added in order from 0 (vec_dot_float.cpp lane_dot).
+  const uint16_t* a = static_cast<const uint16_t*>(w);
+  const uint16_t* b = static_cast<const uint16_t*>(x);
+  V16 acc = zero16();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) acc = fma16(load16_bf16(a + i), load16_bf16(b + i), acc);
+  alignas(64) float lane[16];
+  store16(lane, acc);
+  for (; i < n; ++i) {
+    const float p = _mm_cvtss_f32(_mm_castsi128_ps(_mm_cvtsi32_si128(int(uint32_t(a[i]) << 16)))) *
+                    _mm_cvtss_f32(_mm_castsi128_ps(_mm_cvtsi32_si128(int(uint32_t(b[i]) << 16))));
+    lane[i % 16] = lane[i % 16] + p;
+  }
+  float s = 0.0f;
+  for (int l = 0; l < 16; ++l) s = s + lane[l];
+  return s;
+}
+
+float vec_dot_q8_0_q8_0(int64_t n, const void* w, const void* x) {
+  float y;
+  q8_0_q8_0_tile<1>(n / 32, static_cast<const uint8_t*>(w), 0, static_cast<const block_q8_0*>(x),
+                    &y);
+  return y;
+}
+
+void rows_q8_0_q8_0(int64_t n, const void* w, size_t ws, int64_t nrows, const void* x, float* y) {
+  const auto* bx = static_cast<const block_q8_0*>(x);
+  for_rows<4>(w, ws, nrows, y, [&]<int R>(const uint8_t* wr, float* yr) {
+    q8_0_q8_0_tile<R>(n / 32, wr, ws, bx, yr);
+  });
+}
+
+float vec_dot_q4_0_q8_0(int64_t n, const void* w, const void* x) {
+  float y;
+  q4_0_q8_0_tile<1>(n / 32, static_cast<const uint8_t*>(w), 0, static_cast<const block_q8_0*>(x),
+                    &y);
+  return y;
+}
+
+void rows_q4_0_q8_0(int64_t n, const void* w, size_t ws, int64_t nrows, const void* x, float* y) {
+  const auto* bx = static_cast<const block_q8_0*>(x);
+  for_rows<4>(w, ws, nrows, y, [&]<int R>(const uint8_t* wr, float* yr) {
+    q4_0_q8_0_tile<R>(n / 32, wr, ws, bx, yr);
+  });
+}
+
+float repack_dot_q4_0_q8_0(int64_t n, const void* w, const void* x) {
+  float y;
+  repack_q4_0_row(n / 32, static_cast<const uint8_t*>(w), static_cast<const block_q8_0*>(x), &y);
+  return y;
+}
+
+void rows_repack_q4_0_q8_0(int64_t n, const void* w, size_t ws, int64_t nrows, const void* x,
+                           float* y) {
+  const auto* bx = static_cast<const block_q8_0*>(x);
+  for_rows<8>(w, ws, nrows, y, [&]<int R>(const uint8_t* wr, float* yr) {
+    if constexpr (R == 8)
+      repack_q4_0_8rows(n / 32, wr, ws, bx, yr);
+    else
+      repack_q4_0_row(n / 32, wr, bx, yr);
+  });
+}
+
+float vec_dot_q4_K_q8_K(int64_t n, const void* w, const void* x) {
+  float y;
+  q4_K_q8_K_tile<1>(n / QK_K, static_cast<const uint8_t*>(w), 0, static_cast<const block_q8_K*>(x),
+                    &y);
+  return y;
+}
+
+void rows_q4_K_q8_K(int64_t n, const void* w, size_t ws, int64_t nrows, const void* x, float* y) {
+  const auto* bx = static_cast<const block_q8_K*>(x);
+  for_rows<4>(w, ws, nrows, y, [&]<int R>(const uint8_t* wr, float* yr) {
+    q4_K_q8_K_tile<R>(n / QK_K, wr, ws, bx, yr);
+  });
+}
+
+float vec_dot_q6_K_q8_K(int64_t n, const void* w, const void* x) {
+  float y;
+  q6_K_q8_K_tile<1>(n / QK_K, static_cast<const uint8_t*>(w), 0, static_cast<const block_q8_K*>(x),
+                    &y);
+  return y;
+}
+
+void rows_q6_K_q8_K(int64_t n, const void* w, size_t ws, int64_t nrows, const void* x, float* y) {
+  const auto* bx = static_cast<const block_q8_K*>(x);
+  for_rows<4>(w, ws, nrows, y, [&]<int R>(const uint8_t* wr, float* yr) {
+    q6_K_q8_K_tile<R>(n / QK_K, wr, ws, bx, yr);
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Activation quantizers (rules in vec_dot.h)
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+
+/// 32 int32 lanes (4 vectors, in element order) packed to 32 int8 in element order.
+inline __m256i pack_32(__m256i a, __m256i b, __m256i c, __m256i d) {
+  const __m256i ab = _mm256_packs_epi32(a, b), cd = _mm256_packs_epi32(c, d);
+  const __m256i abcd = _mm256_packs_epi16(ab, cd);
+  return _mm256_permutevar8x32_epi32(abcd, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+inline __m256 abs8(__m256 v) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v); }
+
+inline float hmax8(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_movehdup_ps(m));
+  return _mm_cvtss_f32(m);
+}
+
+inline __m256i round_to_i32(__m256 v) {
+  return _mm256_cvtps_epi32(_mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+}  // namespace
+
+void act_from_float_q8_0(const float* src, void* dst, int64_t n) {
+  block_q8_0* y = static_cast<block_q8_0*>(dst);
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const float* x = src + 32 * b;
+    __m256 v[4];
+    for (int i = 0; i < 4; ++i) v[i] = _mm256_loadu_ps(x + 8 * i);
+    const float amax = hmax8(_mm256_max_ps(_mm256_max_ps(abs8(v[0]), abs8(v[1])),
+                                           _mm256_max_ps(abs8(v[2]), abs8(v[3]))));
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    const __m256 vid = _mm256_set1_ps(id);
+    __m256i q[4];
+    for (int i = 0; i < 4; ++i) q[i] = round_to_i32(_mm256_mul_ps(v[i], vid));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y[b].qs), pack_32(q[0], q[1], q[2], q[3]));
+    y[b].d = uint16_t(_cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT));
+  }
+}
+
+void act_from_float_q8_K(const float* src, void* dst, int64_t n) {
+  block_q8_K* y = static_cast<block_q8_K*>(dst);
+  for (int64_t b = 0; b < n / QK_K; ++b) {
+    const float* x = src + b * QK_K;
+    __m256 m = _mm256_setzero_ps();
+    for (int i = 0; i < QK_K; i += 8) m = _mm256_max_ps(m, abs8(_mm256_loadu_ps(x + i)));
+    const float amax = hmax8(m);
+    if (amax == 0.0f) {
+      std::memset(&y[b], 0, sizeof(block_q8_K));
+      continue;
+    }
+    // The first element whose |x| is the maximum (the scalar code keeps the first on ties).
+    float max = 0.0f;
+    const __m256 va = _mm256_set1_ps(amax);
+    for (int i = 0; i < QK_K; i += 8) {
+      const int hit =
+          _mm256_movemask_ps(_mm256_cmp_ps(abs8(_mm256_loadu_ps(x + i)), va, _CMP_EQ_OQ));
+      if (hit) {
+        max = x[i + __builtin_ctz(unsigned(hit))];
+        break;
+      }
+    }
+    const float iscale = -127.0f / max;
+    const __m256 vs = _mm256_set1_ps(iscale);
+    const __m256i lim = _mm256_set1_epi32(127);
+    for (int g = 0; g < QK_K; g += 32) {
+      __m256i q[4];
+      for (int i = 0; i < 4; ++i)
+        q[i] =
+            _mm256_min_epi32(lim, round_to_i32(_mm256_mul_ps(_mm256_loadu_ps(x + g + 8 * i), vs)));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(y[b].qs + g), pack_32(q[0], q[1], q[2], q[3]));
+    }
+    for (int s = 0; s < QK_K / 16; ++s) {
+      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(y[b].qs + 16 * s));
+      const __m256i w = _mm256_cvtepi8_epi16(q);
+      y[b].bsums[s] = int16_t(hsum_i32(_mm256_madd_epi16(w, _mm256_set1_epi16(1))));
+    }
+    y[b].d = 1.0f / iscale;
+  }
+}
+
+}  // namespace kvrun::cpu::KVRUN_SIMD_NS

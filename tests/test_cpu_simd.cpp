@@ -1,0 +1,207 @@
+// test_cpu_simd.cpp — every SIMD kernel level this CPU supports against the scalar reference
+// kernels, on random data: activation quantizers byte for byte, dots and several-row dots float
+// for float (memcmp: the SIMD kernels follow the scalar code's summation order exactly, see
+// backends/cpu/x86/kernels_x86.inl), at odd sizes and tails, unaligned pointers and padded row
+// strides; the matmul at the process's level against scalar dots; and the level selection
+// (KVRUN_CPU parsing and capping).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cpu/cpu_level.h"
+#include "cpu/cpu_traits.h"
+#include "cpu/matmul.h"
+#include "cpu/thread_pool.h"
+#include "test_util.h"
+
+namespace kvrun::cpu {
+namespace {
+
+using test::random_floats;
+
+/// The SIMD levels this machine can run (empty on a machine without AVX2).
+std::vector<CpuLevel> simd_levels() {
+  std::vector<CpuLevel> out;
+  for (CpuLevel l : kAllCpuLevels)
+    if (l != CpuLevel::scalar && cpu_level_supported(l)) out.push_back(l);
+  return out;
+}
+
+/// Random values with a different magnitude per 32 (so block scales vary) and some outliers.
+std::vector<float> varied_floats(size_t n, uint32_t seed) {
+  std::vector<float> v = random_floats(n, seed);
+  const std::vector<float> s = random_floats(n / 32 + 1, seed + 7);
+  for (size_t i = 0; i < n; ++i) v[i] *= std::exp2(std::round(2 * s[i / 32]));
+  for (size_t i = 5; i < n; i += 97) v[i] *= 9.0f;
+  return v;
+}
+
+/// `rows` rows of `k` values encoded in `t`, each row `stride` bytes apart, starting `offset`
+/// bytes into the returned buffer (to test unaligned rows).
+std::vector<uint8_t> encode_rows(DType t, const std::vector<float>& x, int64_t rows, int64_t k,
+                                 size_t stride, size_t offset) {
+  std::vector<uint8_t> out(offset + stride * size_t(rows), 0xA5);
+  for (int64_t r = 0; r < rows; ++r)
+    traits(t).from_float(x.data() + r * k, out.data() + offset + size_t(r) * stride, k);
+  return out;
+}
+
+bool same_float(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
+
+/// Row lengths to test for type `t`: odd multiples of its block, tails for the float types.
+std::vector<int64_t> lengths(DType t) {
+  const int64_t blk = traits(cpu_traits(t, CpuLevel::scalar)->act_type).block_elems;
+  if (blk == 1) return {1, 7, 8, 15, 16, 17, 31, 63, 64, 65, 72, 100, 129, 200, 1000, 2053};
+  if (blk == 32) return {32, 64, 96, 160, 544, 2048};
+  return {256, 512, 768, 2304};
+}
+
+class SimdTypes : public ::testing::TestWithParam<DType> {};
+
+TEST_P(SimdTypes, ActivationQuantizerMatchesScalarBytes) {
+  const DType t = GetParam();
+  const CpuTypeTraits* ref = cpu_traits(t, CpuLevel::scalar);
+  ASSERT_NE(ref, nullptr);
+  for (CpuLevel level : simd_levels()) {
+    const CpuTypeTraits* ct = cpu_traits(t, level);
+    for (int64_t k : lengths(t)) {
+      for (uint32_t seed : {1u, 2u}) {
+        std::vector<float> x = varied_floats(size_t(k) + 1, seed + uint32_t(k));
+        if (seed == 2 && k >= 16) {
+          // Ties for q8_K's "first largest |x|" rule and an all-zero block.
+          x[3] = 50.0f;
+          x[9] = -50.0f;
+          if (k >= 64)
+            for (int i = 32; i < 64; ++i) x[size_t(i)] = 0.0f;
+        }
+        const size_t ab = size_t(*row_bytes(ref->act_type, k));
+        std::vector<uint8_t> want(ab), got(ab + 1);
+        ref->act_from_float(x.data() + 1, want.data(), k);    // unaligned source
+        ct->act_from_float(x.data() + 1, got.data() + 1, k);  // unaligned destination
+        EXPECT_EQ(std::memcmp(want.data(), got.data() + 1, ab), 0)
+            << cpu_level_name(level) << " k " << k << " seed " << seed;
+      }
+    }
+  }
+}
+
+TEST_P(SimdTypes, DotsMatchScalarBitForBit) {
+  const DType t = GetParam();
+  const CpuTypeTraits* ref = cpu_traits(t, CpuLevel::scalar);
+  ASSERT_NE(ref, nullptr);
+  for (CpuLevel level : simd_levels()) {
+    const CpuTypeTraits* ct = cpu_traits(t, level);
+    for (int64_t k : lengths(t)) {
+      const int64_t rows = 11;
+      const size_t rb = size_t(*row_bytes(t, k)), stride = rb + 3;
+      const auto wf = varied_floats(size_t(rows * k), 10 + uint32_t(k));
+      const auto w = encode_rows(t, wf, rows, k, stride, 1);
+      const uint8_t* w0 = w.data() + 1;
+      const auto xf = varied_floats(size_t(k), 20 + uint32_t(k));
+      const size_t ab = size_t(*row_bytes(ref->act_type, k));
+      std::vector<uint8_t> xbuf(ab + 1);
+      uint8_t* x = xbuf.data() + 1;
+      ref->act_from_float(xf.data(), x, k);
+
+      struct Variant {
+        const char* name;
+        VecDotFn want, got;
+        DotRowsFn rows;
+      };
+      std::vector<Variant> variants = {{"vec", ref->vec_dot, ct->vec_dot, ct->vec_dot_rows}};
+      if (ref->gemm_dot && k % 16 == 0)
+        variants.push_back({"gemm", ref->gemm_dot, ct->gemm_dot, ct->gemm_dot_rows});
+      if (ref->repack_dot)
+        variants.push_back({"repack", ref->repack_dot, ct->repack_dot, ct->repack_dot_rows});
+      for (const Variant& v : variants) {
+        std::vector<float> want(rows);
+        for (int64_t r = 0; r < rows; ++r) {
+          want[size_t(r)] = v.want(k, w0 + size_t(r) * stride, x);
+          const float got = v.got(k, w0 + size_t(r) * stride, x);
+          EXPECT_TRUE(same_float(got, want[size_t(r)]))
+              << cpu_level_name(level) << " " << v.name << " k " << k << " row " << r << ": " << got
+              << " vs " << want[size_t(r)];
+        }
+        if (!v.rows) continue;
+        for (int64_t nr : {int64_t(1), int64_t(3), int64_t(4), int64_t(8), int64_t(9), rows}) {
+          std::vector<float> got(size_t(nr) + 1, NAN);
+          v.rows(k, w0, stride, nr, x, got.data());
+          for (int64_t r = 0; r < nr; ++r)
+            EXPECT_TRUE(same_float(got[size_t(r)], want[size_t(r)]))
+                << cpu_level_name(level) << " " << v.name << " rows " << nr << " k " << k << " row "
+                << r << ": " << got[size_t(r)] << " vs " << want[size_t(r)];
+          EXPECT_TRUE(std::isnan(got[size_t(nr)])) << "wrote past nrows";
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllWeightTypes, SimdTypes,
+                         ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q4_0,
+                                           DType::Q5_0, DType::Q8_0, DType::IQ4_NL, DType::Q4_1,
+                                           DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q4_K,
+                                           DType::Q5_K, DType::Q6_K),
+                         [](const auto& info) { return std::string(traits(info.param).name); });
+
+// The matmul at the process's level (blocked rows, several-row kernels, threads) gives, for
+// every output, the float of the scalar kernel that cpu_traits.h assigns to its shape.
+TEST(SimdMatmul, EqualsScalarDots) {
+  for (DType t : {DType::F16, DType::F32, DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+    const CpuTypeTraits* ref = cpu_traits(t, CpuLevel::scalar);
+    const int64_t k = 512;
+    for (int64_t m : {int64_t(40), int64_t(36), int64_t(21)}) {
+      const auto wf = varied_floats(size_t(m * k), 3);
+      const size_t rb = size_t(*row_bytes(t, k));
+      auto wbytes = encode_rows(t, wf, m, k, rb, 0);
+      const Tensor w = Tensor::contiguous(t, wbytes.data(), k, m);
+      for (int64_t n : {int64_t(1), int64_t(2), int64_t(7)}) {
+        const auto x = varied_floats(size_t(n * k), 4 + uint32_t(n));
+        ThreadPool pool(3);
+        std::vector<float> y(size_t(n * m));
+        matmul(pool, w, x.data(), n, y.data());
+        VecDotFn dot = ref->vec_dot;
+        if (ref->repack_dot && m % 8 == 0)
+          dot = ref->repack_dot;
+        else if (ref->gemm_dot && n >= 2 && k % 16 == 0 && m % 4 == 0)
+          dot = ref->gemm_dot;
+        const size_t ab = size_t(*row_bytes(ref->act_type, k));
+        std::vector<uint8_t> act(ab);
+        for (int64_t j = 0; j < n; ++j) {
+          ref->act_from_float(x.data() + j * k, act.data(), k);
+          for (int64_t i = 0; i < m; ++i) {
+            const float want = dot(k, wbytes.data() + size_t(i) * rb, act.data());
+            EXPECT_TRUE(same_float(y[size_t(j * m + i)], want))
+                << traits(t).name << " m " << m << " n " << n << " (" << i << ", " << j
+                << "): " << y[size_t(j * m + i)] << " vs " << want;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuLevel, NamesParseBack) {
+  for (CpuLevel l : kAllCpuLevels) EXPECT_EQ(parse_cpu_level(cpu_level_name(l)), l);
+  EXPECT_FALSE(parse_cpu_level("sse9").has_value());
+  EXPECT_FALSE(parse_cpu_level("").has_value());
+}
+
+TEST(CpuLevel, ResolveCapsToSupported) {
+  EXPECT_EQ(resolve_cpu_level(nullptr), best_cpu_level());
+  EXPECT_EQ(resolve_cpu_level(""), best_cpu_level());
+  EXPECT_EQ(resolve_cpu_level("scalar"), CpuLevel::scalar);
+  EXPECT_EQ(resolve_cpu_level("no-such-level"), best_cpu_level());
+  for (CpuLevel l : kAllCpuLevels) {
+    const CpuLevel got = resolve_cpu_level(cpu_level_name(l));
+    EXPECT_TRUE(cpu_level_supported(got));
+    EXPECT_EQ(got, cpu_level_supported(l) ? l : best_cpu_level());
+  }
+  EXPECT_TRUE(cpu_level_supported(cpu_level()));
+}
+
+}  // namespace
+}  // namespace kvrun::cpu
