@@ -147,41 +147,45 @@ INSTANTIATE_TEST_SUITE_P(AllWeightTypes, SimdTypes,
                                            DType::Q5_K, DType::Q6_K),
                          [](const auto& info) { return std::string(traits(info.param).name); });
 
-// The matmul at the process's level (blocked rows, several-row kernels, threads) gives, for
-// every output, the float of the scalar kernel that cpu_traits.h assigns to its shape.
+// The matmul at every level (blocked rows, several-row kernels, threads) gives, for every
+// output, the float of the scalar kernel that cpu_traits.h assigns to its shape.
 TEST(SimdMatmul, EqualsScalarDots) {
-  for (DType t : {DType::F16, DType::F32, DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
-    const CpuTypeTraits* ref = cpu_traits(t, CpuLevel::scalar);
-    const int64_t k = 512;
-    for (int64_t m : {int64_t(40), int64_t(36), int64_t(21)}) {
-      const auto wf = varied_floats(size_t(m * k), 3);
-      const size_t rb = size_t(*row_bytes(t, k));
-      auto wbytes = encode_rows(t, wf, m, k, rb, 0);
-      const Tensor w = Tensor::contiguous(t, wbytes.data(), k, m);
-      for (int64_t n : {int64_t(1), int64_t(2), int64_t(7)}) {
-        const auto x = varied_floats(size_t(n * k), 4 + uint32_t(n));
-        ThreadPool pool(3);
-        std::vector<float> y(size_t(n * m));
-        matmul(pool, w, x.data(), n, y.data());
-        VecDotFn dot = ref->vec_dot;
-        if (ref->repack_dot && m % 8 == 0)
-          dot = ref->repack_dot;
-        else if (ref->gemm_dot && n >= 2 && k % 16 == 0 && m % 4 == 0)
-          dot = ref->gemm_dot;
-        const size_t ab = size_t(*row_bytes(ref->act_type, k));
-        std::vector<uint8_t> act(ab);
-        for (int64_t j = 0; j < n; ++j) {
-          ref->act_from_float(x.data() + j * k, act.data(), k);
-          for (int64_t i = 0; i < m; ++i) {
-            const float want = dot(k, wbytes.data() + size_t(i) * rb, act.data());
-            EXPECT_TRUE(same_float(y[size_t(j * m + i)], want))
-                << traits(t).name << " m " << m << " n " << n << " (" << i << ", " << j
-                << "): " << y[size_t(j * m + i)] << " vs " << want;
+  std::vector<CpuLevel> levels = simd_levels();
+  levels.push_back(CpuLevel::scalar);
+  for (CpuLevel level : levels)
+    for (DType t : {DType::F16, DType::F32, DType::BF16, DType::Q4_0, DType::Q8_0, DType::Q4_K,
+                    DType::Q6_K}) {
+      const CpuTypeTraits* ref = cpu_traits(t, CpuLevel::scalar);
+      const int64_t k = 512;
+      for (int64_t m : {int64_t(40), int64_t(36), int64_t(21)}) {
+        const auto wf = varied_floats(size_t(m * k), 3);
+        const size_t rb = size_t(*row_bytes(t, k));
+        auto wbytes = encode_rows(t, wf, m, k, rb, 0);
+        const Tensor w = Tensor::contiguous(t, wbytes.data(), k, m);
+        for (int64_t n : {int64_t(1), int64_t(2), int64_t(7)}) {
+          const auto x = varied_floats(size_t(n * k), 4 + uint32_t(n));
+          ThreadPool pool(3);
+          std::vector<float> y(size_t(n * m));
+          matmul(pool, w, x.data(), n, y.data(), level);
+          VecDotFn dot = ref->vec_dot;
+          if (ref->repack_dot && m % 8 == 0)
+            dot = ref->repack_dot;
+          else if (ref->gemm_dot && n >= 2 && k % 16 == 0 && m % 4 == 0)
+            dot = ref->gemm_dot;
+          const size_t ab = size_t(*row_bytes(ref->act_type, k));
+          std::vector<uint8_t> act(ab);
+          for (int64_t j = 0; j < n; ++j) {
+            ref->act_from_float(x.data() + j * k, act.data(), k);
+            for (int64_t i = 0; i < m; ++i) {
+              const float want = dot(k, wbytes.data() + size_t(i) * rb, act.data());
+              EXPECT_TRUE(same_float(y[size_t(j * m + i)], want))
+                  << cpu_level_name(level) << " " << traits(t).name << " m " << m << " n " << n
+                  << " (" << i << ", " << j << "): " << y[size_t(j * m + i)] << " vs " << want;
+            }
           }
         }
       }
     }
-  }
 }
 
 TEST(CpuLevel, NamesParseBack) {

@@ -27,12 +27,17 @@ bool matmul_supports(DType t, int64_t k) {
 }
 
 void matmul(ThreadPool& pool, const Tensor& w, const float* x, int64_t n, float* y) {
+  matmul(pool, w, x, n, y, cpu_level());
+}
+
+void matmul(ThreadPool& pool, const Tensor& w, const float* x, int64_t n, float* y,
+            CpuLevel level) {
   const int64_t k = w.ne[0], m = w.ne[1];
   if (!matmul_supports(w.type, k))
     throw std::invalid_argument(std::string("matmul: unsupported weight type ") +
                                 traits(w.type).name + " with rows of " + std::to_string(k));
   if (w.ne[2] != 1 || w.ne[3] != 1) throw std::invalid_argument("matmul: weight must be 2-D");
-  const CpuTypeTraits& ct = *cpu_traits(w.type);
+  const CpuTypeTraits& ct = *cpu_traits(w.type, level);
   const size_t act_row = size_t(*row_bytes(ct.act_type, k));
 
   // Activations in the paired type; kept per calling thread so steady state does not allocate.
