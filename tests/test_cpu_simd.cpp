@@ -99,42 +99,53 @@ TEST_P(SimdTypes, DotsMatchScalarBitForBit) {
       const size_t rb = size_t(*row_bytes(t, k)), stride = rb + 3;
       const auto wf = varied_floats(size_t(rows * k), 10 + uint32_t(k));
       const auto w = encode_rows(t, wf, rows, k, stride, 1);
-      const uint8_t* w0 = w.data() + 1;
-      const auto xf = varied_floats(size_t(k), 20 + uint32_t(k));
-      const size_t ab = size_t(*row_bytes(ref->act_type, k));
-      std::vector<uint8_t> xbuf(ab + 1);
+      const uint8_t* w0 = w.data() + 1;  // unaligned rows
+      // 5 activation rows, xs bytes apart (padded, unaligned).
+      const int64_t nx = 5;
+      const size_t ab = size_t(*row_bytes(ref->act_type, k)), xs = ab + 5;
+      const auto xf = varied_floats(size_t(nx * k), 20 + uint32_t(k));
+      std::vector<uint8_t> xbuf(xs * size_t(nx) + 1);
       uint8_t* x = xbuf.data() + 1;
-      ref->act_from_float(xf.data(), x, k);
+      for (int64_t j = 0; j < nx; ++j)
+        ref->act_from_float(xf.data() + j * k, x + size_t(j) * xs, k);
 
       struct Variant {
         const char* name;
         VecDotFn want, got;
-        DotRowsFn rows;
+        DotTileFn tile;
       };
-      std::vector<Variant> variants = {{"vec", ref->vec_dot, ct->vec_dot, ct->vec_dot_rows}};
+      std::vector<Variant> variants = {{"vec", ref->vec_dot, ct->vec_dot, ct->vec_dot_tile}};
       if (ref->gemm_dot && k % 16 == 0)
-        variants.push_back({"gemm", ref->gemm_dot, ct->gemm_dot, ct->gemm_dot_rows});
+        variants.push_back({"gemm", ref->gemm_dot, ct->gemm_dot, ct->gemm_dot_tile});
       if (ref->repack_dot)
-        variants.push_back({"repack", ref->repack_dot, ct->repack_dot, ct->repack_dot_rows});
+        variants.push_back({"repack", ref->repack_dot, ct->repack_dot, ct->repack_dot_tile});
       for (const Variant& v : variants) {
-        std::vector<float> want(rows);
-        for (int64_t r = 0; r < rows; ++r) {
-          want[size_t(r)] = v.want(k, w0 + size_t(r) * stride, x);
-          const float got = v.got(k, w0 + size_t(r) * stride, x);
-          EXPECT_TRUE(same_float(got, want[size_t(r)]))
-              << cpu_level_name(level) << " " << v.name << " k " << k << " row " << r << ": " << got
-              << " vs " << want[size_t(r)];
-        }
-        if (!v.rows) continue;
-        for (int64_t nr : {int64_t(1), int64_t(3), int64_t(4), int64_t(8), int64_t(9), rows}) {
-          std::vector<float> got(size_t(nr) + 1, NAN);
-          v.rows(k, w0, stride, nr, x, got.data());
-          for (int64_t r = 0; r < nr; ++r)
-            EXPECT_TRUE(same_float(got[size_t(r)], want[size_t(r)]))
-                << cpu_level_name(level) << " " << v.name << " rows " << nr << " k " << k << " row "
-                << r << ": " << got[size_t(r)] << " vs " << want[size_t(r)];
-          EXPECT_TRUE(std::isnan(got[size_t(nr)])) << "wrote past nrows";
-        }
+        std::vector<float> want(size_t(rows * nx));  // [j][r]
+        for (int64_t j = 0; j < nx; ++j)
+          for (int64_t r = 0; r < rows; ++r) {
+            const uint8_t* wr = w0 + size_t(r) * stride;
+            const uint8_t* xj = x + size_t(j) * xs;
+            const float ref_y = v.want(k, wr, xj);
+            want[size_t(j * rows + r)] = ref_y;
+            const float got = v.got(k, wr, xj);
+            EXPECT_TRUE(same_float(got, ref_y))
+                << cpu_level_name(level) << " " << v.name << " k " << k << " row " << r << " act "
+                << j << ": " << got << " vs " << ref_y;
+          }
+        if (!v.tile) continue;
+        for (int64_t nr : {int64_t(1), int64_t(3), int64_t(4), int64_t(8), int64_t(9), rows})
+          for (int64_t nj : {int64_t(1), int64_t(2), int64_t(3), nx}) {
+            const size_t ys = size_t(nr) + 2;
+            std::vector<float> got(ys * size_t(nj), NAN);
+            v.tile(k, w0, stride, nr, x, xs, nj, got.data(), ys);
+            for (int64_t j = 0; j < nj; ++j) {
+              for (int64_t r = 0; r < nr; ++r)
+                EXPECT_TRUE(same_float(got[size_t(j) * ys + size_t(r)], want[size_t(j * rows + r)]))
+                    << cpu_level_name(level) << " " << v.name << " tile " << nr << "x" << nj
+                    << " k " << k << " row " << r << " act " << j;
+              EXPECT_TRUE(std::isnan(got[size_t(j) * ys + size_t(nr)])) << "wrote past nrows";
+            }
+          }
       }
     }
   }

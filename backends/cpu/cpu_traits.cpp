@@ -71,18 +71,18 @@ CpuTypeTraits& row_of(Table& t, DType type) {
     row_of(t, DType::BF16).vec_dot = NS::vec_dot_bf16;                               \
     CpuTypeTraits& q4_0 = row_of(t, DType::Q4_0);                                    \
     q4_0.vec_dot = NS::vec_dot_q4_0_q8_0;                                            \
-    q4_0.vec_dot_rows = NS::rows_q4_0_q8_0;                                          \
+    q4_0.vec_dot_tile = NS::tile_q4_0_q8_0;                                          \
     q4_0.repack_dot = NS::repack_dot_q4_0_q8_0;                                      \
-    q4_0.repack_dot_rows = NS::rows_repack_q4_0_q8_0;                                \
+    q4_0.repack_dot_tile = NS::tile_repack_q4_0_q8_0;                                \
     CpuTypeTraits& q8_0 = row_of(t, DType::Q8_0);                                    \
     q8_0.vec_dot = NS::vec_dot_q8_0_q8_0;                                            \
-    q8_0.vec_dot_rows = NS::rows_q8_0_q8_0;                                          \
+    q8_0.vec_dot_tile = NS::tile_q8_0_q8_0;                                          \
     CpuTypeTraits& q4_K = row_of(t, DType::Q4_K);                                    \
     q4_K.vec_dot = NS::vec_dot_q4_K_q8_K;                                            \
-    q4_K.vec_dot_rows = NS::rows_q4_K_q8_K;                                          \
+    q4_K.vec_dot_tile = NS::tile_q4_K_q8_K;                                          \
     CpuTypeTraits& q6_K = row_of(t, DType::Q6_K);                                    \
     q6_K.vec_dot = NS::vec_dot_q6_K_q8_K;                                            \
-    q6_K.vec_dot_rows = NS::rows_q6_K_q8_K;                                          \
+    q6_K.vec_dot_tile = NS::tile_q6_K_q8_K;                                          \
   } while (0)
 
 std::array<Table, kLevels> build_tables() {

@@ -26,11 +26,11 @@ struct CpuTypeTraits {
   /// x86 with AVX2), used for every batch size when the weight has a multiple of 8 rows (m);
   /// null when that type is not repacked. Takes precedence over vec_dot and gemm_dot.
   VecDotFn repack_dot;
-  /// Several-row forms of vec_dot, gemm_dot and repack_dot (the same floats per row); null
-  /// where the level has none (callers then loop over the single-row dot).
-  DotRowsFn vec_dot_rows;
-  DotRowsFn gemm_dot_rows;
-  DotRowsFn repack_dot_rows;
+  /// Tile forms (several weight × activation rows) of vec_dot, gemm_dot and repack_dot (the
+  /// same floats per output); null where the level has none (callers then loop over the dot).
+  DotTileFn vec_dot_tile;
+  DotTileFn gemm_dot_tile;
+  DotTileFn repack_dot_tile;
 };
 
 /// The CPU traits of weight type `t` at the process's kernel level (cpu_level()), or null when

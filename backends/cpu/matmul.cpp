@@ -52,13 +52,13 @@ void matmul(ThreadPool& pool, const Tensor& w, const float* x, int64_t n, float*
       std::max<int64_t>(1, kMinWorkPerChunk / (k * 4)));
 
   VecDotFn dot = ct.vec_dot;
-  DotRowsFn rows = ct.vec_dot_rows;
+  DotTileFn tile = ct.vec_dot_tile;
   if (ct.repack_dot && m % 8 == 0) {
     dot = ct.repack_dot;  // llama.cpp repacks such weights at load (cpu_traits.h)
-    rows = ct.repack_dot_rows;
+    tile = ct.repack_dot_tile;
   } else if (ct.gemm_dot && n >= 2 && k % 16 == 0 && m % 4 == 0) {
     dot = ct.gemm_dot;
-    rows = ct.gemm_dot_rows;
+    tile = ct.gemm_dot_tile;
   }
   const char* wdata = static_cast<const char*>(w.data);
   const size_t wstride = w.nb[1];
@@ -71,15 +71,13 @@ void matmul(ThreadPool& pool, const Tensor& w, const float* x, int64_t n, float*
         for (int64_t i0 = begin; i0 < end; i0 += kRowBlock) {
           const int64_t nr = std::min(kRowBlock, end - i0);
           const char* wblock = wdata + size_t(i0) * wstride;
-          for (int64_t j = 0; j < n; ++j) {
-            float* yj = y + j * m + i0;
-            if (rows) {
-              rows(k, wblock, wstride, nr, a + j * act_row, yj);
-            } else {
-              for (int64_t r = 0; r < nr; ++r)
-                yj[r] = dot(k, wblock + size_t(r) * wstride, a + j * act_row);
-            }
+          if (tile) {
+            tile(k, wblock, wstride, nr, a, act_row, n, y + i0, size_t(m));
+            continue;
           }
+          for (int64_t j = 0; j < n; ++j)
+            for (int64_t r = 0; r < nr; ++r)
+              y[j * m + i0 + r] = dot(k, wblock + size_t(r) * wstride, a + j * act_row);
         }
       },
       std::max<int64_t>(1, kMinWorkPerChunk / (k * n)));

@@ -6,28 +6,33 @@
 #include <cstddef>
 #include <cstdint>
 
-#define KVRUN_X86_KERNEL_DECLS                                                                  \
-  void act_from_float_q8_0(const float* src, void* dst, int64_t n);                             \
-  void act_from_float_q8_K(const float* src, void* dst, int64_t n);                             \
-  float vec_dot_f32(int64_t n, const void* w, const void* x);                                   \
-  float vec_dot_f16(int64_t n, const void* w, const void* x);                                   \
-  float vec_dot_bf16(int64_t n, const void* w, const void* x);                                  \
-  float gemm_dot_f32(int64_t n, const void* w, const void* x);                                  \
-  float gemm_dot_f16(int64_t n, const void* w, const void* x);                                  \
-  float vec_dot_q4_0_q8_0(int64_t n, const void* w, const void* x);                             \
-  float vec_dot_q8_0_q8_0(int64_t n, const void* w, const void* x);                             \
-  float repack_dot_q4_0_q8_0(int64_t n, const void* w, const void* x);                          \
-  float vec_dot_q4_K_q8_K(int64_t n, const void* w, const void* x);                             \
-  float vec_dot_q6_K_q8_K(int64_t n, const void* w, const void* x);                             \
-  void rows_q4_0_q8_0(int64_t n, const void* w, size_t ws, int64_t nrows, const void* x,        \
-                      float* y);                                                                \
-  void rows_q8_0_q8_0(int64_t n, const void* w, size_t ws, int64_t nrows, const void* x,        \
-                      float* y);                                                                \
-  void rows_repack_q4_0_q8_0(int64_t n, const void* w, size_t ws, int64_t nrows, const void* x, \
-                             float* y);                                                         \
-  void rows_q4_K_q8_K(int64_t n, const void* w, size_t ws, int64_t nrows, const void* x,        \
-                      float* y);                                                                \
-  void rows_q6_K_q8_K(int64_t n, const void* w, size_t ws, int64_t nrows, const void* x, float* y);
+#define KVRUN_X86_KERNEL_DECLS                                                                     \
+  void act_from_float_q8_0(const float* src, void* dst, int64_t n);                                \
+  void act_from_float_q8_K(const float* src, void* dst, int64_t n);                                \
+  float vec_dot_f32(int64_t n, const void* w, const void* x);                                      \
+  float vec_dot_f16(int64_t n, const void* w, const void* x);                                      \
+  float vec_dot_bf16(int64_t n, const void* w, const void* x);                                     \
+  float gemm_dot_f32(int64_t n, const void* w, const void* x);                                     \
+  float gemm_dot_f16(int64_t n, const void* w, const void* x);                                     \
+  float vec_dot_q4_0_q8_0(int64_t n, const void* w, const void* x);                                \
+  float vec_dot_q8_0_q8_0(int64_t n, const void* w, const void* x);                                \
+  float repack_dot_q4_0_q8_0(int64_t n, const void* w, const void* x);                             \
+  float vec_dot_q4_K_q8_K(int64_t n, const void* w, const void* x);                                \
+  float vec_dot_q6_K_q8_K(int64_t n, const void* w, const void* x);                                \
+  void tile_gemm_f32(int64_t n, const void* w, size_t ws, int64_t nrows, const void* x, size_t xs, \
+                     int64_t nx, float* y, size_t ys);                                             \
+  void tile_gemm_f16(int64_t n, const void* w, size_t ws, int64_t nrows, const void* x, size_t xs, \
+                     int64_t nx, float* y, size_t ys);                                             \
+  void tile_q4_0_q8_0(int64_t n, const void* w, size_t ws, int64_t nrows, const void* x,           \
+                      size_t xs, int64_t nx, float* y, size_t ys);                                 \
+  void tile_q8_0_q8_0(int64_t n, const void* w, size_t ws, int64_t nrows, const void* x,           \
+                      size_t xs, int64_t nx, float* y, size_t ys);                                 \
+  void tile_repack_q4_0_q8_0(int64_t n, const void* w, size_t ws, int64_t nrows, const void* x,    \
+                             size_t xs, int64_t nx, float* y, size_t ys);                          \
+  void tile_q4_K_q8_K(int64_t n, const void* w, size_t ws, int64_t nrows, const void* x,           \
+                      size_t xs, int64_t nx, float* y, size_t ys);                                 \
+  void tile_q6_K_q8_K(int64_t n, const void* w, size_t ws, int64_t nrows, const void* x,           \
+                      size_t xs, int64_t nx, float* y, size_t ys);
 
 namespace kvrun::cpu::avx2 {
 KVRUN_X86_KERNEL_DECLS

@@ -147,93 +147,143 @@ inline void store16(float* p, V16 a) {
 inline float fold16(V16 a) { return fold8(_mm256_add_ps(a.hi, a.lo)); }
 #endif
 
-/// Runs `k.template operator()<R>(w_row, y_row)` over `nrows` rows R at a time, the rest one
-/// at a time.
-template <int R, typename Kernel>
-inline void for_rows(const void* w, size_t ws, int64_t nrows, float* y, Kernel k) {
+/// Runs the tile kernel `k.template operator()<R, C>(w, x, y)` over `nrows` weight rows (ws bytes
+/// apart) × `nx` activation rows (xs bytes apart), y[j·ys + r]: tiles of R × C, then the rest
+/// with R or C = 1. Every output is computed by one kernel call in its own accumulators.
+template <int R, int C, typename Kernel>
+inline void for_tiles(const void* w, size_t ws, int64_t nrows, const void* x, size_t xs, int64_t nx,
+                      float* y, size_t ys, Kernel k) {
   const uint8_t* wb = static_cast<const uint8_t*>(w);
-  int64_t r = 0;
-  for (; r + R <= nrows; r += R) k.template operator()<R>(wb + size_t(r) * ws, y + r);
-  for (; r < nrows; ++r) k.template operator()<1>(wb + size_t(r) * ws, y + r);
+  const uint8_t* xb = static_cast<const uint8_t*>(x);
+  auto pass = [&]<int CC>(int64_t j) {
+    const uint8_t* xj = xb + size_t(j) * xs;
+    float* yj = y + size_t(j) * ys;
+    int64_t r = 0;
+    for (; r + R <= nrows; r += R) k.template operator()<R, CC>(wb + size_t(r) * ws, xj, yj + r);
+    for (; r < nrows; ++r) k.template operator()<1, CC>(wb + size_t(r) * ws, xj, yj + r);
+  };
+  int64_t j = 0;
+  for (; j + C <= nx; j += C) pass.template operator()<C>(j);
+  for (; j < nx; ++j) pass.template operator()<1>(j);
 }
 
 template <typename Block>
-inline const Block& block_at(const uint8_t* row, size_t ws, int r, int64_t b) {
-  return reinterpret_cast<const Block*>(row + size_t(r) * ws)[b];
+inline const Block& block_at(const uint8_t* row, size_t stride, int i, int64_t b) {
+  return reinterpret_cast<const Block*>(row + size_t(i) * stride)[b];
 }
 
 // ---------------------------------------------------------------------------------------------
 // Legacy quants against q8_0 (8 lanes of 4 consecutive elements, lane = fma(d_w·d_x, Σ, lane))
 // ---------------------------------------------------------------------------------------------
 
-template <int R>
-inline void q8_0_q8_0_tile(int64_t nb, const uint8_t* w, size_t ws, const block_q8_0* x, float* y) {
-  __m256 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+template <int R, int C>
+inline void q8_0_q8_0_tile(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* x, size_t xs,
+                           float* y, size_t ys) {
+  __m256 acc[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    const __m256i xq = load256(x[b].qs);
-    const float dx = h2f(x[b].d);
+    __m256i xq[C];
+    float dx[C];
+    for (int c = 0; c < C; ++c) {
+      const block_q8_0& xb = block_at<block_q8_0>(x, xs, c, b);
+      xq[c] = load256(xb.qs);
+      dx[c] = h2f(xb.d);
+    }
     for (int r = 0; r < R; ++r) {
       const block_q8_0& wb = block_at<block_q8_0>(w, ws, r, b);
-      const __m256 p = _mm256_cvtepi32_ps(dot_ss(load256(wb.qs), xq));
-      acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(h2f(wb.d) * dx), p, acc[r]);
+      const __m256i wq = load256(wb.qs);
+      const __m256i aw = _mm256_sign_epi8(wq, wq);
+      const float dw = h2f(wb.d);
+      for (int c = 0; c < C; ++c) {
+        const __m256 p = _mm256_cvtepi32_ps(dot_us(aw, _mm256_sign_epi8(xq[c], wq)));
+        acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(dw * dx[c]), p, acc[r][c]);
+      }
     }
   }
-  for (int r = 0; r < R; ++r) y[r] = fold8(acc[r]);
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) y[size_t(c) * ys + size_t(r)] = fold8(acc[r][c]);
 }
 
 /// q4_0 values are nibble − 8: Σ (u−8)·x = Σ u·x − 8·Σ x per 4 elements.
-template <int R>
-inline void q4_0_q8_0_tile(int64_t nb, const uint8_t* w, size_t ws, const block_q8_0* x, float* y) {
-  __m256 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+template <int R, int C>
+inline void q4_0_q8_0_tile(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* x, size_t xs,
+                           float* y, size_t ys) {
+  __m256 acc[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    const __m256i xq = load256(x[b].qs);
-    const __m256i off = _mm256_slli_epi32(sum4_s8(xq), 3);
-    const float dx = h2f(x[b].d);
+    __m256i xq[C], off[C];
+    float dx[C];
+    for (int c = 0; c < C; ++c) {
+      const block_q8_0& xb = block_at<block_q8_0>(x, xs, c, b);
+      xq[c] = load256(xb.qs);
+      off[c] = _mm256_slli_epi32(sum4_s8(xq[c]), 3);
+      dx[c] = h2f(xb.d);
+    }
     for (int r = 0; r < R; ++r) {
       const block_q4_0& wb = block_at<block_q4_0>(w, ws, r, b);
-      const __m256i s = _mm256_sub_epi32(dot_us(nibbles_32(wb.qs), xq), off);
-      acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(h2f(wb.d) * dx), _mm256_cvtepi32_ps(s), acc[r]);
+      const __m256i u = nibbles_32(wb.qs);
+      const float dw = h2f(wb.d);
+      for (int c = 0; c < C; ++c) {
+        const __m256i s = _mm256_sub_epi32(dot_us(u, xq[c]), off[c]);
+        acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(dw * dx[c]), _mm256_cvtepi32_ps(s), acc[r][c]);
+      }
     }
   }
-  for (int r = 0; r < R; ++r) y[r] = fold8(acc[r]);
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) y[size_t(c) * ys + size_t(r)] = fold8(acc[r][c]);
 }
 
 /// The repacked order: per block the whole integer dot, acc = fma(isum, d_w·d_x, acc) with one
-/// scalar accumulator per row; 8 rows run in the 8 lanes of one register.
-inline void repack_q4_0_row(int64_t nb, const uint8_t* w, const block_q8_0* x, float* y) {
-  const block_q4_0* bw = reinterpret_cast<const block_q4_0*>(w);
-  float acc = 0.0f;
-  for (int64_t b = 0; b < nb; ++b) {
-    const __m256i xq = load256(x[b].qs);
-    const __m256i off = _mm256_slli_epi32(sum4_s8(xq), 3);
-    const int32_t isum = hsum_i32(_mm256_sub_epi32(dot_us(nibbles_32(bw[b].qs), xq), off));
-    acc = __builtin_fmaf(float(isum), h2f(bw[b].d) * h2f(x[b].d), acc);
-  }
-  *y = acc;
-}
-
-inline void repack_q4_0_8rows(int64_t nb, const uint8_t* w, size_t ws, const block_q8_0* x,
-                              float* y) {
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const __m256i xq = load256(x[b].qs);
-    const __m256i off = _mm256_slli_epi32(sum4_s8(xq), 3);
-    __m256i p[8];
-    uint16_t dw[8];
-    for (int r = 0; r < 8; ++r) {
-      const block_q4_0& wb = block_at<block_q4_0>(w, ws, r, b);
-      p[r] = _mm256_sub_epi32(dot_us(nibbles_32(wb.qs), xq), off);
-      dw[r] = wb.d;
+/// scalar accumulator per output. R = 8 runs 8 weight rows in the 8 lanes of one register; R = 1
+/// is the plain scalar chain.
+template <int R, int C>
+inline void repack_q4_0_tile(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* x, size_t xs,
+                             float* y, size_t ys) {
+  static_assert(R == 1 || R == 8);
+  if constexpr (R == 1) {
+    float acc[C] = {};
+    for (int64_t b = 0; b < nb; ++b) {
+      const block_q4_0& wb = block_at<block_q4_0>(w, 0, 0, b);
+      const __m256i u = nibbles_32(wb.qs);
+      const float dw = h2f(wb.d);
+      for (int c = 0; c < C; ++c) {
+        const block_q8_0& xb = block_at<block_q8_0>(x, xs, c, b);
+        const __m256i xq = load256(xb.qs);
+        const __m256i off = _mm256_slli_epi32(sum4_s8(xq), 3);
+        const int32_t isum = hsum_i32(_mm256_sub_epi32(dot_us(u, xq), off));
+        acc[c] = __builtin_fmaf(float(isum), dw * h2f(xb.d), acc[c]);
+      }
     }
-    const __m256 isum = _mm256_cvtepi32_ps(hsum8x8_i32(p));
-    __m128i dh;
-    std::memcpy(&dh, dw, sizeof(dh));
-    const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(dh), _mm256_set1_ps(h2f(x[b].d)));
-    acc = _mm256_fmadd_ps(isum, d, acc);
+    for (int c = 0; c < C; ++c) y[size_t(c) * ys] = acc[c];
+  } else {
+    __m256 acc[C];
+    for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      __m256i u[8];
+      uint16_t dh[8];
+      for (int r = 0; r < 8; ++r) {
+        const block_q4_0& wb = block_at<block_q4_0>(w, ws, r, b);
+        u[r] = nibbles_32(wb.qs);
+        dh[r] = wb.d;
+      }
+      __m128i dh128;
+      std::memcpy(&dh128, dh, sizeof(dh128));
+      const __m256 dw = _mm256_cvtph_ps(dh128);
+      for (int c = 0; c < C; ++c) {
+        const block_q8_0& xb = block_at<block_q8_0>(x, xs, c, b);
+        const __m256i xq = load256(xb.qs);
+        const __m256i off = _mm256_slli_epi32(sum4_s8(xq), 3);
+        __m256i p[8];
+        for (int r = 0; r < 8; ++r) p[r] = _mm256_sub_epi32(dot_us(u[r], xq), off);
+        const __m256 isum = _mm256_cvtepi32_ps(hsum8x8_i32(p));
+        const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(h2f(xb.d)));
+        acc[c] = _mm256_fmadd_ps(isum, d, acc[c]);
+      }
+    }
+    for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + size_t(c) * ys, acc[c]);
   }
-  _mm256_storeu_ps(y, acc);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -253,72 +303,87 @@ inline void scale_min_k4(int j, const uint8_t* q, int* sc, int* m) {
 
 /// q4_K in llama.cpp's AVX2 order (vec_dot_k.cpp): main term in 8 float lanes, the min term
 /// in 4 float lanes, folded at the end.
-template <int R>
-inline void q4_K_q8_K_tile(int64_t nb, const uint8_t* w, size_t ws, const block_q8_K* x, float* y) {
-  __m256 acc[R];
-  __m128 acc_m[R];
-  for (int r = 0; r < R; ++r) {
-    acc[r] = _mm256_setzero_ps();
-    acc_m[r] = _mm_setzero_ps();
-  }
+template <int R, int C>
+inline void q4_K_q8_K_tile(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* x, size_t xs,
+                           float* y, size_t ys) {
+  __m256 acc[R][C];
+  __m128 acc_m[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) {
+      acc[r][c] = _mm256_setzero_ps();
+      acc_m[r][c] = _mm_setzero_ps();
+    }
   const __m256i mask = _mm256_set1_epi8(0x0F);
   for (int64_t b = 0; b < nb; ++b) {
-    const block_q8_K& xb = x[b];
-    __m256i xq[8];
-    for (int j = 0; j < 8; ++j) xq[j] = load256(xb.qs + 32 * j);
-    int s16[8];  // Σ q_x over 32-element sub-block j
-    for (int j = 0; j < 8; ++j) s16[j] = xb.bsums[2 * j] + xb.bsums[2 * j + 1];
+    int s32[C][8];  // Σ q_x over 32-element sub-block j of activation row c
+    for (int c = 0; c < C; ++c) {
+      const block_q8_K& xb = block_at<block_q8_K>(x, xs, c, b);
+      for (int j = 0; j < 8; ++j) s32[c][j] = xb.bsums[2 * j] + xb.bsums[2 * j + 1];
+    }
     for (int r = 0; r < R; ++r) {
       const block_q4_K& wb = block_at<block_q4_K>(w, ws, r, b);
       int sc[8], m[8];
       for (int j = 0; j < 8; ++j) scale_min_k4(j, wb.scales, &sc[j], &m[j]);
-      const float d = xb.d * h2f(wb.d);
-      const float dmin = -xb.d * h2f(wb.dmin);
-      const __m128i msum =
-          _mm_setr_epi32(m[0] * s16[0] + m[1] * s16[1], m[2] * s16[2] + m[3] * s16[3],
-                         m[4] * s16[4] + m[5] * s16[5], m[6] * s16[6] + m[7] * s16[7]);
-      acc_m[r] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(msum), acc_m[r]);
-      __m256i lane = _mm256_setzero_si256();
+      const float dw = h2f(wb.d), dminw = h2f(wb.dmin);
+      __m256i lane[C];
+      for (int c = 0; c < C; ++c) {
+        const float xd = block_at<block_q8_K>(x, xs, c, b).d;
+        const float dmin = -xd * dminw;
+        const __m128i msum = _mm_setr_epi32(
+            m[0] * s32[c][0] + m[1] * s32[c][1], m[2] * s32[c][2] + m[3] * s32[c][3],
+            m[4] * s32[c][4] + m[5] * s32[c][5], m[6] * s32[c][6] + m[7] * s32[c][7]);
+        acc_m[r][c] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(msum), acc_m[r][c]);
+        lane[c] = _mm256_setzero_si256();
+      }
       for (int j2 = 0; j2 < 4; ++j2) {
         const __m256i q = load256(wb.qs + 32 * j2);
         const __m256i lo = _mm256_and_si256(q, mask);
         const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
-        // Pair sums of nibble·q_x fit int16 (≤ 2·15·128); madd by the scale gives sc·Σ of 4.
-        const __m256i p0 = _mm256_maddubs_epi16(lo, xq[2 * j2]);
-        const __m256i p1 = _mm256_maddubs_epi16(hi, xq[2 * j2 + 1]);
-        lane =
-            _mm256_add_epi32(lane, _mm256_madd_epi16(p0, _mm256_set1_epi16(int16_t(sc[2 * j2]))));
-        lane = _mm256_add_epi32(lane,
-                                _mm256_madd_epi16(p1, _mm256_set1_epi16(int16_t(sc[2 * j2 + 1]))));
+        const __m256i sc0 = _mm256_set1_epi16(int16_t(sc[2 * j2]));
+        const __m256i sc1 = _mm256_set1_epi16(int16_t(sc[2 * j2 + 1]));
+        for (int c = 0; c < C; ++c) {
+          const int8_t* qx = block_at<block_q8_K>(x, xs, c, b).qs + 64 * j2;
+          // Pair sums of nibble·q_x fit int16 (≤ 2·15·128); madd by the scale gives sc·Σ of 4.
+          const __m256i p0 = _mm256_maddubs_epi16(lo, load256(qx));
+          const __m256i p1 = _mm256_maddubs_epi16(hi, load256(qx + 32));
+          lane[c] = _mm256_add_epi32(lane[c], _mm256_madd_epi16(p0, sc0));
+          lane[c] = _mm256_add_epi32(lane[c], _mm256_madd_epi16(p1, sc1));
+        }
       }
-      acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lane), acc[r]);
+      for (int c = 0; c < C; ++c) {
+        const float d = block_at<block_q8_K>(x, xs, c, b).d * dw;
+        acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lane[c]), acc[r][c]);
+      }
     }
   }
-  for (int r = 0; r < R; ++r) {
-    const __m128 u = _mm_add_ps(acc_m[r], _mm_movehl_ps(acc_m[r], acc_m[r]));
-    const float mins = _mm_cvtss_f32(_mm_add_ss(u, _mm_movehdup_ps(u)));
-    y[r] = fold8(acc[r]) + mins;
-  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) {
+      const __m128 u = _mm_add_ps(acc_m[r][c], _mm_movehl_ps(acc_m[r][c], acc_m[r][c]));
+      const float mins = _mm_cvtss_f32(_mm_add_ss(u, _mm_movehdup_ps(u)));
+      y[size_t(c) * ys + size_t(r)] = fold8(acc[r][c]) + mins;
+    }
 }
 
 /// q6_K in llama.cpp's AVX2 order: 8 integer lanes per super-block (lane l: values 4l..4l+3
 /// of each 32-value group, times the scale of their 16-value sub-block), one fma per lane.
 /// q6 values are u − 32 with u in 0..63: Σ (u−32)·x = Σ u·x − 32·Σ x per 4 elements.
-template <int R>
-inline void q6_K_q8_K_tile(int64_t nb, const uint8_t* w, size_t ws, const block_q8_K* x, float* y) {
-  __m256 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+template <int R, int C>
+inline void q6_K_q8_K_tile(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* x, size_t xs,
+                           float* y, size_t ys) {
+  __m256 acc[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
   const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03);
   for (int64_t b = 0; b < nb; ++b) {
-    const block_q8_K& xb = x[b];
-    __m256i xq[8], off[8];
-    for (int g = 0; g < 8; ++g) {
-      xq[g] = load256(xb.qs + 32 * g);
-      off[g] = _mm256_slli_epi32(sum4_s8(xq[g]), 5);
-    }
+    __m256i off[C][8];
+    for (int c = 0; c < C; ++c)
+      for (int g = 0; g < 8; ++g)
+        off[c][g] =
+            _mm256_slli_epi32(sum4_s8(load256(block_at<block_q8_K>(x, xs, c, b).qs + 32 * g)), 5);
     for (int r = 0; r < R; ++r) {
       const block_q6_K& wb = block_at<block_q6_K>(w, ws, r, b);
-      __m256i lane = _mm256_setzero_si256();
+      __m256i lane[C];
+      for (int c = 0; c < C; ++c) lane[c] = _mm256_setzero_si256();
       for (int h = 0; h < 2; ++h) {
         const __m256i ql0 = load256(wb.ql + 64 * h), ql1 = load256(wb.ql + 64 * h + 32);
         const __m256i qh = load256(wb.qh + 32 * h);
@@ -329,17 +394,25 @@ inline void q6_K_q8_K_tile(int64_t nb, const uint8_t* w, size_t ws, const block_
               g4 < 2 ? _mm256_and_si256(l, m4) : _mm256_and_si256(_mm256_srli_epi16(l, 4), m4);
           const __m256i hi =
               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * g4), m2), 4);
-          const __m256i s = _mm256_sub_epi32(dot_us(_mm256_or_si256(lo, hi), xq[g]), off[g]);
+          const __m256i u = _mm256_or_si256(lo, hi);
           const __m256i scv = _mm256_set_m128i(_mm_set1_epi32(wb.scales[2 * g + 1]),
                                                _mm_set1_epi32(wb.scales[2 * g]));
-          lane = _mm256_add_epi32(lane, _mm256_mullo_epi32(s, scv));
+          for (int c = 0; c < C; ++c) {
+            const __m256i xq = load256(block_at<block_q8_K>(x, xs, c, b).qs + 32 * g);
+            const __m256i s = _mm256_sub_epi32(dot_us(u, xq), off[c][g]);
+            lane[c] = _mm256_add_epi32(lane[c], _mm256_mullo_epi32(s, scv));
+          }
         }
       }
-      const float d = xb.d * h2f(wb.d);
-      acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lane), acc[r]);
+      const float dw = h2f(wb.d);
+      for (int c = 0; c < C; ++c) {
+        const float d = block_at<block_q8_K>(x, xs, c, b).d * dw;
+        acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lane[c]), acc[r][c]);
+      }
     }
   }
-  for (int r = 0; r < R; ++r) y[r] = fold8(acc[r]);
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) y[size_t(c) * ys + size_t(r)] = fold8(acc[r][c]);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -371,6 +444,34 @@ inline float gemm_body(int64_t n, Load load_ab) {
   }
   return fold16(acc);
 }
+
+/// gemm_body for R weight rows × C activation rows, each output in its own accumulator.
+template <int R, int C, typename T, typename Load>
+inline void gemm_tile(int64_t n, const uint8_t* w, size_t ws, const uint8_t* x, size_t xs, float* y,
+                      size_t ys, Load load) {
+  V16 acc[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) acc[r][c] = zero16();
+  for (int64_t i = 0; i < n; i += 16) {
+    V16 b[C];
+    for (int c = 0; c < C; ++c) b[c] = load(reinterpret_cast<const T*>(x + size_t(c) * xs) + i);
+    for (int r = 0; r < R; ++r) {
+      const V16 a = load(reinterpret_cast<const T*>(w + size_t(r) * ws) + i);
+      for (int c = 0; c < C; ++c) acc[r][c] = fma16(a, b[c], acc[r][c]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) y[size_t(c) * ys + size_t(r)] = fold16(acc[r][c]);
+}
+
+/// Tile sizes: registers hold R·C accumulators (a V16 is two ymm registers without AVX-512).
+#ifdef __AVX512F__
+constexpr int kGemmR = 4, kGemmC = 2;
+#else
+constexpr int kGemmR = 2, kGemmC = 2;
+#endif
+constexpr int kQuantR = 4, kQuantC = 2;  // q8_0 / q4_0
+constexpr int kKR = 2, kKC = 2;          // q4_K / q6_K
 
 }  // namespace
 
@@ -431,6 +532,25 @@ float gemm_dot_f16(int64_t n, const void* w, const void* x) {
   });
 }
 
+void tile_gemm_f32(int64_t n, const void* w, size_t ws, int64_t nrows, const void* x, size_t xs,
+                   int64_t nx, float* y, size_t ys) {
+  for_tiles<kGemmR, kGemmC>(w, ws, nrows, x, xs, nx, y, ys,
+                            [&]<int R, int C>(const uint8_t* wr, const uint8_t* xr, float* yr) {
+                              gemm_tile<R, C, float>(n, wr, ws, xr, xs, yr, ys,
+                                                     [](const float* p) { return load16_f32(p); });
+                            });
+}
+
+void tile_gemm_f16(int64_t n, const void* w, size_t ws, int64_t nrows, const void* x, size_t xs,
+                   int64_t nx, float* y, size_t ys) {
+  for_tiles<kGemmR, kGemmC>(w, ws, nrows, x, xs, nx, y, ys,
+                            [&]<int R, int C>(const uint8_t* wr, const uint8_t* xr, float* yr) {
+                              gemm_tile<R, C, uint16_t>(
+                                  n, wr, ws, xr, xs, yr, ys,
+                                  [](const uint16_t* p) { return load16_f16(p); });
+                            });
+}
+
 float vec_dot_bf16(int64_t n, const void* w, const void* x) {
   // 16 lane sums (bf16 products are exact in f32), the tail into lane i % 16, then the lanes
   // added in order from 0 (vec_dot_float.cpp lane_dot).
@@ -451,78 +571,30 @@ float vec_dot_bf16(int64_t n, const void* w, const void* x) {
   return s;
 }
 
-float vec_dot_q8_0_q8_0(int64_t n, const void* w, const void* x) {
-  float y;
-  q8_0_q8_0_tile<1>(n / 32, static_cast<const uint8_t*>(w), 0, static_cast<const block_q8_0*>(x),
-                    &y);
-  return y;
-}
+/// The exported single-row dot and tile function of a tile kernel template.
+#define KVRUN_X86_DOT_AND_TILE(dot_name, tile_name, kernel, blk, TR, TC)                        \
+  float dot_name(int64_t n, const void* w, const void* x) {                                     \
+    float y;                                                                                    \
+    kernel<1, 1>(n / blk, static_cast<const uint8_t*>(w), 0, static_cast<const uint8_t*>(x), 0, \
+                 &y, 0);                                                                        \
+    return y;                                                                                   \
+  }                                                                                             \
+  void tile_name(int64_t n, const void* w, size_t ws, int64_t nrows, const void* x, size_t xs,  \
+                 int64_t nx, float* y, size_t ys) {                                             \
+    for_tiles<TR, TC>(w, ws, nrows, x, xs, nx, y, ys,                                           \
+                      [&]<int R, int C>(const uint8_t* wr, const uint8_t* xr, float* yr) {      \
+                        kernel<R, C>(n / blk, wr, ws, xr, xs, yr, ys);                          \
+                      });                                                                       \
+  }
 
-void rows_q8_0_q8_0(int64_t n, const void* w, size_t ws, int64_t nrows, const void* x, float* y) {
-  const auto* bx = static_cast<const block_q8_0*>(x);
-  for_rows<4>(w, ws, nrows, y, [&]<int R>(const uint8_t* wr, float* yr) {
-    q8_0_q8_0_tile<R>(n / 32, wr, ws, bx, yr);
-  });
-}
+KVRUN_X86_DOT_AND_TILE(vec_dot_q8_0_q8_0, tile_q8_0_q8_0, q8_0_q8_0_tile, 32, kQuantR, kQuantC)
+KVRUN_X86_DOT_AND_TILE(vec_dot_q4_0_q8_0, tile_q4_0_q8_0, q4_0_q8_0_tile, 32, kQuantR, kQuantC)
+KVRUN_X86_DOT_AND_TILE(repack_dot_q4_0_q8_0, tile_repack_q4_0_q8_0, repack_q4_0_tile, 32, 8,
+                       kQuantC)
+KVRUN_X86_DOT_AND_TILE(vec_dot_q4_K_q8_K, tile_q4_K_q8_K, q4_K_q8_K_tile, QK_K, kKR, kKC)
+KVRUN_X86_DOT_AND_TILE(vec_dot_q6_K_q8_K, tile_q6_K_q8_K, q6_K_q8_K_tile, QK_K, kKR, kKC)
 
-float vec_dot_q4_0_q8_0(int64_t n, const void* w, const void* x) {
-  float y;
-  q4_0_q8_0_tile<1>(n / 32, static_cast<const uint8_t*>(w), 0, static_cast<const block_q8_0*>(x),
-                    &y);
-  return y;
-}
-
-void rows_q4_0_q8_0(int64_t n, const void* w, size_t ws, int64_t nrows, const void* x, float* y) {
-  const auto* bx = static_cast<const block_q8_0*>(x);
-  for_rows<4>(w, ws, nrows, y, [&]<int R>(const uint8_t* wr, float* yr) {
-    q4_0_q8_0_tile<R>(n / 32, wr, ws, bx, yr);
-  });
-}
-
-float repack_dot_q4_0_q8_0(int64_t n, const void* w, const void* x) {
-  float y;
-  repack_q4_0_row(n / 32, static_cast<const uint8_t*>(w), static_cast<const block_q8_0*>(x), &y);
-  return y;
-}
-
-void rows_repack_q4_0_q8_0(int64_t n, const void* w, size_t ws, int64_t nrows, const void* x,
-                           float* y) {
-  const auto* bx = static_cast<const block_q8_0*>(x);
-  for_rows<8>(w, ws, nrows, y, [&]<int R>(const uint8_t* wr, float* yr) {
-    if constexpr (R == 8)
-      repack_q4_0_8rows(n / 32, wr, ws, bx, yr);
-    else
-      repack_q4_0_row(n / 32, wr, bx, yr);
-  });
-}
-
-float vec_dot_q4_K_q8_K(int64_t n, const void* w, const void* x) {
-  float y;
-  q4_K_q8_K_tile<1>(n / QK_K, static_cast<const uint8_t*>(w), 0, static_cast<const block_q8_K*>(x),
-                    &y);
-  return y;
-}
-
-void rows_q4_K_q8_K(int64_t n, const void* w, size_t ws, int64_t nrows, const void* x, float* y) {
-  const auto* bx = static_cast<const block_q8_K*>(x);
-  for_rows<4>(w, ws, nrows, y, [&]<int R>(const uint8_t* wr, float* yr) {
-    q4_K_q8_K_tile<R>(n / QK_K, wr, ws, bx, yr);
-  });
-}
-
-float vec_dot_q6_K_q8_K(int64_t n, const void* w, const void* x) {
-  float y;
-  q6_K_q8_K_tile<1>(n / QK_K, static_cast<const uint8_t*>(w), 0, static_cast<const block_q8_K*>(x),
-                    &y);
-  return y;
-}
-
-void rows_q6_K_q8_K(int64_t n, const void* w, size_t ws, int64_t nrows, const void* x, float* y) {
-  const auto* bx = static_cast<const block_q8_K*>(x);
-  for_rows<4>(w, ws, nrows, y, [&]<int R>(const uint8_t* wr, float* yr) {
-    q6_K_q8_K_tile<R>(n / QK_K, wr, ws, bx, yr);
-  });
-}
+#undef KVRUN_X86_DOT_AND_TILE
 
 // ---------------------------------------------------------------------------------------------
 // Activation quantizers (rules in vec_dot.h)
