@@ -13,7 +13,9 @@
 
 #include "cpu/cpu_level.h"
 #include "cpu/cpu_traits.h"
+#include "cpu/fast_exp.h"
 #include "cpu/matmul.h"
+#include "cpu/op_kernels.h"
 #include "cpu/thread_pool.h"
 #include "test_util.h"
 
@@ -197,6 +199,40 @@ TEST(SimdMatmul, EqualsScalarDots) {
         }
       }
     }
+}
+
+// silu_mul at every level against silu_lane · up, element by element, on values that cover
+// the polynomial's range, its overflow / underflow edges (|n| > 192), ±0, ±inf and NaN; at odd
+// lengths (8-lane tails) and in place.
+TEST(SimdOps, SiluMulMatchesScalarLanes) {
+  std::vector<float> g = random_floats(1000, 5, 4.0f);
+  const std::vector<float> u = random_floats(1000, 6);
+  const float edges[] = {0.0f,  -0.0f,  1e-30f,   -1e-30f,   80.0f,  -80.0f,   87.5f,     -87.5f,
+                         88.8f, -88.8f, 104.0f,   -104.0f,   133.0f, -133.0f,  140.0f,    -140.0f,
+                         1e10f, -1e10f, INFINITY, -INFINITY, NAN,    3.0e-39f, -3.0e-39f, 20.0f};
+  for (size_t i = 0; i < sizeof(edges) / sizeof(edges[0]); ++i) g[3 * i + 1] = edges[i];
+  for (CpuLevel level : kAllCpuLevels) {
+    if (!cpu_level_supported(level)) continue;
+    const SiluMulFn f = op_kernels(level).silu_mul;
+    for (int64_t n : {int64_t(1), int64_t(7), int64_t(8), int64_t(15), int64_t(16), int64_t(33),
+                      int64_t(1000)}) {
+      std::vector<float> got(size_t(n) + 1, 123.0f);
+      f(g.data(), u.data(), got.data(), n);
+      for (int64_t i = 0; i < n; ++i) {
+        const float want = silu_lane(g[size_t(i)]) * u[size_t(i)];
+        const bool same =
+            same_float(got[size_t(i)], want) || (std::isnan(want) && std::isnan(got[size_t(i)]));
+        EXPECT_TRUE(same) << cpu_level_name(level) << " n " << n << " x " << g[size_t(i)] << ": "
+                          << got[size_t(i)] << " vs " << want;
+      }
+      EXPECT_EQ(got[size_t(n)], 123.0f) << "wrote past n";
+    }
+    std::vector<float> inplace(g.begin(), g.begin() + 40), want(40);
+    for (size_t i = 0; i < 40; ++i) want[i] = silu_lane(g[i]) * u[i];
+    f(inplace.data(), u.data(), inplace.data(), 40);
+    for (size_t i = 0; i < 40; ++i)
+      EXPECT_TRUE(same_float(inplace[i], want[i]) || std::isnan(want[i])) << i;
+  }
 }
 
 TEST(CpuLevel, NamesParseBack) {

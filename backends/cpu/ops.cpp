@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cpu/fast_exp.h"
+#include "cpu/op_kernels.h"
 
 namespace kvrun::cpu {
 
@@ -58,11 +59,12 @@ void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const i
 
 void swiglu(const float* gate, const float* up, float* out, int64_t rows, int64_t cols) {
   const int64_t body = cols - cols % kExpBlock;
+  const SiluMulFn silu_mul = op_kernels().silu_mul;  // silu_lane · up, SIMD where available
   for (int64_t r = 0; r < rows; ++r) {
     const float* g = gate + r * cols;
     const float* u = up + r * cols;
     float* o = out + r * cols;
-    for (int64_t i = 0; i < body; ++i) o[i] = silu_lane(g[i]) * u[i];
+    silu_mul(g, u, o, body);
     for (int64_t i = body; i < cols; ++i) o[i] = silu_tail(g[i]) * u[i];
   }
 }

@@ -1,8 +1,8 @@
 // bench_kernels.cpp — Google Benchmark: the CPU matmul kernels per SIMD level (scalar, avx2,
 // avx512; levels this CPU lacks are skipped) at the shapes of llama3.2-1b (n_embd 2048, n_ff
 // 8192, 8 KV heads of 64: K/V 512×2048), for one activation row (decode) and 512 rows
-// (prefill), with 2 threads. Bytes/s is the weight bytes streamed per matmul (compare with the
-// machine's STREAM bandwidth); items/s is multiply-adds. Also: the single-row dots and the
+// (prefill), with 1 and 2 threads. Bytes/s is the weight bytes streamed per matmul (compare with
+// the machine's STREAM bandwidth); items/s is multiply-adds. Also: the single-row dots and the
 // activation quantizers on a 4096-value row, and the thread pool's cost per job.
 //
 // Run: ./build/kvrun_bench --benchmark_filter=matmul  (see docs/benchmarks.md)
@@ -54,12 +54,18 @@ const std::vector<uint8_t>& weights(DType t, int64_t rows, int64_t k) {
   return cache.emplace(key, std::move(out)).first->second;
 }
 
-void BM_Matmul(benchmark::State& state, DType t, CpuLevel level, int64_t m, int64_t k, int64_t n) {
+kvrun::cpu::ThreadPool& pool_of(int threads) {
+  static kvrun::cpu::ThreadPool one(1), two(2);
+  return threads == 1 ? one : two;
+}
+
+void BM_Matmul(benchmark::State& state, DType t, CpuLevel level, int64_t m, int64_t k, int64_t n,
+               int threads) {
   const std::vector<uint8_t>& w = weights(t, m, k);
   const kvrun::Tensor wt = kvrun::Tensor::contiguous(t, const_cast<uint8_t*>(w.data()), k, m);
   const std::vector<float> x = random_floats(size_t(n * k), 2);
   std::vector<float> y(size_t(n * m));
-  static kvrun::cpu::ThreadPool pool(2);
+  kvrun::cpu::ThreadPool& pool = pool_of(threads);
   for (auto _ : state) {
     kvrun::cpu::matmul(pool, wt, x.data(), n, y.data(), level);
     benchmark::DoNotOptimize(y.data());
@@ -118,16 +124,23 @@ void register_all() {
     for (DType t : types) {
       const std::string tn = kvrun::traits(t).name;
       benchmark::RegisterBenchmark(("dot/" + tn + "/" + lv).c_str(), BM_Dot, t, level);
-      for (const Shape& s : shapes)
-        benchmark::RegisterBenchmark(("matmul/" + tn + "/" + lv + "/" + s.name + "/n1").c_str(),
-                                     BM_Matmul, t, level, s.m, s.k, int64_t(1))
-            ->UseRealTime();
-      // Prefill: 512 rows at the square shape (the scalar level only as a reference point).
-      benchmark::RegisterBenchmark(("matmul/" + tn + "/" + lv + "/attn_q_2048x2048/n512").c_str(),
-                                   BM_Matmul, t, level, int64_t(2048), int64_t(2048), int64_t(512))
-          ->UseRealTime()
-          ->Unit(benchmark::kMillisecond)
-          ->Iterations(level == CpuLevel::scalar ? 1 : 3);
+      // One thread: rates from the CPU time of that thread (robust on a shared machine);
+      // two threads: from wall-clock time.
+      for (int threads : {1, 2}) {
+        const std::string th = "/t" + std::to_string(threads);
+        for (const Shape& s : shapes) {
+          auto* b = benchmark::RegisterBenchmark(
+              ("matmul/" + tn + "/" + lv + "/" + s.name + "/n1" + th).c_str(), BM_Matmul, t, level,
+              s.m, s.k, int64_t(1), threads);
+          if (threads == 2) b->UseRealTime();
+        }
+        // Prefill: 512 rows at the square shape (the scalar level once, as a reference point).
+        auto* b = benchmark::RegisterBenchmark(
+            ("matmul/" + tn + "/" + lv + "/attn_q_2048x2048/n512" + th).c_str(), BM_Matmul, t,
+            level, int64_t(2048), int64_t(2048), int64_t(512), threads);
+        b->Unit(benchmark::kMillisecond)->Iterations(level == CpuLevel::scalar ? 1 : 3);
+        if (threads == 2) b->UseRealTime();
+      }
     }
     for (DType t : {DType::Q8_0, DType::Q4_K})
       benchmark::RegisterBenchmark(

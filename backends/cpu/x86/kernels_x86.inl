@@ -682,4 +682,100 @@ void act_from_float_q8_K(const float* src, void* dst, int64_t n) {
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// SiLU · up with the polynomial e^x of fast_exp.h (expf_lane, silu_lane), lane for lane
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+
+constexpr float kExpShift = 0x1.8p23f, kExpInvLn2 = 0x1.715476p+0f, kExpLn2Hi = 0x1.62e4p-1f,
+                kExpLn2Lo = 0x1.7f7d1cp-20f, kExpC0 = 0x1.ffffecp-1f, kExpC1 = 0x1.fffdb6p-2f,
+                kExpC2 = 0x1.555e66p-3f, kExpC3 = 0x1.573e2ep-5f, kExpC4 = 0x1.0e4020p-7f;
+
+#ifdef __AVX512F__
+/// expf_lane on 16 lanes: the same fused and unfused operations; VSCALEFPS is the scaling that
+/// scale_pow2 emulates.
+inline __m512 expf16(__m512 x) {
+  const __m512 z = _mm512_fmadd_ps(x, _mm512_set1_ps(kExpInvLn2), _mm512_set1_ps(kExpShift));
+  const __m512 n = _mm512_sub_ps(z, _mm512_set1_ps(kExpShift));
+  const __m512 b = _mm512_fnmadd_ps(n, _mm512_set1_ps(kExpLn2Lo),
+                                    _mm512_fnmadd_ps(n, _mm512_set1_ps(kExpLn2Hi), x));
+  const __m512 u = _mm512_mul_ps(b, b);
+  const __m512 hi =
+      _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_set1_ps(kExpC4), b, _mm512_set1_ps(kExpC3)), u,
+                      _mm512_fmadd_ps(_mm512_set1_ps(kExpC2), b, _mm512_set1_ps(kExpC1)));
+  const __m512 j =
+      _mm512_fmadd_ps(hi, u, _mm512_fmadd_ps(_mm512_set1_ps(kExpC0), b, _mm512_set1_ps(1.0f)));
+  const __m512 res = _mm512_maskz_scalef_ps(0xFFFF, j, n);
+  const __m512 an = _mm512_castsi512_ps(
+      _mm512_maskz_and_epi32(0xFFFF, _mm512_castps_si512(n), _mm512_set1_epi32(0x7FFFFFFF)));
+  const __mmask16 out = _mm512_cmp_ps_mask(an, _mm512_set1_ps(192.0f), _CMP_GT_OQ);
+  const __mmask16 pos = _mm512_cmp_ps_mask(n, _mm512_setzero_ps(), _CMP_GT_OQ);
+  const __m512 big = _mm512_maskz_mov_ps(pos, _mm512_set1_ps(__builtin_inff()));
+  return _mm512_mask_mov_ps(res, out, big);
+}
+#endif
+
+/// expf_lane on 8 lanes; j·2^n is formed in double (exact) and rounded once, as scale_pow2.
+inline __m256 expf8(__m256 x) {
+  const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(kExpInvLn2), _mm256_set1_ps(kExpShift));
+  const __m256 n = _mm256_sub_ps(z, _mm256_set1_ps(kExpShift));
+  const __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(kExpLn2Lo),
+                                    _mm256_fnmadd_ps(n, _mm256_set1_ps(kExpLn2Hi), x));
+  const __m256 u = _mm256_mul_ps(b, b);
+  const __m256 hi =
+      _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(kExpC4), b, _mm256_set1_ps(kExpC3)), u,
+                      _mm256_fmadd_ps(_mm256_set1_ps(kExpC2), b, _mm256_set1_ps(kExpC1)));
+  const __m256 j =
+      _mm256_fmadd_ps(hi, u, _mm256_fmadd_ps(_mm256_set1_ps(kExpC0), b, _mm256_set1_ps(1.0f)));
+  // scale_pow2: n clamped to ±192 (fmin/fmax order as there; n is never NaN unless j is),
+  // 2^n as double bits, one product in double, one rounding to float.
+  const __m256 nc =
+      _mm256_min_ps(_mm256_max_ps(n, _mm256_set1_ps(-192.0f)), _mm256_set1_ps(192.0f));
+  const __m256i ni = _mm256_cvttps_epi32(nc);
+  auto scale4 = [](__m128 j4, __m128i n4) {
+    const __m256i e = _mm256_slli_epi64(
+        _mm256_add_epi64(_mm256_cvtepi32_epi64(n4), _mm256_set1_epi64x(1023)), 52);
+    return _mm256_cvtpd_ps(_mm256_mul_pd(_mm256_cvtps_pd(j4), _mm256_castsi256_pd(e)));
+  };
+  const __m256 res =
+      _mm256_set_m128(scale4(_mm256_extractf128_ps(j, 1), _mm256_extracti128_si256(ni, 1)),
+                      scale4(_mm256_castps256_ps128(j), _mm256_castsi256_si128(ni)));
+  const __m256 an = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), n);
+  const __m256 out = _mm256_cmp_ps(an, _mm256_set1_ps(192.0f), _CMP_GT_OQ);
+  const __m256 pos = _mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_GT_OQ);
+  const __m256 big = _mm256_and_ps(pos, _mm256_set1_ps(__builtin_inff()));
+  return _mm256_blendv_ps(res, big, out);
+}
+
+}  // namespace
+
+void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
+  int64_t i = 0;
+#ifdef __AVX512F__
+  for (; i + 16 <= n; i += 16) {
+    const __m512 g = _mm512_loadu_ps(gate + i);
+    const __m512 e = expf16(_mm512_sub_ps(_mm512_setzero_ps(), g));
+    const __m512 s = _mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+    _mm512_storeu_ps(out + i, _mm512_mul_ps(s, _mm512_loadu_ps(up + i)));
+  }
+#endif
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    const __m256 e = expf8(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    const __m256 s = _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(s, _mm256_loadu_ps(up + i)));
+  }
+  if (i < n) {  // the last < 8 lanes through a padded register
+    float g[8] = {}, u[8] = {}, o[8];
+    std::memcpy(g, gate + i, size_t(n - i) * sizeof(float));
+    std::memcpy(u, up + i, size_t(n - i) * sizeof(float));
+    const __m256 gv = _mm256_loadu_ps(g);
+    const __m256 e = expf8(_mm256_sub_ps(_mm256_setzero_ps(), gv));
+    const __m256 sv = _mm256_div_ps(gv, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+    _mm256_storeu_ps(o, _mm256_mul_ps(sv, _mm256_loadu_ps(u)));
+    std::memcpy(out + i, o, size_t(n - i) * sizeof(float));
+  }
+}
+
 }  // namespace kvrun::cpu::KVRUN_SIMD_NS

@@ -1,0 +1,29 @@
+// op_kernels.h — the element-wise kernels of ops.cpp that have SIMD forms, per kernel level.
+//
+// Like cpu_traits.h for the dots: each level's table holds the scalar reference or the x86
+// kernel of backends/cpu/x86/, and every level gives bit-identical results.
+#pragma once
+
+#include <cstdint>
+
+#include "cpu/cpu_level.h"
+
+namespace kvrun::cpu {
+
+/// out[i] = silu_lane(gate[i]) · up[i] for i < n, with fast_exp.h's polynomial e^x in every
+/// element (the vector body of llama.cpp's SiLU; swiglu adds the libm tail). out may equal gate
+/// or up.
+using SiluMulFn = void (*)(const float* gate, const float* up, float* out, int64_t n);
+
+/// One level's element-wise kernels.
+struct OpKernels {
+  SiluMulFn silu_mul;
+};
+
+/// The kernels of `level` (must be cpu_level_supported).
+const OpKernels& op_kernels(CpuLevel level);
+
+/// The kernels of the process's level (cpu_level()).
+const OpKernels& op_kernels();
+
+}  // namespace kvrun::cpu
