@@ -2,8 +2,6 @@
 #include "cpu/thread_pool.h"
 
 #include <algorithm>
-#include <chrono>
-#include <thread>
 
 namespace kvrun::cpu {
 
@@ -13,30 +11,6 @@ namespace {
 void chunk_bounds(int64_t n, int n_chunks, int i, int64_t* begin, int64_t* end) {
   *begin = n * i / n_chunks;
   *end = n * (i + 1) / n_chunks;
-}
-
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield");
-#endif
-}
-
-/// Spins until `done()` or about `micros` microseconds passed; returns done(). Between checks
-/// it yields the core, so that on a machine with more runnable threads than cores the thread it
-/// waits for can run (a pure spin would hold the core for a whole scheduler slice).
-template <typename Done>
-bool spin_until(Done done, int micros) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(micros);
-  for (;;) {
-    for (int i = 0; i < 16; ++i) {
-      if (done()) return true;
-      cpu_relax();
-    }
-    std::this_thread::yield();
-    if (std::chrono::steady_clock::now() >= until) return done();
-  }
 }
 
 }  // namespace
@@ -68,41 +42,29 @@ void ThreadPool::run(int64_t n, const Job& job, int64_t min_chunk) {
     job_ = &job;
     n_ = n;
     n_chunks_ = n_chunks;
-    pending_.store(n_chunks - 1, std::memory_order_relaxed);
-    generation_.fetch_add(1, std::memory_order_release);
+    pending_ = n_chunks - 1;
+    ++generation_;
   }
   wake_.notify_all();
   int64_t begin, end;
   chunk_bounds(n, n_chunks, 0, &begin, &end);
   job(begin, end);
-  auto finished = [this] { return pending_.load(std::memory_order_acquire) == 0; };
-  if (!spin_until(finished, kSpinMicros)) {
-    std::unique_lock<std::mutex> lock(mu_);
-    done_.wait(lock, finished);
-  }
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
+  done_.wait(lock, [this] { return pending_ == 0; });
   job_ = nullptr;
 }
 
 void ThreadPool::worker_loop(int index) {
   uint64_t seen = 0;
-  auto has_work = [&] {
-    return stop_.load(std::memory_order_acquire) ||
-           generation_.load(std::memory_order_acquire) != seen;
-  };
   for (;;) {
     const Job* job;
     int64_t n;
     int n_chunks;
-    if (!spin_until(has_work, kSpinMicros)) {
-      std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait(lock, has_work);
-    }
     {
-      // The job's fields were written under mu_ before generation_ changed.
-      std::lock_guard<std::mutex> lock(mu_);
+      std::unique_lock<std::mutex> lock(mu_);
+      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
       if (stop_) return;
-      seen = generation_.load(std::memory_order_relaxed);
+      seen = generation_;
       job = job_;
       n = n_;
       n_chunks = n_chunks_;
@@ -111,10 +73,8 @@ void ThreadPool::worker_loop(int index) {
       int64_t begin, end;
       chunk_bounds(n, n_chunks, index, &begin, &end);
       (*job)(begin, end);
-      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-        { std::lock_guard<std::mutex> lock(mu_); }  // the caller is spinning or in done_.wait
-        done_.notify_one();
-      }
+      std::lock_guard<std::mutex> lock(mu_);
+      if (--pending_ == 0) done_.notify_one();
     }
   }
 }

@@ -1,19 +1,15 @@
 // thread_pool.h — a persistent pool of worker threads for the CPU kernels.
 //
-// The workers are created once, so an op never creates a thread. Between jobs a worker first
-// spins for a short while (kSpinMicros) watching for the next job, then sleeps on a condition
-// variable: during decode, where ops come every few microseconds, a job starts without a
-// futex wake-up; an idle process does not keep burning cores. A job is a function of (begin, end)
-// over a 1-D index range (rows of a matmul, (token, head) pairs of attention); the range is split
-// into one contiguous chunk per thread, so which thread computes which index never depends on
-// timing and results are reproducible. The calling thread takes the first chunk itself.
+// The workers are created once and sleep on a condition variable between jobs, so an op costs a
+// wake-up, never a thread creation. A job is a function of (begin, end) over a 1-D index range
+// (rows of a matmul, (token, head) pairs of attention); the range is split into one contiguous
+// chunk per thread, so which thread computes which index never depends on timing and results
+// are reproducible. The calling thread takes the first chunk itself.
 //
 // Invariants: one job at a time (run() is not re-entrant and must be called from one thread);
-// run() returns only after every chunk finished. Cost: one mutex lock and a notify per job
-// (the notify is a no-op when no worker sleeps); the caller also spins before it sleeps.
+// run() returns only after every chunk finished. Cost: two mutex/condvar round trips per job.
 #pragma once
 
-#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -35,9 +31,6 @@ class ThreadPool {
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
-  /// How long a worker (or the waiting caller) spins before it sleeps, in microseconds.
-  static constexpr int kSpinMicros = 200;
-
   /// Threads that take part in a job (workers + the caller).
   int size() const { return n_threads_; }
 
@@ -57,9 +50,9 @@ class ThreadPool {
   const Job* job_ = nullptr;
   int64_t n_ = 0;
   int n_chunks_ = 0;
-  std::atomic<uint64_t> generation_{0};  ///< bumped (under mu_) for every job
-  std::atomic<int> pending_{0};          ///< worker chunks of the current job not yet done
-  std::atomic<bool> stop_{false};
+  uint64_t generation_ = 0;
+  int pending_ = 0;
+  bool stop_ = false;
 };
 
 }  // namespace kvrun::cpu
