@@ -166,8 +166,8 @@ TEST(SimdMatmul, EqualsScalarDots) {
   std::vector<CpuLevel> levels = simd_levels();
   levels.push_back(CpuLevel::scalar);
   for (CpuLevel level : levels)
-    for (DType t : {DType::F16, DType::F32, DType::BF16, DType::Q4_0, DType::Q8_0, DType::Q4_K,
-                    DType::Q6_K}) {
+    for (DType t : {DType::F16, DType::F32, DType::BF16, DType::Q4_0, DType::Q5_0, DType::Q8_0,
+                    DType::Q4_K, DType::Q6_K}) {
       const CpuTypeTraits* ref = cpu_traits(t, CpuLevel::scalar);
       const int64_t k = 512;
       for (int64_t m : {int64_t(40), int64_t(36), int64_t(21)}) {

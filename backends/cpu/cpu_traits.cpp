@@ -74,6 +74,9 @@ CpuTypeTraits& row_of(Table& t, DType type) {
     q4_0.vec_dot_tile = NS::tile_q4_0_q8_0;                                          \
     q4_0.repack_dot = NS::repack_dot_q4_0_q8_0;                                      \
     q4_0.repack_dot_tile = NS::tile_repack_q4_0_q8_0;                                \
+    CpuTypeTraits& q5_0 = row_of(t, DType::Q5_0);                                    \
+    q5_0.vec_dot = NS::vec_dot_q5_0_q8_0;                                            \
+    q5_0.vec_dot_tile = NS::tile_q5_0_q8_0;                                          \
     CpuTypeTraits& q8_0 = row_of(t, DType::Q8_0);                                    \
     q8_0.vec_dot = NS::vec_dot_q8_0_q8_0;                                            \
     q8_0.vec_dot_tile = NS::tile_q8_0_q8_0;                                          \

@@ -16,6 +16,7 @@
   float gemm_dot_f32(int64_t n, const void* w, const void* x);                                     \
   float gemm_dot_f16(int64_t n, const void* w, const void* x);                                     \
   float vec_dot_q4_0_q8_0(int64_t n, const void* w, const void* x);                                \
+  float vec_dot_q5_0_q8_0(int64_t n, const void* w, const void* x);                                \
   float vec_dot_q8_0_q8_0(int64_t n, const void* w, const void* x);                                \
   float repack_dot_q4_0_q8_0(int64_t n, const void* w, const void* x);                             \
   float vec_dot_q4_K_q8_K(int64_t n, const void* w, const void* x);                                \
@@ -25,6 +26,8 @@
   void tile_gemm_f16(int64_t n, const void* w, size_t ws, int64_t nrows, const void* x, size_t xs, \
                      int64_t nx, float* y, size_t ys);                                             \
   void tile_q4_0_q8_0(int64_t n, const void* w, size_t ws, int64_t nrows, const void* x,           \
+                      size_t xs, int64_t nx, float* y, size_t ys);                                 \
+  void tile_q5_0_q8_0(int64_t n, const void* w, size_t ws, int64_t nrows, const void* x,           \
                       size_t xs, int64_t nx, float* y, size_t ys);                                 \
   void tile_q8_0_q8_0(int64_t n, const void* w, size_t ws, int64_t nrows, const void* x,           \
                       size_t xs, int64_t nx, float* y, size_t ys);                                 \

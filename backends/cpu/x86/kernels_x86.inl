@@ -235,6 +235,48 @@ inline void q4_0_q8_0_tile(int64_t nb, const uint8_t* w, size_t ws, const uint8_
     for (int c = 0; c < C; ++c) y[size_t(c) * ys + size_t(r)] = fold8(acc[r][c]);
 }
 
+/// 0x10 in byte i where bit i of the little-endian 32-bit `qh` is set (q5_0's fifth bits).
+inline __m256i fifth_bits_32(const uint8_t* qh) {
+  uint32_t h;
+  std::memcpy(&h, qh, 4);
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(int(h)), _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101,
+                                                    0x0202020202020202, 0x0303030303030303));
+  const __m256i bit = _mm256_set1_epi64x(int64_t(0x8040201008040201));
+  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+  return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+}
+
+/// q5_0 values are (nibble | fifth bit << 4) − 16: Σ (u−16)·x = Σ u·x − 16·Σ x per 4.
+template <int R, int C>
+inline void q5_0_q8_0_tile(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* x, size_t xs,
+                           float* y, size_t ys) {
+  __m256 acc[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256i xq[C], off[C];
+    float dx[C];
+    for (int c = 0; c < C; ++c) {
+      const block_q8_0& xb = block_at<block_q8_0>(x, xs, c, b);
+      xq[c] = load256(xb.qs);
+      off[c] = _mm256_slli_epi32(sum4_s8(xq[c]), 4);
+      dx[c] = h2f(xb.d);
+    }
+    for (int r = 0; r < R; ++r) {
+      const block_q5_0& wb = block_at<block_q5_0>(w, ws, r, b);
+      const __m256i u = _mm256_or_si256(nibbles_32(wb.qs), fifth_bits_32(wb.qh));
+      const float dw = h2f(wb.d);
+      for (int c = 0; c < C; ++c) {
+        const __m256i s = _mm256_sub_epi32(dot_us(u, xq[c]), off[c]);
+        acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(dw * dx[c]), _mm256_cvtepi32_ps(s), acc[r][c]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) y[size_t(c) * ys + size_t(r)] = fold8(acc[r][c]);
+}
+
 /// The repacked order: per block the whole integer dot, acc = fma(isum, d_w·d_x, acc) with one
 /// scalar accumulator per output. R = 8 runs 8 weight rows in the 8 lanes of one register; R = 1
 /// is the plain scalar chain.
@@ -589,6 +631,7 @@ float vec_dot_bf16(int64_t n, const void* w, const void* x) {
 
 KVRUN_X86_DOT_AND_TILE(vec_dot_q8_0_q8_0, tile_q8_0_q8_0, q8_0_q8_0_tile, 32, kQuantR, kQuantC)
 KVRUN_X86_DOT_AND_TILE(vec_dot_q4_0_q8_0, tile_q4_0_q8_0, q4_0_q8_0_tile, 32, kQuantR, kQuantC)
+KVRUN_X86_DOT_AND_TILE(vec_dot_q5_0_q8_0, tile_q5_0_q8_0, q5_0_q8_0_tile, 32, kQuantR, kQuantC)
 KVRUN_X86_DOT_AND_TILE(repack_dot_q4_0_q8_0, tile_repack_q4_0_q8_0, repack_q4_0_tile, 32, 8,
                        kQuantC)
 KVRUN_X86_DOT_AND_TILE(vec_dot_q4_K_q8_K, tile_q4_K_q8_K, q4_K_q8_K_tile, QK_K, kKR, kKC)
