@@ -235,6 +235,32 @@ TEST(SimdOps, SiluMulMatchesScalarLanes) {
   }
 }
 
+// exp_blocks (softmax_exp's vector body) at every level against the scalar level: the same y
+// bits and the same double sum, with masked (−inf) cells, large negative arguments
+// (underflow) and in place.
+TEST(SimdOps, ExpBlocksMatchScalar) {
+  std::vector<float> x = random_floats(1000, 9, 6.0f);
+  for (size_t i = 0; i < x.size(); i += 7) x[i] = -INFINITY;
+  for (size_t i = 3; i < x.size(); i += 50) x[i] = -95.0f - float(i % 20);
+  const ExpBlocksFn ref = op_kernels(CpuLevel::scalar).exp_blocks;
+  for (CpuLevel level : simd_levels()) {
+    const ExpBlocksFn f = op_kernels(level).exp_blocks;
+    for (int64_t n : {int64_t(0), int64_t(15), int64_t(16), int64_t(47), int64_t(1000)}) {
+      for (float max : {0.0f, 3.5f}) {
+        std::vector<float> want(size_t(n) + 1, 7.0f), got(size_t(n) + 1, 7.0f);
+        const double ws = ref(x.data(), want.data(), n, max);
+        const double gs = f(x.data(), got.data(), n, max);
+        EXPECT_EQ(std::memcmp(&ws, &gs, sizeof ws), 0) << cpu_level_name(level) << " n " << n;
+        EXPECT_EQ(std::memcmp(want.data(), got.data(), got.size() * 4), 0)
+            << cpu_level_name(level) << " n " << n;
+        std::vector<float> inplace(x.begin(), x.begin() + n);
+        f(inplace.data(), inplace.data(), n, max);
+        EXPECT_EQ(std::memcmp(want.data(), inplace.data(), size_t(n - n % 16) * 4), 0);
+      }
+    }
+  }
+}
+
 TEST(CpuLevel, NamesParseBack) {
   for (CpuLevel l : kAllCpuLevels) EXPECT_EQ(parse_cpu_level(cpu_level_name(l)), l);
   EXPECT_FALSE(parse_cpu_level("sse9").has_value());

@@ -15,10 +15,24 @@ void silu_mul_scalar(const float* gate, const float* up, float* out, int64_t n) 
   for (int64_t i = 0; i < n; ++i) out[i] = silu_lane(gate[i]) * up[i];
 }
 
-constexpr OpKernels kScalar = {silu_mul_scalar};
+double exp_blocks_scalar(const float* x, float* y, int64_t n, float max) {
+  double sum = 0.0;
+  for (int64_t i = 0; i + kExpBlock <= n; i += kExpBlock) {
+    float v[kExpBlock];
+    for (int64_t l = 0; l < kExpBlock; ++l) v[l] = expf_lane(x[i + l] - max);
+    for (int64_t l = 0; l < kExpBlock; ++l) y[i + l] = v[l];
+    float h[8], q[4];
+    for (int l = 0; l < 8; ++l) h[l] = v[l + 8] + v[l];
+    for (int l = 0; l < 4; ++l) q[l] = h[l + 4] + h[l];
+    sum += double((q[0] + q[2]) + (q[1] + q[3]));
+  }
+  return sum;
+}
+
+constexpr OpKernels kScalar = {silu_mul_scalar, exp_blocks_scalar};
 #if defined(__x86_64__)
-constexpr OpKernels kAvx2 = {avx2::silu_mul};
-constexpr OpKernels kAvx512 = {avx512::silu_mul};
+constexpr OpKernels kAvx2 = {avx2::silu_mul, avx2::exp_blocks};
+constexpr OpKernels kAvx512 = {avx512::silu_mul, avx512::exp_blocks};
 #endif
 
 }  // namespace

@@ -15,9 +15,16 @@ namespace kvrun::cpu {
 /// or up.
 using SiluMulFn = void (*)(const float* gate, const float* up, float* out, int64_t n);
 
+/// The vector body of softmax_exp (ops.h): for each full block of 16 (n & ~15 elements),
+/// y = expf_lane(x − max) and the block's sum in f32 folded as _mm512_reduce_add_ps does
+/// (halves, quarters, pairs); returns the block sums added in double from 0 in order. y may
+/// equal x.
+using ExpBlocksFn = double (*)(const float* x, float* y, int64_t n, float max);
+
 /// One level's element-wise kernels.
 struct OpKernels {
   SiluMulFn silu_mul;
+  ExpBlocksFn exp_blocks;
 };
 
 /// The kernels of `level` (must be cpu_level_supported).

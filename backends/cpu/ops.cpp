@@ -74,18 +74,9 @@ void add(float* y, const float* x, int64_t n) {
 }
 
 double softmax_exp(const float* x, float* y, int64_t n, float max) {
-  double sum = 0.0;
-  int64_t i = 0;
-  for (; i + kExpBlock <= n; i += kExpBlock) {
-    float v[kExpBlock];
-    for (int64_t l = 0; l < kExpBlock; ++l) v[l] = expf_lane(x[i + l] - max);
-    for (int64_t l = 0; l < kExpBlock; ++l) y[i + l] = v[l];
-    float h[8], q[4];
-    for (int l = 0; l < 8; ++l) h[l] = v[l + 8] + v[l];
-    for (int l = 0; l < 4; ++l) q[l] = h[l + 4] + h[l];
-    sum += double((q[0] + q[2]) + (q[1] + q[3]));
-  }
-  for (; i < n; ++i) {
+  // The 16-lane blocks (op_kernels.h: SIMD where available), then the libm tail.
+  double sum = op_kernels().exp_blocks(x, y, n, max);
+  for (int64_t i = n - n % kExpBlock; i < n; ++i) {
     y[i] = std::exp(x[i] - max);
     sum += double(y[i]);
   }

@@ -793,6 +793,22 @@ inline __m256 expf8(__m256 x) {
 
 }  // namespace
 
+double exp_blocks(const float* x, float* y, int64_t n, float max) {
+  double sum = 0.0;
+  for (int64_t i = 0; i + 16 <= n; i += 16) {
+#ifdef __AVX512F__
+    const V16 v = {expf16(_mm512_sub_ps(_mm512_loadu_ps(x + i), _mm512_set1_ps(max)))};
+#else
+    const __m256 m = _mm256_set1_ps(max);
+    const V16 v = {expf8(_mm256_sub_ps(_mm256_loadu_ps(x + i), m)),
+                   expf8(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), m))};
+#endif
+    store16(y + i, v);
+    sum += double(fold16(v));
+  }
+  return sum;
+}
+
 void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
   int64_t i = 0;
 #ifdef __AVX512F__
