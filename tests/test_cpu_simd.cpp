@@ -261,6 +261,27 @@ TEST(SimdOps, ExpBlocksMatchScalar) {
   }
 }
 
+// rope_rotate at every level against the scalar level, both pair styles, half sizes with and
+// without an 8-pair tail, unaligned heads.
+TEST(SimdOps, RopeRotateMatchesScalar) {
+  const std::vector<float> v = random_floats(401, 11, 3.0f);
+  const std::vector<float> cs = random_floats(100, 12), sn = random_floats(100, 13);
+  const RopeRotateFn ref = op_kernels(CpuLevel::scalar).rope_rotate;
+  for (CpuLevel level : simd_levels()) {
+    const RopeRotateFn f = op_kernels(level).rope_rotate;
+    for (int64_t half :
+         {int64_t(1), int64_t(4), int64_t(8), int64_t(13), int64_t(32), int64_t(64), int64_t(100)})
+      for (bool neox : {false, true}) {
+        std::vector<float> want(v.begin() + 1, v.begin() + 1 + 2 * half);
+        std::vector<float> got(v.begin(), v.begin() + 1 + 2 * half);
+        ref(want.data(), cs.data(), sn.data(), half, neox);
+        f(got.data() + 1, cs.data(), sn.data(), half, neox);
+        EXPECT_EQ(std::memcmp(want.data(), got.data() + 1, want.size() * 4), 0)
+            << cpu_level_name(level) << " half " << half << " neox " << neox;
+      }
+  }
+}
+
 TEST(CpuLevel, NamesParseBack) {
   for (CpuLevel l : kAllCpuLevels) EXPECT_EQ(parse_cpu_level(cpu_level_name(l)), l);
   EXPECT_FALSE(parse_cpu_level("sse9").has_value());

@@ -21,10 +21,16 @@ using SiluMulFn = void (*)(const float* gate, const float* up, float* out, int64
 /// equal x.
 using ExpBlocksFn = double (*)(const float* x, float* y, int64_t n, float max);
 
+/// RoPE's rotation of one head v in place (ops.h rope): for pair i < half, with
+/// (i0, i1) = (i, i + half) if neox else (2i, 2i + 1): v[i0] = fma(x0, cs[i], −(x1·sn[i])),
+/// v[i1] = fma(x0, sn[i], x1·cs[i]).
+using RopeRotateFn = void (*)(float* v, const float* cs, const float* sn, int64_t half, bool neox);
+
 /// One level's element-wise kernels.
 struct OpKernels {
   SiluMulFn silu_mul;
   ExpBlocksFn exp_blocks;
+  RopeRotateFn rope_rotate;
 };
 
 /// The kernels of `level` (must be cpu_level_supported).

@@ -32,6 +32,7 @@ void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const i
   const int64_t half = cfg.n_rot / 2;
   const float theta_scale = std::pow(cfg.freq_base, -2.0f / float(cfg.n_rot));
   std::vector<float> cos_t(static_cast<size_t>(half)), sin_t(static_cast<size_t>(half));
+  const RopeRotateFn rotate = op_kernels().rope_rotate;
   for (int64_t t = 0; t < n_tokens; ++t) {
     float theta = float(pos[t]);
     for (int64_t i = 0; i < half; ++i) {
@@ -41,19 +42,10 @@ void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const i
       sin_t[size_t(i)] = std::sin(th);
       theta *= theta_scale;
     }
-    for (int64_t h = 0; h < n_heads; ++h) {
-      float* v = x + (t * n_heads + h) * head_dim;
-      for (int64_t i = 0; i < half; ++i) {
-        const int64_t i0 = cfg.neox ? i : 2 * i;
-        const int64_t i1 = cfg.neox ? i + half : 2 * i + 1;
-        const float x0 = v[i0], x1 = v[i1];
-        // llama.cpp's ggml_compute_forward_rope_f32 writes x0*cos - x1*sin and x0*sin + x1*cos;
-        // GCC contracts the first product of each into the add/sub (fmaddsub in the vector
-        // loop, FMA in scalar code). Checked bit for bit against ggml built with GCC 12.
-        v[i0] = std::fma(x0, cos_t[size_t(i)], -(x1 * sin_t[size_t(i)]));
-        v[i1] = std::fma(x0, sin_t[size_t(i)], x1 * cos_t[size_t(i)]);
-      }
-    }
+    // The rotation of each head (op_kernels.h: x0·cos − x1·sin and x0·sin + x1·cos with the x0
+    // product fused, as GCC compiles llama.cpp's rope loop; SIMD where available).
+    for (int64_t h = 0; h < n_heads; ++h)
+      rotate(x + (t * n_heads + h) * head_dim, cos_t.data(), sin_t.data(), half, cfg.neox);
   }
 }
 

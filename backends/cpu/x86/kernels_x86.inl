@@ -793,6 +793,41 @@ inline __m256 expf8(__m256 x) {
 
 }  // namespace
 
+void rope_rotate(float* v, const float* cs, const float* sn, int64_t half, bool neox) {
+  // Per pair (x0, x1): x0·cos − x1·sin and x0·sin + x1·cos, the x0 product fused (ops.cpp).
+  int64_t i = 0;
+  if (neox) {
+    for (; i + 8 <= half; i += 8) {
+      const __m256 x0 = _mm256_loadu_ps(v + i), x1 = _mm256_loadu_ps(v + half + i);
+      const __m256 c = _mm256_loadu_ps(cs + i), s = _mm256_loadu_ps(sn + i);
+      _mm256_storeu_ps(v + i, _mm256_fmsub_ps(x0, c, _mm256_mul_ps(x1, s)));
+      _mm256_storeu_ps(v + half + i, _mm256_fmadd_ps(x0, s, _mm256_mul_ps(x1, c)));
+    }
+  } else {
+    // 8 adjacent pairs: x0 / x1 hold pairs in the order 0 1 4 5 2 3 6 7 (in-lane shuffles);
+    // cos and sin are permuted to match, and unpack restores the element order.
+    const __m256i order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
+    for (; i + 8 <= half; i += 8) {
+      const __m256 a = _mm256_loadu_ps(v + 2 * i), b = _mm256_loadu_ps(v + 2 * i + 8);
+      const __m256 x0 = _mm256_shuffle_ps(a, b, 0x88), x1 = _mm256_shuffle_ps(a, b, 0xDD);
+      const __m256 c = _mm256_permutevar8x32_ps(_mm256_loadu_ps(cs + i), order);
+      const __m256 s = _mm256_permutevar8x32_ps(_mm256_loadu_ps(sn + i), order);
+      const __m256 y0 = _mm256_fmsub_ps(x0, c, _mm256_mul_ps(x1, s));
+      const __m256 y1 = _mm256_fmadd_ps(x0, s, _mm256_mul_ps(x1, c));
+      _mm256_storeu_ps(v + 2 * i, _mm256_unpacklo_ps(y0, y1));
+      _mm256_storeu_ps(v + 2 * i + 8, _mm256_unpackhi_ps(y0, y1));
+    }
+  }
+  for (; i < half; ++i) {
+    float* p0 = neox ? v + i : v + 2 * i;
+    float* p1 = neox ? v + i + half : v + 2 * i + 1;
+    const float x0 = *p0, x1 = *p1;
+    const float x1s = x1 * sn[i], x1c = x1 * cs[i];
+    *p0 = __builtin_fmaf(x0, cs[i], -x1s);
+    *p1 = __builtin_fmaf(x0, sn[i], x1c);
+  }
+}
+
 double exp_blocks(const float* x, float* y, int64_t n, float max) {
   double sum = 0.0;
   for (int64_t i = 0; i + 16 <= n; i += 16) {
