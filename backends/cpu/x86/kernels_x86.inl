@@ -332,15 +332,19 @@ inline void repack_q4_0_tile(int64_t nb, const uint8_t* w, size_t ws, const uint
 // K-quants against q8_K
 // ---------------------------------------------------------------------------------------------
 
-/// q4_K / q5_K: 6-bit scale and min of sub-block j from the 12-byte packing.
-inline void scale_min_k4(int j, const uint8_t* q, int* sc, int* m) {
-  if (j < 4) {
-    *sc = q[j] & 63;
-    *m = q[j + 4] & 63;
-  } else {
-    *sc = (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4);
-    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
+/// The 8 six-bit scales (bytes 0..7 of *sc) and mins (bytes 0..7 of *m) of a q4_K / q5_K
+/// super-block from its 12-byte packing (blocks.h / quants_k.cpp): sub-block j < 4 has
+/// sc = q[j] & 63, m = q[j+4] & 63; j ≥ 4 has sc = (q[j+4] & 15) | (q[j−4] >> 6) << 4 and
+/// m = (q[j+4] >> 4) | (q[j] >> 6) << 4 — done four sub-blocks per 32-bit word.
+inline void scales_mins_k4(const uint8_t* q, uint64_t* sc, uint64_t* m) {
+  uint32_t w[3];
+  std::memcpy(w, q, 12);
+  const uint32_t low6 = 0x3F3F3F3Fu, low4 = 0x0F0F0F0Fu, low2 = 0x03030303u;
+  const uint32_t sc_lo = w[0] & low6, m_lo = w[1] & low6;
+  const uint32_t sc_hi = (w[2] & low4) | (((w[0] >> 6) & low2) << 4);
+  const uint32_t m_hi = ((w[2] >> 4) & low4) | (((w[1] >> 6) & low2) << 4);
+  *sc = uint64_t(sc_lo) | (uint64_t(sc_hi) << 32);
+  *m = uint64_t(m_lo) | (uint64_t(m_hi) << 32);
 }
 
 /// q4_K in llama.cpp's AVX2 order (vec_dot_k.cpp): main term in 8 float lanes, the min term
@@ -357,23 +361,24 @@ inline void q4_K_q8_K_tile(int64_t nb, const uint8_t* w, size_t ws, const uint8_
     }
   const __m256i mask = _mm256_set1_epi8(0x0F);
   for (int64_t b = 0; b < nb; ++b) {
-    int s32[C][8];  // Σ q_x over 32-element sub-block j of activation row c
+    __m128i s32[C];  // Σ q_x over each 32-element sub-block j (int16 lanes j = 0..7)
     for (int c = 0; c < C; ++c) {
-      const block_q8_K& xb = block_at<block_q8_K>(x, xs, c, b);
-      for (int j = 0; j < 8; ++j) s32[c][j] = xb.bsums[2 * j] + xb.bsums[2 * j + 1];
+      const int16_t* bs = block_at<block_q8_K>(x, xs, c, b).bsums;
+      s32[c] = _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bs)),
+                              _mm_loadu_si128(reinterpret_cast<const __m128i*>(bs + 8)));
     }
     for (int r = 0; r < R; ++r) {
       const block_q4_K& wb = block_at<block_q4_K>(w, ws, r, b);
-      int sc[8], m[8];
-      for (int j = 0; j < 8; ++j) scale_min_k4(j, wb.scales, &sc[j], &m[j]);
+      uint64_t sc8, m8;
+      scales_mins_k4(wb.scales, &sc8, &m8);
+      const __m128i m16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(m8)));
       const float dw = h2f(wb.d), dminw = h2f(wb.dmin);
       __m256i lane[C];
       for (int c = 0; c < C; ++c) {
         const float xd = block_at<block_q8_K>(x, xs, c, b).d;
         const float dmin = -xd * dminw;
-        const __m128i msum = _mm_setr_epi32(
-            m[0] * s32[c][0] + m[1] * s32[c][1], m[2] * s32[c][2] + m[3] * s32[c][3],
-            m[4] * s32[c][4] + m[5] * s32[c][5], m[6] * s32[c][6] + m[7] * s32[c][7]);
+        // lane k = m_2k·Σq_x(2k) + m_2k+1·Σq_x(2k+1), exact in int32.
+        const __m128i msum = _mm_madd_epi16(m16, s32[c]);
         acc_m[r][c] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(msum), acc_m[r][c]);
         lane[c] = _mm256_setzero_si256();
       }
@@ -381,8 +386,8 @@ inline void q4_K_q8_K_tile(int64_t nb, const uint8_t* w, size_t ws, const uint8_
         const __m256i q = load256(wb.qs + 32 * j2);
         const __m256i lo = _mm256_and_si256(q, mask);
         const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
-        const __m256i sc0 = _mm256_set1_epi16(int16_t(sc[2 * j2]));
-        const __m256i sc1 = _mm256_set1_epi16(int16_t(sc[2 * j2 + 1]));
+        const __m256i sc0 = _mm256_set1_epi16(int16_t((sc8 >> (16 * j2)) & 0xFF));
+        const __m256i sc1 = _mm256_set1_epi16(int16_t((sc8 >> (16 * j2 + 8)) & 0xFF));
         for (int c = 0; c < C; ++c) {
           const int8_t* qx = block_at<block_q8_K>(x, xs, c, b).qs + 64 * j2;
           // Pair sums of nibble·q_x fit int16 (≤ 2·15·128); madd by the scale gives sc·Σ of 4.
