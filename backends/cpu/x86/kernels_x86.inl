@@ -1,6 +1,8 @@
 // kernels_x86.inl — the x86 SIMD kernels, written once and compiled twice: by kernels_avx2.cpp
 // (namespace avx2, -mavx2 -mfma -mf16c) and by kernels_avx512.cpp (namespace avx512, plus
-// -mavx512f/bw/vl/vnni). Only CPUs whose features cpu_level.h checked may call them.
+// -mavx512f/bw/vl/vnni: VNNI for the int8 dots, zmm for the 16-lane float kernels). Only CPUs
+// whose features cpu_level.h checked may call them. Not written from llama.cpp's code; the
+// orders are those the scalar reference documents (vec_dot.h, vec_dot_*.cpp, fast_exp.h).
 //
 // Every kernel computes the same floats as its scalar reference (vec_dot_*.cpp), bit for bit:
 //   * integer parts (the int8 products of the quantized dots) are exact in any order;
@@ -9,8 +11,11 @@
 //     and these kernels are those lanes (16 lanes are one zmm at avx512, two ymm at avx2);
 //   * the translation units are built with -ffp-contract=off so that no a·b + c outside an
 //     explicit fmadd becomes fused.
-// The *_rows kernels give the same float per row as the single-row dot; they run 4 or 8 weight
-// rows together to share the activation loads and to overlap the per-row accumulation chains.
+// The tile_* kernels (vec_dot.h DotTileFn) give the same float per output as the single-row dot;
+// they run R weight rows × C activation rows per pass (weights decoded once per C activation
+// rows, activations loaded once per R weight rows, R·C accumulation chains overlapped).
+// Also here: the activation quantizers (f32 → q8_0 / q8_K) and the element-wise kernels of
+// op_kernels.h (SiLU·up and softmax's exp with fast_exp.h's polynomial, RoPE's rotation).
 //
 // No standard-library templates or inline functions are used here: they would be emitted in
 // both translation units with different instruction sets and the linker may keep either copy.
