@@ -37,9 +37,9 @@ struct PagedKvLayer {
 
 /// Shapes and options of one paged attention call.
 struct PagedAttnParams {
-  AttnParams attn;      ///< n_head, n_head_kv, head_dim, head_dim_v, scale
-  bool flash = true;    ///< online softmax (true) or llama.cpp's exact non-flash softmax
-  bool rotate = false;  ///< K rows were stored Hadamard-rotated along head_dim; rotate Q too
+  AttnParams attn;       ///< n_head, n_head_kv, head_dim, head_dim_v, scale
+  bool flash = true;     ///< online softmax (true) or llama.cpp's exact non-flash softmax
+  bool rotate = false;   ///< K rows were stored Hadamard-rotated along head_dim; rotate Q too
 };
 
 /// One sequence's part of a batch (CSR style: sequences own consecutive query rows).
