@@ -516,12 +516,13 @@ inline void gemm_tile(int64_t n, const uint8_t* w, size_t ws, const uint8_t* x, 
 
 /// Tile sizes: registers hold R·C accumulators (a V16 is two ymm registers without AVX-512).
 #ifdef __AVX512F__
-constexpr int kGemmR = 4, kGemmC = 2;
+constexpr int kGemmR = 4, kGemmC = 4;
+constexpr int kQuantR = 4, kQuantC = 4;  // q8_0 / q4_0 / q5_0 (C also for the repacked q4_0)
 #else
 constexpr int kGemmR = 2, kGemmC = 2;
+constexpr int kQuantR = 4, kQuantC = 2;
 #endif
-constexpr int kQuantR = 4, kQuantC = 2;  // q8_0 / q4_0
-constexpr int kKR = 2, kKC = 2;          // q4_K / q6_K
+constexpr int kKR = 2, kKC = 2;  // q4_K / q6_K
 
 }  // namespace
 
