@@ -522,7 +522,11 @@ constexpr int kQuantR = 4, kQuantC = 4;  // q8_0 / q4_0 / q5_0 (C also for the r
 constexpr int kGemmR = 2, kGemmC = 2;
 constexpr int kQuantR = 4, kQuantC = 2;
 #endif
-constexpr int kKR = 2, kKC = 2;  // q4_K / q6_K
+#ifdef __AVX512F__
+constexpr int kKR = 2, kKC = 4;  // q4_K / q6_K
+#else
+constexpr int kKR = 2, kKC = 2;
+#endif
 
 }  // namespace
 
