@@ -167,7 +167,7 @@ TEST(SimdMatmul, EqualsScalarDots) {
   levels.push_back(CpuLevel::scalar);
   for (CpuLevel level : levels)
     for (DType t : {DType::F16, DType::F32, DType::BF16, DType::Q4_0, DType::Q5_0, DType::Q8_0,
-                    DType::Q4_K, DType::Q6_K}) {
+                    DType::Q5_K, DType::Q4_K, DType::Q6_K}) {
       const CpuTypeTraits* ref = cpu_traits(t, CpuLevel::scalar);
       const int64_t k = 512;
       for (int64_t m : {int64_t(40), int64_t(36), int64_t(21)}) {

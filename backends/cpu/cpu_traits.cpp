@@ -83,6 +83,9 @@ CpuTypeTraits& row_of(Table& t, DType type) {
     CpuTypeTraits& q4_K = row_of(t, DType::Q4_K);                                    \
     q4_K.vec_dot = NS::vec_dot_q4_K_q8_K;                                            \
     q4_K.vec_dot_tile = NS::tile_q4_K_q8_K;                                          \
+    CpuTypeTraits& q5_K = row_of(t, DType::Q5_K);                                    \
+    q5_K.vec_dot = NS::vec_dot_q5_K_q8_K;                                            \
+    q5_K.vec_dot_tile = NS::tile_q5_K_q8_K;                                          \
     CpuTypeTraits& q6_K = row_of(t, DType::Q6_K);                                    \
     q6_K.vec_dot = NS::vec_dot_q6_K_q8_K;                                            \
     q6_K.vec_dot_tile = NS::tile_q6_K_q8_K;                                          \

@@ -22,6 +22,7 @@
   float vec_dot_q8_0_q8_0(int64_t n, const void* w, const void* x);                                \
   float repack_dot_q4_0_q8_0(int64_t n, const void* w, const void* x);                             \
   float vec_dot_q4_K_q8_K(int64_t n, const void* w, const void* x);                                \
+  float vec_dot_q5_K_q8_K(int64_t n, const void* w, const void* x);                                \
   float vec_dot_q6_K_q8_K(int64_t n, const void* w, const void* x);                                \
   void tile_gemm_f32(int64_t n, const void* w, size_t ws, int64_t nrows, const void* x, size_t xs, \
                      int64_t nx, float* y, size_t ys);                                             \
@@ -36,6 +37,8 @@
   void tile_repack_q4_0_q8_0(int64_t n, const void* w, size_t ws, int64_t nrows, const void* x,    \
                              size_t xs, int64_t nx, float* y, size_t ys);                          \
   void tile_q4_K_q8_K(int64_t n, const void* w, size_t ws, int64_t nrows, const void* x,           \
+                      size_t xs, int64_t nx, float* y, size_t ys);                                 \
+  void tile_q5_K_q8_K(int64_t n, const void* w, size_t ws, int64_t nrows, const void* x,           \
                       size_t xs, int64_t nx, float* y, size_t ys);                                 \
   void tile_q6_K_q8_K(int64_t n, const void* w, size_t ws, int64_t nrows, const void* x,           \
                       size_t xs, int64_t nx, float* y, size_t ys);

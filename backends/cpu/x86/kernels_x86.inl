@@ -414,6 +414,73 @@ inline void q4_K_q8_K_tile(int64_t nb, const uint8_t* w, size_t ws, const uint8_
     }
 }
 
+/// q5_K in llama.cpp's AVX2 order (vec_dot_k.cpp): the main term as q4_K's with the fifth bit
+/// of value 32j + e taken from bit j of qh[e]; the min term in one f32 sum, per super-block
+/// summs = summs + dmin · Σ_j m_j·Σq_x(j) (unfused).
+template <int R, int C>
+inline void q5_K_q8_K_tile(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* x, size_t xs,
+                           float* y, size_t ys) {
+  __m256 acc[R][C];
+  float summs[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) {
+      acc[r][c] = _mm256_setzero_ps();
+      summs[r][c] = 0.0f;
+    }
+  const __m256i mask = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(0x01);
+  for (int64_t b = 0; b < nb; ++b) {
+    __m128i s32[C];
+    for (int c = 0; c < C; ++c) {
+      const int16_t* bs = block_at<block_q8_K>(x, xs, c, b).bsums;
+      s32[c] = _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bs)),
+                              _mm_loadu_si128(reinterpret_cast<const __m128i*>(bs + 8)));
+    }
+    for (int r = 0; r < R; ++r) {
+      const block_q5_K& wb = block_at<block_q5_K>(w, ws, r, b);
+      uint64_t sc8, m8;
+      scales_mins_k4(wb.scales, &sc8, &m8);
+      const __m128i m16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(m8)));
+      const float dw = h2f(wb.d), dminw = h2f(wb.dmin);
+      __m256i lane[C];
+      for (int c = 0; c < C; ++c) {
+        const float xd = block_at<block_q8_K>(x, xs, c, b).d;
+        const float dmin = -xd * dminw;
+        __m128i ms = _mm_madd_epi16(m16, s32[c]);
+        ms = _mm_add_epi32(ms, _mm_shuffle_epi32(ms, 0x4E));
+        ms = _mm_add_epi32(ms, _mm_shuffle_epi32(ms, 0xB1));
+        const float prod = dmin * float(_mm_cvtsi128_si32(ms));
+        summs[r][c] = summs[r][c] + prod;
+        lane[c] = _mm256_setzero_si256();
+      }
+      const __m256i qh = load256(wb.qh);
+      for (int j2 = 0; j2 < 4; ++j2) {
+        const __m256i q = load256(wb.qs + 32 * j2);
+        const int j0 = 2 * j2, j1 = 2 * j2 + 1;
+        const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, j0), one), 4);
+        const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, j1), one), 4);
+        const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, mask), h0);
+        const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), mask), h1);
+        const __m256i sc0 = _mm256_set1_epi16(int16_t((sc8 >> (8 * j0)) & 0xFF));
+        const __m256i sc1 = _mm256_set1_epi16(int16_t((sc8 >> (8 * j1)) & 0xFF));
+        for (int c = 0; c < C; ++c) {
+          const int8_t* qx = block_at<block_q8_K>(x, xs, c, b).qs + 64 * j2;
+          // Pair sums of value·q_x fit int16 (≤ 2·31·128); madd by the scale: sc·Σ of 4.
+          const __m256i p0 = _mm256_maddubs_epi16(lo, load256(qx));
+          const __m256i p1 = _mm256_maddubs_epi16(hi, load256(qx + 32));
+          lane[c] = _mm256_add_epi32(lane[c], _mm256_madd_epi16(p0, sc0));
+          lane[c] = _mm256_add_epi32(lane[c], _mm256_madd_epi16(p1, sc1));
+        }
+      }
+      for (int c = 0; c < C; ++c) {
+        const float d = block_at<block_q8_K>(x, xs, c, b).d * dw;
+        acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lane[c]), acc[r][c]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) y[size_t(c) * ys + size_t(r)] = fold8(acc[r][c]) + summs[r][c];
+}
+
 /// q6_K in llama.cpp's AVX2 order: 8 integer lanes per super-block (lane l: values 4l..4l+3
 /// of each 32-value group, times the scale of their 16-value sub-block), one fma per lane.
 /// q6 values are u − 32 with u in 0..63: Σ (u−32)·x = Σ u·x − 32·Σ x per 4 elements.
@@ -648,6 +715,7 @@ KVRUN_X86_DOT_AND_TILE(vec_dot_q5_0_q8_0, tile_q5_0_q8_0, q5_0_q8_0_tile, 32, kQ
 KVRUN_X86_DOT_AND_TILE(repack_dot_q4_0_q8_0, tile_repack_q4_0_q8_0, repack_q4_0_tile, 32, 8,
                        kQuantC)
 KVRUN_X86_DOT_AND_TILE(vec_dot_q4_K_q8_K, tile_q4_K_q8_K, q4_K_q8_K_tile, QK_K, kKR, kKC)
+KVRUN_X86_DOT_AND_TILE(vec_dot_q5_K_q8_K, tile_q5_K_q8_K, q5_K_q8_K_tile, QK_K, kKR, kKC)
 KVRUN_X86_DOT_AND_TILE(vec_dot_q6_K_q8_K, tile_q6_K_q8_K, q6_K_q8_K_tile, QK_K, kKR, kKC)
 
 #undef KVRUN_X86_DOT_AND_TILE
