@@ -90,6 +90,58 @@ TEST_P(SimdTypes, ActivationQuantizerMatchesScalarBytes) {
   }
 }
 
+// The SIMD levels' tables hold SIMD kernels where kernels_x86.h has them (a wiring mistake
+// would otherwise make the bit-exactness tests compare the scalar kernel with itself).
+TEST(SimdTables, SimdKernelsAreWired) {
+  for (CpuLevel level : simd_levels()) {
+    const char* lv = cpu_level_name(level);
+    for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType::Q5_0, DType::Q8_0,
+                    DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+      const CpuTypeTraits* ref = cpu_traits(t, CpuLevel::scalar);
+      const CpuTypeTraits* ct = cpu_traits(t, level);
+      EXPECT_NE(ct->vec_dot, ref->vec_dot) << lv << " " << traits(t).name;
+      if (t != DType::F32 && t != DType::F16 && t != DType::BF16) {
+        EXPECT_NE(ct->vec_dot_tile, nullptr) << lv << " " << traits(t).name;
+      }
+      if (t == DType::F16 || t == DType::Q8_0 || t == DType::Q4_K) {
+        EXPECT_NE(ct->act_from_float, ref->act_from_float) << lv << " " << traits(t).name;
+      }
+    }
+    for (DType t : {DType::F32, DType::F16}) {
+      EXPECT_NE(cpu_traits(t, level)->gemm_dot, cpu_traits(t, CpuLevel::scalar)->gemm_dot);
+      EXPECT_NE(cpu_traits(t, level)->gemm_dot_tile, nullptr) << lv << " " << traits(t).name;
+    }
+    EXPECT_NE(cpu_traits(DType::Q4_0, level)->repack_dot_tile, nullptr) << lv;
+    EXPECT_NE(op_kernels(level).silu_mul, op_kernels(CpuLevel::scalar).silu_mul) << lv;
+    EXPECT_NE(op_kernels(level).exp_blocks, op_kernels(CpuLevel::scalar).exp_blocks) << lv;
+    EXPECT_NE(op_kernels(level).rope_rotate, op_kernels(CpuLevel::scalar).rope_rotate) << lv;
+  }
+}
+
+// f32 → f16 activations at every level on the values where conversions differ: NaNs with
+// payloads, infinities, overflow, ties, subnormal results and underflow to zero.
+TEST(SimdConvert, F16ActivationsMatchScalarOnEdgeValues) {
+  std::vector<float> x = varied_floats(100, 31);
+  const uint32_t bits[] = {0x7fc00000u, 0xffc00001u, 0x7f800001u, 0x7fbfffffu, 0x7f800000u,
+                           0xff800000u, 0x477ff000u, 0x477fefffu, 0x47800000u, 0x38800000u,
+                           0x387fffffu, 0x33000000u, 0x33000001u, 0x32ffffffu, 0x80000001u,
+                           0x3f801000u, 0x3f803000u, 0x00000000u, 0x80000000u, 0x37000000u};
+  for (size_t i = 0; i < sizeof(bits) / sizeof(bits[0]); ++i)
+    std::memcpy(&x[3 * i + 2], &bits[i], 4);
+  const CpuTypeTraits* ref = cpu_traits(DType::F16, CpuLevel::scalar);
+  for (CpuLevel level : simd_levels()) {
+    const CpuTypeTraits* ct = cpu_traits(DType::F16, level);
+    for (int64_t n : {int64_t(5), int64_t(8), int64_t(67), int64_t(100)}) {
+      std::vector<uint16_t> want(static_cast<size_t>(n)), got(static_cast<size_t>(n) + 1, 0xABCD);
+      ref->act_from_float(x.data(), want.data(), n);
+      ct->act_from_float(x.data(), got.data(), n);
+      EXPECT_EQ(std::memcmp(want.data(), got.data(), size_t(n) * 2), 0)
+          << cpu_level_name(level) << " n " << n;
+      EXPECT_EQ(got[size_t(n)], 0xABCD) << "wrote past n";
+    }
+  }
+}
+
 TEST_P(SimdTypes, DotsMatchScalarBitForBit) {
   const DType t = GetParam();
   const CpuTypeTraits* ref = cpu_traits(t, CpuLevel::scalar);

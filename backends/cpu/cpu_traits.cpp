@@ -65,9 +65,12 @@ CpuTypeTraits& row_of(Table& t, DType type) {
     CpuTypeTraits& f32 = row_of(t, DType::F32);                                      \
     f32.vec_dot = NS::vec_dot_f32;                                                   \
     f32.gemm_dot = NS::gemm_dot_f32;                                                 \
+    f32.gemm_dot_tile = NS::tile_gemm_f32;                                           \
     CpuTypeTraits& f16 = row_of(t, DType::F16);                                      \
+    f16.act_from_float = NS::act_from_float_f16;                                     \
     f16.vec_dot = NS::vec_dot_f16;                                                   \
     f16.gemm_dot = NS::gemm_dot_f16;                                                 \
+    f16.gemm_dot_tile = NS::tile_gemm_f16;                                           \
     row_of(t, DType::BF16).vec_dot = NS::vec_dot_bf16;                               \
     CpuTypeTraits& q4_0 = row_of(t, DType::Q4_0);                                    \
     q4_0.vec_dot = NS::vec_dot_q4_0_q8_0;                                            \

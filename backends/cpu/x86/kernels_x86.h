@@ -10,6 +10,7 @@
   void silu_mul(const float* gate, const float* up, float* out, int64_t n);                        \
   double exp_blocks(const float* x, float* y, int64_t n, float max);                               \
   void rope_rotate(float* v, const float* cs, const float* sn, int64_t half, bool neox);           \
+  void act_from_float_f16(const float* src, void* dst, int64_t n);                                 \
   void act_from_float_q8_0(const float* src, void* dst, int64_t n);                                \
   void act_from_float_q8_K(const float* src, void* dst, int64_t n);                                \
   float vec_dot_f32(int64_t n, const void* w, const void* x);                                      \

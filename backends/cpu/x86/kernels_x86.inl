@@ -748,6 +748,34 @@ inline __m256i round_to_i32(__m256 v) {
 
 }  // namespace
 
+void act_from_float_f16(const float* src, void* dst, int64_t n) {
+  // VCVTPS2PH rounds to nearest even as f32_to_fp16 does (overflow → ±inf, gradual underflow);
+  // only NaNs differ (the instruction keeps payload bits), so they become sign | 0x7e00 as in
+  // f32_to_fp16.
+  uint16_t* y = static_cast<uint16_t*>(dst);
+  auto convert8 = [](const float* x, uint16_t* out) {
+    const __m256 v = _mm256_loadu_ps(x);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out),
+                     _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    const int nan = _mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    for (int l = 0; l < 8; ++l)
+      if (nan >> l & 1) {
+        uint32_t bits;
+        std::memcpy(&bits, x + l, 4);
+        out[l] = uint16_t(((bits >> 16) & 0x8000u) | 0x7e00u);
+      }
+  };
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) convert8(src + i, y + i);
+  if (i < n) {
+    float x[8] = {};
+    uint16_t out[8];
+    std::memcpy(x, src + i, size_t(n - i) * sizeof(float));
+    convert8(x, out);
+    std::memcpy(y + i, out, size_t(n - i) * sizeof(uint16_t));
+  }
+}
+
 void act_from_float_q8_0(const float* src, void* dst, int64_t n) {
   block_q8_0* y = static_cast<block_q8_0*>(dst);
   for (int64_t b = 0; b < n / 32; ++b) {
