@@ -23,6 +23,7 @@
 
 #include "commands.h"
 #include "context.h"
+#include "cpu/cpu_level.h"
 #include "kv_layout.h"
 #include "model.h"
 #include "tokenizer.h"
@@ -228,6 +229,7 @@ void print_json(const BenchOptions& opt, const ModelFacts& mf, int n_threads,
     j["model_size"] = mf.size;
     j["model_n_params"] = mf.n_params;
     j["backends"] = "CPU";
+    j["cpu_level"] = cpu::cpu_level_name(cpu::cpu_level());
     j["n_batch"] = opt.n_batch;
     j["n_threads"] = n_threads;
     j["type_k"] = opt.kv.type_k;
@@ -252,11 +254,11 @@ void print_json(const BenchOptions& opt, const ModelFacts& mf, int n_threads,
 
 void print_table(const BenchOptions& opt, const ModelFacts& mf, int n_threads,
                  const std::vector<BenchResult>& results) {
-  std::printf("| %-24s | %10s | %8s | %-7s | %7s | %-6s | %-6s | %16s | %20s | %12s |\n", "model",
+  std::printf("| %-24s | %10s | %8s | %-10s | %7s | %-6s | %-6s | %16s | %20s | %12s |\n", "model",
               "size", "params", "backend", "threads", "type_k", "type_v", "test", "t/s", "KV");
   std::printf(
       "| %s | %s: | %s: | %s | %s: | %s | %s | %s: | %s: | %s: |\n", std::string(24, '-').c_str(),
-      std::string(9, '-').c_str(), std::string(7, '-').c_str(), std::string(7, '-').c_str(),
+      std::string(9, '-').c_str(), std::string(7, '-').c_str(), std::string(10, '-').c_str(),
       std::string(6, '-').c_str(), std::string(6, '-').c_str(), std::string(6, '-').c_str(),
       std::string(15, '-').c_str(), std::string(19, '-').c_str(), std::string(11, '-').c_str());
   for (const BenchResult& r : results) {
@@ -264,8 +266,9 @@ void print_table(const BenchOptions& opt, const ModelFacts& mf, int n_threads,
     std::snprintf(ts, sizeof ts, "%.2f ± %.2f", r.avg_ts, r.stddev_ts);
     std::snprintf(params, sizeof params, "%.2f M", double(mf.n_params) / 1e6);
     // "±" is two bytes but one column: pad one more.
-    std::printf("| %-24s | %10s | %8s | %-7s | %7d | %-6s | %-6s | %16s | %21s | %12s |\n",
-                mf.name.c_str(), format_bytes(mf.size).c_str(), params, "CPU", n_threads,
+    const std::string backend = std::string("CPU ") + cpu::cpu_level_name(cpu::cpu_level());
+    std::printf("| %-24s | %10s | %8s | %-10s | %7d | %-6s | %-6s | %16s | %21s | %12s |\n",
+                mf.name.c_str(), format_bytes(mf.size).c_str(), params, backend.c_str(), n_threads,
                 opt.kv.type_k.c_str(), opt.kv.type_v.c_str(), r.test.c_str(), ts,
                 format_bytes(r.kv_bytes).c_str());
   }

@@ -6,6 +6,7 @@
 
 #include "commands.h"
 #include "cpu/cpu_info.h"
+#include "cpu/cpu_level.h"
 #include "gguf.h"
 #include "kv_layout.h"
 #include "model_info.h"
@@ -85,6 +86,8 @@ void print_text(const ModelInfo& mi) {
                 (long long)e.n_tensors, (long long)e.bytes,
                 mi.weight_bytes > 0 ? 100.0 * double(e.bytes) / double(mi.weight_bytes) : 0.0);
   std::printf("cpu          %s\n", cpu::cpu_features_string().c_str());
+  std::printf("cpu kernels  %s (best here: %s; KVRUN_CPU=scalar|avx2|avx512 selects)\n",
+              cpu::cpu_level_name(cpu::cpu_level()), cpu::cpu_level_name(cpu::best_cpu_level()));
 #ifdef KVRUN_HAVE_CUDA
   const auto gpus = cuda::devices();
   if (gpus.empty())

@@ -1,34 +1,119 @@
-// cpu_traits.cpp — the CPU traits table (see cpu_traits.h).
+// cpu_traits.cpp — the CPU traits table of each kernel level (see cpu_traits.h).
 #include "cpu/cpu_traits.h"
+
+#include <array>
+#include <cstddef>
+
+#if defined(__x86_64__)
+#include "cpu/x86/kernels_x86.h"
+#endif
 
 namespace kvrun::cpu {
 
 namespace {
 
-constexpr CpuTypeTraits kTable[] = {
-    {DType::F32, DType::F32, act_from_float_f32, vec_dot_f32, gemm_dot_f32, nullptr},
-    {DType::F16, DType::F16, act_from_float_f16, vec_dot_f16, gemm_dot_f16, nullptr},
-    {DType::BF16, DType::BF16, act_from_float_bf16, vec_dot_bf16, nullptr, nullptr},
+// The scalar (reference) kernels; the SIMD levels replace entries of a copy of this table.
+constexpr CpuTypeTraits kScalar[] = {
+    {DType::F32, DType::F32, act_from_float_f32, vec_dot_f32, gemm_dot_f32, nullptr, nullptr,
+     nullptr, nullptr},
+    {DType::F16, DType::F16, act_from_float_f16, vec_dot_f16, gemm_dot_f16, nullptr, nullptr,
+     nullptr, nullptr},
+    {DType::BF16, DType::BF16, act_from_float_bf16, vec_dot_bf16, nullptr, nullptr, nullptr,
+     nullptr, nullptr},
     {DType::Q4_0, DType::Q8_0, act_from_float_q8_0, vec_dot_q4_0_q8_0, nullptr,
-     repack_dot_q4_0_q8_0},
-    {DType::Q5_0, DType::Q8_0, act_from_float_q8_0, vec_dot_q5_0_q8_0, nullptr, nullptr},
-    {DType::Q8_0, DType::Q8_0, act_from_float_q8_0, vec_dot_q8_0_q8_0, nullptr, nullptr},
-    {DType::IQ4_NL, DType::Q8_0, act_from_float_q8_0, vec_dot_iq4_nl_q8_0, nullptr, nullptr},
-    {DType::Q4_1, DType::Q8_1, act_from_float_q8_1, vec_dot_q4_1_q8_1, nullptr, nullptr},
-    {DType::Q5_1, DType::Q8_1, act_from_float_q8_1, vec_dot_q5_1_q8_1, nullptr, nullptr},
-    {DType::Q2_K, DType::Q8_K, act_from_float_q8_K, vec_dot_q2_K_q8_K, nullptr, nullptr},
-    {DType::Q3_K, DType::Q8_K, act_from_float_q8_K, vec_dot_q3_K_q8_K, nullptr, nullptr},
-    {DType::Q4_K, DType::Q8_K, act_from_float_q8_K, vec_dot_q4_K_q8_K, nullptr, nullptr},
-    {DType::Q5_K, DType::Q8_K, act_from_float_q8_K, vec_dot_q5_K_q8_K, nullptr, nullptr},
-    {DType::Q6_K, DType::Q8_K, act_from_float_q8_K, vec_dot_q6_K_q8_K, nullptr, nullptr},
+     repack_dot_q4_0_q8_0, nullptr, nullptr, nullptr},
+    {DType::Q5_0, DType::Q8_0, act_from_float_q8_0, vec_dot_q5_0_q8_0, nullptr, nullptr, nullptr,
+     nullptr, nullptr},
+    {DType::Q8_0, DType::Q8_0, act_from_float_q8_0, vec_dot_q8_0_q8_0, nullptr, nullptr, nullptr,
+     nullptr, nullptr},
+    {DType::IQ4_NL, DType::Q8_0, act_from_float_q8_0, vec_dot_iq4_nl_q8_0, nullptr, nullptr,
+     nullptr, nullptr, nullptr},
+    {DType::Q4_1, DType::Q8_1, act_from_float_q8_1, vec_dot_q4_1_q8_1, nullptr, nullptr, nullptr,
+     nullptr, nullptr},
+    {DType::Q5_1, DType::Q8_1, act_from_float_q8_1, vec_dot_q5_1_q8_1, nullptr, nullptr, nullptr,
+     nullptr, nullptr},
+    {DType::Q2_K, DType::Q8_K, act_from_float_q8_K, vec_dot_q2_K_q8_K, nullptr, nullptr, nullptr,
+     nullptr, nullptr},
+    {DType::Q3_K, DType::Q8_K, act_from_float_q8_K, vec_dot_q3_K_q8_K, nullptr, nullptr, nullptr,
+     nullptr, nullptr},
+    {DType::Q4_K, DType::Q8_K, act_from_float_q8_K, vec_dot_q4_K_q8_K, nullptr, nullptr, nullptr,
+     nullptr, nullptr},
+    {DType::Q5_K, DType::Q8_K, act_from_float_q8_K, vec_dot_q5_K_q8_K, nullptr, nullptr, nullptr,
+     nullptr, nullptr},
+    {DType::Q6_K, DType::Q8_K, act_from_float_q8_K, vec_dot_q6_K_q8_K, nullptr, nullptr, nullptr,
+     nullptr, nullptr},
 };
+
+constexpr size_t kTypes = sizeof(kScalar) / sizeof(kScalar[0]);
+constexpr size_t kLevels = sizeof(kAllCpuLevels) / sizeof(kAllCpuLevels[0]);
+using Table = std::array<CpuTypeTraits, kTypes>;
+
+CpuTypeTraits& row_of(Table& t, DType type) {
+  for (CpuTypeTraits& row : t)
+    if (row.type == type) return row;
+  return t[0];  // not reached: every type set below is in kScalar
+}
+
+// The SIMD kernels of namespace NS over the scalar table `t`; activation converters change
+// with the activation type, so every weight type paired with q8_0 / q8_K gets the SIMD one.
+#define KVRUN_APPLY_X86(t, NS)                                                       \
+  do {                                                                               \
+    for (CpuTypeTraits & row : t) {                                                  \
+      if (row.act_type == DType::Q8_0) row.act_from_float = NS::act_from_float_q8_0; \
+      if (row.act_type == DType::Q8_K) row.act_from_float = NS::act_from_float_q8_K; \
+    }                                                                                \
+    CpuTypeTraits& f32 = row_of(t, DType::F32);                                      \
+    f32.vec_dot = NS::vec_dot_f32;                                                   \
+    f32.gemm_dot = NS::gemm_dot_f32;                                                 \
+    f32.gemm_dot_tile = NS::tile_gemm_f32;                                           \
+    CpuTypeTraits& f16 = row_of(t, DType::F16);                                      \
+    f16.act_from_float = NS::act_from_float_f16;                                     \
+    f16.vec_dot = NS::vec_dot_f16;                                                   \
+    f16.gemm_dot = NS::gemm_dot_f16;                                                 \
+    f16.gemm_dot_tile = NS::tile_gemm_f16;                                           \
+    row_of(t, DType::BF16).vec_dot = NS::vec_dot_bf16;                               \
+    CpuTypeTraits& q4_0 = row_of(t, DType::Q4_0);                                    \
+    q4_0.vec_dot = NS::vec_dot_q4_0_q8_0;                                            \
+    q4_0.vec_dot_tile = NS::tile_q4_0_q8_0;                                          \
+    q4_0.repack_dot = NS::repack_dot_q4_0_q8_0;                                      \
+    q4_0.repack_dot_tile = NS::tile_repack_q4_0_q8_0;                                \
+    CpuTypeTraits& q5_0 = row_of(t, DType::Q5_0);                                    \
+    q5_0.vec_dot = NS::vec_dot_q5_0_q8_0;                                            \
+    q5_0.vec_dot_tile = NS::tile_q5_0_q8_0;                                          \
+    CpuTypeTraits& q8_0 = row_of(t, DType::Q8_0);                                    \
+    q8_0.vec_dot = NS::vec_dot_q8_0_q8_0;                                            \
+    q8_0.vec_dot_tile = NS::tile_q8_0_q8_0;                                          \
+    CpuTypeTraits& q4_K = row_of(t, DType::Q4_K);                                    \
+    q4_K.vec_dot = NS::vec_dot_q4_K_q8_K;                                            \
+    q4_K.vec_dot_tile = NS::tile_q4_K_q8_K;                                          \
+    CpuTypeTraits& q5_K = row_of(t, DType::Q5_K);                                    \
+    q5_K.vec_dot = NS::vec_dot_q5_K_q8_K;                                            \
+    q5_K.vec_dot_tile = NS::tile_q5_K_q8_K;                                          \
+    CpuTypeTraits& q6_K = row_of(t, DType::Q6_K);                                    \
+    q6_K.vec_dot = NS::vec_dot_q6_K_q8_K;                                            \
+    q6_K.vec_dot_tile = NS::tile_q6_K_q8_K;                                          \
+  } while (0)
+
+std::array<Table, kLevels> build_tables() {
+  std::array<Table, kLevels> tables;
+  for (Table& t : tables)
+    for (size_t i = 0; i < kTypes; ++i) t[i] = kScalar[i];
+#if defined(__x86_64__)
+  KVRUN_APPLY_X86(tables[size_t(CpuLevel::avx2)], avx2);
+  KVRUN_APPLY_X86(tables[size_t(CpuLevel::avx512)], avx512);
+#endif
+  return tables;
+}
 
 }  // namespace
 
-const CpuTypeTraits* cpu_traits(DType t) {
-  for (const CpuTypeTraits& row : kTable)
+const CpuTypeTraits* cpu_traits(DType t, CpuLevel level) {
+  static const std::array<Table, kLevels> tables = build_tables();
+  for (const CpuTypeTraits& row : tables[size_t(level)])
     if (row.type == t) return &row;
   return nullptr;
 }
+
+const CpuTypeTraits* cpu_traits(DType t) { return cpu_traits(t, cpu_level()); }
 
 }  // namespace kvrun::cpu

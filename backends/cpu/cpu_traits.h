@@ -7,6 +7,7 @@
 //   q2_K/q3_K/q4_K/q5_K/q6_K→q8_K.
 #pragma once
 
+#include "cpu/cpu_level.h"
 #include "cpu/vec_dot.h"
 #include "dtype.h"
 
@@ -25,9 +26,20 @@ struct CpuTypeTraits {
   /// x86 with AVX2), used for every batch size when the weight has a multiple of 8 rows (m);
   /// null when that type is not repacked. Takes precedence over vec_dot and gemm_dot.
   VecDotFn repack_dot;
+  /// Tile forms (several weight × activation rows) of vec_dot, gemm_dot and repack_dot (the
+  /// same floats per output); null where the level has none (callers then loop over the dot).
+  DotTileFn vec_dot_tile;
+  DotTileFn gemm_dot_tile;
+  DotTileFn repack_dot_tile;
 };
 
-/// The CPU traits of weight type `t`, or null when the CPU backend cannot multiply by it.
+/// The CPU traits of weight type `t` at the process's kernel level (cpu_level()), or null when
+/// the CPU backend cannot multiply by it.
 const CpuTypeTraits* cpu_traits(DType t);
+
+/// The CPU traits of weight type `t` with the kernels of `level` (the scalar ones where that
+/// level has no SIMD kernel), or null as above. `level` must be cpu_level_supported(); every
+/// level gives bit-identical results (tests/test_cpu_simd.cpp checks it).
+const CpuTypeTraits* cpu_traits(DType t, CpuLevel level);
 
 }  // namespace kvrun::cpu

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "cpu/cpu_level.h"
 #include "cpu/thread_pool.h"
 #include "tensor.h"
 
@@ -20,7 +21,12 @@ namespace kvrun::cpu {
 ///   x: n rows of k floats, row-major (row j at x + j·k).
 ///   y: n rows of m floats, row-major (written, not accumulated).
 /// Throws std::invalid_argument for an unsupported weight type or a k that does not divide.
+/// Uses the kernels of the process's level (cpu_level()); every level gives the same floats.
 void matmul(ThreadPool& pool, const Tensor& w, const float* x, int64_t n, float* y);
+
+/// matmul with the kernels of `level` (which must be cpu_level_supported), for tests and
+/// benchmarks.
+void matmul(ThreadPool& pool, const Tensor& w, const float* x, int64_t n, float* y, CpuLevel level);
 
 /// True when matmul supports weights of type `t` with rows of `k` elements.
 bool matmul_supports(DType t, int64_t k);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cpu/fast_exp.h"
+#include "cpu/op_kernels.h"
 
 namespace kvrun::cpu {
 
@@ -31,6 +32,7 @@ void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const i
   const int64_t half = cfg.n_rot / 2;
   const float theta_scale = std::pow(cfg.freq_base, -2.0f / float(cfg.n_rot));
   std::vector<float> cos_t(static_cast<size_t>(half)), sin_t(static_cast<size_t>(half));
+  const RopeRotateFn rotate = op_kernels().rope_rotate;
   for (int64_t t = 0; t < n_tokens; ++t) {
     float theta = float(pos[t]);
     for (int64_t i = 0; i < half; ++i) {
@@ -40,29 +42,21 @@ void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const i
       sin_t[size_t(i)] = std::sin(th);
       theta *= theta_scale;
     }
-    for (int64_t h = 0; h < n_heads; ++h) {
-      float* v = x + (t * n_heads + h) * head_dim;
-      for (int64_t i = 0; i < half; ++i) {
-        const int64_t i0 = cfg.neox ? i : 2 * i;
-        const int64_t i1 = cfg.neox ? i + half : 2 * i + 1;
-        const float x0 = v[i0], x1 = v[i1];
-        // llama.cpp's ggml_compute_forward_rope_f32 writes x0*cos - x1*sin and x0*sin + x1*cos;
-        // GCC contracts the first product of each into the add/sub (fmaddsub in the vector
-        // loop, FMA in scalar code). Checked bit for bit against ggml built with GCC 12.
-        v[i0] = std::fma(x0, cos_t[size_t(i)], -(x1 * sin_t[size_t(i)]));
-        v[i1] = std::fma(x0, sin_t[size_t(i)], x1 * cos_t[size_t(i)]);
-      }
-    }
+    // The rotation of each head (op_kernels.h: x0·cos − x1·sin and x0·sin + x1·cos with the x0
+    // product fused, as GCC compiles llama.cpp's rope loop; SIMD where available).
+    for (int64_t h = 0; h < n_heads; ++h)
+      rotate(x + (t * n_heads + h) * head_dim, cos_t.data(), sin_t.data(), half, cfg.neox);
   }
 }
 
 void swiglu(const float* gate, const float* up, float* out, int64_t rows, int64_t cols) {
   const int64_t body = cols - cols % kExpBlock;
+  const SiluMulFn silu_mul = op_kernels().silu_mul;  // silu_lane · up, SIMD where available
   for (int64_t r = 0; r < rows; ++r) {
     const float* g = gate + r * cols;
     const float* u = up + r * cols;
     float* o = out + r * cols;
-    for (int64_t i = 0; i < body; ++i) o[i] = silu_lane(g[i]) * u[i];
+    silu_mul(g, u, o, body);
     for (int64_t i = body; i < cols; ++i) o[i] = silu_tail(g[i]) * u[i];
   }
 }
@@ -72,18 +66,9 @@ void add(float* y, const float* x, int64_t n) {
 }
 
 double softmax_exp(const float* x, float* y, int64_t n, float max) {
-  double sum = 0.0;
-  int64_t i = 0;
-  for (; i + kExpBlock <= n; i += kExpBlock) {
-    float v[kExpBlock];
-    for (int64_t l = 0; l < kExpBlock; ++l) v[l] = expf_lane(x[i + l] - max);
-    for (int64_t l = 0; l < kExpBlock; ++l) y[i + l] = v[l];
-    float h[8], q[4];
-    for (int l = 0; l < 8; ++l) h[l] = v[l + 8] + v[l];
-    for (int l = 0; l < 4; ++l) q[l] = h[l + 4] + h[l];
-    sum += double((q[0] + q[2]) + (q[1] + q[3]));
-  }
-  for (; i < n; ++i) {
+  // The 16-lane blocks (op_kernels.h: SIMD where available), then the libm tail.
+  double sum = op_kernels().exp_blocks(x, y, n, max);
+  for (int64_t i = n - n % kExpBlock; i < n; ++i) {
     y[i] = std::exp(x[i] - max);
     sum += double(y[i]);
   }

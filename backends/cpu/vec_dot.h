@@ -18,12 +18,19 @@
 // All functions take `n` = elements (a multiple of the format's block size) and never throw.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace kvrun::cpu {
 
 /// Σ w[i]·x[i] over `n` elements; `w` is a weight row, `x` an activation row of the paired type.
 using VecDotFn = float (*)(int64_t n, const void* w, const void* x);
+/// A tile of dots: y[j·y_stride + r] = the VecDotFn of the same kernel for weight row r (at
+/// w + r·w_stride bytes, r < nrows) and activation row j (at x + j·x_stride bytes, j < nx);
+/// bit-identical to those single dots, computed several weight and activation rows at a time
+/// (y_stride in floats).
+using DotTileFn = void (*)(int64_t n, const void* w, size_t w_stride, int64_t nrows, const void* x,
+                           size_t x_stride, int64_t nx, float* y, size_t y_stride);
 /// Converts `n` floats to an activation row of a paired type.
 using ActFromFloatFn = void (*)(const float* src, void* dst, int64_t n);
 

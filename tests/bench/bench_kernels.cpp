@@ -1,0 +1,157 @@
+// bench_kernels.cpp — Google Benchmark: the CPU matmul kernels per SIMD level (scalar, avx2,
+// avx512; levels this CPU lacks are skipped) at the shapes of llama3.2-1b (n_embd 2048, n_ff
+// 8192, 8 KV heads of 64: K/V 512×2048), for one activation row (decode) and 512 rows
+// (prefill), with 1 and 2 threads. Bytes/s is the weight bytes streamed per matmul (compare with
+// the machine's STREAM bandwidth); items/s is multiply-adds. Also: the single-row dots and the
+// activation quantizers on a 4096-value row, and the thread pool's cost per job.
+//
+// Run: ./build/kvrun_bench --benchmark_filter=matmul  (see docs/benchmarks.md)
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cpu/cpu_level.h"
+#include "cpu/cpu_traits.h"
+#include "cpu/matmul.h"
+#include "cpu/thread_pool.h"
+#include "dtype.h"
+
+namespace {
+
+using kvrun::DType;
+using kvrun::cpu::CpuLevel;
+
+std::vector<float> random_floats(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(n);
+  for (auto& v : x) v = dist(rng);
+  return x;
+}
+
+/// `rows` rows of `k` values of type t: 64 rows encoded from random floats, repeated (the
+/// kernels' speed does not depend on the values; encoding 16M K-quant values would take long).
+const std::vector<uint8_t>& weights(DType t, int64_t rows, int64_t k) {
+  static std::map<std::string, std::vector<uint8_t>> cache;
+  const std::string key =
+      std::string(kvrun::traits(t).name) + "/" + std::to_string(rows) + "x" + std::to_string(k);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  const size_t rb = size_t(*kvrun::row_bytes(t, k));
+  const int64_t seed_rows = std::min<int64_t>(rows, 64);
+  const std::vector<float> f = random_floats(size_t(seed_rows * k), 1);
+  std::vector<uint8_t> seed(rb * size_t(seed_rows));
+  for (int64_t r = 0; r < seed_rows; ++r)
+    kvrun::traits(t).from_float(f.data() + r * k, seed.data() + size_t(r) * rb, k);
+  std::vector<uint8_t> out(rb * size_t(rows));
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(out.data() + size_t(r) * rb, seed.data() + size_t(r % seed_rows) * rb, rb);
+  return cache.emplace(key, std::move(out)).first->second;
+}
+
+kvrun::cpu::ThreadPool& pool_of(int threads) {
+  static kvrun::cpu::ThreadPool one(1), two(2);
+  return threads == 1 ? one : two;
+}
+
+void BM_Matmul(benchmark::State& state, DType t, CpuLevel level, int64_t m, int64_t k, int64_t n,
+               int threads) {
+  const std::vector<uint8_t>& w = weights(t, m, k);
+  const kvrun::Tensor wt = kvrun::Tensor::contiguous(t, const_cast<uint8_t*>(w.data()), k, m);
+  const std::vector<float> x = random_floats(size_t(n * k), 2);
+  std::vector<float> y(size_t(n * m));
+  kvrun::cpu::ThreadPool& pool = pool_of(threads);
+  for (auto _ : state) {
+    kvrun::cpu::matmul(pool, wt, x.data(), n, y.data(), level);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(state.iterations() * int64_t(w.size()));
+  state.SetItemsProcessed(state.iterations() * m * k * n);
+}
+
+void BM_Dot(benchmark::State& state, DType t, CpuLevel level) {
+  const int64_t k = 4096;
+  const kvrun::cpu::CpuTypeTraits* ct = kvrun::cpu::cpu_traits(t, level);
+  const std::vector<uint8_t>& w = weights(t, 1, k);
+  const std::vector<float> xf = random_floats(size_t(k), 3);
+  std::vector<uint8_t> x(size_t(*kvrun::row_bytes(ct->act_type, k)));
+  ct->act_from_float(xf.data(), x.data(), k);
+  kvrun::cpu::VecDotFn dot = ct->repack_dot ? ct->repack_dot : ct->vec_dot;
+  for (auto _ : state) benchmark::DoNotOptimize(dot(k, w.data(), x.data()));
+  state.SetBytesProcessed(state.iterations() * int64_t(w.size()));
+  state.SetItemsProcessed(state.iterations() * k);
+}
+
+void BM_Quantize(benchmark::State& state, DType t, CpuLevel level) {
+  const int64_t k = 4096;
+  const kvrun::cpu::CpuTypeTraits* ct = kvrun::cpu::cpu_traits(t, level);
+  const std::vector<float> xf = random_floats(size_t(k), 4);
+  std::vector<uint8_t> x(size_t(*kvrun::row_bytes(ct->act_type, k)));
+  for (auto _ : state) {
+    ct->act_from_float(xf.data(), x.data(), k);
+    benchmark::DoNotOptimize(x.data());
+  }
+  state.SetItemsProcessed(state.iterations() * k);
+}
+
+void BM_PoolJob(benchmark::State& state) {
+  static kvrun::cpu::ThreadPool pool(2);
+  std::vector<int64_t> sink(2);
+  const kvrun::cpu::ThreadPool::Job job = [&](int64_t b, int64_t e) { sink[size_t(b)] = e; };
+  for (auto _ : state) pool.run(2, job);
+  benchmark::DoNotOptimize(sink.data());
+}
+
+struct Shape {
+  const char* name;
+  int64_t m, k;
+};
+
+void register_all() {
+  const DType types[] = {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K, DType::F16};
+  const Shape shapes[] = {{"attn_q_2048x2048", 2048, 2048},
+                          {"attn_kv_512x2048", 512, 2048},
+                          {"ffn_up_8192x2048", 8192, 2048},
+                          {"ffn_down_2048x8192", 2048, 8192}};
+  for (CpuLevel level : kvrun::cpu::kAllCpuLevels) {
+    if (!kvrun::cpu::cpu_level_supported(level)) continue;
+    const std::string lv = kvrun::cpu::cpu_level_name(level);
+    for (DType t : types) {
+      const std::string tn = kvrun::traits(t).name;
+      benchmark::RegisterBenchmark(("dot/" + tn + "/" + lv).c_str(), BM_Dot, t, level);
+      // One thread: rates from the CPU time of that thread (robust on a shared machine);
+      // two threads: from wall-clock time.
+      for (int threads : {1, 2}) {
+        const std::string th = "/t" + std::to_string(threads);
+        for (const Shape& s : shapes) {
+          auto* b = benchmark::RegisterBenchmark(
+              ("matmul/" + tn + "/" + lv + "/" + s.name + "/n1" + th).c_str(), BM_Matmul, t, level,
+              s.m, s.k, int64_t(1), threads);
+          if (threads == 2) b->UseRealTime();
+        }
+        // Prefill: 512 rows at the square shape (the scalar level once, as a reference point).
+        auto* b = benchmark::RegisterBenchmark(
+            ("matmul/" + tn + "/" + lv + "/attn_q_2048x2048/n512" + th).c_str(), BM_Matmul, t,
+            level, int64_t(2048), int64_t(2048), int64_t(512), threads);
+        b->Unit(benchmark::kMillisecond)->Iterations(level == CpuLevel::scalar ? 1 : 3);
+        if (threads == 2) b->UseRealTime();
+      }
+    }
+    for (DType t : {DType::Q8_0, DType::Q4_K})
+      benchmark::RegisterBenchmark(
+          ("quantize/" +
+           std::string(kvrun::traits(kvrun::cpu::cpu_traits(t, level)->act_type).name) + "/" + lv)
+              .c_str(),
+          BM_Quantize, t, level);
+  }
+  benchmark::RegisterBenchmark("pool/job_2_threads", BM_PoolJob)->UseRealTime();
+}
+
+const int kRegistered = (register_all(), 0);
+
+}  // namespace

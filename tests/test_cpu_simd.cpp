@@ -1,0 +1,357 @@
+// test_cpu_simd.cpp — every SIMD kernel level this CPU supports against the scalar reference
+// kernels, on random data: activation quantizers byte for byte, dots and several-row dots float
+// for float (memcmp: the SIMD kernels follow the scalar code's summation order exactly, see
+// backends/cpu/x86/kernels_x86.inl), at odd sizes and tails, unaligned pointers and padded row
+// strides; the matmul at the process's level against scalar dots; and the level selection
+// (KVRUN_CPU parsing and capping).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cpu/cpu_level.h"
+#include "cpu/cpu_traits.h"
+#include "cpu/fast_exp.h"
+#include "cpu/matmul.h"
+#include "cpu/op_kernels.h"
+#include "cpu/thread_pool.h"
+#include "test_util.h"
+
+namespace kvrun::cpu {
+namespace {
+
+using test::random_floats;
+
+/// The SIMD levels this machine can run (empty on a machine without AVX2).
+std::vector<CpuLevel> simd_levels() {
+  std::vector<CpuLevel> out;
+  for (CpuLevel l : kAllCpuLevels)
+    if (l != CpuLevel::scalar && cpu_level_supported(l)) out.push_back(l);
+  return out;
+}
+
+/// Random values with a different magnitude per 32 (so block scales vary) and some outliers.
+std::vector<float> varied_floats(size_t n, uint32_t seed) {
+  std::vector<float> v = random_floats(n, seed);
+  const std::vector<float> s = random_floats(n / 32 + 1, seed + 7);
+  for (size_t i = 0; i < n; ++i) v[i] *= std::exp2(std::round(2 * s[i / 32]));
+  for (size_t i = 5; i < n; i += 97) v[i] *= 9.0f;
+  return v;
+}
+
+/// `rows` rows of `k` values encoded in `t`, each row `stride` bytes apart, starting `offset`
+/// bytes into the returned buffer (to test unaligned rows).
+std::vector<uint8_t> encode_rows(DType t, const std::vector<float>& x, int64_t rows, int64_t k,
+                                 size_t stride, size_t offset) {
+  std::vector<uint8_t> out(offset + stride * size_t(rows), 0xA5);
+  for (int64_t r = 0; r < rows; ++r)
+    traits(t).from_float(x.data() + r * k, out.data() + offset + size_t(r) * stride, k);
+  return out;
+}
+
+bool same_float(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
+
+/// Row lengths to test for type `t`: odd multiples of its block, tails for the float types.
+std::vector<int64_t> lengths(DType t) {
+  const int64_t blk = traits(cpu_traits(t, CpuLevel::scalar)->act_type).block_elems;
+  if (blk == 1) return {1, 7, 8, 15, 16, 17, 31, 63, 64, 65, 72, 100, 129, 200, 1000, 2053};
+  if (blk == 32) return {32, 64, 96, 160, 544, 2048};
+  return {256, 512, 768, 2304};
+}
+
+class SimdTypes : public ::testing::TestWithParam<DType> {};
+
+TEST_P(SimdTypes, ActivationQuantizerMatchesScalarBytes) {
+  const DType t = GetParam();
+  const CpuTypeTraits* ref = cpu_traits(t, CpuLevel::scalar);
+  ASSERT_NE(ref, nullptr);
+  for (CpuLevel level : simd_levels()) {
+    const CpuTypeTraits* ct = cpu_traits(t, level);
+    for (int64_t k : lengths(t)) {
+      for (uint32_t seed : {1u, 2u}) {
+        std::vector<float> x = varied_floats(size_t(k) + 1, seed + uint32_t(k));
+        if (seed == 2 && k >= 16) {
+          // Ties for q8_K's "first largest |x|" rule and an all-zero block.
+          x[3] = 50.0f;
+          x[9] = -50.0f;
+          if (k >= 64)
+            for (int i = 32; i < 64; ++i) x[size_t(i)] = 0.0f;
+        }
+        const size_t ab = size_t(*row_bytes(ref->act_type, k));
+        std::vector<uint8_t> want(ab), got(ab + 1);
+        ref->act_from_float(x.data() + 1, want.data(), k);    // unaligned source
+        ct->act_from_float(x.data() + 1, got.data() + 1, k);  // unaligned destination
+        EXPECT_EQ(std::memcmp(want.data(), got.data() + 1, ab), 0)
+            << cpu_level_name(level) << " k " << k << " seed " << seed;
+      }
+    }
+  }
+}
+
+// The SIMD levels' tables hold SIMD kernels where kernels_x86.h has them (a wiring mistake
+// would otherwise make the bit-exactness tests compare the scalar kernel with itself).
+TEST(SimdTables, SimdKernelsAreWired) {
+  for (CpuLevel level : simd_levels()) {
+    const char* lv = cpu_level_name(level);
+    for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType::Q5_0, DType::Q8_0,
+                    DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+      const CpuTypeTraits* ref = cpu_traits(t, CpuLevel::scalar);
+      const CpuTypeTraits* ct = cpu_traits(t, level);
+      EXPECT_NE(ct->vec_dot, ref->vec_dot) << lv << " " << traits(t).name;
+      if (t != DType::F32 && t != DType::F16 && t != DType::BF16) {
+        EXPECT_NE(ct->vec_dot_tile, nullptr) << lv << " " << traits(t).name;
+      }
+      if (t == DType::F16 || t == DType::Q8_0 || t == DType::Q4_K) {
+        EXPECT_NE(ct->act_from_float, ref->act_from_float) << lv << " " << traits(t).name;
+      }
+    }
+    for (DType t : {DType::F32, DType::F16}) {
+      EXPECT_NE(cpu_traits(t, level)->gemm_dot, cpu_traits(t, CpuLevel::scalar)->gemm_dot);
+      EXPECT_NE(cpu_traits(t, level)->gemm_dot_tile, nullptr) << lv << " " << traits(t).name;
+    }
+    EXPECT_NE(cpu_traits(DType::Q4_0, level)->repack_dot_tile, nullptr) << lv;
+    EXPECT_NE(op_kernels(level).silu_mul, op_kernels(CpuLevel::scalar).silu_mul) << lv;
+    EXPECT_NE(op_kernels(level).exp_blocks, op_kernels(CpuLevel::scalar).exp_blocks) << lv;
+    EXPECT_NE(op_kernels(level).rope_rotate, op_kernels(CpuLevel::scalar).rope_rotate) << lv;
+  }
+}
+
+// f32 → f16 activations at every level on the values where conversions differ: NaNs with
+// payloads, infinities, overflow, ties, subnormal results and underflow to zero.
+TEST(SimdConvert, F16ActivationsMatchScalarOnEdgeValues) {
+  std::vector<float> x = varied_floats(100, 31);
+  const uint32_t bits[] = {0x7fc00000u, 0xffc00001u, 0x7f800001u, 0x7fbfffffu, 0x7f800000u,
+                           0xff800000u, 0x477ff000u, 0x477fefffu, 0x47800000u, 0x38800000u,
+                           0x387fffffu, 0x33000000u, 0x33000001u, 0x32ffffffu, 0x80000001u,
+                           0x3f801000u, 0x3f803000u, 0x00000000u, 0x80000000u, 0x37000000u};
+  for (size_t i = 0; i < sizeof(bits) / sizeof(bits[0]); ++i)
+    std::memcpy(&x[3 * i + 2], &bits[i], 4);
+  const CpuTypeTraits* ref = cpu_traits(DType::F16, CpuLevel::scalar);
+  for (CpuLevel level : simd_levels()) {
+    const CpuTypeTraits* ct = cpu_traits(DType::F16, level);
+    for (int64_t n : {int64_t(5), int64_t(8), int64_t(67), int64_t(100)}) {
+      std::vector<uint16_t> want(static_cast<size_t>(n)), got(static_cast<size_t>(n) + 1, 0xABCD);
+      ref->act_from_float(x.data(), want.data(), n);
+      ct->act_from_float(x.data(), got.data(), n);
+      EXPECT_EQ(std::memcmp(want.data(), got.data(), size_t(n) * 2), 0)
+          << cpu_level_name(level) << " n " << n;
+      EXPECT_EQ(got[size_t(n)], 0xABCD) << "wrote past n";
+    }
+  }
+}
+
+TEST_P(SimdTypes, DotsMatchScalarBitForBit) {
+  const DType t = GetParam();
+  const CpuTypeTraits* ref = cpu_traits(t, CpuLevel::scalar);
+  ASSERT_NE(ref, nullptr);
+  for (CpuLevel level : simd_levels()) {
+    const CpuTypeTraits* ct = cpu_traits(t, level);
+    for (int64_t k : lengths(t)) {
+      const int64_t rows = 11;
+      const size_t rb = size_t(*row_bytes(t, k)), stride = rb + 3;
+      const auto wf = varied_floats(size_t(rows * k), 10 + uint32_t(k));
+      const auto w = encode_rows(t, wf, rows, k, stride, 1);
+      const uint8_t* w0 = w.data() + 1;  // unaligned rows
+      // 5 activation rows, xs bytes apart (padded, unaligned).
+      const int64_t nx = 5;
+      const size_t ab = size_t(*row_bytes(ref->act_type, k)), xs = ab + 5;
+      const auto xf = varied_floats(size_t(nx * k), 20 + uint32_t(k));
+      std::vector<uint8_t> xbuf(xs * size_t(nx) + 1);
+      uint8_t* x = xbuf.data() + 1;
+      for (int64_t j = 0; j < nx; ++j)
+        ref->act_from_float(xf.data() + j * k, x + size_t(j) * xs, k);
+
+      struct Variant {
+        const char* name;
+        VecDotFn want, got;
+        DotTileFn tile;
+      };
+      std::vector<Variant> variants = {{"vec", ref->vec_dot, ct->vec_dot, ct->vec_dot_tile}};
+      if (ref->gemm_dot && k % 16 == 0)
+        variants.push_back({"gemm", ref->gemm_dot, ct->gemm_dot, ct->gemm_dot_tile});
+      if (ref->repack_dot)
+        variants.push_back({"repack", ref->repack_dot, ct->repack_dot, ct->repack_dot_tile});
+      for (const Variant& v : variants) {
+        std::vector<float> want(size_t(rows * nx));  // [j][r]
+        for (int64_t j = 0; j < nx; ++j)
+          for (int64_t r = 0; r < rows; ++r) {
+            const uint8_t* wr = w0 + size_t(r) * stride;
+            const uint8_t* xj = x + size_t(j) * xs;
+            const float ref_y = v.want(k, wr, xj);
+            want[size_t(j * rows + r)] = ref_y;
+            const float got = v.got(k, wr, xj);
+            EXPECT_TRUE(same_float(got, ref_y))
+                << cpu_level_name(level) << " " << v.name << " k " << k << " row " << r << " act "
+                << j << ": " << got << " vs " << ref_y;
+          }
+        if (!v.tile) continue;
+        for (int64_t nr : {int64_t(1), int64_t(3), int64_t(4), int64_t(8), int64_t(9), rows})
+          for (int64_t nj : {int64_t(1), int64_t(2), int64_t(3), nx}) {
+            const size_t ys = size_t(nr) + 2;
+            std::vector<float> got(ys * size_t(nj), NAN);
+            v.tile(k, w0, stride, nr, x, xs, nj, got.data(), ys);
+            for (int64_t j = 0; j < nj; ++j) {
+              for (int64_t r = 0; r < nr; ++r)
+                EXPECT_TRUE(same_float(got[size_t(j) * ys + size_t(r)], want[size_t(j * rows + r)]))
+                    << cpu_level_name(level) << " " << v.name << " tile " << nr << "x" << nj
+                    << " k " << k << " row " << r << " act " << j;
+              EXPECT_TRUE(std::isnan(got[size_t(j) * ys + size_t(nr)])) << "wrote past nrows";
+            }
+          }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllWeightTypes, SimdTypes,
+                         ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q4_0,
+                                           DType::Q5_0, DType::Q8_0, DType::IQ4_NL, DType::Q4_1,
+                                           DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q4_K,
+                                           DType::Q5_K, DType::Q6_K),
+                         [](const auto& info) { return std::string(traits(info.param).name); });
+
+// The matmul at every level (blocked rows, several-row kernels, threads) gives, for every
+// output, the float of the scalar kernel that cpu_traits.h assigns to its shape.
+TEST(SimdMatmul, EqualsScalarDots) {
+  std::vector<CpuLevel> levels = simd_levels();
+  levels.push_back(CpuLevel::scalar);
+  for (CpuLevel level : levels)
+    for (DType t : {DType::F16, DType::F32, DType::BF16, DType::Q4_0, DType::Q5_0, DType::Q8_0,
+                    DType::Q5_K, DType::Q4_K, DType::Q6_K}) {
+      const CpuTypeTraits* ref = cpu_traits(t, CpuLevel::scalar);
+      const int64_t k = 512;
+      for (int64_t m : {int64_t(40), int64_t(36), int64_t(21)}) {
+        const auto wf = varied_floats(size_t(m * k), 3);
+        const size_t rb = size_t(*row_bytes(t, k));
+        auto wbytes = encode_rows(t, wf, m, k, rb, 0);
+        const Tensor w = Tensor::contiguous(t, wbytes.data(), k, m);
+        for (int64_t n : {int64_t(1), int64_t(2), int64_t(7)}) {
+          const auto x = varied_floats(size_t(n * k), 4 + uint32_t(n));
+          ThreadPool pool(3);
+          std::vector<float> y(size_t(n * m));
+          matmul(pool, w, x.data(), n, y.data(), level);
+          VecDotFn dot = ref->vec_dot;
+          if (ref->repack_dot && m % 8 == 0)
+            dot = ref->repack_dot;
+          else if (ref->gemm_dot && n >= 2 && k % 16 == 0 && m % 4 == 0)
+            dot = ref->gemm_dot;
+          const size_t ab = size_t(*row_bytes(ref->act_type, k));
+          std::vector<uint8_t> act(ab);
+          for (int64_t j = 0; j < n; ++j) {
+            ref->act_from_float(x.data() + j * k, act.data(), k);
+            for (int64_t i = 0; i < m; ++i) {
+              const float want = dot(k, wbytes.data() + size_t(i) * rb, act.data());
+              EXPECT_TRUE(same_float(y[size_t(j * m + i)], want))
+                  << cpu_level_name(level) << " " << traits(t).name << " m " << m << " n " << n
+                  << " (" << i << ", " << j << "): " << y[size_t(j * m + i)] << " vs " << want;
+            }
+          }
+        }
+      }
+    }
+}
+
+// silu_mul at every level against silu_lane · up, element by element, on values that cover
+// the polynomial's range, its overflow / underflow edges (|n| > 192), ±0, ±inf and NaN; at odd
+// lengths (8-lane tails) and in place.
+TEST(SimdOps, SiluMulMatchesScalarLanes) {
+  std::vector<float> g = random_floats(1000, 5, 4.0f);
+  const std::vector<float> u = random_floats(1000, 6);
+  const float edges[] = {0.0f,  -0.0f,  1e-30f,   -1e-30f,   80.0f,  -80.0f,   87.5f,     -87.5f,
+                         88.8f, -88.8f, 104.0f,   -104.0f,   133.0f, -133.0f,  140.0f,    -140.0f,
+                         1e10f, -1e10f, INFINITY, -INFINITY, NAN,    3.0e-39f, -3.0e-39f, 20.0f};
+  for (size_t i = 0; i < sizeof(edges) / sizeof(edges[0]); ++i) g[3 * i + 1] = edges[i];
+  for (CpuLevel level : kAllCpuLevels) {
+    if (!cpu_level_supported(level)) continue;
+    const SiluMulFn f = op_kernels(level).silu_mul;
+    for (int64_t n : {int64_t(1), int64_t(7), int64_t(8), int64_t(15), int64_t(16), int64_t(33),
+                      int64_t(1000)}) {
+      std::vector<float> got(size_t(n) + 1, 123.0f);
+      f(g.data(), u.data(), got.data(), n);
+      for (int64_t i = 0; i < n; ++i) {
+        const float want = silu_lane(g[size_t(i)]) * u[size_t(i)];
+        const bool same =
+            same_float(got[size_t(i)], want) || (std::isnan(want) && std::isnan(got[size_t(i)]));
+        EXPECT_TRUE(same) << cpu_level_name(level) << " n " << n << " x " << g[size_t(i)] << ": "
+                          << got[size_t(i)] << " vs " << want;
+      }
+      EXPECT_EQ(got[size_t(n)], 123.0f) << "wrote past n";
+    }
+    std::vector<float> inplace(g.begin(), g.begin() + 40), want(40);
+    for (size_t i = 0; i < 40; ++i) want[i] = silu_lane(g[i]) * u[i];
+    f(inplace.data(), u.data(), inplace.data(), 40);
+    for (size_t i = 0; i < 40; ++i)
+      EXPECT_TRUE(same_float(inplace[i], want[i]) || std::isnan(want[i])) << i;
+  }
+}
+
+// exp_blocks (softmax_exp's vector body) at every level against the scalar level: the same y
+// bits and the same double sum, with masked (−inf) cells, large negative arguments
+// (underflow) and in place.
+TEST(SimdOps, ExpBlocksMatchScalar) {
+  std::vector<float> x = random_floats(1000, 9, 6.0f);
+  for (size_t i = 0; i < x.size(); i += 7) x[i] = -INFINITY;
+  for (size_t i = 3; i < x.size(); i += 50) x[i] = -95.0f - float(i % 20);
+  const ExpBlocksFn ref = op_kernels(CpuLevel::scalar).exp_blocks;
+  for (CpuLevel level : simd_levels()) {
+    const ExpBlocksFn f = op_kernels(level).exp_blocks;
+    for (int64_t n : {int64_t(0), int64_t(15), int64_t(16), int64_t(47), int64_t(1000)}) {
+      for (float max : {0.0f, 3.5f}) {
+        std::vector<float> want(size_t(n) + 1, 7.0f), got(size_t(n) + 1, 7.0f);
+        const double ws = ref(x.data(), want.data(), n, max);
+        const double gs = f(x.data(), got.data(), n, max);
+        EXPECT_EQ(std::memcmp(&ws, &gs, sizeof ws), 0) << cpu_level_name(level) << " n " << n;
+        EXPECT_EQ(std::memcmp(want.data(), got.data(), got.size() * 4), 0)
+            << cpu_level_name(level) << " n " << n;
+        std::vector<float> inplace(x.begin(), x.begin() + n);
+        f(inplace.data(), inplace.data(), n, max);
+        EXPECT_EQ(std::memcmp(want.data(), inplace.data(), size_t(n - n % 16) * 4), 0);
+      }
+    }
+  }
+}
+
+// rope_rotate at every level against the scalar level, both pair styles, half sizes with and
+// without an 8-pair tail, unaligned heads.
+TEST(SimdOps, RopeRotateMatchesScalar) {
+  const std::vector<float> v = random_floats(401, 11, 3.0f);
+  const std::vector<float> cs = random_floats(100, 12), sn = random_floats(100, 13);
+  const RopeRotateFn ref = op_kernels(CpuLevel::scalar).rope_rotate;
+  for (CpuLevel level : simd_levels()) {
+    const RopeRotateFn f = op_kernels(level).rope_rotate;
+    for (int64_t half :
+         {int64_t(1), int64_t(4), int64_t(8), int64_t(13), int64_t(32), int64_t(64), int64_t(100)})
+      for (bool neox : {false, true}) {
+        std::vector<float> want(v.begin() + 1, v.begin() + 1 + 2 * half);
+        std::vector<float> got(v.begin(), v.begin() + 1 + 2 * half);
+        ref(want.data(), cs.data(), sn.data(), half, neox);
+        f(got.data() + 1, cs.data(), sn.data(), half, neox);
+        EXPECT_EQ(std::memcmp(want.data(), got.data() + 1, want.size() * 4), 0)
+            << cpu_level_name(level) << " half " << half << " neox " << neox;
+      }
+  }
+}
+
+TEST(CpuLevel, NamesParseBack) {
+  for (CpuLevel l : kAllCpuLevels) EXPECT_EQ(parse_cpu_level(cpu_level_name(l)), l);
+  EXPECT_FALSE(parse_cpu_level("sse9").has_value());
+  EXPECT_FALSE(parse_cpu_level("").has_value());
+}
+
+TEST(CpuLevel, ResolveCapsToSupported) {
+  EXPECT_EQ(resolve_cpu_level(nullptr), best_cpu_level());
+  EXPECT_EQ(resolve_cpu_level(""), best_cpu_level());
+  EXPECT_EQ(resolve_cpu_level("scalar"), CpuLevel::scalar);
+  EXPECT_EQ(resolve_cpu_level("no-such-level"), best_cpu_level());
+  for (CpuLevel l : kAllCpuLevels) {
+    const CpuLevel got = resolve_cpu_level(cpu_level_name(l));
+    EXPECT_TRUE(cpu_level_supported(got));
+    EXPECT_EQ(got, cpu_level_supported(l) ? l : best_cpu_level());
+  }
+  EXPECT_TRUE(cpu_level_supported(cpu_level()));
+}
+
+}  // namespace
+}  // namespace kvrun::cpu
