@@ -70,6 +70,8 @@ int main(int argc, char** argv) {
   CLI::App* ppl_cmd = add_perplexity_command(app, ppl);
   BenchOptions bench;
   CLI::App* bench_cmd = add_bench_command(app, bench);
+  SynthOptions synth;
+  CLI::App* synth_cmd = add_synth_command(app, synth);
 
   rewrite_short_aliases(argc, argv);
   try {
@@ -81,6 +83,7 @@ int main(int argc, char** argv) {
   if (info_cmd->parsed()) return cmd_info(info);
   if (ppl_cmd->parsed()) return cmd_perplexity(ppl);
   if (bench_cmd->parsed()) return cmd_bench(bench);
+  if (synth_cmd->parsed()) return cmd_synth(synth);
   if (run.chat_template == "list") return cmd_list_chat_templates();
   if (run.model.empty()) {
     std::fputs(app.help().c_str(), stdout);
