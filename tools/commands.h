@@ -140,6 +140,22 @@ CLI::App* add_batch_command(CLI::App& app, BatchOptions& o);
 /// `kvrun batch`: summarizes many documents (tools/batch.cpp). Returns 0 when every document
 /// was done, 1 on a setup error or when documents failed, 130 when stopped by SIGINT/SIGTERM.
 int cmd_batch(const BatchOptions& opt);
+/// Options of `kvrun synth`.
+struct SynthOptions {
+  std::string shape;         ///< --shape: a name from src/synth_shapes.h
+  std::string type = "F16";  ///< --type: F32, F16, Q8_0, Q4_0, Q4_K, Q6_K
+  std::string output;        ///< -o
+  std::string vocab_from;    ///< --vocab-from: GGUF to copy tokenizer.* from ("" = minimal)
+  uint64_t seed = 42;        ///< -s / --seed
+  int n_threads = 0;         ///< -t (0: physical cores)
+};
+
+/// Registers `kvrun synth` on `app`, parsing into `o`; returns the subcommand.
+CLI::App* add_synth_command(CLI::App& app, SynthOptions& o);
+
+/// `kvrun synth`: writes a synthetic GGUF (src/synth.h). Returns the exit code (1 on any error,
+/// with one line on stderr and no file left at the output path).
+int cmd_synth(const SynthOptions& opt);
 
 /// Formats a byte count for people: "1.13 MiB", "42.95 GB" (SI when `si`), exact below 1 KiB.
 std::string format_bytes(int64_t bytes, bool si = false);

@@ -74,6 +74,8 @@ int main(int argc, char** argv) {
   CLI::App* serve_cmd = add_serve_command(app, serve);
   BatchOptions batch;
   CLI::App* batch_cmd = add_batch_command(app, batch);
+  SynthOptions synth;
+  CLI::App* synth_cmd = add_synth_command(app, synth);
 
   rewrite_short_aliases(argc, argv);
   try {
@@ -87,6 +89,7 @@ int main(int argc, char** argv) {
   if (bench_cmd->parsed()) return cmd_bench(bench);
   if (serve_cmd->parsed()) return cmd_serve(serve);
   if (batch_cmd->parsed()) return cmd_batch(batch);
+  if (synth_cmd->parsed()) return cmd_synth(synth);
   if (run.chat_template == "list") return cmd_list_chat_templates();
   if (run.model.empty()) {
     std::fputs(app.help().c_str(), stdout);

@@ -1,0 +1,56 @@
+// synth_shapes.h — the model shapes `kvrun synth` can generate (hyperparameters only).
+//
+// Real shapes use the published hyperparameters of the models' Hugging Face `config.json`
+// (hidden_size, intermediate_size, num_hidden_layers, num_attention_heads, num_key_value_heads,
+// head_dim, vocab_size, max_position_embeddings, rms_norm_eps, rope_theta, rope_scaling,
+// tie_word_embeddings):
+//   llama3.2-1b   meta-llama/Llama-3.2-1B/config.json
+//   llama3.1-8b   meta-llama/Llama-3.1-8B/config.json
+//   qwen2.5-0.5b  Qwen/Qwen2.5-0.5B/config.json (QKV biases: Qwen2 attention has bias=True)
+// The tiny shapes are kvrun's own, for tests: head_dim 64 so every block quant applies, and
+// n_embd 128 (not a multiple of 256) so the K-quant fallback is exercised too.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvrun {
+
+/// Llama 3 RoPE frequency scaling (Meta's Llama 3.1 release; `rope_scaling` with
+/// rope_type "llama3" in config.json). `factor` 0 means no scaling.
+struct SynthRopeScaling {
+  double factor = 0;            ///< context extension factor ("factor")
+  double low_freq_factor = 1;   ///< "low_freq_factor"
+  double high_freq_factor = 4;  ///< "high_freq_factor"
+  int64_t n_ctx_orig = 8192;    ///< "original_max_position_embeddings"
+};
+
+/// One generatable model shape. Sizes are element counts.
+struct SynthShape {
+  std::string name;               ///< what --shape takes, e.g. "llama3.2-1b"
+  std::string arch;               ///< general.architecture: "llama" or "qwen2"
+  int64_t n_layer = 0;            ///< num_hidden_layers
+  int64_t n_embd = 0;             ///< hidden_size
+  int64_t n_head = 0;             ///< num_attention_heads
+  int64_t n_head_kv = 0;          ///< num_key_value_heads
+  int64_t head_dim = 0;           ///< head_dim (K, Q and V)
+  int64_t n_ff = 0;               ///< intermediate_size
+  int64_t n_vocab = 0;            ///< vocab_size
+  int64_t n_ctx_train = 0;        ///< max_position_embeddings
+  double rope_theta = 10000;      ///< rope_theta
+  double rms_eps = 1e-5;          ///< rms_norm_eps
+  bool tied = false;              ///< tie_word_embeddings: no output.weight tensor
+  bool qkv_bias = false;          ///< attn_q/k/v biases (qwen2)
+  SynthRopeScaling rope_scaling;  ///< llama3 scaling → a rope_freqs.weight tensor
+  std::string source;             ///< where the numbers come from
+};
+
+/// Every known shape, in a fixed order (the tiny ones first).
+const std::vector<SynthShape>& synth_shapes();
+
+/// The shape named `name` (exact match), or null.
+const SynthShape* find_synth_shape(std::string_view name);
+
+}  // namespace kvrun

@@ -1,0 +1,33 @@
+// synth_vocab.h — the tokenizer metadata of a synthetic model.
+//
+// Either copied from another GGUF (every `tokenizer.*` key: model, pre, tokens, scores,
+// token_type, merges, special token ids, add_*_token flags, chat_template …; GGUF spec,
+// "Tokenizer" section), or a minimal SentencePiece-style ("llama") vocabulary that kvrun and
+// llama.cpp both load:
+//   0 "<unk>" (unknown), 1 "<s>" (control, BOS), 2 "</s>" (control, EOS),
+//   3 … 258 byte tokens "<0x00>" … "<0xFF>" (type byte),
+//   259 … 353 the printable ASCII characters, space written as U+2581 (normal),
+//   then "<synth_N>" filler tokens (normal) up to n_vocab.
+// Any text tokenizes (characters or byte fallback); the filler tokens are only reachable by
+// sampling.
+#pragma once
+
+#include <cstdint>
+
+#include "gguf.h"
+
+namespace kvrun {
+
+/// Smallest vocabulary synth_minimal_vocab can write (3 specials + 256 bytes + 95 ASCII).
+constexpr int64_t kSynthMinVocab = 3 + 256 + 95;
+
+/// Writes the minimal vocabulary of `n_vocab` tokens (tokenizer.ggml.model "llama", tokens,
+/// scores, token_type, bos/eos/unk ids, add_bos_token true, add_eos_token false). Throws
+/// SynthError when n_vocab < kSynthMinVocab.
+void synth_minimal_vocab(gguf::Writer& w, int64_t n_vocab);
+
+/// Copies every `tokenizer.*` key of `from` into `w` and returns the token count
+/// (tokenizer.ggml.tokens). Throws SynthError when `from` has no tokenizer.ggml.tokens array.
+int64_t synth_copy_vocab(const gguf::File& from, gguf::Writer& w);
+
+}  // namespace kvrun

@@ -1,0 +1,557 @@
+// test_synth.cpp — synthetic models (src/synth.h, `kvrun synth`): the shapes' parameter counts,
+// the tensor plan and llama.cpp's type rules, files of the tiny shapes in every type (metadata,
+// tensor shapes/types, real quantization, weight statistics), determinism, the forward pass,
+// the vocabulary (minimal and copied), errors, and the CLI through the real binary.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <numeric>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "context.h"
+#include "gguf.h"
+#include "model.h"
+#include "models/hparams.h"
+#include "models/llama.h"
+#include "synth.h"
+#include "synth_random.h"
+#include "synth_vocab.h"
+#include "test_util.h"
+#include "tokenizer.h"
+
+namespace kvrun {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr SynthFileType kAllTypes[] = {SynthFileType::F32,  SynthFileType::F16,
+                                       SynthFileType::Q8_0, SynthFileType::Q4_0,
+                                       SynthFileType::Q4_K, SynthFileType::Q6_K};
+
+const SynthShape& shape(const std::string& name) {
+  const SynthShape* s = find_synth_shape(name);
+  if (!s) throw std::runtime_error("no shape " + name);
+  return *s;
+}
+
+std::string read_bytes(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+/// Writes shape `name` in `type` to dir/file and returns the path.
+fs::path make(const test::TempDir& dir, const std::string& name, SynthFileType type,
+              uint64_t seed = 42, int threads = 2, const std::string& vocab = "") {
+  SynthParams p;
+  p.shape = &shape(name);
+  p.type = type;
+  p.seed = seed;
+  p.n_threads = threads;
+  p.vocab_from = vocab;
+  p.out_path = (dir / (name + "-" + synth_file_type_name(type) + "-s" + std::to_string(seed) +
+                       "-t" + std::to_string(threads) + ".gguf"))
+                   .string();
+  write_synth_model(p);
+  return p.out_path;
+}
+
+int64_t n_elements(const std::vector<int64_t>& ne) {
+  return std::accumulate(ne.begin(), ne.end(), int64_t(1), std::multiplies<>());
+}
+
+/// Files in `dir` (to check that nothing, not even a temporary, was left behind).
+std::vector<std::string> files_in(const fs::path& dir) {
+  std::vector<std::string> v;
+  for (const auto& e : fs::directory_iterator(dir)) v.push_back(e.path().filename().string());
+  return v;
+}
+
+/// The tensor `name` of `f` decoded to float.
+std::vector<float> decode(const gguf::File& f, const std::string& name) {
+  const gguf::TensorInfo* t = f.find_tensor(name);
+  EXPECT_NE(t, nullptr) << name;
+  if (!t) return {};
+  int64_t n = 1;
+  for (int d = 0; d < t->n_dims; ++d) n *= t->ne[d];
+  std::vector<float> out(static_cast<size_t>(n));
+  traits(t->type).to_float(t->data, out.data(), n);
+  return out;
+}
+
+struct Stats {
+  double mean = 0, sd = 0;
+};
+Stats stats(const std::vector<float>& v) {
+  double s = 0, s2 = 0;
+  for (float x : v) s += x, s2 += double(x) * x;
+  Stats st;
+  st.mean = s / double(v.size());
+  st.sd = std::sqrt(std::max(0.0, s2 / double(v.size()) - st.mean * st.mean));
+  return st;
+}
+
+/// Logits of the last token of `tokens` through kvrun's forward pass.
+std::vector<float> last_logits(const Model& m, const std::vector<int32_t>& tokens) {
+  ContextParams cp;
+  cp.n_ctx = 64;
+  cp.n_threads = 2;
+  Context ctx(m, cp);
+  const auto l = ctx.eval(tokens);
+  return std::vector<float>(l.begin(), l.end());
+}
+
+double correlation(const std::vector<float>& a, const std::vector<float>& b) {
+  const Stats sa = stats(a), sb = stats(b);
+  double c = 0;
+  for (size_t i = 0; i < a.size(); ++i) c += (a[i] - sa.mean) * (b[i] - sb.mean);
+  return c / double(a.size()) / (sa.sd * sb.sd);
+}
+
+// ---- shapes and the plan ---------------------------------------------------------------------
+
+// Parameter counts published for the real models (the 1.24B / 8.03B / 0.49B of the model cards;
+// exact values as transformers counts them), from the shapes table alone.
+TEST(SynthPlan, ParameterCountsMatchTheRealModels) {
+  const std::map<std::string, int64_t> want = {
+      {"llama3.2-1b", 1235814400}, {"llama3.1-8b", 8030261248}, {"qwen2.5-0.5b", 494032768}};
+  for (const auto& [name, n] : want) {
+    int64_t total = 0;
+    for (const SynthTensor& t : synth_tensor_plan(shape(name), SynthFileType::F16))
+      if (t.name != "rope_freqs.weight") total += n_elements(t.ne);
+    EXPECT_EQ(total, n) << name;
+  }
+}
+
+TEST(SynthPlan, RealShapesHaveTheirPublishedHyperparameters) {
+  const SynthShape& l1 = shape("llama3.2-1b");
+  EXPECT_EQ(l1.n_layer, 16);
+  EXPECT_EQ(l1.n_embd, 2048);
+  EXPECT_EQ(l1.n_head, 32);
+  EXPECT_EQ(l1.n_head_kv, 8);
+  EXPECT_EQ(l1.n_ff, 8192);
+  EXPECT_EQ(l1.n_vocab, 128256);
+  EXPECT_TRUE(l1.tied);
+  const SynthShape& q = shape("qwen2.5-0.5b");
+  EXPECT_EQ(q.arch, "qwen2");
+  EXPECT_TRUE(q.qkv_bias);
+  EXPECT_TRUE(q.tied);
+  EXPECT_EQ(q.n_head * q.head_dim, q.n_embd);
+  EXPECT_FALSE(shape("llama3.1-8b").tied);
+  EXPECT_EQ(find_synth_shape("llama-9000"), nullptr);
+}
+
+TEST(SynthPlan, Llama3RopeFactorsFollowTheConverterRule) {
+  const std::vector<float> f = synth_rope_freq_factors(shape("llama3.2-1b"));
+  ASSERT_EQ(f.size(), 32u);          // head_dim / 2
+  EXPECT_FLOAT_EQ(f.front(), 1.0f);  // highest frequency: unscaled
+  EXPECT_FLOAT_EQ(f.back(), 32.0f);  // lowest frequency: the full factor
+  EXPECT_TRUE(std::is_sorted(f.begin(), f.end()));
+  // Something in between is interpolated (wavelengths between 2048 and 8192 positions).
+  EXPECT_TRUE(std::any_of(f.begin(), f.end(), [](float x) { return x > 1.0f && x < 32.0f; }));
+  // A pair whose wavelength 2π·θ^(2i/d) lies in (2048, 8192) gets 1/((1−s)/32 + s) with
+  // s = (8192/λ − 1)/3.
+  for (size_t i = 0; i < f.size(); ++i) {
+    const double lambda = 2 * M_PI * std::pow(500000.0, double(2 * i) / 64.0);
+    if (lambda > 2048 && lambda < 8192) {
+      const double s = (8192 / lambda - 1) / 3;
+      EXPECT_NEAR(f[i], 1 / ((1 - s) / 32 + s), 1e-4) << i;
+    }
+  }
+  EXPECT_TRUE(synth_rope_freq_factors(shape("qwen2.5-0.5b")).empty());
+}
+
+TEST(SynthPlan, TypesFollowLlamaCppRules) {
+  auto type_of = [](const std::vector<SynthTensor>& plan, const std::string& name) {
+    for (const SynthTensor& t : plan)
+      if (t.name == name) return t.type;
+    ADD_FAILURE() << "no tensor " << name;
+    return DType::F32;
+  };
+  // llama3.2-1b (tied): the embedding is the output head.
+  auto p = synth_tensor_plan(shape("llama3.2-1b"), SynthFileType::Q4_0);
+  EXPECT_EQ(type_of(p, "token_embd.weight"), DType::Q6_K);
+  EXPECT_EQ(type_of(p, "blk.0.attn_q.weight"), DType::Q4_0);
+  EXPECT_EQ(type_of(p, "blk.15.ffn_down.weight"), DType::Q4_0);
+  EXPECT_EQ(type_of(p, "blk.0.attn_norm.weight"), DType::F32);
+  EXPECT_EQ(type_of(p, "rope_freqs.weight"), DType::F32);
+  p = synth_tensor_plan(shape("llama3.2-1b"), SynthFileType::Q8_0);
+  EXPECT_EQ(type_of(p, "token_embd.weight"), DType::Q8_0);
+  // Q4_K = llama.cpp's Q4_K_S: attn_v of layers 0-3 and ffn_down of layers < 16/8 in Q5_K.
+  p = synth_tensor_plan(shape("llama3.2-1b"), SynthFileType::Q4_K);
+  EXPECT_EQ(type_of(p, "token_embd.weight"), DType::Q6_K);
+  EXPECT_EQ(type_of(p, "blk.3.attn_v.weight"), DType::Q5_K);
+  EXPECT_EQ(type_of(p, "blk.4.attn_v.weight"), DType::Q4_K);
+  EXPECT_EQ(type_of(p, "blk.1.ffn_down.weight"), DType::Q5_K);
+  EXPECT_EQ(type_of(p, "blk.2.ffn_down.weight"), DType::Q4_K);
+  EXPECT_EQ(type_of(p, "blk.2.ffn_up.weight"), DType::Q4_K);
+  for (const SynthTensor& t : p) EXPECT_EQ(t.type, t.wanted) << t.name;  // no fallback needed
+  // llama3.1-8b (untied): token_embd keeps the file type, output is Q6_K.
+  p = synth_tensor_plan(shape("llama3.1-8b"), SynthFileType::Q4_0);
+  EXPECT_EQ(type_of(p, "token_embd.weight"), DType::Q4_0);
+  EXPECT_EQ(type_of(p, "output.weight"), DType::Q6_K);
+  // qwen2.5-0.5b: rows of 896 cannot hold 256-blocks → llama.cpp's fallbacks.
+  p = synth_tensor_plan(shape("qwen2.5-0.5b"), SynthFileType::Q4_K);
+  EXPECT_EQ(type_of(p, "blk.5.attn_q.weight"), DType::Q5_0);    // Q4_K → Q5_0
+  EXPECT_EQ(type_of(p, "blk.0.attn_v.weight"), DType::Q5_1);    // Q5_K → Q5_1
+  EXPECT_EQ(type_of(p, "token_embd.weight"), DType::Q8_0);      // Q6_K → Q8_0
+  EXPECT_EQ(type_of(p, "blk.5.ffn_down.weight"), DType::Q4_K);  // rows of 4864 = 19·256
+  EXPECT_EQ(type_of(p, "blk.5.attn_q.bias"), DType::F32);
+  p = synth_tensor_plan(shape("qwen2.5-0.5b"), SynthFileType::Q6_K);
+  EXPECT_EQ(type_of(p, "blk.5.attn_q.weight"), DType::Q8_0);
+  EXPECT_EQ(type_of(p, "blk.5.ffn_down.weight"), DType::Q6_K);
+  p = synth_tensor_plan(shape("qwen2.5-0.5b"), SynthFileType::F16);
+  for (const SynthTensor& t : p) EXPECT_EQ(t.type, t.ne.size() == 1 ? DType::F32 : DType::F16);
+}
+
+TEST(SynthPlan, FileTypeNames) {
+  for (SynthFileType t : kAllTypes) {
+    const std::string n = synth_file_type_name(t);
+    EXPECT_EQ(synth_file_type_from_name(n), t);
+    std::string lower = n;
+    for (char& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
+    EXPECT_EQ(synth_file_type_from_name(lower), t);
+  }
+  EXPECT_FALSE(synth_file_type_from_name("Q4_K_M"));
+  EXPECT_FALSE(synth_file_type_from_name("q5_0"));
+  EXPECT_EQ(synth_llama_ftype(SynthFileType::Q4_0), 2u);
+  EXPECT_EQ(synth_llama_ftype(SynthFileType::Q4_K), 14u);  // MOSTLY_Q4_K_S
+}
+
+TEST(SynthRandom, IsCounterBasedAndRoughlyStandardNormal) {
+  const uint64_t k = synth_random::tensor_key(7, "blk.0.attn_q.weight");
+  EXPECT_NE(k, synth_random::tensor_key(8, "blk.0.attn_q.weight"));
+  EXPECT_NE(k, synth_random::tensor_key(7, "blk.1.attn_q.weight"));
+  std::vector<float> v(200000);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = synth_random::normal(k, i);
+  const Stats s = stats(v);
+  EXPECT_NEAR(s.mean, 0.0, 0.01);
+  EXPECT_NEAR(s.sd, 1.0, 0.01);
+  EXPECT_EQ(synth_random::normal(k, 12345), v[12345]);  // any index, any order
+  const auto [mn, mx] = std::minmax_element(v.begin(), v.end());
+  EXPECT_LT(*mn, -3.0f);
+  EXPECT_GT(*mx, 3.0f);
+  EXPECT_GE(*mn, -3.47f);
+  EXPECT_LE(*mx, 3.47f);
+}
+
+// ---- files of the tiny shapes ----------------------------------------------------------------
+
+class SynthTinyTypes : public ::testing::TestWithParam<SynthFileType> {};
+
+TEST_P(SynthTinyTypes, WritesLoadsAndRuns) {
+  const SynthFileType type = GetParam();
+  test::TempDir dir;
+  const fs::path path = make(dir, "tiny", type);
+  const SynthShape& s = shape("tiny");
+
+  const gguf::File f = gguf::File::open(path.string());
+  EXPECT_EQ(f.version(), 3u);
+  EXPECT_EQ(f.get_string("general.architecture"), "llama");
+  EXPECT_EQ(f.get_int("general.file_type"), int64_t(synth_llama_ftype(type)));
+  EXPECT_EQ(f.get_int("llama.block_count"), s.n_layer);
+  EXPECT_EQ(f.get_int("llama.embedding_length"), s.n_embd);
+  EXPECT_EQ(f.get_int("llama.feed_forward_length"), s.n_ff);
+  EXPECT_EQ(f.get_int("llama.attention.head_count"), s.n_head);
+  EXPECT_EQ(f.get_int("llama.attention.head_count_kv"), s.n_head_kv);
+  EXPECT_EQ(f.get_int("llama.context_length"), s.n_ctx_train);
+  EXPECT_FLOAT_EQ(float(*f.get_float("llama.rope.freq_base")), float(s.rope_theta));
+  EXPECT_EQ(f.get_string("tokenizer.ggml.model"), "llama");
+  EXPECT_EQ(f.get_string_array("tokenizer.ggml.tokens")->size(), size_t(s.n_vocab));
+  EXPECT_EQ(f.get_int("kvrun.synth.seed"), 42);
+
+  const std::vector<SynthTensor> plan = synth_tensor_plan(s, type);
+  ASSERT_EQ(f.tensors().size(), plan.size());
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const gguf::TensorInfo& t = f.tensors()[i];
+    EXPECT_EQ(t.name, plan[i].name);
+    EXPECT_EQ(t.type, plan[i].type) << t.name;
+    ASSERT_EQ(size_t(t.n_dims), plan[i].ne.size()) << t.name;
+    for (int d = 0; d < t.n_dims; ++d) EXPECT_EQ(t.ne[d], plan[i].ne[size_t(d)]) << t.name;
+    if (t.n_dims == 1) {
+      EXPECT_EQ(t.type, DType::F32) << t.name;
+    }
+  }
+  const uint64_t size = fs::file_size(path);
+  EXPECT_EQ(f.file_size(), size);
+
+  // kvrun's loader accepts it, and the forward pass gives finite, spread-out logits.
+  const Model m = Model::load(path.string());
+  EXPECT_EQ(m.hparams().n_vocab, s.n_vocab);
+  EXPECT_TRUE(m.hparams().rope.has_freq_factors);
+  const Tokenizer tok = Tokenizer::from_gguf(m.file());
+  const std::vector<int32_t> prompt = tok.tokenize("Hello, synthetic world!", true, false);
+  ASSERT_GT(prompt.size(), 5u);
+  const std::vector<float> logits = last_logits(m, prompt);
+  ASSERT_EQ(logits.size(), size_t(s.n_vocab));
+  for (float x : logits) ASSERT_TRUE(std::isfinite(x));
+  const Stats st = stats(logits);
+  EXPECT_GT(st.sd, 0.3) << "logits nearly constant";
+  EXPECT_LT(st.sd, 10.0) << "logits exploding";
+  // Different inputs give different distributions (the model is not input-independent).
+  const std::vector<float> other = last_logits(m, tok.tokenize("0123 xyz", true, false));
+  EXPECT_LT(correlation(logits, other), 0.99);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, SynthTinyTypes, ::testing::ValuesIn(kAllTypes),
+                         [](const auto& info) { return synth_file_type_name(info.param); });
+
+TEST(SynthFile, WeightsHaveTheDocumentedScale) {
+  test::TempDir dir;
+  const gguf::File f = gguf::File::open(make(dir, "tiny", SynthFileType::F32).string());
+  const Stats q = stats(decode(f, "blk.0.attn_q.weight"));  // rows of n_embd = 128
+  EXPECT_NEAR(q.mean, 0.0, 0.005);
+  EXPECT_NEAR(q.sd, 1.0 / std::sqrt(128.0), 0.03 / std::sqrt(128.0));
+  const Stats down = stats(decode(f, "blk.1.ffn_down.weight"));  // rows of n_ff = 256
+  EXPECT_NEAR(down.sd, 1.0 / 16.0, 0.003);
+  const Stats norm = stats(decode(f, "blk.0.ffn_norm.weight"));
+  EXPECT_NEAR(norm.mean, 1.0, 0.05);
+  EXPECT_NEAR(norm.sd, 0.1, 0.03);
+  const std::vector<float> rf = decode(f, "rope_freqs.weight");
+  const std::vector<float> want = synth_rope_freq_factors(shape("tiny"));
+  EXPECT_EQ(rf, want);
+}
+
+// The quantized files hold real quantizations of the same random values as the F32 file.
+TEST(SynthFile, QuantizedWeightsAreQuantizationsOfTheSameValues) {
+  test::TempDir dir;
+  const gguf::File ref = gguf::File::open(make(dir, "tiny", SynthFileType::F32).string());
+  const std::map<SynthFileType, double> max_rel_rms = {{SynthFileType::F16, 0.001},
+                                                       {SynthFileType::Q8_0, 0.01},
+                                                       {SynthFileType::Q6_K, 0.05},
+                                                       {SynthFileType::Q4_K, 0.15},
+                                                       {SynthFileType::Q4_0, 0.15}};
+  for (const auto& [type, tol] : max_rel_rms) {
+    const gguf::File f = gguf::File::open(make(dir, "tiny", type).string());
+    for (const std::string name : {"blk.1.ffn_down.weight", "blk.0.attn_k.weight"}) {
+      const std::vector<float> a = decode(ref, name), b = decode(f, name);
+      ASSERT_EQ(a.size(), b.size());
+      double err = 0, sig = 0;
+      for (size_t i = 0; i < a.size(); ++i)
+        err += (a[i] - b[i]) * (a[i] - b[i]), sig += a[i] * a[i];
+      const double rel = std::sqrt(err / sig);
+      EXPECT_LT(rel, tol) << synth_file_type_name(type) << " " << name;
+      if (type != SynthFileType::F16) {
+        EXPECT_GT(rel, 1e-4) << "not quantized?";
+      }
+    }
+  }
+}
+
+TEST(SynthFile, QuantizedLogitsTrackTheF32Model) {
+  test::TempDir dir;
+  const Model ref = Model::load(make(dir, "tiny", SynthFileType::F32).string());
+  const Tokenizer tok = Tokenizer::from_gguf(ref.file());
+  const std::vector<int32_t> prompt = tok.tokenize("The quick brown fox", true, false);
+  const std::vector<float> lref = last_logits(ref, prompt);
+  for (SynthFileType type : {SynthFileType::Q8_0, SynthFileType::Q4_0}) {
+    const Model m = Model::load(make(dir, "tiny", type).string());
+    const double c = correlation(lref, last_logits(m, prompt));
+    EXPECT_GT(c, type == SynthFileType::Q8_0 ? 0.99 : 0.8) << synth_file_type_name(type);
+  }
+}
+
+TEST(SynthFile, SameSeedSameBytesAnyThreadCountOtherSeedDiffers) {
+  test::TempDir dir;
+  const std::string a = read_bytes(make(dir, "tiny", SynthFileType::Q4_K, 42, 1));
+  const std::string b = read_bytes(make(dir, "tiny", SynthFileType::Q4_K, 42, 2));
+  const std::string c = read_bytes(make(dir, "tiny", SynthFileType::Q4_K, 43, 2));
+  ASSERT_FALSE(a.empty());
+  EXPECT_TRUE(a == b) << "same seed, different thread count → different bytes";
+  ASSERT_EQ(a.size(), c.size());
+  EXPECT_FALSE(a == c);
+  // Not only the seed key differs: most of the weight bytes do.
+  size_t diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff += a[i] != c[i];
+  EXPECT_GT(diff, a.size() / 2);
+}
+
+TEST(SynthFile, Qwen2TinyHasBiasesTiedEmbeddingsAndLoadsAsLlamaFamilyWeights) {
+  test::TempDir dir;
+  const gguf::File f = gguf::File::open(make(dir, "tiny-qwen2", SynthFileType::Q8_0).string());
+  EXPECT_EQ(f.get_string("general.architecture"), "qwen2");
+  EXPECT_EQ(f.get_int("qwen2.block_count"), 2);
+  EXPECT_NEAR(*f.get_float("qwen2.attention.layer_norm_rms_epsilon"), 1e-6, 1e-9);
+  EXPECT_EQ(f.find_tensor("output.weight"), nullptr);
+  EXPECT_EQ(f.find_tensor("rope_freqs.weight"), nullptr);
+  ASSERT_NE(f.find_tensor("blk.1.attn_k.bias"), nullptr);
+  EXPECT_EQ(f.find_tensor("blk.1.attn_k.bias")->type, DType::F32);
+  // kvrun's llama-family weight loader (which qwen2 support will use) accepts every tensor.
+  const Hparams hp = load_hparams(f);
+  EXPECT_EQ(hp.arch, "qwen2");
+  EXPECT_NEAR(hp.rms_eps, 1e-6, 1e-9);
+  const LlamaWeights w = load_llama_weights(f, hp);
+  EXPECT_NE(w.layers[1].bq.data, nullptr);
+  EXPECT_EQ(w.output.data, w.tok_embd.data);  // tied
+}
+
+// ---- vocabulary -----------------------------------------------------------------------------
+
+TEST(SynthVocab, MinimalVocabTokenizesAnyTextAndRoundTrips) {
+  test::TempDir dir;
+  const gguf::File f = gguf::File::open(make(dir, "tiny", SynthFileType::F32).string());
+  const Tokenizer tok = Tokenizer::from_gguf(f);
+  EXPECT_EQ(tok.n_vocab(), 512);
+  EXPECT_EQ(tok.bos(), 1);
+  EXPECT_EQ(tok.eos(), 2);
+  const std::string text = "Hello world, caf\xC3\xA9 {42}!";
+  const std::vector<int32_t> ids = tok.tokenize(text, false, false);
+  EXPECT_EQ(tok.detokenize(ids, false), text);
+  // ASCII characters are single tokens; é falls back to its two bytes.
+  EXPECT_EQ(ids.size(), text.size() + 1 /* the SPM space prefix */);
+}
+
+TEST(SynthVocab, VocabFromCopiesTheTokenizer) {
+  const std::string rel = "models/stories260K-F32.gguf";  // 512 tokens, like the tiny shape
+  KVRUN_REQUIRE_FIXTURE(rel);
+  test::TempDir dir;
+  const fs::path path = make(dir, "tiny", SynthFileType::Q8_0, 42, 2, test::fixture(rel).string());
+  const gguf::File src = gguf::File::open(test::fixture(rel).string());
+  const gguf::File f = gguf::File::open(path.string());
+  size_t n_keys = 0;
+  for (const gguf::KeyValue& kv : src.metadata()) {
+    if (!kv.key.starts_with("tokenizer.")) continue;
+    ++n_keys;
+    EXPECT_NE(f.find(kv.key), nullptr) << kv.key;
+  }
+  EXPECT_GE(n_keys, 5u);
+  EXPECT_EQ(*f.get_string_array("tokenizer.ggml.tokens"),
+            *src.get_string_array("tokenizer.ggml.tokens"));
+  EXPECT_EQ(*f.get_float_array("tokenizer.ggml.scores"),
+            *src.get_float_array("tokenizer.ggml.scores"));
+  const Tokenizer a = Tokenizer::from_gguf(src), b = Tokenizer::from_gguf(f);
+  for (const char* text : {"Once upon a time, there was a little dog.", "Tom and Lily!"})
+    EXPECT_EQ(a.tokenize(text, true, false), b.tokenize(text, true, false)) << text;
+  // The result still loads and runs.
+  const Model m = Model::load(path.string());
+  for (float x : last_logits(m, b.tokenize("Once upon a time", true, false)))
+    ASSERT_TRUE(std::isfinite(x));
+}
+
+// ---- errors ---------------------------------------------------------------------------------
+
+TEST(SynthErrors, VocabSizeMismatchLeavesNoFile) {
+  const std::string rel = "vocab/ggml-vocab-gpt-2.gguf";  // 50257 tokens
+  KVRUN_REQUIRE_FIXTURE(rel);
+  test::TempDir dir;
+  SynthParams p;
+  p.shape = &shape("tiny");
+  p.type = SynthFileType::Q4_0;
+  p.vocab_from = test::fixture(rel).string();
+  p.out_path = (dir / "out.gguf").string();
+  try {
+    write_synth_model(p);
+    FAIL() << "no error";
+  } catch (const SynthError& e) {
+    EXPECT_NE(std::string(e.what()).find("50257 tokens"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("needs 512"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(files_in(dir.path()).empty());
+}
+
+TEST(SynthErrors, BadVocabFileAndUnwritablePath) {
+  test::TempDir dir;
+  SynthParams p;
+  p.shape = &shape("tiny");
+  p.type = SynthFileType::F16;
+  p.out_path = (dir / "out.gguf").string();
+  p.vocab_from = (dir / "missing.gguf").string();
+  EXPECT_THROW(write_synth_model(p), SynthError);
+  // A GGUF without tokenizer.ggml.tokens.
+  gguf::Writer w;
+  w.set_string("general.architecture", "llama");
+  w.write((dir / "novocab.gguf").string());
+  p.vocab_from = (dir / "novocab.gguf").string();
+  try {
+    write_synth_model(p);
+    FAIL() << "no error";
+  } catch (const SynthError& e) {
+    EXPECT_NE(std::string(e.what()).find("tokenizer.ggml.tokens"), std::string::npos);
+  }
+  p.vocab_from.clear();
+  p.out_path = (dir / "no-such-dir" / "out.gguf").string();
+  EXPECT_THROW(write_synth_model(p), SynthError);
+  EXPECT_EQ(files_in(dir.path()), std::vector<std::string>{"novocab.gguf"});
+}
+
+TEST(SynthErrors, CancelRemovesTheTemporaryFile) {
+  test::TempDir dir;
+  std::atomic<bool> cancel{false};
+  SynthParams p;
+  p.shape = &shape("tiny");
+  p.type = SynthFileType::F32;
+  p.out_path = (dir / "out.gguf").string();
+  p.cancel = &cancel;
+  p.progress = [&](const SynthProgress& pr) {
+    if (pr.tensor >= 3) cancel = true;
+  };
+  EXPECT_THROW(write_synth_model(p), SynthError);
+  EXPECT_TRUE(files_in(dir.path()).empty());
+}
+
+// ---- the CLI --------------------------------------------------------------------------------
+
+std::string q(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+TEST(SynthCli, WritesAFileThatKvrunRuns) {
+  test::TempDir dir;
+  const std::string out = (dir / "tiny.gguf").string();
+  auto r = test::run_command(q(test::kvrun_binary()) +
+                             " synth --shape tiny --type Q4_0 --seed 7 -t 2 -o " + q(out));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("wrote " + out), std::string::npos) << r.err;
+  const gguf::File f = gguf::File::open(out);
+  EXPECT_EQ(f.get_int("kvrun.synth.seed"), 7);
+  EXPECT_EQ(f.get_int("general.file_type"), 2);
+  r = test::run_command(q(test::kvrun_binary()) + " -m " + q(out) +
+                        " -p 'Hello' -n 4 --temp 0 --ignore-eos");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // Text mode (--json is avoided: a random model may emit a lone byte token, which is not
+  // valid UTF-8 on its own). The timings line reports the 4 generated tokens.
+  EXPECT_NE(r.err.find("4 tokens"), std::string::npos) << r.err;
+}
+
+TEST(SynthCli, ErrorsAreOneLineAndLeaveNoFile) {
+  test::TempDir dir;
+  const std::string out = (dir / "x.gguf").string();
+  const std::string bin = q(test::kvrun_binary());
+  struct Case {
+    std::string args, message;
+  };
+  std::vector<Case> cases = {
+      {"--shape llama-9000 --type Q4_0", "unknown shape 'llama-9000'"},
+      {"--shape tiny --type Q5_K", "unknown type 'Q5_K'"},
+      {"--shape tiny --type F16 --vocab-from " + q((dir / "nope.gguf").string()), "nope.gguf"},
+  };
+  if (fs::exists(test::fixture("vocab/ggml-vocab-gpt-2.gguf")))
+    cases.push_back({"--shape tiny --type F16 --vocab-from " +
+                         q(test::fixture("vocab/ggml-vocab-gpt-2.gguf").string()),
+                     "has 50257 tokens, shape tiny needs 512"});
+  for (const Case& c : cases) {
+    const auto r = test::run_command(bin + " synth " + c.args + " -o " + q(out));
+    EXPECT_EQ(r.exit_code, 1) << c.args;
+    EXPECT_NE(r.err.find("kvrun: error: "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_TRUE(files_in(dir.path()).empty()) << c.args;
+  }
+  const auto r = test::run_command(bin + " synth --shape tiny --type F16 -o " +
+                                   q((dir / "no-such-dir" / "x.gguf").string()));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("cannot create"), std::string::npos) << r.err;
+  EXPECT_TRUE(files_in(dir.path()).empty());
+}
+
+}  // namespace
+}  // namespace kvrun
