@@ -39,6 +39,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "cpu/cpu_traits.h"
 #include "cpu/kv_row_ops.h"
 #include "cpu/ops.h"
 #include "cpu/vec_dot.h"
@@ -57,12 +58,23 @@ struct KDot {
 };
 
 KDot make_kdot(DType kt, int64_t hd, bool flash, bool batched) {
+  // The dots come from the CPU traits table at the process's kernel level (SIMD where the
+  // machine has it, bit-identical to the scalar reference); the pairing is llama.cpp's.
   const bool gemm = !flash && batched && hd % 16 == 0;
-  if (kt == DType::F16 && flash) return {false, act_from_float_f32, vec_dot_f32};  // tile path
-  if (kt == DType::F16) return {true, act_from_float_f16, gemm ? gemm_dot_f16 : vec_dot_f16};
-  if (kt == DType::Q8_0 && hd % 32 == 0) return {true, act_from_float_q8_0, vec_dot_q8_0_q8_0};
-  if (kt == DType::Q4_0 && hd % 32 == 0) return {true, act_from_float_q8_0, vec_dot_q4_0_q8_0};
-  return {kt == DType::F32, act_from_float_f32, gemm ? gemm_dot_f32 : vec_dot_f32};
+  auto pick = [gemm](const CpuTypeTraits* t) {
+    return gemm && t->gemm_dot ? t->gemm_dot : t->vec_dot;
+  };
+  const CpuTypeTraits* f32 = cpu_traits(DType::F32);
+  if (kt == DType::F16 && flash) return {false, f32->act_from_float, f32->vec_dot};  // tile path
+  if (kt == DType::F16) {
+    const CpuTypeTraits* t = cpu_traits(DType::F16);
+    return {true, t->act_from_float, pick(t)};
+  }
+  if ((kt == DType::Q8_0 || kt == DType::Q4_0) && hd % 32 == 0) {
+    const CpuTypeTraits* t = cpu_traits(kt);
+    return {true, t->act_from_float, t->vec_dot};
+  }
+  return {kt == DType::F32, f32->act_from_float, pick(f32)};
 }
 
 /// What one paged_attention call shares between its work items.
