@@ -14,6 +14,7 @@
 #include "batch_job.h"
 #include "batch_output.h"
 #include "commands.h"
+#include "session.h"
 
 namespace kvrun::tools {
 namespace {
@@ -160,8 +161,7 @@ int cmd_batch(const BatchOptions& opt_in) {
 
     model = std::make_unique<Model>(Model::load(opt.model));
     tok = std::make_unique<Tokenizer>(Tokenizer::from_gguf(model->file()));
-    const int64_t n_ctx_train = model->hparams().n_ctx_train;
-    if (opt.n_ctx == 0) opt.n_ctx = n_ctx_train > 0 ? std::min<int64_t>(4096, n_ctx_train) : 4096;
+    opt.n_ctx = resolve_n_ctx(*model, opt.n_ctx);
     ContextParams cp;
     cp.n_ctx = opt.n_ctx * opt.n_parallel;  // pool budget (without --kv-mem): every session full
     apply_kv_cache_options(opt.kv, opt.model, cp);

@@ -18,6 +18,7 @@
 #include "commands.h"
 #include "scheduler.h"
 #include "serve_api.h"
+#include "session.h"
 
 namespace kvrun::tools {
 namespace {
@@ -287,12 +288,7 @@ int cmd_serve(const ServeOptions& opt_in) {
     if (max_body < 1) throw std::invalid_argument("--max-body must be positive");
     model = std::make_unique<Model>(Model::load(opt.model));
     tok = std::make_unique<Tokenizer>(Tokenizer::from_gguf(model->file()));
-    const int64_t n_ctx_train = model->hparams().n_ctx_train;
-    if (opt.n_ctx == 0) opt.n_ctx = n_ctx_train > 0 ? std::min<int64_t>(4096, n_ctx_train) : 4096;
-    if (n_ctx_train > 0 && opt.n_ctx > n_ctx_train)
-      std::fprintf(stderr,
-                   "kvrun: warning: n_ctx %lld is larger than the model's n_ctx_train %lld\n",
-                   (long long)opt.n_ctx, (long long)n_ctx_train);
+    opt.n_ctx = resolve_n_ctx(*model, opt.n_ctx);
     ContextParams cp;
     cp.n_ctx = opt.n_ctx * opt.n_parallel;  // pool budget (without --kv-mem): every session full
     apply_kv_cache_options(opt.kv, opt.model, cp);

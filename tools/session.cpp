@@ -37,18 +37,23 @@ InterruptGuard::InterruptGuard() {
 
 InterruptGuard::~InterruptGuard() { sigaction(SIGINT, &g_previous, nullptr); }
 
-Loaded load(const RunOptions& opt) {
-  Model model = Model::load(opt.model);
-  Tokenizer tok = Tokenizer::from_gguf(model.file());
+int64_t resolve_n_ctx(const Model& model, int64_t requested) {
   const int64_t n_ctx_train = model.hparams().n_ctx_train;
-  ContextParams cp;
-  cp.n_ctx = opt.n_ctx;
-  if (cp.n_ctx == 0) cp.n_ctx = n_ctx_train > 0 ? std::min<int64_t>(4096, n_ctx_train) : 4096;
-  if (n_ctx_train > 0 && cp.n_ctx > n_ctx_train)
+  int64_t n_ctx = requested;
+  if (n_ctx == 0) n_ctx = n_ctx_train > 0 ? std::min<int64_t>(4096, n_ctx_train) : 4096;
+  if (n_ctx_train > 0 && n_ctx > n_ctx_train)
     std::fprintf(stderr,
                  "kvrun: warning: n_ctx %lld is larger than the model's n_ctx_train %lld; quality "
                  "may degrade past it\n",
-                 (long long)cp.n_ctx, (long long)n_ctx_train);
+                 (long long)n_ctx, (long long)n_ctx_train);
+  return n_ctx;
+}
+
+Loaded load(const RunOptions& opt) {
+  Model model = Model::load(opt.model);
+  Tokenizer tok = Tokenizer::from_gguf(model.file());
+  ContextParams cp;
+  cp.n_ctx = resolve_n_ctx(model, opt.n_ctx);
   cp.n_batch = opt.n_batch;
   cp.n_threads = opt.n_threads;
   apply_kv_cache_options(opt.kv, opt.model, cp);

@@ -21,6 +21,10 @@ struct Loaded {
   std::unique_ptr<Context> ctx;
 };
 
+/// The context length to use for `model` when -c gave `requested` tokens (0: min(4096,
+/// n_ctx_train), 4096 when the file does not say); warns on stderr when it exceeds n_ctx_train.
+int64_t resolve_n_ctx(const Model& model, int64_t requested);
+
 /// Loads opt.model, its tokenizer and a context of the chosen size (-c, default
 /// min(4096, n_ctx_train); a warning on stderr when it exceeds n_ctx_train). Throws on errors.
 Loaded load(const RunOptions& opt);
