@@ -175,16 +175,8 @@ int cmd_batch(const BatchOptions& opt_in) {
     bp.sched.flash_attn = cp.flash_attn;
     bp.prompt.prompt = unescape(opt.prompt);
     bp.prompt.system = unescape(opt.system);
-    auto text_of = [&](int32_t id) { return id >= 0 ? tok->token_text(id) : std::string(); };
-    bp.prompt.special = {text_of(tok->bos()), text_of(tok->eos())};
-    if (!opt.chat_template.empty()) {
-      const auto names = chat_template_names();
-      if (std::find(names.begin(), names.end(), opt.chat_template) == names.end())
-        throw std::invalid_argument("unknown --chat-template '" + opt.chat_template + "'");
-      bp.prompt.chat_family = opt.chat_template;
-    } else if (auto tmpl = model->file().get_string("tokenizer.chat_template")) {
-      bp.prompt.chat_family = detect_chat_template(*tmpl);
-    }
+    bp.prompt.special = chat_special_tokens(*tok);
+    bp.prompt.chat_family = chat_family_for(*model, opt.chat_template);
     bp.n_predict = opt.n_predict;
     bp.sampling = opt.sampling;
     bp.long_mode = *parse_batch_long_mode(opt.long_mode);

@@ -11,10 +11,6 @@
 namespace kvrun::tools {
 namespace {
 
-std::string token_text_or_empty(const Tokenizer& tok, int32_t id) {
-  return id >= 0 ? tok.token_text(id) : std::string();
-}
-
 /// Tokens of the whole conversation as the model should see it now.
 std::vector<int32_t> conversation_tokens(const ChatState& st, const Tokenizer& tok,
                                          const std::string& user) {
@@ -35,7 +31,7 @@ std::vector<int32_t> conversation_tokens(const ChatState& st, const Tokenizer& t
 
 ChatState ChatState::create(const RunOptions& opt, const Loaded& l) {
   ChatState st{std::nullopt, "", {}, opt.system, {}, {}, Sampler(opt.sampling), {}};
-  st.special = {token_text_or_empty(l.tok, l.tok.bos()), token_text_or_empty(l.tok, l.tok.eos())};
+  st.special = chat_special_tokens(l.tok);
   if (!opt.chat_template.empty()) {  // a known name: cmd_run checked it
     st.family = opt.chat_template;
   } else if (auto tmpl = l.model.file().get_string("tokenizer.chat_template")) {

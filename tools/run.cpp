@@ -106,10 +106,7 @@ int cmd_run(const RunOptions& opt_in) {
   RunOptions opt = opt_in;
   try {
     if (!opt.chat_template.empty()) {
-      const auto names = chat_template_names();
-      if (std::find(names.begin(), names.end(), opt.chat_template) == names.end())
-        throw std::invalid_argument("unknown chat template '" + opt.chat_template +
-                                    "' (kvrun --chat-template list shows the names)");
+      check_chat_template_name(opt.chat_template);
     }
     if (!opt.prompt_file.empty()) {
       std::ifstream f(opt.prompt_file, std::ios::binary);

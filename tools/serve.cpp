@@ -303,17 +303,8 @@ int cmd_serve(const ServeOptions& opt_in) {
     api.n_ctx = opt.n_ctx;
     api.timeout_s = opt.timeout_s;
     api.model_name = std::filesystem::path(opt.model).stem().string();
-    auto text_of = [&](int32_t id) { return id >= 0 ? tok->token_text(id) : std::string(); };
-    api.special = {text_of(tok->bos()), text_of(tok->eos())};
-    if (!opt.chat_template.empty()) {
-      const auto names = chat_template_names();
-      if (std::find(names.begin(), names.end(), opt.chat_template) == names.end())
-        throw std::invalid_argument("unknown --chat-template '" + opt.chat_template +
-                                    "' (see kvrun --chat-template list)");
-      api.chat_family = opt.chat_template;
-    } else if (auto tmpl = model->file().get_string("tokenizer.chat_template")) {
-      api.chat_family = detect_chat_template(*tmpl);
-    }
+    api.special = chat_special_tokens(*tok);
+    api.chat_family = chat_family_for(*model, opt.chat_template);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kvrun: error: %s: %s\n", opt.model.c_str(), e.what());
     return 1;

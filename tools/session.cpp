@@ -3,8 +3,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
+#include <stdexcept>
 
 namespace kvrun::tools {
 
@@ -47,6 +49,28 @@ int64_t resolve_n_ctx(const Model& model, int64_t requested) {
                  "may degrade past it\n",
                  (long long)n_ctx, (long long)n_ctx_train);
   return n_ctx;
+}
+
+ChatSpecialTokens chat_special_tokens(const Tokenizer& tok) {
+  auto text_of = [&](int32_t id) { return id >= 0 ? tok.token_text(id) : std::string(); };
+  return {text_of(tok.bos()), text_of(tok.eos())};
+}
+
+void check_chat_template_name(const std::string& name) {
+  const auto names = chat_template_names();
+  if (std::find(names.begin(), names.end(), name) == names.end())
+    throw std::invalid_argument("unknown chat template '" + name +
+                                "' (kvrun --chat-template list shows the names)");
+}
+
+std::optional<std::string> chat_family_for(const Model& model, const std::string& requested) {
+  if (!requested.empty()) {
+    check_chat_template_name(requested);
+    return requested;
+  }
+  if (auto tmpl = model.file().get_string("tokenizer.chat_template"))
+    return detect_chat_template(*tmpl);
+  return std::nullopt;
 }
 
 Loaded load(const RunOptions& opt) {

@@ -4,8 +4,10 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "chat_template.h"
 #include "commands.h"
 #include "context.h"
 #include "generate.h"
@@ -24,6 +26,17 @@ struct Loaded {
 /// The context length to use for `model` when -c gave `requested` tokens (0: min(4096,
 /// n_ctx_train), 4096 when the file does not say); warns on stderr when it exceeds n_ctx_train.
 int64_t resolve_n_ctx(const Model& model, int64_t requested);
+
+/// The BOS/EOS text a chat template reads ("" for a token the model does not have).
+ChatSpecialTokens chat_special_tokens(const Tokenizer& tok);
+
+/// Throws std::invalid_argument unless `name` is a chat template family kvrun renders.
+void check_chat_template_name(const std::string& name);
+
+/// The chat template family for `model`: `requested` (checked as above) when not empty, else the
+/// family detected from the model's tokenizer.chat_template; nullopt when the model has none or
+/// kvrun does not render it.
+std::optional<std::string> chat_family_for(const Model& model, const std::string& requested);
 
 /// Loads opt.model, its tokenizer and a context of the chosen size (-c, default
 /// min(4096, n_ctx_train); a warning on stderr when it exceeds n_ctx_train). Throws on errors.
