@@ -77,6 +77,7 @@ Hparams load_hparams(const gguf::File& f) {
   if (auto type = f.get_string(p + "rope.scaling.type")) hp.rope.scaling_type = std::string(*type);
   if (auto factor = f.get_float(p + "rope.scaling.factor")) hp.rope.scaling_factor = float(*factor);
   if (auto orig = f.get_int(p + "rope.scaling.original_context_length")) hp.rope.n_ctx_orig = *orig;
+  if (auto af = f.get_float(p + "rope.scaling.attn_factor")) hp.rope.attn_factor = float(*af);
   hp.rope.has_freq_factors = f.find_tensor("rope_freqs.weight") != nullptr;
   return hp;
 }

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "gguf.h"
 
@@ -30,6 +31,11 @@ struct RopeParams {
   float scaling_factor = 1.0f;        ///< context extension factor (1 = none)
   int64_t n_ctx_orig = 0;             ///< rope.scaling.original_context_length (0 if absent)
   bool has_freq_factors = false;  ///< a `rope_freqs.weight` tensor (llama3-style scaling) exists
+  /// rope.scaling.attn_factor: multiplies cos and sin (so Q·K by its square), as ggml's rope
+  /// `mscale`; Phi-3's LongRoPE writes sqrt(1 + ln(factor) / ln(n_ctx_orig)) here.
+  float attn_factor = 1.0f;
+  float freq_base_swa = 0.0f;   ///< θ base of sliding-window layers (gemma3: 10000); 0 = freq_base
+  float freq_scale_swa = 0.0f;  ///< linear scaling of sliding-window layers; 0 = as the others
 };
 
 /// Hyperparameters common to the llama family; an architecture file adds its own extras.
@@ -46,6 +52,19 @@ struct Hparams {
   int64_t n_vocab = 0;      ///< vocabulary size
   float rms_eps = 1e-5f;    ///< RMSNorm epsilon
   RopeParams rope;
+  /// Sliding-window attention (Beltagy et al. 2020, "Longformer"; Mistral 7B; Gemma 2): a query
+  /// at position p of a sliding layer sees keys at positions p − n_swa < j ≤ p, as llama.cpp's
+  /// KQ_mask_swa. 0 = every layer is global.
+  int64_t n_swa = 0;
+  std::vector<bool> swa_layers;  ///< [n_layer] true: the layer uses the window (empty: none)
+  /// Soft-capping (Gemma 2 report, Team Gemma 2024, §2): s ← cap · tanh(s / cap); 0 = off.
+  float attn_softcap = 0.0f;   ///< on attention scores (attn_logit_softcapping)
+  float final_softcap = 0.0f;  ///< on the output logits (final_logit_softcapping)
+
+  /// Whether layer `il` attends within the sliding window only.
+  bool is_swa(int64_t il) const {
+    return n_swa > 0 && size_t(il) < swa_layers.size() && swa_layers[size_t(il)];
+  }
 };
 
 /// Reads the hyperparameters of `file`. Throws ModelError naming the missing or invalid key

@@ -54,30 +54,46 @@ void add_bias(float* y, const Tensor& bias, int64_t rows, int64_t cols) {
 
 }  // namespace
 
-LlamaWeights load_llama_weights(const gguf::File& f, const Hparams& hp) {
+LlamaWeights load_llama_weights(const gguf::File& f, const Hparams& hp, const ArchSpec& spec) {
   const int64_t d = hp.n_embd, nq = hp.n_head * hp.head_dim, nk = hp.n_head_kv * hp.head_dim;
   const int64_t nv = hp.n_head_kv * hp.head_dim_v, no = hp.n_head * hp.head_dim_v;
   LlamaWeights w;
+  w.spec = spec;
   w.tok_embd = get(f, "token_embd.weight", d, hp.n_vocab);
   w.output_norm = get(f, "output_norm.weight", d, 0);
-  w.output = f.find_tensor("output.weight") ? get_matrix(f, "output.weight", d, hp.n_vocab)
-                                            : get_matrix(f, "token_embd.weight", d, hp.n_vocab);
+  w.output = f.find_tensor("output.weight") || !spec.output_optional
+                 ? get_matrix(f, "output.weight", d, hp.n_vocab)
+                 : get_matrix(f, "token_embd.weight", d, hp.n_vocab);
   w.rope_freqs = get(f, "rope_freqs.weight", hp.rope.n_rot / 2, 0, false);
+  w.rope_short = get(f, "rope_factors_short.weight", hp.rope.n_rot / 2, 0, false);
+  w.rope_long = get(f, "rope_factors_long.weight", hp.rope.n_rot / 2, 0, false);
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     const std::string p = "blk." + std::to_string(il) + ".";
     LlamaLayer L;
     L.attn_norm = get(f, p + "attn_norm.weight", d, 0);
-    L.wq = get_matrix(f, p + "attn_q.weight", d, nq);
-    L.wk = get_matrix(f, p + "attn_k.weight", d, nk);
-    L.wv = get_matrix(f, p + "attn_v.weight", d, nv);
-    L.bq = get(f, p + "attn_q.bias", nq, 0, false);
-    L.bk = get(f, p + "attn_k.bias", nk, 0, false);
-    L.bv = get(f, p + "attn_v.bias", nv, 0, false);
+    if (f.find_tensor(p + "attn_qkv.weight")) {
+      L.wqkv = get_matrix(f, p + "attn_qkv.weight", d, nq + nk + nv);
+    } else {
+      L.wq = get_matrix(f, p + "attn_q.weight", d, nq);
+      L.wk = get_matrix(f, p + "attn_k.weight", d, nk);
+      L.wv = get_matrix(f, p + "attn_v.weight", d, nv);
+      L.bq = get(f, p + "attn_q.bias", nq, 0, false);
+      L.bk = get(f, p + "attn_k.bias", nk, 0, false);
+      L.bv = get(f, p + "attn_v.bias", nv, 0, false);
+    }
+    L.q_norm = get(f, p + "attn_q_norm.weight", hp.head_dim, 0, spec.qk_norm);
+    L.k_norm = get(f, p + "attn_k_norm.weight", hp.head_dim, 0, spec.qk_norm);
     L.wo = get_matrix(f, p + "attn_output.weight", no, d);
+    L.attn_post_norm = get(f, p + "post_attention_norm.weight", d, 0, spec.post_norms);
     L.ffn_norm = get(f, p + "ffn_norm.weight", d, 0);
-    L.ffn_gate = get_matrix(f, p + "ffn_gate.weight", d, hp.n_ff);
-    L.ffn_up = get_matrix(f, p + "ffn_up.weight", d, hp.n_ff);
+    if (f.find_tensor(p + "ffn_gate.weight")) {
+      L.ffn_gate = get_matrix(f, p + "ffn_gate.weight", d, hp.n_ff);
+      L.ffn_up = get_matrix(f, p + "ffn_up.weight", d, hp.n_ff);
+    } else {
+      L.ffn_up = get_matrix(f, p + "ffn_up.weight", d, 2 * hp.n_ff);
+    }
     L.ffn_down = get_matrix(f, p + "ffn_down.weight", hp.n_ff, d);
+    L.ffn_post_norm = get(f, p + "post_ffw_norm.weight", d, 0, spec.post_norms);
     w.layers.push_back(L);
   }
   return w;
@@ -96,14 +112,145 @@ LlamaScratch::LlamaScratch(const Hparams& hp, int64_t n)
       up(size_t(n * hp.n_ff)),
       pos(size_t(n)) {}
 
-void llama_forward(const Hparams& hp, const LlamaWeights& w, cpu::ThreadPool& pool, LlamaScratch& s,
-                   const LlamaBatch& b) {
-  const int64_t d = hp.n_embd, n_vocab = hp.n_vocab;
+namespace {
+
+/// Copies columns [c0, c0 + n) of every row of src [rows, cols] to dst [rows, n].
+void copy_cols(const float* src, int64_t rows, int64_t cols, int64_t c0, int64_t n, float* dst) {
+  for (int64_t r = 0; r < rows; ++r) std::copy_n(src + r * cols + c0, n, dst + r * n);
+}
+
+/// The layer's RoPE: its base and scaling (gemma3's windowed layers differ) and frequency
+/// divisors (llama3 rope_freqs, or phi3's LongRoPE short/long by the context size).
+cpu::RopeConfig layer_rope(const Hparams& hp, const LlamaWeights& w, int64_t il, int64_t n_ctx) {
+  const RopeParams& r = hp.rope;
+  const bool swa = hp.is_swa(il);
+  cpu::RopeConfig rc{r.n_rot, r.freq_base,   1.0f / r.scaling_factor,
+                     nullptr, r.attn_factor, w.spec.rope_neox};
+  if (swa && r.freq_base_swa > 0) rc.freq_base = r.freq_base_swa;
+  if (swa && r.freq_scale_swa > 0) rc.freq_scale = r.freq_scale_swa;
+  const Tensor& ff = w.rope_freqs.data                                            ? w.rope_freqs
+                     : n_ctx > (r.n_ctx_orig > 0 ? r.n_ctx_orig : hp.n_ctx_train) ? w.rope_long
+                                                                                  : w.rope_short;
+  rc.freq_factors = static_cast<const float*>(ff.data);
+  return rc;
+}
+
+/// x += attention sub-block of layer il over the batch's n rows.
+void attention_block(const Hparams& hp, const LlamaWeights& w, int64_t il, cpu::ThreadPool& pool,
+                     LlamaScratch& s, const LlamaBatch& b, int64_t n) {
+  const LlamaLayer& L = w.layers[size_t(il)];
+  const ArchSpec& spec = w.spec;
+  const int64_t d = hp.n_embd, nq = hp.n_head * hp.head_dim, nk = hp.n_head_kv * hp.head_dim;
+  const int64_t nv = hp.n_head_kv * hp.head_dim_v;
+  float* x = s.x.data();
+  cpu::rms_norm(x, static_cast<float*>(L.attn_norm.data), s.xn.data(), n, d, hp.rms_eps);
+  if (L.wqkv.data) {  // fused: one matmul, then the Q, K, V columns
+    s.fused.resize(size_t(n * (nq + nk + nv)));
+    cpu::matmul(pool, L.wqkv, s.xn.data(), n, s.fused.data());
+    copy_cols(s.fused.data(), n, nq + nk + nv, 0, nq, s.q.data());
+    copy_cols(s.fused.data(), n, nq + nk + nv, nq, nk, s.k.data());
+    copy_cols(s.fused.data(), n, nq + nk + nv, nq + nk, nv, s.v.data());
+  } else {
+    cpu::matmul(pool, L.wq, s.xn.data(), n, s.q.data());
+    cpu::matmul(pool, L.wk, s.xn.data(), n, s.k.data());
+    cpu::matmul(pool, L.wv, s.xn.data(), n, s.v.data());
+    add_bias(s.q.data(), L.bq, n, nq);
+    add_bias(s.k.data(), L.bk, n, nk);
+    add_bias(s.v.data(), L.bv, n, nv);
+  }
+  if (L.q_norm.data) {  // per head, before RoPE
+    cpu::rms_norm(s.q.data(), static_cast<float*>(L.q_norm.data), s.q.data(), n * hp.n_head,
+                  hp.head_dim, hp.rms_eps);
+    cpu::rms_norm(s.k.data(), static_cast<float*>(L.k_norm.data), s.k.data(), n * hp.n_head_kv,
+                  hp.head_dim, hp.rms_eps);
+  }
+  const cpu::RopeConfig rc = layer_rope(hp, w, il, b.n_ctx);
+  cpu::rope(s.q.data(), n, hp.n_head, hp.head_dim, s.pos.data(), rc);
+  cpu::rope(s.k.data(), n, hp.n_head_kv, hp.head_dim, s.pos.data(), rc);
   cpu::PagedAttnParams ap;
   ap.attn = {hp.n_head, hp.n_head_kv, hp.head_dim, hp.head_dim_v,
-             1.0f / std::sqrt(float(hp.head_dim))};
+             spec.attn_scale > 0 ? spec.attn_scale : 1.0f / std::sqrt(float(hp.head_dim))};
+  if (spec.q_scale > 0) {
+    cpu::scale(s.q.data(), n * nq, spec.q_scale);
+    ap.attn.scale = 1.0f;
+  }
   ap.flash = b.flash;
   ap.rotate = b.rotate;
+  ap.window = hp.is_swa(il) ? hp.n_swa : 0;
+  ap.softcap = hp.attn_softcap;
+  cpu::paged_kv_store(b.kv[il], ap, s.seqs.data(), b.n_seqs, s.k.data(), s.v.data());
+  cpu::paged_attention(pool, b.kv[il], ap, s.seqs.data(), b.n_seqs, s.q.data(), s.att.data());
+  cpu::matmul(pool, L.wo, s.att.data(), n, s.proj.data());
+  if (L.attn_post_norm.data)
+    cpu::rms_norm(s.proj.data(), static_cast<float*>(L.attn_post_norm.data), s.proj.data(), n, d,
+                  hp.rms_eps);
+  cpu::add(x, s.proj.data(), n * d);
+}
+
+/// x += feed-forward sub-block (SwiGLU or GeGLU) of layer il over n rows.
+void ffn_block(const Hparams& hp, const LlamaWeights& w, int64_t il, cpu::ThreadPool& pool,
+               LlamaScratch& s, int64_t n) {
+  const LlamaLayer& L = w.layers[size_t(il)];
+  const int64_t d = hp.n_embd, ff = hp.n_ff;
+  float* x = s.x.data();
+  cpu::rms_norm(x, static_cast<float*>(L.ffn_norm.data), s.xn.data(), n, d, hp.rms_eps);
+  if (L.ffn_gate.data) {
+    cpu::matmul(pool, L.ffn_gate, s.xn.data(), n, s.gate.data());
+    cpu::matmul(pool, L.ffn_up, s.xn.data(), n, s.up.data());
+  } else {  // fused: gate columns first, then up
+    s.fused.resize(size_t(n * 2 * ff));
+    cpu::matmul(pool, L.ffn_up, s.xn.data(), n, s.fused.data());
+    copy_cols(s.fused.data(), n, 2 * ff, 0, ff, s.gate.data());
+    copy_cols(s.fused.data(), n, 2 * ff, ff, ff, s.up.data());
+  }
+  if (w.spec.ffn == FfnAct::GeluTanh)
+    cpu::geglu(s.gate.data(), s.up.data(), s.gate.data(), n, ff);
+  else
+    cpu::swiglu(s.gate.data(), s.up.data(), s.gate.data(), n, ff);
+  cpu::matmul(pool, L.ffn_down, s.gate.data(), n, s.proj.data());
+  if (L.ffn_post_norm.data)
+    cpu::rms_norm(s.proj.data(), static_cast<float*>(L.ffn_post_norm.data), s.proj.data(), n, d,
+                  hp.rms_eps);
+  cpu::add(x, s.proj.data(), n * d);
+}
+
+/// Output norm, head and final soft-cap of the rows that want logits.
+void output_head(const Hparams& hp, const LlamaWeights& w, cpu::ThreadPool& pool, LlamaScratch& s,
+                 const LlamaBatch& b, int64_t n_out) {
+  const int64_t d = hp.n_embd, n_vocab = hp.n_vocab, n_seqs = b.n_seqs;
+  // Normalize the rows that need logits into consecutive rows of xn, one matmul for all of them.
+  int64_t row = 0;
+  for (int64_t i = 0; i < n_seqs; ++i) {
+    const LlamaSeqSlice& sl = b.seqs[i];
+    if (!sl.logits) continue;
+    const int64_t k = sl.all_logits ? sl.n_tokens : 1;
+    const float* src = s.x.data() + (s.seqs[size_t(i)].q0 + sl.n_tokens - k) * d;
+    cpu::rms_norm(src, static_cast<float*>(w.output_norm.data), s.xn.data() + row * d, k, d,
+                  hp.rms_eps);
+    row += k;
+  }
+  float* logits = n_seqs == 1 ? b.seqs[0].logits : nullptr;  // one slice: straight into it
+  if (!logits) {
+    s.logits.resize(size_t(n_out * n_vocab));
+    logits = s.logits.data();
+  }
+  cpu::matmul(pool, w.output, s.xn.data(), n_out, logits);
+  if (hp.final_softcap > 0) cpu::softcap(logits, n_out * n_vocab, hp.final_softcap);
+  if (n_seqs == 1) return;
+  row = 0;
+  for (int64_t i = 0; i < n_seqs; ++i) {
+    const LlamaSeqSlice& sl = b.seqs[i];
+    if (!sl.logits) continue;
+    const int64_t k = sl.all_logits ? sl.n_tokens : 1;
+    std::copy_n(s.logits.data() + row * n_vocab, k * n_vocab, sl.logits);
+    row += k;
+  }
+}
+
+}  // namespace
+
+void llama_forward(const Hparams& hp, const LlamaWeights& w, cpu::ThreadPool& pool, LlamaScratch& s,
+                   const LlamaBatch& b) {
   s.seqs.resize(size_t(b.n_seqs));
   int64_t n = 0, n_out = 0;  // rows, logit rows
   for (int64_t i = 0; i < b.n_seqs; ++i) {
@@ -117,63 +264,13 @@ void llama_forward(const Hparams& hp, const LlamaWeights& w, cpu::ThreadPool& po
     n += sl.n_tokens;
     if (sl.logits) n_out += sl.all_logits ? sl.n_tokens : 1;
   }
-  const int64_t n_seqs = b.n_seqs;
-  const cpu::RopeConfig rc{hp.rope.n_rot, hp.rope.freq_base, 1.0f / hp.rope.scaling_factor,
-                           static_cast<const float*>(w.rope_freqs.data), w.rope_neox};
-  float* x = s.x.data();
-  cpu::get_rows(w.tok_embd, b.tokens, n, x);
-
+  cpu::get_rows(w.tok_embd, b.tokens, n, s.x.data());
+  if (w.spec.embd_scale) cpu::scale(s.x.data(), n * hp.n_embd, std::sqrt(float(hp.n_embd)));
   for (int64_t il = 0; il < hp.n_layer; ++il) {
-    const LlamaLayer& L = w.layers[size_t(il)];
-    // Attention block.
-    cpu::rms_norm(x, static_cast<float*>(L.attn_norm.data), s.xn.data(), n, d, hp.rms_eps);
-    cpu::matmul(pool, L.wq, s.xn.data(), n, s.q.data());
-    cpu::matmul(pool, L.wk, s.xn.data(), n, s.k.data());
-    cpu::matmul(pool, L.wv, s.xn.data(), n, s.v.data());
-    add_bias(s.q.data(), L.bq, n, L.wq.ne[1]);
-    add_bias(s.k.data(), L.bk, n, L.wk.ne[1]);
-    add_bias(s.v.data(), L.bv, n, L.wv.ne[1]);
-    cpu::rope(s.q.data(), n, hp.n_head, hp.head_dim, s.pos.data(), rc);
-    cpu::rope(s.k.data(), n, hp.n_head_kv, hp.head_dim, s.pos.data(), rc);
-    cpu::paged_kv_store(b.kv[il], ap, s.seqs.data(), n_seqs, s.k.data(), s.v.data());
-    cpu::paged_attention(pool, b.kv[il], ap, s.seqs.data(), n_seqs, s.q.data(), s.att.data());
-    cpu::matmul(pool, L.wo, s.att.data(), n, s.proj.data());
-    cpu::add(x, s.proj.data(), n * d);
-    // Feed-forward block (SwiGLU).
-    cpu::rms_norm(x, static_cast<float*>(L.ffn_norm.data), s.xn.data(), n, d, hp.rms_eps);
-    cpu::matmul(pool, L.ffn_gate, s.xn.data(), n, s.gate.data());
-    cpu::matmul(pool, L.ffn_up, s.xn.data(), n, s.up.data());
-    cpu::swiglu(s.gate.data(), s.up.data(), s.gate.data(), n, hp.n_ff);
-    cpu::matmul(pool, L.ffn_down, s.gate.data(), n, s.proj.data());
-    cpu::add(x, s.proj.data(), n * d);
+    attention_block(hp, w, il, pool, s, b, n);
+    ffn_block(hp, w, il, pool, s, n);
   }
-
-  if (n_out == 0) return;
-  // Normalize the rows that need logits into consecutive rows of xn, one matmul for all of them.
-  int64_t row = 0;
-  for (int64_t i = 0; i < n_seqs; ++i) {
-    const LlamaSeqSlice& sl = b.seqs[i];
-    if (!sl.logits) continue;
-    const int64_t k = sl.all_logits ? sl.n_tokens : 1;
-    const float* src = x + (s.seqs[size_t(i)].q0 + sl.n_tokens - k) * d;
-    cpu::rms_norm(src, static_cast<float*>(w.output_norm.data), s.xn.data() + row * d, k, d,
-                  hp.rms_eps);
-    row += k;
-  }
-  if (n_seqs == 1) {  // straight into the caller's buffer
-    cpu::matmul(pool, w.output, s.xn.data(), n_out, b.seqs[0].logits);
-    return;
-  }
-  s.logits.resize(size_t(n_out * n_vocab));
-  cpu::matmul(pool, w.output, s.xn.data(), n_out, s.logits.data());
-  row = 0;
-  for (int64_t i = 0; i < n_seqs; ++i) {
-    const LlamaSeqSlice& sl = b.seqs[i];
-    if (!sl.logits) continue;
-    const int64_t k = sl.all_logits ? sl.n_tokens : 1;
-    std::copy_n(s.logits.data() + row * n_vocab, k * n_vocab, sl.logits);
-    row += k;
-  }
+  if (n_out > 0) output_head(hp, w, pool, s, b, n_out);
 }
 
 }  // namespace kvrun

@@ -10,8 +10,11 @@
 //   x += Wdown · (silu(Wgate·n) ⊙ Wup·n)          with n = RMSNorm(x)·ffn_norm
 // then logits = Woutput · RMSNorm(x)·output_norm. Weights stay in their stored types.
 //
-// Variants of the family reuse this file: optional Q/K/V biases are added when present (qwen2)
-// and `rope_neox` picks the NeoX rotation; a new architecture only names its tensors and flags.
+// Every architecture kvrun runs is this block with options (models/arch.h: an ArchSpec per
+// architecture, one small file each): Q/K/V biases when present (qwen2), a fused attn_qkv and a
+// fused gate/up ffn_up when present (phi3), per-head Q/K RMSNorm (qwen3, gemma3), post-norms,
+// embedding scaling, GeGLU and soft-capping (gemma), NeoX RoPE, per-layer RoPE bases and sliding
+// windows (gemma, phi3, mistral).
 #pragma once
 
 #include <cstdint>
@@ -20,6 +23,7 @@
 #include "cpu/paged_attention.h"
 #include "cpu/thread_pool.h"
 #include "gguf.h"
+#include "models/arch.h"
 #include "models/hparams.h"
 #include "tensor.h"
 
@@ -28,17 +32,22 @@ namespace kvrun {
 /// One transformer block. A Tensor with data == nullptr is absent.
 struct LlamaLayer {
   Tensor attn_norm;  ///< {n_embd} f32
+  Tensor wqkv;       ///< {n_embd, nq + nk + nv} fused Q, K, V rows (phi3); then wq/wk/wv are absent
   Tensor wq;         ///< {n_embd, n_head · head_dim}
   Tensor wk;         ///< {n_embd, n_head_kv · head_dim}
   Tensor wv;         ///< {n_embd, n_head_kv · head_dim_v}
   Tensor bq;         ///< {n_head · head_dim} f32, optional (qwen2)
   Tensor bk;         ///< {n_head_kv · head_dim} f32, optional
   Tensor bv;         ///< {n_head_kv · head_dim_v} f32, optional
+  Tensor q_norm;     ///< {head_dim} f32, optional: RMSNorm weight of every Q head (qwen3, gemma3)
+  Tensor k_norm;     ///< {head_dim} f32, optional: the same for K
   Tensor wo;         ///< {n_head · head_dim_v, n_embd}
-  Tensor ffn_norm;   ///< {n_embd} f32
-  Tensor ffn_gate;   ///< {n_embd, n_ff}
-  Tensor ffn_up;     ///< {n_embd, n_ff}
-  Tensor ffn_down;   ///< {n_ff, n_embd}
+  Tensor attn_post_norm;  ///< {n_embd} f32, optional (gemma): RMSNorm of the attention output
+  Tensor ffn_norm;        ///< {n_embd} f32
+  Tensor ffn_gate;        ///< {n_embd, n_ff}; absent when ffn_up is fused
+  Tensor ffn_up;          ///< {n_embd, n_ff}, or {n_embd, 2·n_ff} fused: gate rows, then up rows
+  Tensor ffn_down;        ///< {n_ff, n_embd}
+  Tensor ffn_post_norm;   ///< {n_embd} f32, optional (gemma): RMSNorm of the FFN output
 };
 
 /// All weights of a llama-family model: views into the mapped GGUF file (zero-copy).
@@ -47,14 +56,16 @@ struct LlamaWeights {
   Tensor output_norm;  ///< {n_embd} f32
   Tensor output;       ///< {n_embd, n_vocab}; the same view as tok_embd when tied
   Tensor rope_freqs;   ///< {n_rot / 2} f32 per-pair frequency divisors (llama3 scaling), optional
+  Tensor rope_short;   ///< {n_rot / 2} f32 LongRoPE divisors up to n_ctx_orig (phi3), optional
+  Tensor rope_long;    ///< {n_rot / 2} f32 LongRoPE divisors past n_ctx_orig (phi3), optional
   std::vector<LlamaLayer> layers;  ///< [n_layer]
-  bool rope_neox = false;          ///< rotation style: false = adjacent pairs (llama)
+  ArchSpec spec;                   ///< how the architecture runs the block
 };
 
-/// Finds and checks every tensor of `hp`'s llama-style model in `file`. Throws ModelError naming
-/// a missing tensor, a tensor of the wrong shape, a norm/bias that is not f32, or a weight type
-/// the CPU matmul cannot use.
-LlamaWeights load_llama_weights(const gguf::File& file, const Hparams& hp);
+/// Finds and checks every tensor of `hp`'s model (architecture `spec`) in `file`. Throws ModelError
+/// naming a missing tensor, a tensor of the wrong shape, a norm/bias that is not f32, or a weight
+/// type the CPU matmul cannot use.
+LlamaWeights load_llama_weights(const gguf::File& file, const Hparams& hp, const ArchSpec& spec);
 
 /// Activation buffers for up to `n_batch` tokens, reused across calls.
 struct LlamaScratch {
@@ -69,6 +80,7 @@ struct LlamaScratch {
   std::vector<float> proj;          ///< [n_batch, n_embd] output of attn_output / ffn_down
   std::vector<float> gate;          ///< [n_batch, n_ff]
   std::vector<float> up;            ///< [n_batch, n_ff]
+  std::vector<float> fused;         ///< [n_batch, nq + nk + nv] or [n_batch, 2·n_ff] (phi3)
   std::vector<int32_t> pos;         ///< [n_batch]
   std::vector<cpu::PagedSeq> seqs;  ///< [n_seqs] the attention's view of the batch
   std::vector<float> logits;        ///< [n_out, n_vocab] when several slices ask for logits
@@ -92,6 +104,7 @@ struct LlamaBatch {
   const cpu::PagedKvLayer* kv = nullptr;  ///< [n_layer] paged KV storage of each layer
   bool flash = false;                     ///< online softmax (see cpu::PagedAttnParams)
   bool rotate = false;                    ///< K stored Hadamard-rotated (--kv-rotate)
+  int64_t n_ctx = 0;  ///< context per sequence; above rope.n_ctx_orig phi3 uses rope_long
 };
 
 /// Runs the batch through the model: writes K/V rows pos0 … pos0+n_tokens−1 of every slice's

@@ -103,6 +103,7 @@ std::span<const float> Context::eval(std::span<const int32_t> tokens, bool all_l
     b.kv = layers.data();
     b.flash = flash_;
     b.rotate = cache_.params().rotate;
+    b.n_ctx = n_ctx_;
     llama_forward(hp, model_.weights(), pool_, *scratch_, b);
     seq_.commit(tokens.subspan(size_t(done), size_t(chunk)));
     done += chunk;

@@ -7,13 +7,12 @@ namespace kvrun {
 
 Model Model::from_file(gguf::File file) {
   Hparams hp = load_hparams(file);
-  if (hp.arch != "llama")
-    throw ModelError("architecture '" + hp.arch + "' is not supported (supported: llama)");
+  const ArchSpec spec = configure_arch(file, hp);
   const std::string& st = hp.rope.scaling_type;
   if (st != "none" && st != "linear" && st != "llama3")
     throw ModelError("rope scaling type '" + st + "' is not supported");
   if (!(hp.rope.scaling_factor > 0.0f)) throw ModelError("rope.scaling.factor must be positive");
-  LlamaWeights w = load_llama_weights(file, hp);
+  LlamaWeights w = load_llama_weights(file, hp, spec);
   return Model(std::move(file), std::move(hp), std::move(w));
 }
 

@@ -285,6 +285,7 @@ bool Scheduler::step() {
   b.kv = layers_.data();
   b.flash = flash_;
   b.rotate = cache_.params().rotate;
+  b.n_ctx = params_.n_ctx;
   llama_forward(model_.hparams(), model_.weights(), pool_, *scratch_, b);
 
   size_t row = 0;

@@ -156,6 +156,19 @@ void write_metadata(gguf::Writer& w, const SynthParams& p) {
   w.set_f32(a + "rope.freq_base", float(s.rope_theta));
   w.set_f32(a + "attention.layer_norm_rms_epsilon", float(s.rms_eps));
   w.set_u32(a + "vocab_size", uint32_t(s.n_vocab));
+  if (s.sliding_window > 0) w.set_u32(a + "attention.sliding_window", uint32_t(s.sliding_window));
+  if (s.attn_softcap > 0) w.set_f32(a + "attn_logit_softcapping", float(s.attn_softcap));
+  if (s.final_softcap > 0) w.set_f32(a + "final_logit_softcapping", float(s.final_softcap));
+  if (s.linear_rope_factor > 0) {
+    w.set_string(a + "rope.scaling.type", "linear");
+    w.set_f32(a + "rope.scaling.factor", float(s.linear_rope_factor));
+  }
+  if (s.longrope_n_ctx_orig > 0) {
+    const double scale = double(s.n_ctx_train) / double(s.longrope_n_ctx_orig);
+    w.set_u32(a + "rope.scaling.original_context_length", uint32_t(s.longrope_n_ctx_orig));
+    w.set_f32(a + "rope.scaling.attn_factor",
+              float(std::sqrt(1 + std::log(scale) / std::log(double(s.longrope_n_ctx_orig)))));
+  }
 }
 
 }  // namespace
@@ -229,22 +242,39 @@ std::vector<SynthTensor> synth_tensor_plan(const SynthShape& s, SynthFileType ft
     vector("rope_freqs.weight", int64_t(f.size()), 0, 0);
     plan.back().values = std::move(f);
   }
+  if (s.longrope_n_ctx_orig > 0) {  // LongRoPE divisors: short ones near 1, long ones growing
+    const int64_t half = s.head_dim / 2;
+    vector("rope_factors_long.weight", half, 0, 0);
+    for (int64_t i = 0; i < half; ++i) plan.back().values.push_back(1.0f + 0.5f * float(i));
+    vector("rope_factors_short.weight", half, 0, 0);
+    for (int64_t i = 0; i < half; ++i) plan.back().values.push_back(1.0f + 0.03125f * float(i));
+  }
   for (int64_t il = 0; il < s.n_layer; ++il) {
     const std::string p = "blk." + std::to_string(il) + ".";
     vector(p + "attn_norm.weight", d, 1.0f, kNormSd);
-    matrix(p + "attn_q.weight", "attn_q", il, d, nq);
-    matrix(p + "attn_k.weight", "attn_k", il, d, nkv);
-    matrix(p + "attn_v.weight", "attn_v", il, d, nkv);
+    if (s.fused) {
+      matrix(p + "attn_qkv.weight", "attn_qkv", il, d, nq + 2 * nkv);
+    } else {
+      matrix(p + "attn_q.weight", "attn_q", il, d, nq);
+      matrix(p + "attn_k.weight", "attn_k", il, d, nkv);
+      matrix(p + "attn_v.weight", "attn_v", il, d, nkv);
+    }
     if (s.qkv_bias) {
       vector(p + "attn_q.bias", nq, 0, kBiasSd);
       vector(p + "attn_k.bias", nkv, 0, kBiasSd);
       vector(p + "attn_v.bias", nkv, 0, kBiasSd);
     }
+    if (s.qk_norm) {
+      vector(p + "attn_q_norm.weight", s.head_dim, 1.0f, kNormSd);
+      vector(p + "attn_k_norm.weight", s.head_dim, 1.0f, kNormSd);
+    }
     matrix(p + "attn_output.weight", "attn_output", il, nq, d);
+    if (s.post_norms) vector(p + "post_attention_norm.weight", d, 1.0f, kNormSd);
     vector(p + "ffn_norm.weight", d, 1.0f, kNormSd);
-    matrix(p + "ffn_gate.weight", "ffn_gate", il, d, s.n_ff);
-    matrix(p + "ffn_up.weight", "ffn_up", il, d, s.n_ff);
+    if (!s.fused) matrix(p + "ffn_gate.weight", "ffn_gate", il, d, s.n_ff);
+    matrix(p + "ffn_up.weight", "ffn_up", il, d, s.fused ? 2 * s.n_ff : s.n_ff);
     matrix(p + "ffn_down.weight", "ffn_down", il, s.n_ff, d);
+    if (s.post_norms) vector(p + "post_ffw_norm.weight", d, 1.0f, kNormSd);
   }
   return plan;
 }
@@ -258,7 +288,7 @@ SynthResult write_synth_model(const SynthParams& p) {
   gguf::Writer w;
   write_metadata(w, p);
   if (p.vocab_from.empty()) {
-    synth_minimal_vocab(w, s.n_vocab);
+    synth_minimal_vocab(w, s.n_vocab, s.arch);
   } else {
     int64_t n_tokens = 0;
     try {

@@ -49,6 +49,64 @@ const std::vector<SynthShape>& synth_shapes() {
     s.source = "kvrun test shape";
     v.push_back(s);
 
+    // The other architectures' tiny shapes: the common part, then what each adds.
+    auto tiny = [&](const char* name, const char* arch) {
+      s = {};
+      s.name = name;
+      s.arch = arch;
+      s.n_layer = 2;
+      s.n_embd = 128;
+      s.n_head = 2;
+      s.n_head_kv = 1;
+      s.head_dim = 64;
+      s.n_ff = 256;
+      s.n_vocab = 512;
+      s.n_ctx_train = 2048;
+      s.rope_theta = 1000000;
+      s.rms_eps = 1e-6;
+      s.source = "kvrun test shape";
+    };
+    tiny("tiny-qwen3", "qwen3");  // per-head Q/K RMSNorm, tied
+    s.tied = true;
+    s.qk_norm = true;
+    v.push_back(s);
+
+    tiny("tiny-mistral", "llama");  // Mistral: a llama file with a sliding window
+    s.rms_eps = 1e-5;
+    s.sliding_window = 64;
+    v.push_back(s);
+
+    // phi3: fused tensors, no tied output, LongRoPE of a 128k model, a window on every layer.
+    tiny("tiny-phi3", "phi3");
+    s.rope_theta = 10000;
+    s.rms_eps = 1e-5;
+    s.n_ctx_train = 131072;
+    s.fused = true;
+    s.sliding_window = 48;
+    s.longrope_n_ctx_orig = 4096;
+    v.push_back(s);
+
+    // gemma2: llama.cpp only runs 26, 42 or 46 layers (2B, 9B, 27B); even layers windowed.
+    tiny("tiny-gemma2", "gemma2");
+    s.n_layer = 26;
+    s.rope_theta = 10000;
+    s.tied = true;
+    s.post_norms = true;
+    s.sliding_window = 32;
+    s.attn_softcap = 2.0;
+    s.final_softcap = 3.0;
+    v.push_back(s);
+
+    // gemma3: 5 windowed layers (RoPE base 10000) then a global one (1e6, linear scaling 8).
+    tiny("tiny-gemma3", "gemma3");
+    s.n_layer = 6;
+    s.tied = true;
+    s.qk_norm = true;
+    s.post_norms = true;
+    s.sliding_window = 32;
+    s.linear_rope_factor = 8;
+    v.push_back(s);
+
     s = {};
     s.name = "llama3.2-1b";
     s.arch = "llama";

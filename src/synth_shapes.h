@@ -8,7 +8,10 @@
 //   llama3.1-8b   meta-llama/Llama-3.1-8B/config.json
 //   qwen2.5-0.5b  Qwen/Qwen2.5-0.5B/config.json (QKV biases: Qwen2 attention has bias=True)
 // The tiny shapes are kvrun's own, for tests: head_dim 64 so every block quant applies, and
-// n_embd 128 (not a multiple of 256) so the K-quant fallback is exercised too.
+// n_embd 128 (not a multiple of 256) so the K-quant fallback is exercised too. tiny-qwen3,
+// tiny-mistral, tiny-phi3, tiny-gemma2 and tiny-gemma3 have the tensor names and metadata
+// llama.cpp expects of each architecture (src/llama-model.cpp), small windows (32 to 64) so a
+// short generation crosses them, and gemma2's soft-caps lowered so they change the result.
 #pragma once
 
 #include <cstdint>
@@ -30,7 +33,7 @@ struct SynthRopeScaling {
 /// One generatable model shape. Sizes are element counts.
 struct SynthShape {
   std::string name;               ///< what --shape takes, e.g. "llama3.2-1b"
-  std::string arch;               ///< general.architecture: "llama" or "qwen2"
+  std::string arch;               ///< general.architecture: llama, qwen2, qwen3, phi3, gemma2/3
   int64_t n_layer = 0;            ///< num_hidden_layers
   int64_t n_embd = 0;             ///< hidden_size
   int64_t n_head = 0;             ///< num_attention_heads
@@ -44,7 +47,19 @@ struct SynthShape {
   bool tied = false;              ///< tie_word_embeddings: no output.weight tensor
   bool qkv_bias = false;          ///< attn_q/k/v biases (qwen2)
   SynthRopeScaling rope_scaling;  ///< llama3 scaling → a rope_freqs.weight tensor
-  std::string source;             ///< where the numbers come from
+  bool qk_norm = false;           ///< attn_q_norm / attn_k_norm {head_dim} (qwen3, gemma3)
+  bool fused = false;             ///< attn_qkv and a 2·n_ff-row ffn_up instead of separate
+                                  ///< Q/K/V and gate/up (phi3)
+  bool post_norms = false;        ///< post_attention_norm / post_ffw_norm (gemma2, gemma3)
+  int64_t sliding_window = 0;     ///< {arch}.attention.sliding_window when > 0
+  double attn_softcap = 0;        ///< gemma2.attn_logit_softcapping when > 0
+  double final_softcap = 0;       ///< gemma2.final_logit_softcapping when > 0
+  double linear_rope_factor = 0;  ///< rope.scaling.type "linear" with this factor when > 0
+  /// LongRoPE (phi3) when > 0: rope.scaling.original_context_length = this,
+  /// rope.scaling.attn_factor = sqrt(1 + ln(n_ctx_train / this) / ln(this)) (Phi-3's
+  /// configuration), and rope_factors_short / rope_factors_long tensors.
+  int64_t longrope_n_ctx_orig = 0;
+  std::string source;  ///< where the numbers come from
 };
 
 /// Every known shape, in a fixed order (the tiny ones first).

@@ -9,7 +9,7 @@
 
 namespace kvrun {
 
-void synth_minimal_vocab(gguf::Writer& w, int64_t n_vocab) {
+void synth_minimal_vocab(gguf::Writer& w, int64_t n_vocab, std::string_view arch) {
   if (n_vocab < kSynthMinVocab)
     throw SynthError("a minimal vocabulary needs at least " + std::to_string(kSynthMinVocab) +
                      " tokens, the shape has " + std::to_string(n_vocab));
@@ -31,6 +31,10 @@ void synth_minimal_vocab(gguf::Writer& w, int64_t n_vocab) {
   for (int64_t i = int64_t(tokens.size()); i < n_vocab; ++i) {
     tokens.push_back("<synth_" + std::to_string(i) + ">");
     types.push_back(1);
+  }
+  if (arch == "phi3" && n_vocab > kSynthMinVocab) {
+    tokens.back() = "<|endoftext|>";
+    types.back() = 3;
   }
   // SentencePiece scores: specials and bytes 0, the rest decreasing with the id (only their
   // order matters to the merge).

@@ -7,12 +7,15 @@
 //   0 "<unk>" (unknown), 1 "<s>" (control, BOS), 2 "</s>" (control, EOS),
 //   3 … 258 byte tokens "<0x00>" … "<0xFF>" (type byte),
 //   259 … 353 the printable ASCII characters, space written as U+2581 (normal),
-//   then "<synth_N>" filler tokens (normal) up to n_vocab.
+//   then "<synth_N>" filler tokens (normal) up to n_vocab; for arch phi3 the last one is
+//   "<|endoftext|>" (control), a token llama.cpp's vocabulary setup looks up by name for
+//   Phi-3 models (it fails to load the vocabulary without it).
 // Any text tokenizes (characters or byte fallback); the filler tokens are only reachable by
 // sampling.
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "gguf.h"
 
@@ -23,8 +26,8 @@ constexpr int64_t kSynthMinVocab = 3 + 256 + 95;
 
 /// Writes the minimal vocabulary of `n_vocab` tokens (tokenizer.ggml.model "llama", tokens,
 /// scores, token_type, bos/eos/unk ids, add_bos_token true, add_eos_token false). Throws
-/// SynthError when n_vocab < kSynthMinVocab.
-void synth_minimal_vocab(gguf::Writer& w, int64_t n_vocab);
+/// SynthError when n_vocab < kSynthMinVocab. `arch`: general.architecture (see above).
+void synth_minimal_vocab(gguf::Writer& w, int64_t n_vocab, std::string_view arch = {});
 
 /// Copies every `tokenizer.*` key of `from` into `w` and returns the token count
 /// (tokenizer.ggml.tokens). Throws SynthError when `from` has no tokenizer.ggml.tokens array.

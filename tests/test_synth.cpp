@@ -383,11 +383,13 @@ TEST(SynthFile, Qwen2TinyHasBiasesTiedEmbeddingsAndLoadsAsLlamaFamilyWeights) {
   EXPECT_EQ(f.find_tensor("rope_freqs.weight"), nullptr);
   ASSERT_NE(f.find_tensor("blk.1.attn_k.bias"), nullptr);
   EXPECT_EQ(f.find_tensor("blk.1.attn_k.bias")->type, DType::F32);
-  // kvrun's llama-family weight loader (which qwen2 support will use) accepts every tensor.
-  const Hparams hp = load_hparams(f);
+  // kvrun's weight loader accepts every tensor, with the qwen2 spec (NeoX RoPE).
+  Hparams hp = load_hparams(f);
   EXPECT_EQ(hp.arch, "qwen2");
   EXPECT_NEAR(hp.rms_eps, 1e-6, 1e-9);
-  const LlamaWeights w = load_llama_weights(f, hp);
+  const ArchSpec spec = configure_arch(f, hp);
+  EXPECT_TRUE(spec.rope_neox);
+  const LlamaWeights w = load_llama_weights(f, hp, spec);
   EXPECT_NE(w.layers[1].bq.data, nullptr);
   EXPECT_EQ(w.output.data, w.tok_embd.data);  // tied
 }

@@ -8,6 +8,7 @@
 
 #include "cpu/fast_exp.h"
 #include "cpu/op_kernels.h"
+#include "fp16.h"
 
 namespace kvrun::cpu {
 
@@ -38,8 +39,8 @@ void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const i
     for (int64_t i = 0; i < half; ++i) {
       const float ff = cfg.freq_factors ? cfg.freq_factors[i] : 1.0f;
       const float th = cfg.freq_scale * (theta / ff);
-      cos_t[size_t(i)] = std::cos(th);
-      sin_t[size_t(i)] = std::sin(th);
+      cos_t[size_t(i)] = std::cos(th) * cfg.mscale;
+      sin_t[size_t(i)] = std::sin(th) * cfg.mscale;
       theta *= theta_scale;
     }
     // The rotation of each head (op_kernels.h: x0·cos − x1·sin and x0·sin + x1·cos with the x0
@@ -59,6 +60,42 @@ void swiglu(const float* gate, const float* up, float* out, int64_t rows, int64_
     silu_mul(g, u, o, body);
     for (int64_t i = body; i < cols; ++i) o[i] = silu_tail(g[i]) * u[i];
   }
+}
+
+namespace {
+
+/// ggml's gelu table: for every f16 bit pattern, gelu of its value rounded to f16.
+const std::vector<uint16_t>& gelu_f16_table() {
+  static const std::vector<uint16_t> table = [] {
+    std::vector<uint16_t> t(size_t(1) << 16);
+    constexpr float kCoefA = 0.044715f, kSqrt2OverPi = 0.79788456080286535587989211986876f;
+    for (size_t i = 0; i < t.size(); ++i) {
+      const float x = fp16_to_f32(uint16_t(i));
+      t[i] = f32_to_fp16(0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + kCoefA * x * x))));
+    }
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace
+
+void geglu(const float* gate, const float* up, float* out, int64_t rows, int64_t cols) {
+  const std::vector<uint16_t>& table = gelu_f16_table();
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    const float x = gate[i];
+    const float g = x <= -10.0f ? 0.0f : x >= 10.0f ? x : fp16_to_f32(table[f32_to_fp16(x)]);
+    out[i] = g * up[i];
+  }
+}
+
+void scale(float* x, int64_t n, float s) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= s;
+}
+
+void softcap(float* x, int64_t n, float cap) {
+  const float inv = 1.0f / cap;
+  for (int64_t i = 0; i < n; ++i) x[i] = std::tanh(x[i] * inv) * cap;
 }
 
 void add(float* y, const float* x, int64_t n) {

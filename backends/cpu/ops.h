@@ -22,6 +22,7 @@ struct RopeConfig {
   float freq_base = 10000;  ///< θ_i = pos · freq_scale · base^(−2i/n_rot) / freq_factors[i]
   float freq_scale = 1;     ///< linear position scaling (1 / rope.scaling.factor)
   const float* freq_factors = nullptr;  ///< [n_rot/2] per-pair divisors (llama3 scaling) or null
+  float mscale = 1;   ///< cos and sin are multiplied by it (ggml's rope attn_factor; 1 = none)
   bool neox = false;  ///< false: rotate adjacent pairs (x[2i], x[2i+1]) as llama does;
                       ///< true: rotate (x[i], x[i + n_rot/2]) as GPT-NeoX / qwen2 do
 };
@@ -44,6 +45,20 @@ void swiglu(const float* gate, const float* up, float* out, int64_t rows, int64_
 inline void swiglu(const float* gate, const float* up, float* out, int64_t n) {
   swiglu(gate, up, out, 1, n);
 }
+
+/// GeGLU (Shazeer 2020, "GLU Variants Improve Transformer"): out = gelu(gate) · up with the
+/// tanh approximation gelu(x) = 0.5·x·(1 + tanh(√(2/π)·x·(1 + 0.044715·x²))) (Hendrycks &
+/// Gimpel 2016), computed as llama.cpp's CPU GELU op then MUL: x ≤ −10 → 0, x ≥ 10 → x, else x
+/// rounded to f16 and looked up in a table of f16-rounded gelu values (ggml's GGML_GELU_FP16).
+/// gate, up, out: [rows, cols]; out may equal gate or up.
+void geglu(const float* gate, const float* up, float* out, int64_t rows, int64_t cols);
+
+/// x[i] = x[i] · s for i < n (ggml_scale).
+void scale(float* x, int64_t n, float s);
+
+/// Soft-capping (Gemma 2 report, §2): x[i] = tanh(x[i] · (1/cap)) · cap for i < n, as llama.cpp's
+/// scale, tanh, scale ops. cap > 0.
+void softcap(float* x, int64_t n, float cap);
 
 /// y[i] += x[i] for i < n.
 void add(float* y, const float* x, int64_t n);

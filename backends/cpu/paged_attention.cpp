@@ -103,6 +103,7 @@ struct Scratch {
   std::vector<float> vrow;   ///< [head_dim_v] one f16 V row widened to f32 (exact scheme)
   std::vector<float> m, l;   ///< flash: [rows] running max and running sum
   std::vector<int64_t> nv;   ///< flash: [rows] positions of the block each row sees
+  std::vector<int64_t> lo;   ///< flash: [rows] its first position inside the sliding window
   std::vector<float> s;      ///< flash: [padded block] one row's scores, then weights
 };
 
@@ -252,9 +253,10 @@ constexpr int64_t kLanes = 16;
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #endif
-void flash_block(int64_t rows, const int64_t* nv, int64_t hd, int64_t hdv, int64_t bsp,
-                 float scale, const float* q, const float* kt, const float* vt, const float* direct,
-                 bool wide, float* s, float* m, float* l, float* acc) {
+void flash_block(int64_t rows, const int64_t* nv, const int64_t* lo, float softcap, int64_t hd,
+                 int64_t hdv, int64_t bsp, float scale, const float* q, const float* kt,
+                 const float* vt, const float* direct, bool wide, float* s, float* m, float* l,
+                 float* acc) {
   const int64_t acc_len = wide ? bsp * hdv : hdv;
   const v16f ninf = splat16(-INFINITY);
   for (int64_t r = 0; r < rows; ++r) {
@@ -270,6 +272,9 @@ void flash_block(int64_t rows, const int64_t* nv, int64_t hd, int64_t hdv, int64
       }
       store16(s + j0, sv);
     }
+    if (softcap > 0)
+      for (int64_t j = 0; j < n; ++j) s[j] = std::tanh(s[j] * (1.0f / softcap)) * softcap;
+    for (int64_t j = 0; j < lo[r]; ++j) s[j] = -INFINITY;  // before the sliding window
     for (int64_t j = n; j < bsp; ++j) s[j] = -INFINITY;
     v16f mx = ninf;
     for (int64_t j0 = 0; j0 < bsp; j0 += kLanes) {
@@ -345,13 +350,20 @@ void flash_tile(const Call& c, const PagedSeq& seq, int64_t i0, int64_t i1, int6
   if (direct) sc.w.assign(size_t(rows * bsp), 0.0f);
   const int64_t off = direct ? kv_head_offset(kv.k_type, hd, hk) : 0;
   const int64_t end = seq.pos0 + i1;  // positions the last query of the tile sees
-  for (int64_t b = b_begin; b < b_end && b * bs < end; ++b) {
+  // With a sliding window, the first query of the tile sees nothing before `first`.
+  const int64_t first = c.p.window > 0 ? std::max<int64_t>(0, seq.pos0 + i0 - c.p.window + 1) : 0;
+  sc.lo.resize(size_t(rows));
+  for (int64_t b = std::max(b_begin, first / bs); b < b_end && b * bs < end; ++b) {
     const int64_t n = std::min(bs, end - b * bs);
     const uint8_t* kb = kv.k + int64_t(seq.block_table[b]) * bs * kv.k_row_bytes;
     const uint8_t* vb = kv.v + int64_t(seq.block_table[b]) * bs * kv.v_row_bytes;
     for (int64_t i = i0; i < i1; ++i)
-      for (int64_t g = 0; g < G; ++g)
-        sc.nv[size_t((i - i0) * G + g)] = std::min(n, seq.pos0 + i + 1 - b * bs);
+      for (int64_t g = 0; g < G; ++g) {
+        const int64_t r = (i - i0) * G + g;
+        sc.nv[size_t(r)] = std::min(n, seq.pos0 + i + 1 - b * bs);
+        sc.lo[size_t(r)] = c.p.window > 0 ? seq.pos0 + i - c.p.window + 1 - b * bs : 0;
+        if (sc.lo[size_t(r)] >= sc.nv[size_t(r)]) sc.nv[size_t(r)] = 0;  // all before the window
+      }
     if (direct) {
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t j = 0; j < sc.nv[size_t(r)]; ++j)
@@ -376,9 +388,9 @@ void flash_tile(const Call& c, const PagedSeq& seq, int64_t i0, int64_t i1, int6
                        sc.vtile.data() + j * hdv);
       if (n < bsp) std::fill(sc.vtile.begin() + n * hdv, sc.vtile.end(), 0.0f);
     }
-    flash_block(rows, sc.nv.data(), hd, hdv, bsp, a.scale, sc.qf.data(), sc.kt.data(),
-                sc.vtile.data(), direct ? sc.w.data() : nullptr, wide, sc.s.data(), sc.m.data(),
-                sc.l.data(), sc.acc.data());
+    flash_block(rows, sc.nv.data(), sc.lo.data(), c.p.softcap, hd, hdv, bsp, a.scale, sc.qf.data(),
+                sc.kt.data(), sc.vtile.data(), direct ? sc.w.data() : nullptr, wide, sc.s.data(),
+                sc.m.data(), sc.l.data(), sc.acc.data());
   }
   for (int64_t i = i0; i < i1; ++i)
     for (int64_t g = 0; g < G; ++g) {
@@ -477,13 +489,19 @@ struct LaneOrder {
   }
 };
 
+/// First position a query at n_pos − 1 sees: 0, or the start of its sliding window.
+inline int64_t window_start(const Call& c, int64_t n_pos) {
+  return c.p.window > 0 ? std::max<int64_t>(0, n_pos - c.p.window) : 0;
+}
+
 /// Scores of the group's query heads over positions 0 … n_pos − 1 into sc.w, then weights.
 void exact_weights(const Call& c, const PagedSeq& seq, int64_t n_pos, int64_t n_kv, int64_t hk,
                    Scratch& sc) {
   const int64_t bs = c.kv.block_size, G = c.group;
+  const int64_t lo = window_start(c, n_pos);
   sc.w.resize(size_t(G * n_kv));
   BlockView bv;
-  for (int64_t b = 0; b * bs < n_pos; ++b) {
+  for (int64_t b = lo / bs; b * bs < n_pos; ++b) {
     const int64_t n = std::min(bs, n_pos - b * bs);
     load_k(c, seq.block_table[b], n, hk, sc, bv);
     for (int64_t g = 0; g < G; ++g)
@@ -491,6 +509,10 @@ void exact_weights(const Call& c, const PagedSeq& seq, int64_t n_pos, int64_t n_
   }
   for (int64_t g = 0; g < G; ++g) {
     float* w = sc.w.data() + g * n_kv;
+    if (c.p.softcap > 0)  // as llama.cpp: scale by 1/cap, tanh, scale by cap, then the softmax
+      for (int64_t j = lo; j < n_pos; ++j)
+        w[j] = std::tanh(w[j] * (1.0f / c.p.softcap)) * c.p.softcap;
+    std::fill_n(w, lo, -INFINITY);  // before the sliding window (masked, weight 0)
     masked_softmax(w, n_pos, n_kv, c.p.attn.scale);
     if (c.v_f16)
       for (int64_t j = 0; j < n_kv; ++j) w[j] = fp16_lut(f32_to_fp16(w[j]));
@@ -509,7 +531,11 @@ void exact_item(const Call& c, const PagedSeq& seq, int64_t n_pos, int64_t n_kv,
   sc.zeros.assign(size_t(hdv), 0.0f);
   sc.vrow.resize(size_t(hdv));
   BlockView bv;
-  for (int64_t b = 0; b * bs < n_pos; ++b) {
+  const int64_t b_first = window_start(c, n_pos) / bs;
+  for (int64_t p = 0; p < b_first * bs; ++p)  // blocks before the window: weight 0, not read
+    for (int64_t g = 0; g < G; ++g)
+      order.add(sc.acc.data() + g * 64 * hdv, sc.tail.data() + g * hdv, p, sc.zeros.data(), 0.0f);
+  for (int64_t b = b_first; b * bs < n_pos; ++b) {
     const int64_t n = std::min(bs, n_pos - b * bs);
     load_v(c, seq.block_table[b], n, hk, sc, bv);
     for (int64_t j = 0; j < n; ++j) {

@@ -41,6 +41,13 @@ struct PagedAttnParams {
   AttnParams attn;      ///< n_head, n_head_kv, head_dim, head_dim_v, scale
   bool flash = true;    ///< online softmax (true) or llama.cpp's exact non-flash softmax
   bool rotate = false;  ///< K rows were stored Hadamard-rotated along head_dim; rotate Q too
+  /// Sliding window (0 = none): a query at position p sees only positions p − window < j ≤ p
+  /// (llama.cpp's KQ_mask_swa). Blocks wholly before the window are never read, so they may
+  /// have been returned to the pool.
+  int64_t window = 0;
+  /// Soft-capping of the scaled scores, s ← cap · tanh(s / cap) before the softmax (Gemma 2
+  /// report, §2; llama.cpp's attn_soft_cap); 0 = off.
+  float softcap = 0;
 };
 
 /// One sequence's part of a batch (CSR style: sequences own consecutive query rows).

@@ -1,0 +1,69 @@
+// arch.h (models/) — what distinguishes one decoder-only architecture from another.
+//
+// Every supported architecture is the llama block (models/llama.h) with options: each has one
+// small file (models/<arch>.cpp) that reads its own GGUF keys into Hparams and returns its
+// ArchSpec; the weights loader and the forward pass are shared. Tensor names are llama.cpp's
+// (src/llama-arch.cpp): fused tensors (attn_qkv, a 2·n_ff-row ffn_up) and optional ones
+// (biases, attn_q_norm / attn_k_norm, post_attention_norm / post_ffw_norm) are used when present.
+//
+//   llama    Touvron et al. 2023; Mistral 7B / Ministral are GGUF arch "llama", with
+//            llama.attention.sliding_window when the file sets it (every layer windowed)
+//   qwen2    Q/K/V biases, NeoX RoPE (Qwen2 technical report, Yang et al. 2024)
+//   qwen3    per-head RMSNorm of Q and K before RoPE, no biases (Qwen3 technical report 2025)
+//   phi3     fused QKV and gate/up, NeoX RoPE with LongRoPE short/long factors and
+//            rope.scaling.attn_factor, Q pre-scaled, sliding window on every layer
+//            (Abdin et al. 2024, "Phi-3 Technical Report")
+//   gemma2   embedding · √n_embd, GeGLU (tanh GELU), post-norms, attention and final logit
+//            soft-capping, sliding window on even layers (Team Gemma 2024, "Gemma 2")
+//   gemma3   as gemma2 without soft-capping, with per-head Q/K RMSNorm, 5 windowed layers per
+//            global one, RoPE base 10000 on windowed layers (Team Gemma 2025, "Gemma 3")
+#pragma once
+
+#include <string>
+
+#include "gguf.h"
+#include "models/hparams.h"
+
+namespace kvrun {
+
+/// The feed-forward block's gated activation.
+enum class FfnAct {
+  SiLU,      ///< SwiGLU: silu(gate) · up (llama, qwen, phi3, mistral)
+  GeluTanh,  ///< GeGLU: gelu_tanh(gate) · up (gemma)
+};
+
+/// How the shared forward pass runs one architecture (defaults: plain llama).
+struct ArchSpec {
+  std::string name;         ///< general.architecture
+  bool rope_neox = false;   ///< NeoX rotation (x[i], x[i + n_rot/2]); false: adjacent pairs
+  bool qk_norm = false;     ///< attn_q_norm / attn_k_norm {head_dim}: RMSNorm per head before RoPE
+  bool post_norms = false;  ///< post_attention_norm / post_ffw_norm: RMSNorm of each sub-block's
+                            ///< output before the residual add
+  bool embd_scale = false;  ///< token embeddings multiplied by sqrt(n_embd)
+  float q_scale = 0;        ///< > 0: Q multiplied by it after RoPE and the scores unscaled, as
+                            ///< llama.cpp's phi3 / gemma2 graphs do (ggml_scale of Q)
+  float attn_scale = 0;     ///< score scale when q_scale is 0; 0 = 1/sqrt(head_dim)
+  FfnAct ffn = FfnAct::SiLU;
+  bool output_optional = true;  ///< output.weight may be absent (tied to token_embd)
+};
+
+/// The architectures kvrun runs, comma-separated (for error messages).
+const char* supported_archs();
+
+/// Reads the architecture-specific keys of `file` into `hp` (sliding window, soft-caps, RoPE
+/// variants) and returns the spec of hp.arch. Throws ModelError for an unsupported
+/// architecture or an invalid architecture key.
+ArchSpec configure_arch(const gguf::File& file, Hparams& hp);
+
+// One per architecture (models/<arch>.cpp).
+ArchSpec llama_arch(const gguf::File& file, Hparams& hp);   ///< llama / mistral
+ArchSpec qwen2_arch(const gguf::File& file, Hparams& hp);   ///< qwen2
+ArchSpec qwen3_arch(const gguf::File& file, Hparams& hp);   ///< qwen3
+ArchSpec phi3_arch(const gguf::File& file, Hparams& hp);    ///< phi3
+ArchSpec gemma2_arch(const gguf::File& file, Hparams& hp);  ///< gemma2
+ArchSpec gemma3_arch(const gguf::File& file, Hparams& hp);  ///< gemma3
+
+/// `{arch}.attention.sliding_window` if present (else `fallback`), checked to be ≥ 0.
+int64_t read_sliding_window(const gguf::File& file, const Hparams& hp, int64_t fallback);
+
+}  // namespace kvrun
