@@ -6,7 +6,11 @@
 // caught here rather than read as a forward-pass bug); then `kvrun -m FILE -f PROMPT -n N --temp 0
 // --json --n-probs 10 -c 256 -t 2 -fa off` must tokenize the prompt to `prompt_tokens`, give every
 // one of the `greedy_tokens`, and first-step top-10 logprobs (log_softmax over the vocabulary)
-// within 1e-3 of the reference's for F32 files, 2e-2 for Q8_0 (as test_llama_refs). The long
+// within 1e-3 of the reference's for F32 files, 2e-2 for Q8_0 (as test_llama_refs). qwen3 and
+// gemma3 are newer than the llama.cpp used for the others; their references come from
+// ik_llama.cpp, whose own CPU kernels put Q8_0 logprobs up to 0.04 away from llama.cpp's (measured
+// on tiny-qwen2-Q8_0, where kvrun is within 3e-7 of llama.cpp): Q8_0 against it is held to 0.1
+// (measured: ≤ 0.064), F32 still to 1e-3 (measured: ≤ 8.2e-4). The long
 // prompts run past the sliding windows of tiny-phi3 (48), tiny-gemma2 and tiny-gemma3 (32), so
 // windowed attention is checked too; tiny-mistral's prompts stay inside its window (64), since
 // llama.cpp ignores llama.attention.sliding_window. The F32 files are run a second time with
@@ -68,13 +72,14 @@ TEST_P(ArchRefs, MatchesLlamaCpp) {
   const auto made = test::run_command(test::kvrun_binary() + " synth --shape " + c.shape +
                                       " --type " + c.type + " -o '" + gguf.string() + "' -t 2");
   ASSERT_EQ(made.exit_code, 0) << made.err;
-  const double tol = c.type == "F32" ? 1e-3 : 2e-2;
   double max_diff = 0.0;
   int n_tokens = 0;
   for (const auto& path : files) {
     SCOPED_TRACE(path.filename().string());
     std::ifstream in(path);
     const nlohmann::json ref = nlohmann::json::parse(in);
+    const bool ik = ref["tool"].get<std::string>().starts_with("ik_llama.cpp");
+    const double tol = c.type == "F32" ? 1e-3 : ik ? 0.1 : 2e-2;
     ASSERT_EQ(sha256_of(gguf), ref["sha256"].get<std::string>())
         << "kvrun synth no longer writes the file the reference was made from";
     const fs::path prompt = dir / "prompt.txt";
@@ -154,9 +159,11 @@ std::string case_name(const ::testing::TestParamInfo<ArchCase>& info) {
 INSTANTIATE_TEST_SUITE_P(
     Archs, ArchRefs,
     ::testing::Values(ArchCase{"tiny-qwen2", "F32"}, ArchCase{"tiny-qwen2", "Q8_0"},
+                      ArchCase{"tiny-qwen3", "F32"}, ArchCase{"tiny-qwen3", "Q8_0"},
                       ArchCase{"tiny-mistral", "F32"}, ArchCase{"tiny-mistral", "Q8_0"},
                       ArchCase{"tiny-phi3", "F32"}, ArchCase{"tiny-phi3", "Q8_0"},
-                      ArchCase{"tiny-gemma2", "F32"}, ArchCase{"tiny-gemma2", "Q8_0"}),
+                      ArchCase{"tiny-gemma2", "F32"}, ArchCase{"tiny-gemma2", "Q8_0"},
+                      ArchCase{"tiny-gemma3", "F32"}, ArchCase{"tiny-gemma3", "Q8_0"}),
     case_name);
 
 }  // namespace
