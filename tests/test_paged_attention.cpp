@@ -7,7 +7,9 @@
 // 131072; block sizes 16, 7, 1; shuffled block tables; prefill (causal) and decode; several
 // sequences in one call; GQA; every K type × every V type; both softmax schemes; 1 vs 4
 // threads bit for bit; the exact scheme bit for bit against cpu::attention over a contiguous
-// store (f16 and f32); rotation. Random N(0, 1) data with fixed seeds; no timing assertions.
+// store (f16 and f32); rotation; sliding windows and score soft-capping (both schemes, against
+// the reference with the same window and cap; blocks before the window never read). Random
+// N(0, 1) data with fixed seeds; no timing assertions.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -38,6 +40,8 @@ struct Case {
   DType kt = DType::F32, vt = DType::F32;
   int64_t n_head = 4, n_head_kv = 2, head_dim = 32, head_dim_v = 32, block_size = 16;
   bool flash = true, rotate = false;
+  int64_t window = 0;         ///< sliding window (0: none)
+  float softcap = 0;          ///< score soft-cap (0: none)
   std::vector<SeqSpec> seqs;  ///< set by every test
   uint32_t seed = 1;
 };
@@ -60,6 +64,8 @@ Paged build(const Case& c) {
                float(1.0 / std::sqrt(double(c.head_dim)))};
   pg.p.flash = c.flash;
   pg.p.rotate = c.rotate;
+  pg.p.window = c.window;
+  pg.p.softcap = c.softcap;
   pg.kv = {c.kt, c.vt, kv_row_bytes(c.kt, c.n_head_kv, c.head_dim),
            kv_row_bytes(c.vt, c.n_head_kv, c.head_dim_v), c.block_size};
   int64_t n_blocks = 0;
@@ -122,7 +128,8 @@ std::vector<double> rows_of(const Paged& pg, size_t s, bool is_k, bool decoded) 
   return out;
 }
 
-/// Softmax attention in double over all sequences (rotate is not applied: with rotation the
+/// Softmax attention in double over all sequences, with the sliding window and soft-cap of
+/// pg.p (rotate is not applied: with rotation the
 /// decoded K is rotated, so tests compare rotated runs against unrotated ones instead).
 std::vector<double> reference(const Paged& pg, bool decoded) {
   const AttnParams& a = pg.p.attn;
@@ -135,6 +142,7 @@ std::vector<double> reference(const Paged& pg, bool decoded) {
     const PagedSeq& seq = pg.seqs[s];
     for (int64_t i = 0; i < seq.n_q; ++i) {
       const int64_t n_pos = seq.pos0 + i + 1;
+      const int64_t lo = pg.p.window > 0 ? std::max<int64_t>(0, n_pos - pg.p.window) : 0;
       for (int64_t h = 0; h < a.n_head; ++h) {
         const float* q = pg.q.data() + ((seq.q0 + i) * a.n_head + h) * a.head_dim;
         const int64_t hk = h / G;
@@ -144,7 +152,9 @@ std::vector<double> reference(const Paged& pg, bool decoded) {
           double d = 0;
           for (int64_t e = 0; e < a.head_dim; ++e)
             d += double(q[e]) * K[size_t(p * nk + hk * a.head_dim + e)];
-          sc[size_t(p)] = d * double(a.scale);
+          d *= double(a.scale);
+          if (pg.p.softcap > 0) d = pg.p.softcap * std::tanh(d / pg.p.softcap);
+          sc[size_t(p)] = p < lo ? -INFINITY : d;
           mx = std::max(mx, sc[size_t(p)]);
         }
         for (double& x : sc) sum += (x = std::exp(x - mx));
@@ -470,6 +480,71 @@ TEST(PagedAttention, HadamardIsOrthonormal) {
   }
   float z[12] = {};
   EXPECT_THROW(hadamard_rotate(z, 12), std::invalid_argument);
+}
+
+// Sliding window (Mistral / Gemma / Phi-3) and score soft-capping (Gemma 2): both schemes
+// against the double reference with the same window and cap, prefill and decode, several
+// sequences, block sizes that do and do not divide the window, windows shorter than a block.
+TEST(PagedAttention, SlidingWindowAndSoftcap) {
+  for (DType t : {DType::F32, DType::F16})
+    for (int64_t bs : {16, 7})
+      for (int64_t window : {1, 5, 16, 33})
+        for (float cap : {0.0f, 2.0f})
+          for (bool flash : {true, false}) {
+            Case c;
+            c.kt = c.vt = t;
+            c.block_size = bs;
+            c.window = window;
+            c.softcap = cap;
+            c.flash = flash;
+            c.seqs = {{100, 1}, {70, 40}, {9, 9}};
+            c.seed = uint32_t(window * 10 + bs);
+            check_case(c, cap > 0 ? "window + softcap" : "window");
+          }
+}
+
+// Soft-capping changes the result (the test above is not vacuous), and a window at least as long
+// as the context changes nothing.
+TEST(PagedAttention, SoftcapAndWindowTakeEffect) {
+  Case c;
+  c.seqs = {{40, 40}};
+  for (bool flash : {true, false}) {
+    c.flash = flash;
+    c.window = 0;
+    c.softcap = 0;
+    const std::vector<float> plain = run(build(c));
+    c.window = 40;
+    EXPECT_EQ(run(build(c)), plain) << "a window covering the context must change nothing";
+    c.window = 0;
+    c.softcap = 0.5f;
+    EXPECT_GT(max_err(run(build(c)), std::vector<double>(plain.begin(), plain.end())), 1e-3);
+  }
+}
+
+// Blocks wholly before every query's window are never read: poisoned with NaN, the output is
+// still the reference (so they may be given back to the pool).
+TEST(PagedAttention, SlidingWindowNeverReadsBlocksBeforeIt) {
+  for (bool flash : {true, false})
+    for (int64_t n_q : {1, 3}) {
+      Case c;
+      c.block_size = 8;
+      c.window = 20;
+      c.flash = flash;
+      c.seqs = {{100, n_q}};
+      Paged pg = build(c);
+      const int64_t first_needed = (100 - n_q + 1 - c.window) / c.block_size;  // first block read
+      for (int64_t b = 0; b < first_needed; ++b) {
+        const int64_t phys = pg.tables[0][size_t(b)];
+        std::memset(pg.kbuf.data() + phys * c.block_size * pg.kv.k_row_bytes, 0xFF,
+                    size_t(c.block_size * pg.kv.k_row_bytes));
+        std::memset(pg.vbuf.data() + phys * c.block_size * pg.kv.v_row_bytes, 0xFF,
+                    size_t(c.block_size * pg.kv.v_row_bytes));
+      }
+      const std::vector<float> out = run(pg);
+      for (float x : out) ASSERT_TRUE(std::isfinite(x)) << (flash ? "flash" : "exact");
+      Paged clean = build(c);
+      EXPECT_LE(max_err(out, reference(clean, true)), kernel_bound(c));
+    }
 }
 
 }  // namespace

@@ -509,11 +509,14 @@ void exact_weights(const Call& c, const PagedSeq& seq, int64_t n_pos, int64_t n_
   }
   for (int64_t g = 0; g < G; ++g) {
     float* w = sc.w.data() + g * n_kv;
-    if (c.p.softcap > 0)  // as llama.cpp: scale by 1/cap, tanh, scale by cap, then the softmax
+    float scale = c.p.attn.scale;
+    if (c.p.softcap > 0) {  // as llama.cpp: scale by 1/cap, tanh, scale by cap, then the softmax
       for (int64_t j = lo; j < n_pos; ++j)
-        w[j] = std::tanh(w[j] * (1.0f / c.p.softcap)) * c.p.softcap;
+        w[j] = std::tanh(w[j] * scale * (1.0f / c.p.softcap)) * c.p.softcap;
+      scale = 1.0f;  // applied above (models with soft-capping pre-scale Q: scale is 1 there)
+    }
     std::fill_n(w, lo, -INFINITY);  // before the sliding window (masked, weight 0)
-    masked_softmax(w, n_pos, n_kv, c.p.attn.scale);
+    masked_softmax(w, n_pos, n_kv, scale);
     if (c.v_f16)
       for (int64_t j = 0; j < n_kv; ++j) w[j] = fp16_lut(f32_to_fp16(w[j]));
   }
