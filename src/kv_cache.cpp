@@ -245,7 +245,20 @@ int64_t KvSequence::n_tokens() const { return static_cast<int64_t>(tokens_.size(
 const std::vector<int32_t>& KvSequence::block_table() const { return table_; }
 
 int64_t KvSequence::bytes_held() const {
-  return static_cast<int64_t>(table_.size()) * cache_.bytes_per_block();
+  return (static_cast<int64_t>(table_.size()) - n_released_) * cache_.bytes_per_block();
+}
+
+int64_t KvSequence::release_before(int64_t pos) {
+  const int64_t bs = cache_.block_size();
+  const int64_t until = std::min<int64_t>(
+      std::max<int64_t>(0, pos) / bs, std::min<int64_t>(n_tokens() / bs, int64_t(table_.size())));
+  const int64_t n = std::max<int64_t>(0, until - n_released_);
+  for (int64_t b = n_released_; b < until; ++b) {
+    cache_.pool().unref(table_[size_t(b)]);
+    table_[size_t(b)] = -1;
+  }
+  n_released_ = std::max(n_released_, until);
+  return n;
 }
 
 const std::vector<int32_t>& KvSequence::tokens() const { return tokens_; }
@@ -362,11 +375,15 @@ void KvSequence::truncate(int64_t n) {
                             std::to_string(n_tokens()) + "]");
   const int64_t bs = cache_.block_size();
   const size_t keep = static_cast<size_t>((n + bs - 1) / bs);
+  if (n > 0 && (n - 1) / bs < n_released_)
+    throw std::logic_error("KvSequence::truncate: position " + std::to_string(n - 1) +
+                           " is in a block given back by release_before");
   BlockPool& pool = cache_.pool();
   while (table_.size() > keep) {
-    pool.unref(table_.back());
+    if (table_.back() >= 0) pool.unref(table_.back());
     table_.pop_back();
   }
+  n_released_ = std::min(n_released_, static_cast<int64_t>(keep));
   tokens_.resize(static_cast<size_t>(n));
   hashes_.resize(std::min(hashes_.size(), static_cast<size_t>(n / bs)));
   reserved_ = 0;

@@ -101,10 +101,20 @@ class KvSequence {
 
   /// Tokens whose K/V the sequence holds (positions 0 … n_tokens()−1).
   int64_t n_tokens() const;
-  /// [ceil(n_tokens / block_size)] physical block ids (more while a reserve() is pending).
+  /// [ceil(n_tokens / block_size)] physical block ids (more while a reserve() is pending); the
+  /// first n_released() are −1 (given back by release_before).
   const std::vector<int32_t>& block_table() const;
-  /// Bytes of the blocks the table holds (ceil(S / block_size) × bytes_per_block).
+  /// Bytes of the blocks the table holds ((ceil(S / block_size) − n_released()) ×
+  /// bytes_per_block).
   int64_t bytes_held() const;
+  /// Gives back to the pool every block wholly before position `pos` (sliding-window attention:
+  /// no later query reads them; the attention kernel never touches a block before its window).
+  /// Their table entries become −1; n_tokens(), tokens() and the prefix hashes are unchanged
+  /// (a released full block stays in the pool's prefix cache for other sequences). Returns the
+  /// number of blocks given back by this call.
+  int64_t release_before(int64_t pos);
+  /// Leading blocks given back by release_before (a truncate into them lowers it).
+  int64_t n_released() const { return n_released_; }
 
   /// Makes positions n_tokens() … n_tokens()+n−1 writable: takes the blocks they need and copies
   /// a shared partial last block first (copy-on-write). Throws KvCacheFull with nothing changed.
@@ -123,7 +133,8 @@ class KvSequence {
   /// Forgets positions n … n_tokens()−1 (0 ≤ n ≤ n_tokens()), giving back blocks past them and
   /// any pending reservation (cancellation). A block left partial keeps its content (and its
   /// hash in the pool, still valid for other holders); the next reserve() copies it first when
-  /// shared, or drops its hash when this sequence owns it alone.
+  /// shared, or drops its hash when this sequence owns it alone. Throws std::logic_error when
+  /// position n − 1 is in a released block (n = 0 is always allowed).
   void truncate(int64_t n);
   /// truncate(0).
   void clear();
@@ -136,6 +147,7 @@ class KvSequence {
   std::vector<int32_t> tokens_;
   std::vector<uint64_t> hashes_;  // [full blocks] prefix hash chain
   int64_t reserved_ = 0;          // positions reserved beyond n_tokens()
+  int64_t n_released_ = 0;        // leading table entries given back (−1)
 };
 
 }  // namespace kvrun
