@@ -61,6 +61,13 @@ struct Hparams {
   float attn_softcap = 0.0f;   ///< on attention scores (attn_logit_softcapping)
   float final_softcap = 0.0f;  ///< on the output logits (final_logit_softcapping)
 
+  /// n_swa when every layer attends within the sliding window (then blocks before the window
+  /// of the newest position can be given back), else 0.
+  int64_t all_swa_window() const {
+    for (int64_t il = 0; il < n_layer; ++il)
+      if (!is_swa(il)) return 0;
+    return n_swa;
+  }
   /// Whether layer `il` attends within the sliding window only.
   bool is_swa(int64_t il) const {
     return n_swa > 0 && size_t(il) < swa_layers.size() && swa_layers[size_t(il)];

@@ -54,6 +54,7 @@ Context::Context(const Model& model, std::unique_ptr<KvCache> owned, KvCache* sh
       flash_(use_flash_attn(params.flash_attn)),
       pool_(params.n_threads > 0 ? params.n_threads : cpu::physical_cores()) {
   scratch_ = std::make_unique<LlamaScratch>(model.hparams(), n_batch_);
+  release_window_ = params.release_window_blocks ? model.hparams().all_swa_window() : 0;
 }
 
 Context::~Context() = default;
@@ -62,6 +63,10 @@ void Context::truncate(int64_t n) {
   if (n < 0 || n > n_past())
     throw ContextError("truncate: " + std::to_string(n) + " outside [0, " +
                        std::to_string(n_past()) + "]");
+  const int64_t bs = cache_.block_size();
+  if (release_window_ > 0 && seq_.n_released() > 0 &&
+      std::max<int64_t>(0, n - release_window_ + 1) / bs < seq_.n_released())
+    n = 0;  // the window of position n is partly gone: start over
   seq_.truncate(n);
 }
 
@@ -107,6 +112,9 @@ std::span<const float> Context::eval(std::span<const int32_t> tokens, bool all_l
     llama_forward(hp, model_.weights(), pool_, *scratch_, b);
     seq_.commit(tokens.subspan(size_t(done), size_t(chunk)));
     done += chunk;
+    // Sliding window on every layer: the next query (position n_past()) sees positions from
+    // n_past() − window + 1 on; blocks wholly before that go back to the pool.
+    if (release_window_ > 0) seq_.release_before(n_past() - release_window_ + 1);
   }
   return logits_;
 }

@@ -46,6 +46,11 @@ struct ContextParams {
   /// The KV cache of a Context that owns its own (the constructor without a KvCache). Its
   /// budget, when 0, is what n_ctx tokens need (ceil(n_ctx / block_size) blocks).
   KvCacheParams kv;
+  /// When every layer of the model attends within a sliding window (Hparams::n_swa; mistral
+  /// files with llama.attention.sliding_window, phi3): give blocks that leave the window back
+  /// to the pool after each eval, so the KV bytes held stop growing past the window. Off: keep
+  /// every block (what `kvrun bench` needs to truncate back to a depth).
+  bool release_window_blocks = true;
 };
 
 /// Inference state of one sequence over a Model (which must outlive it).
@@ -73,8 +78,12 @@ class Context {
 
   /// Tokens held (the position of the next token).
   int64_t n_past() const { return seq_.n_tokens(); }
-  /// Forgets tokens from position `n` on (0 ≤ n ≤ n_past()): the next eval continues at n.
+  /// Forgets tokens from position `n` on (0 ≤ n ≤ n_past()): the next eval continues at n —
+  /// or at 0 when the sliding window of position n needs blocks already given back
+  /// (ContextParams::release_window_blocks); callers continue from n_past().
   void truncate(int64_t n);
+  /// The sliding window whose blocks this context gives back (0: none).
+  int64_t release_window() const { return release_window_; }
   /// Forgets everything (truncate(0)) and gives the blocks back.
   void reset() { truncate(0); }
 
@@ -99,6 +108,7 @@ class Context {
   KvSequence seq_;
   int64_t n_ctx_;
   int64_t n_batch_;
+  int64_t release_window_ = 0;  ///< window of an all-windowed model with release on, else 0
   bool flash_;
   cpu::ThreadPool pool_;
   std::unique_ptr<LlamaScratch> scratch_;

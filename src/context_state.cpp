@@ -36,6 +36,9 @@ uint8_t* row_at(uint8_t* base, const std::vector<int32_t>& table, int64_t block_
 }  // namespace
 
 void write_context_state(std::ostream& out, const Context& ctx) {
+  if (ctx.sequence().n_released() > 0)
+    throw std::runtime_error(
+        "the KV state cannot be saved: blocks before the sliding window were given back");
   uint64_t h[kFields];
   header(ctx, h);
   out.write(kMagic, sizeof kMagic);

@@ -16,7 +16,7 @@
 namespace kvrun {
 
 /// Writes the KV rows of positions [0, n_past) of `ctx`. Throws std::runtime_error on a write
-/// failure.
+/// failure, or when the context gave back blocks before its sliding window (their rows are gone).
 void write_context_state(std::ostream& out, const Context& ctx);
 
 /// Reads state written by write_context_state into `ctx` (which is reset first): same model file

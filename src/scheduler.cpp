@@ -17,7 +17,6 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-
 }  // namespace
 
 const char* finish_reason_name(FinishReason r) {
@@ -293,6 +292,9 @@ bool Scheduler::step() {
     Session& s = *in_batch[i];
     const int64_t n = slices[i].n_tokens;
     s.seq.commit(std::span<const int32_t>(tokens.data() + row, size_t(n)));
+    // Sliding window on every layer: blocks before the next query's window go back to the pool.
+    if (const int64_t w = model_.hparams().all_swa_window(); w > 0)
+      s.seq.release_before(s.seq.n_tokens() - w + 1);
     row += size_t(n);
     if (s.prefill) {
       s.n_prefilled += n;

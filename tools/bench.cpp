@@ -177,6 +177,7 @@ std::vector<BenchResult> run_bench(const BenchOptions& opt, const Model& model, 
                                    int& n_threads) {
   check_options(opt);
   ContextParams base;
+  base.release_window_blocks = false;  // every test truncates back to its depth
   base.n_batch = opt.n_batch;
   base.n_threads = opt.n_threads;
   apply_kv_cache_options(opt.kv, opt.model, base);

@@ -79,9 +79,9 @@ void print_stats(const ChatState& st, const Loaded& l) {
   const BlockPoolStats ps = cache.pool().stats();
   std::printf("KV cache: %s held in %zu blocks of %lld tokens (K %s, V %s, %s/token)\n",
               format_bytes(l.ctx->sequence().bytes_held()).c_str(),
-              l.ctx->sequence().block_table().size(), (long long)cache.block_size(),
-              kv_type_name(cache.params().type_k), kv_type_name(cache.params().type_v),
-              format_bytes(cache.bytes_per_token()).c_str());
+              l.ctx->sequence().block_table().size() - size_t(l.ctx->sequence().n_released()),
+              (long long)cache.block_size(), kv_type_name(cache.params().type_k),
+              kv_type_name(cache.params().type_v), format_bytes(cache.bytes_per_token()).c_str());
   std::printf(
       "KV pool: %lld blocks (%s): %lld used, %lld cached, %lld free | tokens computed "
       "%lld, reused from the prefix cache %lld\n",

@@ -71,6 +71,7 @@ GenerateResult ChatState::turn(const std::string& user, const RunOptions& opt, L
     while (keep < tokens.size() && keep < want.size() && tokens[keep] == want[keep]) ++keep;
     keep = std::min(keep, want.size() - 1);  // re-evaluate at least the last token
     l.ctx->truncate(int64_t(keep));
+    keep = size_t(l.ctx->n_past());  // less when sliding-window blocks were given back
     if (keep == 0) keep = size_t(l.ctx->reuse_prefix(want));  // cached blocks (prefix sharing)
     GenerateParams gp;
     gp.n_predict = opt.n_predict;

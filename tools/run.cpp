@@ -74,7 +74,8 @@ int complete(const RunOptions& opt, Loaded& l) {
     nlohmann::ordered_json j = result_json(l.tok, prompt, r);
     j["kv"] = {{"n_tokens", seq.n_tokens()},
                {"prompt_tokens_reused", reused},
-               {"blocks", seq.block_table().size()},
+               {"blocks", int64_t(seq.block_table().size()) - seq.n_released()},
+               {"blocks_released", seq.n_released()},
                {"block_size", cache.block_size()},
                {"bytes_per_token", cache.bytes_per_token()},
                {"bytes_held", seq.bytes_held()}};
@@ -86,9 +87,14 @@ int complete(const RunOptions& opt, Loaded& l) {
     print_timings(r.timings);
     std::fprintf(stderr,
                  "kvrun: KV cache: %lld tokens in %lld blocks of %lld, %s held (%lld bytes)\n",
-                 (long long)seq.n_tokens(), (long long)seq.block_table().size(),
+                 (long long)seq.n_tokens(),
+                 (long long)(int64_t(seq.block_table().size()) - seq.n_released()),
                  (long long)cache.block_size(), format_bytes(seq.bytes_held()).c_str(),
                  (long long)seq.bytes_held());
+    if (seq.n_released() > 0)
+      std::fprintf(stderr,
+                   "kvrun: %lld blocks before the sliding window (%lld tokens) were given back\n",
+                   (long long)seq.n_released(), (long long)l.ctx->release_window());
     if (reused > 0)
       std::fprintf(stderr, "kvrun: %lld prompt tokens taken from the prefix cache\n",
                    (long long)reused);

@@ -1,0 +1,180 @@
+// test_sliding_window.cpp — sliding-window models in the paged KV cache: KvSequence::release_before
+// (blocks go back to the pool, the table keeps its positions), Context giving back the blocks
+// that leave the window of an all-windowed model (tiny-phi3: window 48 on every layer,
+// tiny-mistral: 64) so the KV bytes held stay flat past the window, with logits bit-identical to
+// a run that keeps every block (both attention schemes); interleaved models (gemma2) keep every
+// block; a truncate into the given-back range starts over.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "context.h"
+#include "kv_cache.h"
+#include "model.h"
+#include "synth.h"
+#include "test_util.h"
+
+namespace kvrun {
+namespace {
+
+namespace fs = std::filesystem;
+
+Model synth_model(const test::TempDir& dir, const std::string& shape) {
+  SynthParams p;
+  p.shape = find_synth_shape(shape);
+  p.type = SynthFileType::F32;
+  p.n_threads = 2;
+  p.out_path = (dir / (shape + ".gguf")).string();
+  write_synth_model(p);
+  return Model::load(p.out_path);
+}
+
+TEST(SlidingWindow, ReleaseBeforeGivesBlocksBack) {
+  test::TempDir dir;
+  const Model m = synth_model(dir, "tiny-phi3");
+  KvCacheParams kp;
+  kp.block_size = 4;
+  kp.mem_bytes = 64 * kp.block_size * 2 * 2 * 64 * 2 * 2;  // ample
+  KvCache cache(m.hparams(), kp);
+  KvSequence seq(cache);
+  std::vector<int32_t> toks(30, 7);
+  seq.reserve(30);
+  seq.commit(toks);
+  const int64_t bpb = cache.bytes_per_block();
+  EXPECT_EQ(seq.bytes_held(), 8 * bpb);  // ceil(30 / 4)
+  const int64_t used = cache.pool().stats().n_used;
+  EXPECT_EQ(seq.release_before(13), 3);  // blocks 0..2 (positions 0..11); block 3 holds 12
+  EXPECT_EQ(seq.n_released(), 3);
+  EXPECT_EQ(seq.bytes_held(), 5 * bpb);
+  EXPECT_EQ(cache.pool().stats().n_used, used - 3);
+  EXPECT_EQ(seq.block_table()[0], -1);
+  EXPECT_EQ(seq.block_table()[2], -1);
+  EXPECT_GE(seq.block_table()[3], 0);
+  EXPECT_EQ(seq.n_tokens(), 30);
+  EXPECT_EQ(seq.release_before(13), 0);    // idempotent
+  EXPECT_EQ(seq.release_before(1000), 4);  // never the partial last block (positions 28, 29)
+  EXPECT_EQ(seq.bytes_held(), bpb);
+  EXPECT_THROW(seq.truncate(20), std::logic_error);  // position 19 was given back
+  seq.reserve(3);                                    // continues after the released blocks
+  seq.commit(std::vector<int32_t>(3, 8));
+  EXPECT_EQ(seq.n_tokens(), 33);
+  seq.clear();
+  EXPECT_EQ(seq.bytes_held(), 0);
+  EXPECT_EQ(seq.n_released(), 0);
+  EXPECT_EQ(cache.pool().stats().n_used, 0);
+}
+
+/// Evaluates a 10-token prompt then `n_gen` tokens one at a time (fixed ids), returning every
+/// step's logits; bytes[i] = bytes held after position i.
+std::vector<std::vector<float>> run(const Model& m, bool release, bool flash, int64_t n_gen,
+                                    std::vector<int64_t>* bytes = nullptr) {
+  ContextParams cp;
+  cp.n_ctx = 256;
+  cp.n_threads = 2;
+  cp.flash_attn = flash ? FlashAttn::kOn : FlashAttn::kOff;
+  cp.release_window_blocks = release;
+  Context ctx(m, cp);
+  std::vector<std::vector<float>> out;
+  std::vector<int32_t> prompt = {1, 300, 301, 302, 303, 304, 305, 306, 307, 308};
+  auto l = ctx.eval(prompt);
+  out.emplace_back(l.begin(), l.end());
+  for (int64_t i = 0; i < n_gen; ++i) {
+    const int32_t id = int32_t(260 + (i * 37) % 200);
+    l = ctx.eval(std::vector<int32_t>{id});
+    out.emplace_back(l.begin(), l.end());
+    if (bytes) bytes->push_back(ctx.sequence().bytes_held());
+  }
+  return out;
+}
+
+TEST(SlidingWindow, AllWindowedModelsHoldFlatKvBytesWithTheSameLogits) {
+  test::TempDir dir;
+  for (const std::string shape : {"tiny-phi3", "tiny-mistral"}) {
+    SCOPED_TRACE(shape);
+    const Model m = synth_model(dir, shape);
+    const int64_t w = m.hparams().n_swa;
+    ASSERT_EQ(m.hparams().all_swa_window(), w);
+    ASSERT_GT(w, 0);
+    for (bool flash : {false, true}) {
+      std::vector<int64_t> bytes;
+      const auto kept = run(m, false, flash, 190);
+      const auto released = run(m, true, flash, 190, &bytes);
+      ASSERT_EQ(kept.size(), released.size());
+      for (size_t i = 0; i < kept.size(); ++i)
+        ASSERT_EQ(kept[i], released[i]) << "step " << i << (flash ? " flash" : " exact");
+      // Block size 16: the held blocks span at most the window plus the two partial ends.
+      const int64_t bpb = bytes.front() / std::max<int64_t>(1, (10 + 1 + 15) / 16);
+      const int64_t cap = ((w + 15) / 16 + 1) * bpb;
+      const size_t past = size_t(w + 16);  // generation steps past the window
+      for (size_t i = past; i < bytes.size(); ++i) EXPECT_LE(bytes[i], cap) << "step " << i;
+      EXPECT_EQ(*std::max_element(bytes.begin() + long(past), bytes.end()),
+                *std::max_element(bytes.begin() + long(past), bytes.begin() + long(2 * past)))
+          << "KV bytes keep growing past the window";
+      EXPECT_LT(bytes.back(), (200 / 16) * bpb);  // a full cache would hold 13 blocks
+    }
+  }
+}
+
+TEST(SlidingWindow, InterleavedModelsKeepEveryBlock) {
+  test::TempDir dir;
+  const Model m = synth_model(dir, "tiny-gemma3");
+  EXPECT_GT(m.hparams().n_swa, 0);
+  EXPECT_EQ(m.hparams().all_swa_window(), 0);  // a global layer reads every position
+  ContextParams cp;
+  cp.n_ctx = 256;
+  cp.n_threads = 2;
+  Context ctx(m, cp);
+  EXPECT_EQ(ctx.release_window(), 0);
+}
+
+TEST(SlidingWindow, TruncateIntoTheReleasedRangeStartsOver) {
+  test::TempDir dir;
+  const Model m = synth_model(dir, "tiny-phi3");  // window 48
+  ContextParams cp;
+  cp.n_ctx = 256;
+  cp.n_threads = 2;
+  Context ctx(m, cp);
+  ctx.eval(std::vector<int32_t>(150, 300));
+  ASSERT_GT(ctx.sequence().n_released(), 0);
+  // Blocks of positions 0 … 95 went back (the window of position 150 starts at 103).
+  EXPECT_EQ(ctx.sequence().n_released(), 6);
+  ctx.truncate(145);  // the window of position 145 starts at 98: still held
+  EXPECT_EQ(ctx.n_past(), 145);
+  ctx.truncate(140);  // its window starts at 93, in a block given back
+  EXPECT_EQ(ctx.n_past(), 0);
+  ctx.eval(std::vector<int32_t>(20, 300));
+  EXPECT_EQ(ctx.n_past(), 20);
+}
+
+// Through the binary: `kvrun -n N --json` reports the KV bytes held; past the window they do not
+// grow with N, and the given-back blocks are counted.
+TEST(SlidingWindow, KvrunReportsFlatBytesHeld) {
+  test::TempDir dir;
+  const std::string path = (dir / "tiny-phi3.gguf").string();
+  ASSERT_EQ(test::run_command(test::kvrun_binary() + " synth --shape tiny-phi3 --type Q8_0 -o '" +
+                              path + "' -t 2")
+                .exit_code,
+            0);
+  auto held = [&](int n, int64_t* released) {
+    const auto r = test::run_command(
+        test::kvrun_binary() + " -m '" + path +
+        "' -p 'The sky is' --temp 0 --ignore-eos --json -c 512 -t 2 -n " + std::to_string(n));
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    *released = j["kv"]["blocks_released"].get<int64_t>();
+    return j["kv"]["bytes_held"].get<int64_t>();
+  };
+  int64_t rel_a = 0, rel_b = 0;
+  const int64_t a = held(116, &rel_a);  // 128 positions: window 48 left behind long ago
+  const int64_t b = held(436, &rel_b);  // 448 positions
+  EXPECT_EQ(a, b);
+  EXPECT_GT(rel_b, rel_a);
+  EXPECT_EQ(rel_b - rel_a, (448 - 128) / 16);
+}
+
+}  // namespace
+}  // namespace kvrun
