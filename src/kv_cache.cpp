@@ -36,19 +36,10 @@ namespace kvrun {
 
 namespace {
 
-/// Half of MemAvailable from /proc/meminfo; 1 GiB when it cannot be read.
+/// Half of MemAvailable; 1 GiB when it cannot be read.
 int64_t default_budget() {
-  constexpr int64_t kFallback = int64_t(1) << 30;
-  std::ifstream in("/proc/meminfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("MemAvailable:", 0) != 0) continue;
-    std::istringstream ss(line.substr(13));
-    int64_t kib = 0;
-    if (ss >> kib && kib > 0) return kib * 1024 / 2;
-    break;
-  }
-  return kFallback;
+  const int64_t avail = mem_available_bytes();
+  return avail > 0 ? avail / 2 : int64_t(1) << 30;
 }
 
 bool is_kv_type(DType t) {
@@ -77,6 +68,19 @@ void validate(const Hparams& hp, const KvCacheParams& p) {
 }
 
 }  // namespace
+
+int64_t mem_available_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("MemAvailable:", 0) != 0) continue;
+    std::istringstream ss(line.substr(13));
+    int64_t kib = 0;
+    if (ss >> kib && kib > 0) return kib * 1024;
+    break;
+  }
+  return -1;
+}
 
 uint64_t kv_block_hash(uint64_t parent, std::span<const int32_t> tokens, DType type_k,
                        DType type_v) {

@@ -135,6 +135,10 @@ class KvCache {
   std::unique_ptr<Impl> impl_;
 };
 
+/// MemAvailable from /proc/meminfo in bytes (what the machine can give without swapping); -1
+/// when it cannot be read. Half of it is KvCache's budget when none is given.
+int64_t mem_available_bytes();
+
 /// The prefix hash of one full block (docs/kv-cache.md, invariant 3): XXH3-64 of the parent
 /// block's hash (kKvRootHash for block 0), the K and V types and the block's token ids.
 uint64_t kv_block_hash(uint64_t parent, std::span<const int32_t> tokens, DType type_k,

@@ -73,8 +73,9 @@ struct BenchResult {
   std::vector<int64_t> samples_ns;
   std::vector<double> samples_ts;
   double avg_ns = 0, stddev_ns = 0, avg_ts = 0, stddev_ts = 0;
-  int64_t kv_bytes = 0;   ///< KV cache bytes the context holds at the end of the test
-  int64_t kv_tokens = 0;  ///< tokens in the context at the end of the test
+  int64_t kv_bytes = 0;            ///< KV cache bytes the context holds at the end of the test
+  int64_t kv_tokens = 0;           ///< tokens in the context at the end of the test
+  int64_t kv_bytes_offloaded = 0;  ///< of kv_bytes, in the slow tier (--kv-offload-dir)
 };
 
 /// Mean and sample standard deviation (0 for fewer than two values).
@@ -139,6 +140,8 @@ BenchResult run_test(Context& ctx, std::mt19937& rng, int64_t depth, int64_t n_p
   std::tie(r.avg_ts, r.stddev_ts) = mean_sd(r.samples_ts);
   r.kv_bytes = kv_bytes_held(ctx);
   r.kv_tokens = ctx.n_past();
+  for (int32_t b : ctx.sequence().block_table())
+    if (!ctx.cache().in_fast_tier(b)) r.kv_bytes_offloaded += ctx.cache().bytes_per_block();
   return r;
 }
 
@@ -155,7 +158,9 @@ int64_t context_for_depth(const BenchOptions& opt, const Model& model, const KvC
   const int64_t per_token = kv_bytes_per_token(kv.type_k, kv.type_v, hp.n_layer, hp.n_head_kv,
                                                hp.head_dim, hp.head_dim_v);
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
-  if (pages > 0 && page > 0 && double(per_token) * double(n_ctx) > double(pages) * double(page))
+  // (With --kv-offload-dir the part past --kv-mem lives in a file, not in memory.)
+  if (kv.offload_dir.empty() && pages > 0 && page > 0 &&
+      double(per_token) * double(n_ctx) > double(pages) * double(page))
     throw std::invalid_argument("depth " + std::to_string(d) + " needs a context of " +
                                 std::to_string(n_ctx) + " tokens, " +
                                 format_bytes(per_token * n_ctx) +
@@ -247,6 +252,7 @@ void print_json(const BenchOptions& opt, const ModelFacts& mf, int n_threads,
     j["samples_ts"] = r.samples_ts;
     j["kv_bytes"] = r.kv_bytes;
     j["kv_tokens"] = r.kv_tokens;
+    j["kv_bytes_offloaded"] = r.kv_bytes_offloaded;
     arr.push_back(j);
   }
   std::printf("%s\n", arr.dump(2).c_str());
@@ -267,10 +273,14 @@ void print_table(const BenchOptions& opt, const ModelFacts& mf, int n_threads,
     std::snprintf(params, sizeof params, "%.2f M", double(mf.n_params) / 1e6);
     // "±" is two bytes but one column: pad one more.
     const std::string backend = std::string("CPU ") + cpu::cpu_level_name(cpu::cpu_level());
-    std::printf("| %-24s | %10s | %8s | %-10s | %7d | %-6s | %-6s | %16s | %21s | %12s |\n",
-                mf.name.c_str(), format_bytes(mf.size).c_str(), params, backend.c_str(), n_threads,
-                opt.kv.type_k.c_str(), opt.kv.type_v.c_str(), r.test.c_str(), ts,
-                format_bytes(r.kv_bytes).c_str());
+    std::printf(
+        "| %-24s | %10s | %8s | %-10s | %7d | %-6s | %-6s | %16s | %21s | %12s |\n",
+        mf.name.c_str(), format_bytes(mf.size).c_str(), params, backend.c_str(), n_threads,
+        opt.kv.type_k.c_str(), opt.kv.type_v.c_str(), r.test.c_str(), ts,
+        (format_bytes(r.kv_bytes) + (r.kv_bytes_offloaded > 0
+                                         ? " (" + format_bytes(r.kv_bytes_offloaded) + " offloaded)"
+                                         : ""))
+            .c_str());
   }
 }
 
