@@ -81,6 +81,7 @@ struct BenchOptions {
   int n_threads = 0;                   ///< -t (0: physical cores)
   KvCacheOptions kv;                   ///< -ctk / -ctv
   bool json = false;                   ///< --json: one JSON array instead of the table
+  bool bandwidth = false;  ///< --bandwidth: STREAM triad, and each tg test's share of it
 };
 
 /// Registers `kvrun bench` on `app`, parsing into `o`; returns the subcommand.
