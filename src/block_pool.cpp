@@ -149,6 +149,11 @@ int32_t BlockPool::refcount(int32_t block) const {
   return impl_->nodes[block].ref;
 }
 
+bool BlockPool::hashed(int32_t block) const {
+  impl_->check(block, "hashed");
+  return impl_->nodes[block].hashed;
+}
+
 void BlockPool::set_hash(int32_t block, uint64_t hash) {
   Impl& p = *impl_;
   p.check(block, "set_hash");
@@ -179,6 +184,20 @@ void BlockPool::clear_hash(int32_t block) {
   p.check(block, "clear_hash");
   if (p.nodes[block].ref <= 0) throw std::logic_error("BlockPool::clear_hash: block is not in use");
   p.drop_hash(block);
+}
+
+void BlockPool::drop(int32_t block) {
+  Impl& p = *impl_;
+  p.check(block, "drop");
+  Node& nd = p.nodes[block];
+  if (nd.ref > 0) throw std::logic_error("BlockPool::drop: block is in use");
+  if (!nd.hashed) return;
+  p.unlink(block);
+  p.drop_hash(block);
+  p.push_free(block);
+  --p.st.n_cached;
+  ++p.st.n_free;
+  ++p.st.n_evicted;
 }
 
 std::optional<int32_t> BlockPool::find(uint64_t hash) const {

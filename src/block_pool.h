@@ -42,6 +42,8 @@ class BlockPool {
   void unref(int32_t block);
   /// Reference count of `block`.
   int32_t refcount(int32_t block) const;
+  /// True when `block` has a prefix hash (used or cached).
+  bool hashed(int32_t block) const;
 
   /// Gives a used block a prefix hash (replacing an older block with the same hash in the map).
   void set_hash(int32_t block, uint64_t hash);
@@ -50,6 +52,10 @@ class BlockPool {
   void clear_hash(int32_t block);
   /// The block holding content with `hash` (used or cached), if any. Does not change refs.
   std::optional<int32_t> find(uint64_t hash) const;
+  /// Forgets a cached block's content: it becomes free (counted as evicted). No-op for a free
+  /// block; throws std::logic_error for a used one. (The KV cache drops unreferenced prefix
+  /// blocks this way to make room in its fast tier.)
+  void drop(int32_t block);
   /// Forgets every hash (cached blocks become free); for --no-prefix-cache and tests.
   void clear_hashes();
 

@@ -25,14 +25,17 @@ int64_t checked_n_batch(const ContextParams& p) {
 
 std::unique_ptr<KvCache> make_context_cache(const Model& model, const ContextParams& params) {
   KvCacheParams kp = params.kv;
-  if (kp.mem_bytes == 0) {
+  const bool need_offload_size = !kp.offload_dir.empty() && kp.offload_max == 0;
+  if (kp.mem_bytes == 0 || need_offload_size) {
     const Hparams& hp = model.hparams();
     const int64_t n_ctx = checked_n_ctx(model, params);
     if (kp.block_size < 1) throw std::invalid_argument("KV block size must be at least 1");
     const int64_t per_block =
         kp.block_size * kv_bytes_per_token(kp.type_k, kp.type_v, hp.n_layer, hp.n_head_kv,
                                            hp.head_dim, hp.head_dim_v);
-    kp.mem_bytes = (n_ctx + kp.block_size - 1) / kp.block_size * per_block;
+    const int64_t whole = (n_ctx + kp.block_size - 1) / kp.block_size * per_block;
+    if (kp.mem_bytes == 0) kp.mem_bytes = whole;
+    if (need_offload_size) kp.offload_max = whole;
   }
   return std::make_unique<KvCache>(model.hparams(), kp);
 }

@@ -115,8 +115,9 @@ class Context {
   std::vector<float> logits_;
 };
 
-/// The KV cache a Context of `params` would own: params.kv with the budget filled in (blocks for
-/// n_ctx tokens when params.kv.mem_bytes is 0). Throws as KvCache's constructor.
+/// The KV cache a Context of `params` would own: params.kv with the budgets filled in (blocks for
+/// n_ctx tokens when params.kv.mem_bytes is 0, and for the slow tier when an offload directory
+/// is given without params.kv.offload_max). Throws as KvCache's constructor.
 std::unique_ptr<KvCache> make_context_cache(const Model& model, const ContextParams& params);
 
 }  // namespace kvrun

@@ -1,10 +1,13 @@
 // kv_cache.cpp — the paged KV cache's storage (KvCache) and per-session block tables
 // (KvSequence). Design and invariants: docs/kv-cache.md.
 //
-// Storage is one anonymous private mapping reserved with MAP_NORESERVE: untouched pages cost no
-// RAM. Layer il's K rows come first, then its V rows:
-//   [layer 0: K[n_blocks][block_size][k_row] V[n_blocks][block_size][v_row]] [layer 1: ...] ...
-// so the mapping is exactly n_blocks × bytes_per_block bytes.
+// The fast tier is one anonymous private mapping reserved with MAP_NORESERVE: untouched pages
+// cost no RAM. Layer il's K rows come first, then its V rows:
+//   [layer 0: K[n_fast][block_size][k_row] V[n_fast][block_size][v_row]] [layer 1: ...] ...
+// so the mapping is exactly n_fast × bytes_per_block bytes. The slow tier (--kv-offload-dir) is
+// an OffloadFile with the same layout over n_slow slots. Block ids map to slots through slot_of
+// (id_at is its inverse); slots [0, n_fast) are fast. Moving a block copies its rows between two
+// slots and swaps the two ids' slots, so block tables and prefix hashes never change.
 //
 // Writing into a block that was once full: a sequence that truncates into the middle of a block
 // keeps that block (its rows before the cut are still valid), and the block keeps its hash in the
@@ -19,6 +22,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <new>
@@ -26,24 +30,16 @@
 #include <string>
 
 #include "kv_layout.h"
+#include "kv_offload_file.h"
 
 namespace kvrun {
 
 namespace {
 
-/// Half of MemAvailable from /proc/meminfo; 1 GiB when it cannot be read.
+/// Half of MemAvailable; 1 GiB when it cannot be read.
 int64_t default_budget() {
-  constexpr int64_t kFallback = int64_t(1) << 30;
-  std::ifstream in("/proc/meminfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("MemAvailable:", 0) != 0) continue;
-    std::istringstream ss(line.substr(13));
-    int64_t kib = 0;
-    if (ss >> kib && kib > 0) return kib * 1024 / 2;
-    break;
-  }
-  return kFallback;
+  const int64_t avail = mem_available_bytes();
+  return avail > 0 ? avail / 2 : int64_t(1) << 30;
 }
 
 bool is_kv_type(DType t) {
@@ -73,6 +69,19 @@ void validate(const Hparams& hp, const KvCacheParams& p) {
 
 }  // namespace
 
+int64_t mem_available_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("MemAvailable:", 0) != 0) continue;
+    std::istringstream ss(line.substr(13));
+    int64_t kib = 0;
+    if (ss >> kib && kib > 0) return kib * 1024;
+    break;
+  }
+  return -1;
+}
+
 uint64_t kv_block_hash(uint64_t parent, std::span<const int32_t> tokens, DType type_k,
                        DType type_v) {
   struct {
@@ -94,37 +103,127 @@ struct KvCache::Impl {
   int64_t v_row = 0;  // bytes of one V row
   int64_t bytes_per_token = 0;
   int64_t bytes_per_block = 0;
-  int64_t n_blocks = 0;
-  uint8_t* base = nullptr;  // the mapping
+  int64_t n_blocks = 0;  // n_fast + n_slow
+  int64_t n_fast = 0;
+  int64_t n_slow = 0;
+  uint8_t* base = nullptr;  // the fast tier's mapping
   size_t map_bytes = 0;
+  std::unique_ptr<OffloadFile> slow;  // the slow tier (null without --kv-offload-dir)
+  std::vector<int32_t> slot_of;       // [n_blocks] block id → slot
+  std::vector<int32_t> id_at;         // [n_blocks] slot → block id
+  KvTierStats ts;                     // use and move counters (capacities filled on read)
+  std::vector<KvSequence*> seqs;      // live sequences (the victim policy reads their tables)
+  int64_t cursor = 0;                 // where the next scan of the fast slots starts
   BlockPool pool{0};
   int64_t computed = 0;
   int64_t reused = 0;
   std::unique_ptr<PrefixStore> store;  // --kv-cache-dir
   std::vector<uint8_t> payload;        // one block's rows, for the store
 
-  /// Copies block b's rows of every layer to (to_store) or from the payload buffer.
-  void block_io(int32_t b, bool to_store) {
-    const int64_t bs = params.block_size;
-    uint8_t* p = payload.data();
-    for (int64_t il = 0; il < n_layer; ++il) {
-      uint8_t* k = layer_k(il) + b * bs * k_row;
-      uint8_t* v = layer_v(il) + b * bs * v_row;
-      if (to_store) {
-        std::memcpy(p, k, size_t(bs * k_row));
-        std::memcpy(p + bs * k_row, v, size_t(bs * v_row));
-      } else {
-        std::memcpy(k, p, size_t(bs * k_row));
-        std::memcpy(v, p + bs * k_row, size_t(bs * v_row));
-      }
-      p += bs * (k_row + v_row);
-    }
+  int64_t kb() const { return params.block_size * k_row; }  // K bytes of one block, one layer
+  int64_t vb() const { return params.block_size * v_row; }
+
+  uint8_t* layer_k(int64_t il) const { return base + il * n_fast * (kb() + vb()); }
+  uint8_t* layer_v(int64_t il) const { return layer_k(il) + n_fast * kb(); }
+  uint8_t* slow_k(int64_t il) const { return slow->data() + il * n_slow * (kb() + vb()); }
+  uint8_t* slow_v(int64_t il) const { return slow_k(il) + n_slow * kb(); }
+  /// Layer il's K / V rows of storage slot s.
+  uint8_t* k_at(int64_t il, int64_t s) const {
+    return s < n_fast ? layer_k(il) + s * kb() : slow_k(il) + (s - n_fast) * kb();
+  }
+  uint8_t* v_at(int64_t il, int64_t s) const {
+    return s < n_fast ? layer_v(il) + s * vb() : slow_v(il) + (s - n_fast) * vb();
   }
 
-  uint8_t* layer_k(int64_t il) const {
-    return base + il * n_blocks * params.block_size * (k_row + v_row);
+  bool fast(int32_t id) const { return slot_of[size_t(id)] < n_fast; }
+
+  /// Copies every layer's K and V rows of slot `src` to slot `dst`.
+  void copy_slot(int64_t dst, int64_t src) {
+    for (int64_t il = 0; il < n_layer; ++il) {
+      std::memcpy(k_at(il, dst), k_at(il, src), size_t(kb()));
+      std::memcpy(v_at(il, dst), v_at(il, src), size_t(vb()));
+    }
   }
-  uint8_t* layer_v(int64_t il) const { return layer_k(il) + n_blocks * params.block_size * k_row; }
+  void swap_slots(int32_t a, int32_t b) {
+    std::swap(slot_of[size_t(a)], slot_of[size_t(b)]);
+    id_at[size_t(slot_of[size_t(a)])] = a;
+    id_at[size_t(slot_of[size_t(b)])] = b;
+  }
+  /// Counts a block becoming used (d = +1) or unused (d = −1) in its tier.
+  void count_used(int32_t id, int64_t d) { (fast(id) ? ts.used_fast : ts.used_slow) += d; }
+
+  /// A block id with ref 0 whose slot is fast — a free one if any, else a cached one (whose
+  /// prefix content is then dropped) — or -1. Scans the fast slots from the cursor.
+  int32_t unused_fast_block() {
+    if (ts.used_fast >= n_fast) return -1;
+    int32_t cached = -1;
+    for (int64_t i = 0; i < n_fast; ++i) {
+      const int64_t s = (cursor + i) % n_fast;
+      const int32_t id = id_at[size_t(s)];
+      if (pool.refcount(id) != 0) continue;
+      if (!pool.hashed(id)) {
+        cursor = (s + 1) % n_fast;
+        return id;
+      }
+      if (cached < 0) cached = id;
+    }
+    if (cached >= 0) {
+      pool.drop(cached);
+      ++ts.dropped;
+    }
+    return cached;
+  }
+
+  /// The oldest fast block of the largest sequence outside its last two blocks, or -1.
+  int32_t victim() const {
+    std::vector<const KvSequence*> order(seqs.begin(), seqs.end());
+    std::sort(order.begin(), order.end(), [](const KvSequence* a, const KvSequence* b) {
+      return a->n_tokens() > b->n_tokens();
+    });
+    for (const KvSequence* q : order) {
+      const std::vector<int32_t>& t = q->block_table();
+      const int64_t end =
+          std::min<int64_t>(int64_t(t.size()), q->n_tokens() / params.block_size - 1);
+      for (int64_t i = 0; i < end; ++i)  // (−1: given back by release_before)
+        if (t[size_t(i)] >= 0 && fast(t[size_t(i)])) return t[size_t(i)];
+    }
+    return -1;
+  }
+
+  /// Gives used block `b` (new: its rows are not yet written) a fast slot if one can be made.
+  void make_fast(int32_t b) {
+    if (const int32_t u = unused_fast_block(); u >= 0) {
+      swap_slots(b, u);  // b's rows are not written yet: nothing to copy
+      --ts.used_slow;
+      ++ts.used_fast;
+      return;
+    }
+    if (const int32_t v = victim(); v >= 0) {
+      copy_slot(slot_of[size_t(b)], slot_of[size_t(v)]);  // v's rows into b's slow slot
+      swap_slots(b, v);
+      ++ts.moves_out;
+      return;
+    }
+    ++ts.placed_slow;
+  }
+
+  /// Copies block b's rows of every layer to (to_store) or from the payload buffer.
+  void block_io(int32_t b, bool to_store) {
+    const int64_t s = slot_of[size_t(b)];
+    uint8_t* p = payload.data();
+    for (int64_t il = 0; il < n_layer; ++il) {
+      uint8_t* k = k_at(il, s);
+      uint8_t* v = v_at(il, s);
+      if (to_store) {
+        std::memcpy(p, k, size_t(kb()));
+        std::memcpy(p + kb(), v, size_t(vb()));
+      } else {
+        std::memcpy(k, p, size_t(kb()));
+        std::memcpy(v, p + kb(), size_t(vb()));
+      }
+      p += kb() + vb();
+    }
+  }
 };
 
 KvCache::KvCache(const Hparams& hp, const KvCacheParams& params) : impl_(std::make_unique<Impl>()) {
@@ -138,17 +237,36 @@ KvCache::KvCache(const Hparams& hp, const KvCacheParams& params) : impl_(std::ma
                                          hp.head_dim, hp.head_dim_v);
   c.bytes_per_block = params.block_size * c.bytes_per_token;
   const int64_t budget = params.mem_bytes > 0 ? params.mem_bytes : default_budget();
-  c.n_blocks = std::min<int64_t>(budget / c.bytes_per_block, INT32_MAX - 2);
-  if (c.n_blocks < 1)
+  c.n_fast = std::min<int64_t>(budget / c.bytes_per_block, INT32_MAX - 2);
+  if (c.n_fast < 1)
     throw std::invalid_argument("KV cache: budget of " + std::to_string(budget) +
                                 " bytes is smaller than one block (" +
                                 std::to_string(c.bytes_per_block) + " bytes)");
-  c.map_bytes = static_cast<size_t>(c.n_blocks * c.bytes_per_block);
+  if (!params.offload_dir.empty()) {
+    for (const std::string& f : remove_stale_offload_files(params.offload_dir))
+      std::fprintf(stderr, "kvrun: removed %s, left by a process that no longer runs\n", f.c_str());
+    int64_t slow_budget = params.offload_max;
+    if (slow_budget <= 0) {
+      const int64_t free = offload_dir_free_bytes(params.offload_dir);
+      slow_budget = std::min<int64_t>(free / 10 * 9, int64_t(64) << 30);
+    }
+    c.n_slow = std::min<int64_t>(slow_budget / c.bytes_per_block, INT32_MAX - 2 - c.n_fast);
+    if (c.n_slow < 1)
+      throw std::invalid_argument("KV cache: offload budget of " + std::to_string(slow_budget) +
+                                  " bytes is smaller than one block (" +
+                                  std::to_string(c.bytes_per_block) + " bytes)");
+    c.slow = std::make_unique<OffloadFile>(params.offload_dir, c.n_slow * c.bytes_per_block);
+  }
+  c.n_blocks = c.n_fast + c.n_slow;
+  c.map_bytes = static_cast<size_t>(c.n_fast * c.bytes_per_block);
   void* p = mmap(nullptr, c.map_bytes, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) throw std::bad_alloc();
   c.base = static_cast<uint8_t*>(p);
   c.pool = BlockPool(c.n_blocks);
+  c.slot_of.resize(size_t(c.n_blocks));
+  c.id_at.resize(size_t(c.n_blocks));
+  for (int64_t i = 0; i < c.n_blocks; ++i) c.slot_of[size_t(i)] = c.id_at[size_t(i)] = int32_t(i);
   if (!params.cache_dir.empty() && params.prefix_cache) {
     PrefixStoreLayout L;
     L.model_id = params.model_id;
@@ -187,6 +305,12 @@ cpu::PagedKvLayer KvCache::layer(int64_t il) const {
   l.block_size = c.params.block_size;
   l.k = c.layer_k(il);
   l.v = c.layer_v(il);
+  if (c.slow) {
+    l.slot_of = c.slot_of.data();
+    l.n_fast = c.n_fast;
+    l.k_slow = c.slow_k(il);
+    l.v_slow = c.slow_v(il);
+  }
   return l;
 }
 
@@ -203,13 +327,74 @@ void KvCache::copy_block(int32_t dst, int32_t src) {
   if (dst < 0 || dst >= c.n_blocks || src < 0 || src >= c.n_blocks)
     throw std::out_of_range("KvCache::copy_block: block out of range");
   if (dst == src) return;
-  const int64_t bs = c.params.block_size;
-  for (int64_t il = 0; il < c.n_layer; ++il) {
-    uint8_t* k = c.layer_k(il);
-    uint8_t* v = c.layer_v(il);
-    std::memcpy(k + dst * bs * c.k_row, k + src * bs * c.k_row, size_t(bs * c.k_row));
-    std::memcpy(v + dst * bs * c.v_row, v + src * bs * c.v_row, size_t(bs * c.v_row));
+  impl_->copy_slot(c.slot_of[size_t(dst)], c.slot_of[size_t(src)]);
+}
+
+std::optional<int32_t> KvCache::take_block() {
+  Impl& c = *impl_;
+  const std::optional<int32_t> b = c.pool.take();
+  if (!b) return b;
+  c.count_used(*b, +1);
+  if (!c.fast(*b)) c.make_fast(*b);
+  return b;
+}
+
+void KvCache::ref_block(int32_t block) {
+  Impl& c = *impl_;
+  const bool was_unused = c.pool.refcount(block) == 0;
+  c.pool.ref(block);
+  if (was_unused) c.count_used(block, +1);
+}
+
+void KvCache::unref_block(int32_t block) {
+  Impl& c = *impl_;
+  c.pool.unref(block);
+  if (c.pool.refcount(block) == 0) c.count_used(block, -1);
+}
+
+void KvCache::rebalance() {
+  Impl& c = *impl_;
+  if (c.ts.used_slow == 0 || c.ts.used_fast >= c.n_fast) return;
+  std::vector<const KvSequence*> order(c.seqs.begin(), c.seqs.end());
+  std::sort(order.begin(), order.end(),
+            [](const KvSequence* a, const KvSequence* b) { return a->n_tokens() < b->n_tokens(); });
+  for (const KvSequence* q : order) {
+    const std::vector<int32_t>& t = q->block_table();
+    for (size_t i = t.size(); i-- > 0;) {
+      const int32_t id = t[i];
+      if (id < 0 || c.fast(id)) continue;  // (−1: given back by release_before)
+      const int32_t u = c.unused_fast_block();
+      if (u < 0) return;
+      c.copy_slot(c.slot_of[size_t(u)], c.slot_of[size_t(id)]);
+      c.swap_slots(id, u);
+      --c.ts.used_slow;
+      ++c.ts.used_fast;
+      ++c.ts.moves_in;
+      if (c.ts.used_slow == 0) return;
+    }
   }
+}
+
+bool KvCache::in_fast_tier(int32_t block) const {
+  if (block < 0 || block >= impl_->n_blocks)
+    throw std::out_of_range("KvCache::in_fast_tier: block out of range");
+  return impl_->fast(block);
+}
+
+KvTierStats KvCache::tier_stats() const {
+  KvTierStats t = impl_->ts;
+  t.n_fast = impl_->n_fast;
+  t.n_slow = impl_->n_slow;
+  return t;
+}
+
+std::string KvCache::offload_path() const { return impl_->slow ? impl_->slow->path() : ""; }
+
+void KvCache::attach(KvSequence* seq) { impl_->seqs.push_back(seq); }
+
+void KvCache::detach(KvSequence* seq) {
+  auto& v = impl_->seqs;
+  v.erase(std::remove(v.begin(), v.end(), seq), v.end());
 }
 
 int64_t KvCache::n_tokens_computed() const { return impl_->computed; }
@@ -236,9 +421,12 @@ bool KvCache::restore_block(int32_t block, uint64_t hash, std::span<const int32_
 // ---------------------------------------------------------------------------------------------
 // KvSequence
 
-KvSequence::KvSequence(KvCache& cache) : cache_(cache) {}
+KvSequence::KvSequence(KvCache& cache) : cache_(cache) { cache_.attach(this); }
 
-KvSequence::~KvSequence() { clear(); }
+KvSequence::~KvSequence() {
+  clear();
+  cache_.detach(this);
+}
 
 int64_t KvSequence::n_tokens() const { return static_cast<int64_t>(tokens_.size()); }
 
@@ -254,10 +442,11 @@ int64_t KvSequence::release_before(int64_t pos) {
       std::max<int64_t>(0, pos) / bs, std::min<int64_t>(n_tokens() / bs, int64_t(table_.size())));
   const int64_t n = std::max<int64_t>(0, until - n_released_);
   for (int64_t b = n_released_; b < until; ++b) {
-    cache_.pool().unref(table_[size_t(b)]);
+    cache_.unref_block(table_[size_t(b)]);
     table_[size_t(b)] = -1;
   }
   n_released_ = std::max(n_released_, until);
+  if (n > 0) cache_.rebalance();  // fast slots freed: slow blocks may come back
   return n;
 }
 
@@ -282,13 +471,15 @@ void KvSequence::reserve(int64_t n) {
   if (n_take > st.n_free + st.n_cached)
     throw KvCacheFull("KV cache full: " + std::to_string(n_take) + " more blocks needed, " +
                       std::to_string(st.n_free + st.n_cached) + " of " +
-                      std::to_string(st.n_blocks) + " available (raise --kv-mem)");
+                      std::to_string(st.n_blocks) + " available (raise --kv-mem" +
+                      (cache_.params().offload_dir.empty() ? ", or add --kv-offload-dir)"
+                                                           : " or --kv-offload-max)"));
   std::vector<int32_t> taken;
   taken.reserve(static_cast<size_t>(n_take));
   for (int64_t i = 0; i < n_take; ++i) {
-    std::optional<int32_t> b = pool.take();
+    std::optional<int32_t> b = cache_.take_block();
     if (!b) {  // cannot happen after the check above; stay all-or-nothing anyway
-      for (int32_t t : taken) pool.unref(t);
+      for (int32_t t : taken) cache_.unref_block(t);
       throw KvCacheFull("KV cache full");
     }
     taken.push_back(*b);
@@ -298,7 +489,7 @@ void KvSequence::reserve(int64_t n) {
     const int32_t shared = table_[last];
     cache_.copy_block(taken[0], shared);
     table_[last] = taken[next++];
-    pool.unref(shared);
+    cache_.unref_block(shared);
   } else if (partial) {
     pool.clear_hash(table_[last]);
   }
@@ -342,7 +533,7 @@ int64_t KvSequence::attach_prefix(std::span<const int32_t> tokens) {
     const uint64_t h = kv_block_hash(parent, tokens.subspan(i * bs, bs), tk, tv);
     const std::optional<int32_t> b = pool.find(h);
     if (!b) break;
-    pool.ref(*b);
+    cache_.ref_block(*b);
     table_.push_back(*b);
     hashes_.push_back(h);
     parent = h;
@@ -352,10 +543,10 @@ int64_t KvSequence::attach_prefix(std::span<const int32_t> tokens) {
     const std::span<const int32_t> blk = tokens.subspan(i * bs, bs);
     const uint64_t h = kv_block_hash(parent, blk, tk, tv);
     if (!cache_.prefix_store()->contains(h)) break;
-    const std::optional<int32_t> b = pool.take();
+    const std::optional<int32_t> b = cache_.take_block();
     if (!b) break;
     if (!cache_.restore_block(*b, h, blk)) {
-      pool.unref(*b);
+      cache_.unref_block(*b);
       break;
     }
     pool.set_hash(*b, h);
@@ -366,6 +557,7 @@ int64_t KvSequence::attach_prefix(std::span<const int32_t> tokens) {
   const size_t n = table_.size() * bs;
   tokens_.assign(tokens.begin(), tokens.begin() + static_cast<ptrdiff_t>(n));
   cache_.add_reused(static_cast<int64_t>(n));
+  if (n > 0) cache_.rebalance();  // cached blocks found in the slow tier come back if room
   return static_cast<int64_t>(n);
 }
 
@@ -378,15 +570,16 @@ void KvSequence::truncate(int64_t n) {
   if (n > 0 && (n - 1) / bs < n_released_)
     throw std::logic_error("KvSequence::truncate: position " + std::to_string(n - 1) +
                            " is in a block given back by release_before");
-  BlockPool& pool = cache_.pool();
+  const bool released = table_.size() > keep;
   while (table_.size() > keep) {
-    if (table_.back() >= 0) pool.unref(table_.back());
+    if (table_.back() >= 0) cache_.unref_block(table_.back());
     table_.pop_back();
   }
   n_released_ = std::min(n_released_, static_cast<int64_t>(keep));
   tokens_.resize(static_cast<size_t>(n));
   hashes_.resize(std::min(hashes_.size(), static_cast<size_t>(n / bs)));
   reserved_ = 0;
+  if (released) cache_.rebalance();
 }
 
 void KvSequence::clear() { truncate(0); }

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -36,10 +37,41 @@ struct KvCacheParams {
   std::string cache_dir;
   int64_t cache_dir_max = int64_t(8) << 30;  ///< --kv-cache-dir-max: the directory's budget (bytes)
   uint64_t model_id = 0;                     ///< model_file_id() of the model (with cache_dir)
+  /// --kv-offload-dir: the slow tier's file goes there ("" = no slow tier: a full fast tier is
+  /// KvCacheFull). See kv_offload_file.h.
+  std::string offload_dir;
+  /// --kv-offload-max: the slow tier's budget in bytes (0: the whole context, as mem_bytes for
+  /// make_context_cache; KvCache itself then takes 90% of the directory's free space, at most
+  /// 64 GiB).
+  int64_t offload_max = 0;
 };
+
+/// Where a KvCache's blocks are (docs/kv-cache.md, "Tiers"). Block counts; bytes are counts ×
+/// bytes_per_block().
+struct KvTierStats {
+  int64_t n_fast = 0;     ///< fast-tier capacity: --kv-mem ÷ bytes per block
+  int64_t n_slow = 0;     ///< slow-tier capacity: --kv-offload-max ÷ bytes per block (0: none)
+  int64_t used_fast = 0;  ///< used blocks (referenced by a sequence) in the fast tier
+  int64_t used_slow = 0;  ///< used blocks in the slow tier
+  int64_t moves_out = 0;  ///< blocks moved fast → slow so far
+  int64_t moves_in = 0;   ///< blocks moved slow → fast so far
+  int64_t dropped = 0;    ///< unreferenced prefix-cache blocks dropped to free a fast block
+  /// New blocks placed in the slow tier because every fast block was in a decode window.
+  int64_t placed_slow = 0;
+};
+
+class KvSequence;
 
 /// Pool + per-layer storage, shared by every session of a process. Storage is reserved as
 /// virtual memory (touched when written), so an unused budget costs no RAM.
+///
+/// Tiers: with an offload directory the pool has n_fast + n_slow blocks. Block ids are stable
+/// (block tables and prefix hashes never change when a block moves); a slot map says where each
+/// block's rows are. New blocks go to the fast tier; when it is full, the fast tier is made room
+/// in by dropping an unreferenced prefix-cache block, else by moving the oldest block of the
+/// largest sequence out (its last two blocks — the decode window and the block being written —
+/// stay). Blocks move back when a sequence shrinks or ends (rebalance). Attention reads every
+/// block where it lies, so the result is the same, bit for bit, as with one tier.
 class KvCache {
  public:
   /// Throws std::invalid_argument (a type that is not a KV cache type, block_size < 1, rotate
@@ -62,6 +94,23 @@ class KvCache {
   const BlockPool& pool() const;
   /// Copies block `src`'s rows (every layer, K and V) to block `dst` (copy-on-write).
   void copy_block(int32_t dst, int32_t src);
+
+  /// Takes a block for new rows (ref 1) in the fast tier, making room there as the class
+  /// comment says; in the slow tier only when no fast block can be freed. nullopt when the pool
+  /// has no block left (nothing changed).
+  std::optional<int32_t> take_block();
+  /// pool().ref / pool().unref, keeping the per-tier counts. Sequences use these.
+  void ref_block(int32_t block);
+  void unref_block(int32_t block);
+  /// Moves used slow-tier blocks into unused fast blocks — the newest blocks of the smallest
+  /// sequences first — while both exist. Called when a sequence shrinks or ends.
+  void rebalance();
+  /// True when block `block`'s rows are in the fast tier.
+  bool in_fast_tier(int32_t block) const;
+  /// Capacities, use and move counters of the two tiers.
+  KvTierStats tier_stats() const;
+  /// The slow tier's file ("" without --kv-offload-dir).
+  std::string offload_path() const;
   /// Tokens whose K/V were computed (prefill + decode) and tokens taken from the prefix cache
   /// instead, over the cache's lifetime: counters for tests and /stats.
   int64_t n_tokens_computed() const;
@@ -79,9 +128,16 @@ class KvCache {
   bool restore_block(int32_t block, uint64_t hash, std::span<const int32_t> tokens);
 
  private:
+  friend class KvSequence;  // registers itself (the victim policy reads the block tables)
+  void attach(KvSequence* seq);
+  void detach(KvSequence* seq);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+/// MemAvailable from /proc/meminfo in bytes (what the machine can give without swapping); -1
+/// when it cannot be read. Half of it is KvCache's budget when none is given.
+int64_t mem_available_bytes();
 
 /// The prefix hash of one full block (docs/kv-cache.md, invariant 3): XXH3-64 of the parent
 /// block's hash (kKvRootHash for block 0), the K and V types and the block's token ids.

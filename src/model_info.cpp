@@ -1,6 +1,7 @@
 // model_info.cpp — the facts `kvrun info` reports (see model_info.h).
 #include "model_info.h"
 
+#include <algorithm>
 #include <map>
 
 #include "kv_layout.h"
@@ -45,6 +46,14 @@ ModelInfo describe_model(const gguf::File& file, int64_t n_ctx) {
     mi.kv.push_back(e);
   }
   return mi;
+}
+
+void plan_kv_tiers(ModelInfo& mi, int64_t fast_budget) {
+  mi.kv_fast_budget = std::max<int64_t>(0, fast_budget);
+  for (KvSizeEntry& e : mi.kv) {
+    e.bytes_fast = std::min(e.bytes_total, mi.kv_fast_budget);
+    e.bytes_offloaded = e.bytes_total - e.bytes_fast;
+  }
 }
 
 }  // namespace kvrun

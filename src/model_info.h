@@ -24,6 +24,8 @@ struct KvSizeEntry {
   DType type;
   int64_t bytes_per_token = 0;  ///< n_layer × (K row + V row), see kv_layout.h
   int64_t bytes_total = 0;      ///< bytes_per_token × n_ctx
+  int64_t bytes_fast = 0;       ///< the part that fits the fast tier (plan_kv_tiers)
+  int64_t bytes_offloaded = 0;  ///< the rest: what would go to the slow tier (--kv-offload-dir)
 };
 
 /// Everything `kvrun info` prints.
@@ -41,10 +43,16 @@ struct ModelInfo {
   bool has_weights = false;     ///< false for a metadata-only file
   int64_t n_ctx = 0;            ///< the context length the KV table is for
   std::vector<KvSizeEntry> kv;  ///< one per KV cache type (kKvCacheTypes order)
+  int64_t kv_fast_budget = 0;   ///< the fast tier the table is split against (bytes)
 };
 
 /// Describes `file` for a context of `n_ctx` tokens (≤ 0: the model's n_ctx_train).
 /// Throws ModelError when the file is not a usable model.
 ModelInfo describe_model(const gguf::File& file, int64_t n_ctx);
+
+/// Splits each KV table entry between a fast tier of `fast_budget` bytes (≥ 0) and the slow
+/// tier: bytes_fast = min(total, budget), bytes_offloaded = the rest. On the CPU backend the
+/// fast tier is RAM (`--kv-mem`, or what the machine has available beside the weights).
+void plan_kv_tiers(ModelInfo& mi, int64_t fast_budget);
 
 }  // namespace kvrun

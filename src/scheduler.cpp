@@ -160,6 +160,7 @@ void Scheduler::publish_stats() {
   SchedulerStats s = counters_;
   s.n_active = int64_t(active_.size());
   s.blocks = cache_.pool().stats();
+  s.tiers = cache_.tier_stats();
   for (const auto& ses : active_)
     s.sessions.push_back({ses->req->id(), ses->prefill, ses->result.n_prompt, ses->result.n_cached,
                           ses->seq.n_tokens(), int64_t(ses->result.tokens.size())});

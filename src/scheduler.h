@@ -165,6 +165,7 @@ struct SchedulerStats {
   int64_t n_active = 0;               ///< sessions now
   int64_t n_queued = 0;               ///< waiting requests now
   BlockPoolStats blocks;              ///< the KV pool now
+  KvTierStats tiers;                  ///< where the KV blocks are now, and moves so far
   std::vector<SessionInfo> sessions;  ///< active sessions now
 };
 

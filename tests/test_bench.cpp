@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gguf.h"
 #include "test_util.h"
 
 namespace kvrun {
@@ -43,6 +44,40 @@ TEST(BenchCli, JsonHasEveryTestWithPositiveSpeeds) {
     EXPECT_EQ(t["n_threads"], 1);
     EXPECT_GT(t["model_n_params"].get<int64_t>(), 0);
   }
+}
+
+TEST(BenchCli, BandwidthShareUsesTheBytesADecodeStepReads) {
+  KVRUN_REQUIRE_FIXTURE(kModel);
+  const auto r = bench("-p 0 -n 8 -d 0,32 -r 1 --bandwidth --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.size(), 2u);
+  // Weights a decode step reads: every tensor but the token embedding (stories260K has its own
+  // output.weight); KV: 640 bytes per token (5 layers × K and V × 4 heads × 8 × f16) over the
+  // mean context, depth + (8 + 1) / 2 positions.
+  const gguf::File f = gguf::File::open(test::fixture(kModel).string());
+  int64_t weights = 0, embd = 0;
+  bool has_output = false;
+  for (const auto& t : f.tensors()) {
+    weights += int64_t(t.n_bytes);
+    if (t.name == "token_embd.weight") embd = int64_t(t.n_bytes);
+    has_output = has_output || t.name == "output.weight";
+  }
+  ASSERT_TRUE(has_output);
+  weights -= embd;
+  for (size_t i = 0; i < 2; ++i) {
+    const int64_t depth = i == 0 ? 0 : 32;
+    EXPECT_EQ(j[i]["bytes_read_per_token"], weights + 640 * (depth + 4)) << j[i].dump();
+    const double bw = j[i]["stream_triad_bytes_per_s"];
+    EXPECT_GT(bw, 1e8);  // any machine streams more than 100 MB/s
+    EXPECT_NEAR(j[i]["bandwidth_share"].get<double>(),
+                j[i]["bytes_read_per_token"].get<double>() * j[i]["avg_ts"].get<double>() / bw,
+                1e-9);
+  }
+  const auto t = bench("-p 0 -n 8 -r 1 --bandwidth");
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  EXPECT_NE(t.out.find("memory bandwidth (STREAM triad, 1 threads)"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("read per token"), std::string::npos) << t.out;
 }
 
 TEST(BenchCli, TableNamesTheTests) {

@@ -109,6 +109,31 @@ TEST(Info, ContextLengthScalesTheTable) {
     EXPECT_EQ(e["bytes_total"].get<int64_t>(), e["bytes_per_token"].get<int64_t>() * 4096) << name;
 }
 
+TEST(Info, TiersSayWhatFitsTheFastTierAndWhatIsOffloaded) {
+  KVRUN_REQUIRE_FIXTURE("models/stories260K-pad-F32.gguf");
+  const std::string m = test::fixture("models/stories260K-pad-F32.gguf").string();
+  json j = info_json(m, "-c 131072 --kv-mem 32MiB");
+  EXPECT_EQ(j["kv_fast_budget"], 33554432);
+  EXPECT_EQ(j["kv"]["f16"]["bytes_total"], 335544320);
+  EXPECT_EQ(j["kv"]["f16"]["fits_fast_tier"], false);
+  EXPECT_EQ(j["kv"]["f16"]["bytes_offloaded"], 335544320 - 33554432);
+  EXPECT_EQ(j["kv"]["q4_0"]["bytes_offloaded"], 94371840 - 33554432);
+  j = info_json(m, "-c 4096 --kv-mem 32MiB");
+  for (auto& [name, e] : j["kv"].items()) {
+    EXPECT_EQ(e["fits_fast_tier"], true) << name;
+    EXPECT_EQ(e["bytes_offloaded"], 0) << name;
+  }
+  // Without --kv-mem the plan is against this machine's memory, which holds 4096 tokens.
+  j = info_json(m, "-c 4096");
+  EXPECT_GT(j["kv_fast_budget"].get<int64_t>(), 20971520);
+  EXPECT_EQ(j["kv"]["f32"]["fits_fast_tier"], true);
+  auto text =
+      test::run_command(test::kvrun_binary() + " info -m '" + m + "' -c 131072 --kv-mem 32MiB");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("fast tier 33.55 MB (--kv-mem)"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("301.99 MB"), std::string::npos) << text.out;  // f16 offloaded
+}
+
 // Llama 3.1 70B's shape in a metadata-only file: 131072 tokens at bf16 = 42.9 GB, fp8 ≈ 21.5 GB.
 TEST(Info, Llama70BMetadataOnly) {
   test::TempDir dir;

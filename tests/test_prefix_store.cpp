@@ -222,8 +222,8 @@ void write_rows(KvCache& cache, const KvSequence& seq) {
       const auto k = random_bytes(size_t(l.block_size * l.k_row_bytes), uint32_t(il * 1000 + b));
       const auto v =
           random_bytes(size_t(l.block_size * l.v_row_bytes), uint32_t(il * 1000 + b + 1));
-      std::memcpy(l.k + phys * l.block_size * l.k_row_bytes, k.data(), k.size());
-      std::memcpy(l.v + phys * l.block_size * l.v_row_bytes, v.data(), v.size());
+      std::memcpy(l.k_block(phys), k.data(), k.size());
+      std::memcpy(l.v_block(phys), v.data(), v.size());
     }
   }
 }
@@ -234,8 +234,8 @@ std::vector<uint8_t> block_rows(const KvCache& cache, const KvSequence& seq, siz
   for (int64_t il = 0; il < cache.n_layer(); ++il) {
     const cpu::PagedKvLayer l = cache.layer(il);
     const int64_t phys = seq.block_table()[b];
-    const uint8_t* k = l.k + phys * l.block_size * l.k_row_bytes;
-    const uint8_t* v = l.v + phys * l.block_size * l.v_row_bytes;
+    const uint8_t* k = l.k_block(phys);
+    const uint8_t* v = l.v_block(phys);
     out.insert(out.end(), k, k + l.block_size * l.k_row_bytes);
     out.insert(out.end(), v, v + l.block_size * l.v_row_bytes);
   }

@@ -196,10 +196,12 @@ std::string idle_metrics(httplib::Client& c) {
 }
 
 void expect_all_blocks_returned(const std::string& m) {
-  const double used = metric(m, "kvrun_kv_blocks{tier=\"ram\",state=\"used\"}");
-  const double free_ = metric(m, "kvrun_kv_blocks{tier=\"ram\",state=\"free\"}");
-  const double cached = metric(m, "kvrun_kv_blocks{tier=\"ram\",state=\"cached\"}");
-  const double total = metric(m, "kvrun_kv_blocks_total{tier=\"ram\"}");
+  const double used = metric(m, "kvrun_kv_blocks{tier=\"ram\",state=\"used\"}") +
+                      metric(m, "kvrun_kv_blocks{tier=\"offload\",state=\"used\"}");
+  const double free_ = metric(m, "kvrun_kv_blocks{state=\"free\"}");
+  const double cached = metric(m, "kvrun_kv_blocks{state=\"cached\"}");
+  const double total = metric(m, "kvrun_kv_blocks_total{tier=\"ram\"}") +
+                       metric(m, "kvrun_kv_blocks_total{tier=\"offload\"}");
   EXPECT_EQ(used, 0) << m;
   EXPECT_EQ(free_ + cached, total) << m;
   EXPECT_GT(total, 0);
@@ -577,6 +579,56 @@ TEST(Serve, SmallEndpoints) {
   EXPECT_EQ(metric(r->body, "kvrun_requests_total"), 1);
   EXPECT_GT(metric(r->body, "kvrun_generated_tokens_total"), 0);
   expect_clean_exit(srv);
+}
+
+/// Greedy /completion texts of four prompts sent at once, in prompt order.
+std::vector<std::string> four_greedy_completions(const ServerProcess& srv) {
+  const std::vector<std::string> prompts = {"Once upon a time", "One day, Lily met a",
+                                            "The little dog",
+                                            "Tom and his sister went to the park"};
+  std::vector<std::string> out(prompts.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < prompts.size(); ++i)
+    threads.emplace_back([&, i] {
+      auto c = srv.client();
+      const json r = post_json(
+          *c, "/completion",
+          {{"prompt", prompts[i]}, {"n_predict", 200}, {"temperature", 0}, {"top_k", 1}}, 200);
+      out[i] = r.value("content", "");
+    });
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+// Four sessions of ~210 tokens need ~56 blocks of 16; the fast tier holds 8 (f16 KV of
+// stories260K: 640 bytes per token, 10240 per block). The texts equal a server without a budget.
+TEST(Serve, OffloadTierKeepsServingAndReportsTiers) {
+  test::TempDir dir;
+  START_SERVER(plain, "-c", "256", "-np", "4");
+  const std::vector<std::string> want = four_greedy_completions(plain);
+  expect_clean_exit(plain);
+  START_SERVER(srv, "-c", "256", "-np", "4", "--kv-mem", "81920", "--kv-offload-dir",
+               dir.path().string());
+  const std::vector<std::string> got = four_greedy_completions(srv);
+  EXPECT_EQ(got, want);
+  for (const auto& t : got) EXPECT_GT(t.size(), 200u);
+  auto c = srv.client();
+  auto r = c->Get("/stats");
+  ASSERT_TRUE(r);
+  const json st = json::parse(r->body);
+  const json& kv = st["kv"];
+  EXPECT_EQ(kv["tiers"]["ram"]["blocks"], 8) << r->body;
+  EXPECT_EQ(kv["tiers"]["ram"]["bytes"], 81920) << r->body;
+  EXPECT_GT(kv["tiers"]["offload"]["blocks"].get<int64_t>(), 0) << r->body;
+  EXPECT_GT(kv["moves_out"].get<int64_t>(), 0) << r->body;
+  EXPECT_EQ(st["requests"]["finished"], 4) << r->body;
+  const std::string path = kv["tiers"]["offload"]["path"];
+  EXPECT_TRUE(std::filesystem::exists(path));
+  const std::string m = idle_metrics(*c);
+  EXPECT_GT(metric(m, "kvrun_kv_block_moves_total{direction=\"out\"}"), 0) << m;
+  expect_all_blocks_returned(m);
+  expect_clean_exit(srv);
+  EXPECT_FALSE(std::filesystem::exists(path)) << "the offload file outlived the server";
 }
 
 TEST(Serve, InfillPutsPrefixAndSuffixAroundTheFimTokens) {

@@ -23,8 +23,10 @@
 
 #include "commands.h"
 #include "context.h"
+#include "cpu/cpu_info.h"
 #include "cpu/cpu_level.h"
 #include "kv_layout.h"
+#include "membw.h"
 #include "model.h"
 #include "tokenizer.h"
 
@@ -61,6 +63,9 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& o) {
       ->check(CLI::Range(0, 1024));
   add_kv_cache_options(*cmd, o.kv);
   cmd->add_flag("--json", o.json, "print a JSON array (one object per test) instead of a table");
+  cmd->add_flag("--bandwidth", o.bandwidth,
+                "measure the memory bandwidth (STREAM triad, -t threads) first and give each tg "
+                "test's bytes read per token and its share of that bandwidth");
   return cmd;
 }
 
@@ -73,8 +78,12 @@ struct BenchResult {
   std::vector<int64_t> samples_ns;
   std::vector<double> samples_ts;
   double avg_ns = 0, stddev_ns = 0, avg_ts = 0, stddev_ts = 0;
-  int64_t kv_bytes = 0;   ///< KV cache bytes the context holds at the end of the test
-  int64_t kv_tokens = 0;  ///< tokens in the context at the end of the test
+  int64_t kv_bytes = 0;            ///< KV cache bytes the context holds at the end of the test
+  int64_t kv_tokens = 0;           ///< tokens in the context at the end of the test
+  int64_t kv_bytes_offloaded = 0;  ///< of kv_bytes, in the slow tier (--kv-offload-dir)
+  /// tg tests: weight bytes a decode step reads plus the KV bytes of the mean context
+  /// (depth + (n + 1) / 2 positions, every layer, K and V).
+  int64_t bytes_read_per_token = 0;
 };
 
 /// Mean and sample standard deviation (0 for fewer than two values).
@@ -98,6 +107,19 @@ std::vector<int32_t> random_tokens(std::mt19937& rng, int64_t n, int64_t n_vocab
   std::vector<int32_t> t(static_cast<size_t>(n));
   for (auto& x : t) x = dist(rng);
   return t;
+}
+
+/// Weight bytes one decode step reads: every tensor except the token embedding (one row of it
+/// is read), which counts in full when it is also the output head (no output.weight).
+int64_t decode_weight_bytes(const Model& model) {
+  int64_t total = 0, embd = 0;
+  bool has_output = false;
+  for (const auto& t : model.file().tensors()) {
+    total += int64_t(t.n_bytes);
+    if (t.name == "token_embd.weight") embd = int64_t(t.n_bytes);
+    if (t.name == "output.weight") has_output = true;
+  }
+  return has_output ? total - embd : total;
 }
 
 /// Times one run: a prefill of `n_prompt` tokens, or `n_gen` single-token steps; returns ns.
@@ -139,6 +161,12 @@ BenchResult run_test(Context& ctx, std::mt19937& rng, int64_t depth, int64_t n_p
   std::tie(r.avg_ts, r.stddev_ts) = mean_sd(r.samples_ts);
   r.kv_bytes = kv_bytes_held(ctx);
   r.kv_tokens = ctx.n_past();
+  if (n_gen > 0)
+    r.bytes_read_per_token = decode_weight_bytes(ctx.model()) +
+                             ctx.cache().bytes_per_token() * (depth + (n_gen + 1) / 2);
+  for (int32_t b : ctx.sequence().block_table())
+    if (b >= 0 && !ctx.cache().in_fast_tier(b))
+      r.kv_bytes_offloaded += ctx.cache().bytes_per_block();
   return r;
 }
 
@@ -155,7 +183,9 @@ int64_t context_for_depth(const BenchOptions& opt, const Model& model, const KvC
   const int64_t per_token = kv_bytes_per_token(kv.type_k, kv.type_v, hp.n_layer, hp.n_head_kv,
                                                hp.head_dim, hp.head_dim_v);
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
-  if (pages > 0 && page > 0 && double(per_token) * double(n_ctx) > double(pages) * double(page))
+  // (With --kv-offload-dir the part past --kv-mem lives in a file, not in memory.)
+  if (kv.offload_dir.empty() && pages > 0 && page > 0 &&
+      double(per_token) * double(n_ctx) > double(pages) * double(page))
     throw std::invalid_argument("depth " + std::to_string(d) + " needs a context of " +
                                 std::to_string(n_ctx) + " tokens, " +
                                 format_bytes(per_token * n_ctx) +
@@ -222,7 +252,7 @@ ModelFacts model_facts(const BenchOptions& opt, const Model& model) {
 }
 
 void print_json(const BenchOptions& opt, const ModelFacts& mf, int n_threads,
-                const std::vector<BenchResult>& results) {
+                const std::vector<BenchResult>& results, double bw) {
   nlohmann::ordered_json arr = nlohmann::ordered_json::array();
   for (const BenchResult& r : results) {
     nlohmann::ordered_json j;
@@ -248,13 +278,20 @@ void print_json(const BenchOptions& opt, const ModelFacts& mf, int n_threads,
     j["samples_ts"] = r.samples_ts;
     j["kv_bytes"] = r.kv_bytes;
     j["kv_tokens"] = r.kv_tokens;
+    j["kv_bytes_offloaded"] = r.kv_bytes_offloaded;
+    if (r.bytes_read_per_token > 0) j["bytes_read_per_token"] = r.bytes_read_per_token;
+    if (bw > 0) {
+      j["stream_triad_bytes_per_s"] = bw;
+      if (r.bytes_read_per_token > 0)
+        j["bandwidth_share"] = double(r.bytes_read_per_token) * r.avg_ts / bw;
+    }
     arr.push_back(j);
   }
   std::printf("%s\n", arr.dump(2).c_str());
 }
 
 void print_table(const BenchOptions& opt, const ModelFacts& mf, int n_threads,
-                 const std::vector<BenchResult>& results) {
+                 const std::vector<BenchResult>& results, double bw) {
   std::printf("| %-24s | %10s | %8s | %-10s | %7s | %-6s | %-6s | %16s | %20s | %12s |\n", "model",
               "size", "params", "backend", "threads", "type_k", "type_v", "test", "t/s", "KV");
   std::printf(
@@ -268,11 +305,23 @@ void print_table(const BenchOptions& opt, const ModelFacts& mf, int n_threads,
     std::snprintf(params, sizeof params, "%.2f M", double(mf.n_params) / 1e6);
     // "±" is two bytes but one column: pad one more.
     const std::string backend = std::string("CPU ") + cpu::cpu_level_name(cpu::cpu_level());
-    std::printf("| %-24s | %10s | %8s | %-10s | %7d | %-6s | %-6s | %16s | %21s | %12s |\n",
-                mf.name.c_str(), format_bytes(mf.size).c_str(), params, backend.c_str(), n_threads,
-                opt.kv.type_k.c_str(), opt.kv.type_v.c_str(), r.test.c_str(), ts,
-                format_bytes(r.kv_bytes).c_str());
+    std::printf(
+        "| %-24s | %10s | %8s | %-10s | %7d | %-6s | %-6s | %16s | %21s | %12s |\n",
+        mf.name.c_str(), format_bytes(mf.size).c_str(), params, backend.c_str(), n_threads,
+        opt.kv.type_k.c_str(), opt.kv.type_v.c_str(), r.test.c_str(), ts,
+        (format_bytes(r.kv_bytes) + (r.kv_bytes_offloaded > 0
+                                         ? " (" + format_bytes(r.kv_bytes_offloaded) + " offloaded)"
+                                         : ""))
+            .c_str());
   }
+  if (bw <= 0) return;
+  std::printf("\nmemory bandwidth (STREAM triad, %d threads): %.1f GB/s\n", n_threads, bw / 1e9);
+  for (const BenchResult& r : results)
+    if (r.bytes_read_per_token > 0)
+      std::printf("%s: %s read per token × %.2f t/s = %.1f GB/s, %.0f%% of it\n", r.test.c_str(),
+                  format_bytes(r.bytes_read_per_token).c_str(), r.avg_ts,
+                  double(r.bytes_read_per_token) * r.avg_ts / 1e9,
+                  100.0 * double(r.bytes_read_per_token) * r.avg_ts / bw);
 }
 
 }  // namespace
@@ -282,13 +331,19 @@ int cmd_bench(const BenchOptions& opt) {
     const Model model = Model::load(opt.model);
     const Tokenizer tok = Tokenizer::from_gguf(model.file());
     int n_threads = 0;
+    // STREAM triad over 3 × 256 MiB (far past any last-level cache), best of 10, before the
+    // tests, with the thread count the tests use.
+    const double bw = opt.bandwidth ? stream_triad_bytes_per_s(
+                                          opt.n_threads > 0 ? opt.n_threads : cpu::physical_cores(),
+                                          int64_t(32) << 20, 10)
+                                    : 0.0;
     const std::vector<BenchResult> results =
         run_bench(opt, model, tok.add_bos() ? tok.bos() : -1, n_threads);
     const ModelFacts mf = model_facts(opt, model);
     if (opt.json)
-      print_json(opt, mf, n_threads, results);
+      print_json(opt, mf, n_threads, results, bw);
     else
-      print_table(opt, mf, n_threads, results);
+      print_table(opt, mf, n_threads, results, bw);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kvrun: error: %s\n", e.what());

@@ -12,9 +12,10 @@ namespace kvrun::tools {
 
 /// Options of `kvrun info`.
 struct InfoOptions {
-  std::string model;  ///< -m: GGUF path
-  int64_t n_ctx = 0;  ///< -c: context length for the KV table (0: n_ctx_train)
-  bool json = false;  ///< --json: one JSON object instead of text
+  std::string model;   ///< -m: GGUF path
+  int64_t n_ctx = 0;   ///< -c: context length for the KV table (0: n_ctx_train)
+  bool json = false;   ///< --json: one JSON object instead of text
+  std::string kv_mem;  ///< --kv-mem: the fast tier to split the table against ("" = this machine)
 };
 
 /// `kvrun info`: prints what a model is and what its KV cache costs. Returns the exit code;
@@ -80,6 +81,7 @@ struct BenchOptions {
   int n_threads = 0;                   ///< -t (0: physical cores)
   KvCacheOptions kv;                   ///< -ctk / -ctv
   bool json = false;                   ///< --json: one JSON array instead of the table
+  bool bandwidth = false;  ///< --bandwidth: STREAM triad, and each tg test's share of it
 };
 
 /// Registers `kvrun bench` on `app`, parsing into `o`; returns the subcommand.

@@ -1,4 +1,5 @@
 // info.cpp — `kvrun info -m model.gguf [-c N] [--json]`.
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <nlohmann/json.hpp>
@@ -8,7 +9,9 @@
 #include "cpu/cpu_info.h"
 #include "cpu/cpu_level.h"
 #include "gguf.h"
+#include "kv_cache.h"
 #include "kv_layout.h"
+#include "kv_options.h"
 #include "model_info.h"
 #ifdef KVRUN_HAVE_CUDA
 #include "cuda/cuda_device.h"
@@ -50,12 +53,15 @@ nlohmann::ordered_json to_json(const ModelInfo& mi) {
   nlohmann::ordered_json kv = nlohmann::ordered_json::object();
   for (const KvSizeEntry& e : mi.kv)
     kv[kv_type_name(e.type)] = {{"bytes_per_token", e.bytes_per_token},
-                                {"bytes_total", e.bytes_total}};
+                                {"bytes_total", e.bytes_total},
+                                {"fits_fast_tier", e.bytes_offloaded == 0},
+                                {"bytes_offloaded", e.bytes_offloaded}};
   j["kv"] = kv;
+  j["kv_fast_budget"] = mi.kv_fast_budget;
   return j;
 }
 
-void print_text(const ModelInfo& mi) {
+void print_text(const ModelInfo& mi, const std::string& fast_source) {
   const Hparams& hp = mi.hp;
   std::printf("model        %s (GGUF v%u, %s)\n", mi.path.c_str(), mi.gguf_version,
               format_bytes(int64_t(mi.file_bytes)).c_str());
@@ -101,10 +107,15 @@ void print_text(const ModelInfo& mi) {
 #endif
   std::printf("\nKV cache for n_ctx = %lld (K and V both of the type; layout in docs/formats.md)\n",
               (long long)mi.n_ctx);
-  std::printf("  %-9s %15s %18s %12s\n", "type", "bytes/token", "total bytes", "total");
+  std::printf("fast tier %s (%s); the rest goes to the slow tier (--kv-offload-dir)\n",
+              format_bytes(mi.kv_fast_budget, true).c_str(), fast_source.c_str());
+  std::printf("  %-9s %15s %18s %12s %10s %12s\n", "type", "bytes/token", "total bytes", "total",
+              "fits fast", "offloaded");
   for (const KvSizeEntry& e : mi.kv)
-    std::printf("  %-9s %15lld %18lld %12s\n", kv_type_name(e.type), (long long)e.bytes_per_token,
-                (long long)e.bytes_total, format_bytes(e.bytes_total, true).c_str());
+    std::printf("  %-9s %15lld %18lld %12s %10s %12s\n", kv_type_name(e.type),
+                (long long)e.bytes_per_token, (long long)e.bytes_total,
+                format_bytes(e.bytes_total, true).c_str(), e.bytes_offloaded == 0 ? "yes" : "no",
+                format_bytes(e.bytes_offloaded, true).c_str());
 }
 
 }  // namespace
@@ -113,10 +124,24 @@ int cmd_info(const InfoOptions& opt) {
   try {
     gguf::File file = gguf::File::open_metadata_only(opt.model);
     ModelInfo mi = describe_model(file, opt.n_ctx);
+    // The fast tier on the CPU backend is RAM: --kv-mem, or what is available beside the
+    // weights (which are mapped from the file and compete for the same memory).
+    std::string fast_source = "--kv-mem";
+    int64_t fast = 0;
+    if (!opt.kv_mem.empty()) {
+      fast = parse_size(opt.kv_mem);
+      if (fast <= 0) throw std::invalid_argument("--kv-mem must be positive");
+    } else {
+      const int64_t avail = std::max<int64_t>(0, mem_available_bytes());
+      fast = std::max<int64_t>(0, avail - (mi.has_weights ? mi.weight_bytes : 0));
+      fast_source = "this machine: MemAvailable " + format_bytes(avail, true) + " less " +
+                    format_bytes(mi.has_weights ? mi.weight_bytes : 0, true) + " of weights";
+    }
+    plan_kv_tiers(mi, fast);
     if (opt.json)
       std::printf("%s\n", to_json(mi).dump(2).c_str());
     else
-      print_text(mi);
+      print_text(mi, fast_source);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kvrun: error: %s: %s\n", opt.model.c_str(), e.what());

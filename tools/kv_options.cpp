@@ -24,7 +24,14 @@ void add_kv_cache_options(CLI::App& app, KvCacheOptions& o) {
       ->check(CLI::Range(int64_t(1), int64_t(1) << 16))
       ->capture_default_str();
   app.add_option("--kv-mem", o.mem,
-                 "KV pool budget, e.g. 512M or 8G (default: what the context size needs)");
+                 "KV budget of the fast tier (RAM), e.g. 512M or 8G (default: what the context "
+                 "size needs)");
+  app.add_option("--kv-offload-dir", o.offload_dir,
+                 "slow KV tier: blocks past --kv-mem go to a file in DIR (mapped; 0600, removed "
+                 "on exit)");
+  app.add_option("--kv-offload-max", o.offload_max,
+                 "budget of the --kv-offload-dir file, e.g. 16G (default: what the context size "
+                 "needs)");
   app.add_flag("--no-prefix-cache", o.no_prefix_cache, "do not reuse cached KV blocks of prefixes");
   app.add_option("--kv-cache-dir", o.cache_dir,
                  "persistent prefix cache: write full KV blocks to DIR and reuse them in later "
@@ -102,6 +109,12 @@ void apply_kv_cache_options(const KvCacheOptions& o, const std::string& model_pa
   params.kv.mem_bytes = o.mem.empty() ? 0 : parse_size(o.mem);
   if (!o.mem.empty() && params.kv.mem_bytes <= 0)
     throw std::invalid_argument("--kv-mem must be positive");
+  if (!o.offload_max.empty() && o.offload_dir.empty())
+    throw std::invalid_argument("--kv-offload-max needs --kv-offload-dir");
+  params.kv.offload_dir = o.offload_dir;
+  params.kv.offload_max = o.offload_max.empty() ? 0 : parse_size(o.offload_max);
+  if (!o.offload_max.empty() && params.kv.offload_max <= 0)
+    throw std::invalid_argument("--kv-offload-max must be positive");
   params.kv.prefix_cache = !o.no_prefix_cache;
   params.kv.rotate = o.rotate;
   if (!o.cache_dir.empty()) {

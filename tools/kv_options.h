@@ -1,5 +1,6 @@
 // kv_options.h — the KV cache and attention options every model-running command shares
-// (-ctk, -ctv, --kv-block-size, --kv-mem, --no-prefix-cache, --kv-rotate, -fa), parsed once:
+// (-ctk, -ctv, --kv-block-size, --kv-mem, --kv-offload-dir, --kv-offload-max, --kv-cache-dir,
+// --kv-cache-dir-max, --no-prefix-cache, --kv-rotate, -fa), parsed once:
 // `kvrun` (completion and chat), `kvrun perplexity` and `kvrun bench` all use these.
 #pragma once
 
@@ -22,6 +23,8 @@ struct KvCacheOptions {
   std::string flash_attn = "auto";   ///< -fa on|off|auto
   std::string cache_dir;             ///< --kv-cache-dir DIR ("" = off)
   std::string cache_dir_max = "8G";  ///< --kv-cache-dir-max SIZE
+  std::string offload_dir;           ///< --kv-offload-dir DIR ("" = one tier)
+  std::string offload_max;           ///< --kv-offload-max SIZE ("" = what the context needs)
 };
 
 /// Registers the options on `app`.

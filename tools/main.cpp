@@ -65,6 +65,9 @@ int main(int argc, char** argv) {
                    "context length for the KV table (default: the model's n_ctx_train)")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 32));
   info_cmd->add_flag("--json", info.json, "print one JSON object");
+  info_cmd->add_option("--kv-mem", info.kv_mem,
+                       "fast KV tier to plan against, e.g. 8G (default: this machine's available "
+                       "memory less the weights)");
 
   PerplexityOptions ppl;
   CLI::App* ppl_cmd = add_perplexity_command(app, ppl);

@@ -88,6 +88,14 @@ void print_stats(const ChatState& st, const Loaded& l) {
       (long long)ps.n_blocks, format_bytes(ps.n_blocks * cache.bytes_per_block()).c_str(),
       (long long)ps.n_used, (long long)ps.n_cached, (long long)ps.n_free,
       (long long)cache.n_tokens_computed(), (long long)cache.n_tokens_reused());
+  const KvTierStats ts = cache.tier_stats();
+  if (ts.n_slow > 0)
+    std::printf(
+        "KV tiers: ram %lld of %lld blocks used, offload file %lld of %lld (%s) | moved out "
+        "%lld, back %lld\n",
+        (long long)ts.used_fast, (long long)ts.n_fast, (long long)ts.used_slow,
+        (long long)ts.n_slow, cache.offload_path().c_str(), (long long)ts.moves_out,
+        (long long)ts.moves_in);
 }
 
 /// Handles a /command; returns false to leave the REPL.

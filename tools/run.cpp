@@ -70,6 +70,11 @@ int complete(const RunOptions& opt, Loaded& l) {
                               sink, &g_interrupted);
   const KvSequence& seq = l.ctx->sequence();
   const KvCache& cache = l.ctx->cache();
+  int64_t blocks_fast = 0;
+  for (int32_t b : seq.block_table())
+    if (b >= 0) blocks_fast += cache.in_fast_tier(b);  // (−1: given back, sliding window)
+  const int64_t blocks_slow = int64_t(seq.block_table().size()) - seq.n_released() - blocks_fast;
+  const KvTierStats ts = cache.tier_stats();
   if (opt.json) {
     nlohmann::ordered_json j = result_json(l.tok, prompt, r);
     j["kv"] = {{"n_tokens", seq.n_tokens()},
@@ -78,7 +83,11 @@ int complete(const RunOptions& opt, Loaded& l) {
                {"blocks_released", seq.n_released()},
                {"block_size", cache.block_size()},
                {"bytes_per_token", cache.bytes_per_token()},
-               {"bytes_held", seq.bytes_held()}};
+               {"bytes_held", seq.bytes_held()},
+               {"blocks_fast", blocks_fast},
+               {"blocks_slow", blocks_slow},
+               {"moves_out", ts.moves_out},
+               {"moves_in", ts.moves_in}};
     // A token's piece may be part of a UTF-8 sequence (byte tokens like <0xE2>): such bytes are
     // written as U+FFFD; "tokens" keeps the exact ids.
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
@@ -95,6 +104,15 @@ int complete(const RunOptions& opt, Loaded& l) {
       std::fprintf(stderr,
                    "kvrun: %lld blocks before the sliding window (%lld tokens) were given back\n",
                    (long long)seq.n_released(), (long long)l.ctx->release_window());
+    if (ts.n_slow > 0)
+      std::fprintf(stderr,
+                   "kvrun: KV tiers: %lld blocks fast (%s), %lld in %s (%s); %lld blocks moved "
+                   "out, %lld back\n",
+                   (long long)blocks_fast,
+                   format_bytes(blocks_fast * cache.bytes_per_block()).c_str(),
+                   (long long)blocks_slow, cache.offload_path().c_str(),
+                   format_bytes(blocks_slow * cache.bytes_per_block()).c_str(),
+                   (long long)ts.moves_out, (long long)ts.moves_in);
     if (reused > 0)
       std::fprintf(stderr, "kvrun: %lld prompt tokens taken from the prefix cache\n",
                    (long long)reused);

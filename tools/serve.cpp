@@ -69,16 +69,27 @@ std::string metrics_text(const SchedulerStats& s, const KvCache& cache) {
          s.decode_s > 0 ? double(s.n_generated_tokens) / s.decode_s : 0.0);
   metric("prefix_cache_hit_ratio", "gauge", "Share of prompt tokens taken from the prefix cache.",
          s.n_prompt_tokens > 0 ? double(s.n_cached_tokens) / double(s.n_prompt_tokens) : 0.0);
-  o << "# HELP kvrun_kv_blocks KV cache blocks by state (tier: where the blocks live).\n"
+  const KvTierStats& t = s.tiers;
+  o << "# HELP kvrun_kv_blocks KV cache blocks by state (used: held by sessions, by tier: ram "
+       "is the fast tier, offload the --kv-offload-dir file; free and cached: the whole pool).\n"
        "# TYPE kvrun_kv_blocks gauge\n";
-  o << "kvrun_kv_blocks{tier=\"ram\",state=\"used\"} " << s.blocks.n_used << "\n";
-  o << "kvrun_kv_blocks{tier=\"ram\",state=\"free\"} " << s.blocks.n_free << "\n";
-  o << "kvrun_kv_blocks{tier=\"ram\",state=\"cached\"} " << s.blocks.n_cached << "\n";
-  metric("kv_blocks_total", "gauge", "KV cache blocks in the pool.", s.blocks.n_blocks,
-         "{tier=\"ram\"}");
+  o << "kvrun_kv_blocks{tier=\"ram\",state=\"used\"} " << t.used_fast << "\n";
+  o << "kvrun_kv_blocks{tier=\"offload\",state=\"used\"} " << t.used_slow << "\n";
+  o << "kvrun_kv_blocks{state=\"free\"} " << s.blocks.n_free << "\n";
+  o << "kvrun_kv_blocks{state=\"cached\"} " << s.blocks.n_cached << "\n";
+  o << "# HELP kvrun_kv_blocks_total KV cache blocks each tier can hold.\n"
+       "# TYPE kvrun_kv_blocks_total gauge\n";
+  o << "kvrun_kv_blocks_total{tier=\"ram\"} " << t.n_fast << "\n";
+  o << "kvrun_kv_blocks_total{tier=\"offload\"} " << t.n_slow << "\n";
   metric("kv_block_size", "gauge", "Tokens per KV block.", cache.block_size());
+  metric("kv_block_bytes", "gauge", "Bytes per KV block (every layer, K and V).",
+         cache.bytes_per_block());
   metric("kv_blocks_evicted_total", "counter", "Cached blocks evicted for new ones.",
-         s.blocks.n_evicted, "{tier=\"ram\"}");
+         s.blocks.n_evicted);
+  o << "# HELP kvrun_kv_block_moves_total KV blocks moved between tiers.\n"
+       "# TYPE kvrun_kv_block_moves_total counter\n";
+  o << "kvrun_kv_block_moves_total{direction=\"out\"} " << t.moves_out << "\n";
+  o << "kvrun_kv_block_moves_total{direction=\"in\"} " << t.moves_in << "\n";
   return o.str();
 }
 
@@ -204,6 +215,47 @@ struct Server {
       text += tok.token_to_piece(int32_t(id), false);
     }
     send_json(res, {{"content", text}});
+  }
+
+  /// GET /stats: request counters and where the KV cache's blocks are.
+  void stats(httplib::Response& res) {
+    const SchedulerStats s = sched.stats();
+    const KvTierStats& t = s.tiers;
+    const int64_t bpb = cache.bytes_per_block();
+    auto tier = [&](int64_t cap, int64_t used) {
+      return json{
+          {"blocks", cap}, {"blocks_used", used}, {"bytes", cap * bpb}, {"bytes_used", used * bpb}};
+    };
+    json tiers = {{"ram", tier(t.n_fast, t.used_fast)}};
+    if (t.n_slow > 0) {
+      tiers["offload"] = tier(t.n_slow, t.used_slow);
+      tiers["offload"]["path"] = cache.offload_path();
+    }
+    send_json(res, {{"requests",
+                     {{"total", s.n_requests},
+                      {"finished", s.n_finished},
+                      {"cancelled", s.n_cancelled},
+                      {"timeout", s.n_timeout},
+                      {"error", s.n_errors},
+                      {"rejected", s.n_rejected},
+                      {"active", s.n_active},
+                      {"queued", s.n_queued}}},
+                    {"tokens",
+                     {{"prompt", s.n_prompt_tokens},
+                      {"prompt_cached", s.n_cached_tokens},
+                      {"prefill", s.n_prefill_tokens},
+                      {"generated", s.n_generated_tokens}}},
+                    {"kv",
+                     {{"block_size", cache.block_size()},
+                      {"bytes_per_block", bpb},
+                      {"blocks_free", s.blocks.n_free},
+                      {"blocks_cached", s.blocks.n_cached},
+                      {"blocks_evicted", s.blocks.n_evicted},
+                      {"tiers", tiers},
+                      {"moves_out", t.moves_out},
+                      {"moves_in", t.moves_in},
+                      {"prefix_blocks_dropped", t.dropped},
+                      {"blocks_placed_slow", t.placed_slow}}}});
   }
 
   void slots(httplib::Response& res) {
@@ -374,6 +426,7 @@ int cmd_serve(const ServeOptions& opt_in) {
     r.set_content(metrics_text(sched.stats(), *cache), "text/plain; version=0.0.4");
   });
   svr.Get("/slots", [&](const auto&, auto& r) { s.slots(r); });
+  svr.Get("/stats", [&](const auto&, auto& r) { s.stats(r); });
 
   // httplib 0.11 listens with a backlog of 5 (compiled into the Debian library), too few for a
   // burst of clients connecting at once: keep the listening socket and raise it after bind.

@@ -132,7 +132,7 @@ void prepare_q(const Call& c, const float* q_row, int64_t hk, Scratch& sc) {
 void load_k(const Call& c, int64_t phys, int64_t n, int64_t hk, Scratch& sc, BlockView& bv) {
   const PagedKvLayer& kv = c.kv;
   const int64_t hd = c.p.attn.head_dim;
-  bv.k = kv.k + phys * kv.block_size * kv.k_row_bytes;
+  bv.k = kv.k_block(phys);
   if (c.kd.direct) {
     bv.k_off = kv_head_offset(kv.k_type, hd, hk);
     return;
@@ -147,7 +147,7 @@ void load_k(const Call& c, int64_t phys, int64_t n, int64_t hk, Scratch& sc, Blo
 void load_v(const Call& c, int64_t phys, int64_t n, int64_t hk, Scratch& sc, BlockView& bv) {
   const PagedKvLayer& kv = c.kv;
   const int64_t hdv = c.p.attn.head_dim_v;
-  bv.v = kv.v + phys * kv.block_size * kv.v_row_bytes;
+  bv.v = kv.v_block(phys);
   if (c.v_direct) return;
   sc.vtile.resize(size_t(kv.block_size * hdv));
   for (int64_t j = 0; j < n; ++j)
@@ -355,8 +355,8 @@ void flash_tile(const Call& c, const PagedSeq& seq, int64_t i0, int64_t i1, int6
   sc.lo.resize(size_t(rows));
   for (int64_t b = std::max(b_begin, first / bs); b < b_end && b * bs < end; ++b) {
     const int64_t n = std::min(bs, end - b * bs);
-    const uint8_t* kb = kv.k + int64_t(seq.block_table[b]) * bs * kv.k_row_bytes;
-    const uint8_t* vb = kv.v + int64_t(seq.block_table[b]) * bs * kv.v_row_bytes;
+    const uint8_t* kb = kv.k_block(seq.block_table[b]);
+    const uint8_t* vb = kv.v_block(seq.block_table[b]);
     for (int64_t i = i0; i < i1; ++i)
       for (int64_t g = 0; g < G; ++g) {
         const int64_t r = (i - i0) * G + g;
@@ -678,16 +678,16 @@ void paged_kv_store(const PagedKvLayer& kv, const PagedAttnParams& p, const Page
     const PagedSeq& seq = seqs[s];
     for (int64_t i = 0; i < seq.n_q; ++i) {
       const int64_t pos = seq.pos0 + i, row = seq.q0 + i;
-      const int64_t slot =
-          int64_t(seq.block_table[pos / kv.block_size]) * kv.block_size + pos % kv.block_size;
+      const int32_t id = seq.block_table[pos / kv.block_size];
+      const int64_t j = pos % kv.block_size;
       const float* krow = k + row * hkv * hd;
       if (p.rotate) {
         std::copy_n(krow, hkv * hd, rot.begin());
         for (int64_t h = 0; h < hkv; ++h) hadamard_rotate(rot.data() + h * hd, hd);
         krow = rot.data();
       }
-      kv_encode_row(kv.k_type, hkv, hd, krow, kv.k + slot * kv.k_row_bytes);
-      kv_encode_row(kv.v_type, hkv, hdv, v + row * hkv * hdv, kv.v + slot * kv.v_row_bytes);
+      kv_encode_row(kv.k_type, hkv, hd, krow, kv.k_block(id) + j * kv.k_row_bytes);
+      kv_encode_row(kv.v_type, hkv, hdv, v + row * hkv * hdv, kv.v_block(id) + j * kv.v_row_bytes);
     }
   }
 }

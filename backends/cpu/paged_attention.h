@@ -24,16 +24,37 @@
 
 namespace kvrun::cpu {
 
-/// One layer's K and V storage in the pool (does not own memory). Physical block b holds the
-/// rows of block_size consecutive positions: K row of slot s at k + (b·block_size + s)·k_row_bytes.
+/// One layer's K and V storage in the pool (does not own memory). Block ids (what block tables
+/// hold) map to storage slots: slot = slot_of[id] (the identity when slot_of is null). Slots
+/// below n_fast live in the fast tier at k / v, the others in the slow tier (the --kv-offload-dir
+/// file mapping) at k_slow / v_slow; a block is read where it lies. Slot s holds the rows of
+/// block_size consecutive positions: the K row of position j of the block at
+/// k_block(id) + j·k_row_bytes.
 struct PagedKvLayer {
-  DType k_type = DType::F16;  ///< K cache type
-  DType v_type = DType::F16;  ///< V cache type
-  int64_t k_row_bytes = 0;    ///< kv_row_bytes(k_type, n_head_kv, head_dim)
-  int64_t v_row_bytes = 0;    ///< kv_row_bytes(v_type, n_head_kv, head_dim_v)
-  int64_t block_size = 16;    ///< tokens per block
-  uint8_t* k = nullptr;       ///< [n_blocks][block_size][k_row_bytes]
-  uint8_t* v = nullptr;       ///< [n_blocks][block_size][v_row_bytes]
+  DType k_type = DType::F16;         ///< K cache type
+  DType v_type = DType::F16;         ///< V cache type
+  int64_t k_row_bytes = 0;           ///< kv_row_bytes(k_type, n_head_kv, head_dim)
+  int64_t v_row_bytes = 0;           ///< kv_row_bytes(v_type, n_head_kv, head_dim_v)
+  int64_t block_size = 16;           ///< tokens per block
+  uint8_t* k = nullptr;              ///< fast tier: [n_fast][block_size][k_row_bytes]
+  uint8_t* v = nullptr;              ///< fast tier: [n_fast][block_size][v_row_bytes]
+  const int32_t* slot_of = nullptr;  ///< [n_blocks] block id → slot (null: slot = id)
+  int64_t n_fast = INT64_MAX;        ///< slots below this are in the fast tier
+  uint8_t* k_slow = nullptr;         ///< slow tier: [n_slow][block_size][k_row_bytes]
+  uint8_t* v_slow = nullptr;         ///< slow tier: [n_slow][block_size][v_row_bytes]
+
+  /// The slot holding block `id`.
+  int64_t slot(int32_t id) const { return slot_of ? slot_of[id] : id; }
+  /// First byte of block `id`'s K rows.
+  uint8_t* k_block(int32_t id) const {
+    const int64_t s = slot(id), kb = block_size * k_row_bytes;
+    return s < n_fast ? k + s * kb : k_slow + (s - n_fast) * kb;
+  }
+  /// First byte of block `id`'s V rows.
+  uint8_t* v_block(int32_t id) const {
+    const int64_t s = slot(id), vb = block_size * v_row_bytes;
+    return s < n_fast ? v + s * vb : v_slow + (s - n_fast) * vb;
+  }
 };
 
 /// Shapes and options of one paged attention call.
