@@ -5,15 +5,20 @@
 #include <map>
 
 #include "kv_layout.h"
+#include "models/arch.h"
 
 namespace kvrun {
 
-ModelInfo describe_model(const gguf::File& file, int64_t n_ctx) {
+ModelInfo describe_model(const gguf::File& file, int64_t n_ctx, int64_t block_size) {
   ModelInfo mi;
   mi.path = file.path();
   mi.gguf_version = file.version();
   mi.file_bytes = file.file_size();
   mi.hp = load_hparams(file);
+  try {
+    configure_arch(file, mi.hp);  // sliding window, soft-caps (an unknown arch is still described)
+  } catch (const ModelError&) {
+  }
   if (auto v = file.get_string("tokenizer.ggml.model")) mi.tokenizer_model = std::string(*v);
   if (auto v = file.get_string("tokenizer.ggml.pre")) mi.tokenizer_pre = std::string(*v);
   if (auto v = file.get_string("general.name")) mi.name = std::string(*v);
@@ -37,12 +42,17 @@ ModelInfo describe_model(const gguf::File& file, int64_t n_ctx) {
       mi.quant_mix.push_back(it->second);
 
   mi.n_ctx = n_ctx > 0 ? n_ctx : mi.hp.n_ctx_train;
+  // Every layer windowed: the blocks of the newest position's window (and its partial ends) are
+  // all a sequence holds (KvSequence::release_before).
+  mi.kv_tokens = mi.n_ctx;
+  if (const int64_t w = mi.hp.all_swa_window(); w > 0 && block_size > 0)
+    mi.kv_tokens = std::min(mi.n_ctx, ((w - 1 + block_size - 1) / block_size + 1) * block_size);
   for (DType t : kKvCacheTypes) {
     KvSizeEntry e;
     e.type = t;
     e.bytes_per_token =
         kv_bytes_per_token(t, t, mi.hp.n_layer, mi.hp.n_head_kv, mi.hp.head_dim, mi.hp.head_dim_v);
-    e.bytes_total = e.bytes_per_token * mi.n_ctx;
+    e.bytes_total = e.bytes_per_token * mi.kv_tokens;
     mi.kv.push_back(e);
   }
   return mi;

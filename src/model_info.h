@@ -23,7 +23,7 @@ struct QuantMixEntry {
 struct KvSizeEntry {
   DType type;
   int64_t bytes_per_token = 0;  ///< n_layer × (K row + V row), see kv_layout.h
-  int64_t bytes_total = 0;      ///< bytes_per_token × n_ctx
+  int64_t bytes_total = 0;      ///< bytes_per_token × kv_tokens
   int64_t bytes_fast = 0;       ///< the part that fits the fast tier (plan_kv_tiers)
   int64_t bytes_offloaded = 0;  ///< the rest: what would go to the slow tier (--kv-offload-dir)
 };
@@ -39,16 +39,21 @@ struct ModelInfo {
   std::string name;                      ///< general.name or ""
   std::vector<QuantMixEntry> quant_mix;  ///< by dtype, in traits-table order
   int64_t n_tensors = 0;
-  int64_t weight_bytes = 0;     ///< sum of all tensor data bytes
-  bool has_weights = false;     ///< false for a metadata-only file
-  int64_t n_ctx = 0;            ///< the context length the KV table is for
+  int64_t weight_bytes = 0;  ///< sum of all tensor data bytes
+  bool has_weights = false;  ///< false for a metadata-only file
+  int64_t n_ctx = 0;         ///< the context length the KV table is for
+  /// Positions whose K/V a sequence holds at most: n_ctx, or for a model whose every layer is
+  /// windowed (Hparams::all_swa_window) the blocks of one window with its partial ends,
+  /// min(n_ctx, (ceil((n_swa − 1) / block_size) + 1) × block_size).
+  int64_t kv_tokens = 0;
   std::vector<KvSizeEntry> kv;  ///< one per KV cache type (kKvCacheTypes order)
   int64_t kv_fast_budget = 0;   ///< the fast tier the table is split against (bytes)
 };
 
-/// Describes `file` for a context of `n_ctx` tokens (≤ 0: the model's n_ctx_train).
+/// Describes `file` for a context of `n_ctx` tokens (≤ 0: the model's n_ctx_train) and KV blocks
+/// of `block_size` tokens (what a sliding window holds depends on it).
 /// Throws ModelError when the file is not a usable model.
-ModelInfo describe_model(const gguf::File& file, int64_t n_ctx);
+ModelInfo describe_model(const gguf::File& file, int64_t n_ctx, int64_t block_size = 16);
 
 /// Splits each KV table entry between a fast tier of `fast_budget` bytes (≥ 0) and the slow
 /// tier: bytes_fast = min(total, budget), bytes_offloaded = the rest. On the CPU backend the

@@ -15,6 +15,7 @@
 #include "context.h"
 #include "kv_cache.h"
 #include "model.h"
+#include "model_info.h"
 #include "synth.h"
 #include "test_util.h"
 
@@ -174,6 +175,26 @@ TEST(SlidingWindow, KvrunReportsFlatBytesHeld) {
   EXPECT_EQ(a, b);
   EXPECT_GT(rel_b, rel_a);
   EXPECT_EQ(rel_b - rel_a, (448 - 128) / 16);
+}
+
+// kvrun info counts it: an all-windowed model's KV table is one window's blocks, whatever -c.
+TEST(SlidingWindow, InfoCountsTheWindowOnly) {
+  test::TempDir dir;
+  const std::string path = (dir / "tiny-phi3.gguf").string();
+  ASSERT_EQ(test::run_command(test::kvrun_binary() + " synth --shape tiny-phi3 --type Q8_0 -o '" +
+                              path + "' -t 2")
+                .exit_code,
+            0);
+  const ModelInfo mi = describe_model(gguf::File::open(path), 4096);
+  EXPECT_EQ(mi.hp.n_swa, 48);
+  EXPECT_EQ(mi.kv_tokens, 64);  // ceil(47 / 16) + 1 = 4 blocks of 16
+  for (const KvSizeEntry& e : mi.kv) EXPECT_EQ(e.bytes_total, e.bytes_per_token * 64);
+  EXPECT_EQ(describe_model(gguf::File::open(path), 40).kv_tokens, 40);
+  const auto r = test::run_command(test::kvrun_binary() + " info --json -c 4096 -m '" + path + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  for (const auto& e : j["kv"])
+    EXPECT_EQ(e["bytes_total"].get<int64_t>(), e["bytes_per_token"].get<int64_t>() * 64);
 }
 
 }  // namespace
