@@ -3,7 +3,8 @@
 // that leave the window of an all-windowed model (tiny-phi3: window 48 on every layer,
 // tiny-mistral: 64) so the KV bytes held stay flat past the window, with logits bit-identical to
 // a run that keeps every block (both attention schemes); interleaved models (gemma2) keep every
-// block; a truncate into the given-back range starts over.
+// block; a truncate into the given-back range starts over; release under --kv-offload-dir tiers;
+// `kvrun --json` and `kvrun info` report it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -72,8 +73,14 @@ TEST(SlidingWindow, ReleaseBeforeGivesBlocksBack) {
 /// Evaluates a 10-token prompt then `n_gen` tokens one at a time (fixed ids), returning every
 /// step's logits; bytes[i] = bytes held after position i.
 std::vector<std::vector<float>> run(const Model& m, bool release, bool flash, int64_t n_gen,
-                                    std::vector<int64_t>* bytes = nullptr) {
+                                    std::vector<int64_t>* bytes = nullptr,
+                                    const std::string& offload_dir = "") {
   ContextParams cp;
+  if (!offload_dir.empty()) {  // a fast tier of 2 blocks, the rest in the offload file
+    cp.kv.mem_bytes = 2 * 16 * 512;
+    cp.kv.offload_dir = offload_dir;
+    cp.kv.offload_max = int64_t(1) << 20;
+  }
   cp.n_ctx = 256;
   cp.n_threads = 2;
   cp.flash_attn = flash ? FlashAttn::kOn : FlashAttn::kOff;
@@ -118,6 +125,18 @@ TEST(SlidingWindow, AllWindowedModelsHoldFlatKvBytesWithTheSameLogits) {
       EXPECT_LT(bytes.back(), (200 / 16) * bpb);  // a full cache would hold 13 blocks
     }
   }
+}
+
+// With a small fast tier and --kv-offload-dir, blocks move between tiers while others are given
+// back: the logits stay those of a run that keeps every block in one tier.
+TEST(SlidingWindow, ReleaseWorksWithOffloadTiers) {
+  test::TempDir dir;
+  const Model m = synth_model(dir, "tiny-phi3");  // f16 KV: 512 bytes per token
+  const fs::path off = dir / "offload";
+  fs::create_directories(off);
+  const auto kept = run(m, false, true, 150);
+  EXPECT_EQ(run(m, true, true, 150, nullptr, off.string()), kept);
+  EXPECT_EQ(run(m, false, true, 150, nullptr, off.string()), kept);
 }
 
 TEST(SlidingWindow, InterleavedModelsKeepEveryBlock) {
