@@ -4,10 +4,11 @@
 // tiny-mistral: 64) so the KV bytes held stay flat past the window, with logits bit-identical to
 // a run that keeps every block (both attention schemes); interleaved models (gemma2) keep every
 // block; a truncate into the given-back range starts over; release under --kv-offload-dir tiers;
-// `kvrun --json` and `kvrun info` report it.
+// `kvrun --json` and `kvrun info` report it; scheduler sessions (serve, batch) give blocks back.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -17,8 +18,10 @@
 #include "kv_cache.h"
 #include "model.h"
 #include "model_info.h"
+#include "scheduler.h"
 #include "synth.h"
 #include "test_util.h"
+#include "tokenizer.h"
 
 namespace kvrun {
 namespace {
@@ -214,6 +217,67 @@ TEST(SlidingWindow, InfoCountsTheWindowOnly) {
   const auto j = nlohmann::json::parse(r.out);
   for (const auto& e : j["kv"])
     EXPECT_EQ(e["bytes_total"].get<int64_t>(), e["bytes_per_token"].get<int64_t>() * 64);
+}
+
+// The scheduler (kvrun serve / batch) gives blocks back too: two sessions generating 200 tokens
+// each (212 positions) finish in a pool of 12 blocks (192 positions), which could not hold even
+// one of them whole, with the greedy tokens of a lone Context run; every block comes back.
+TEST(SlidingWindow, SchedulerSessionsFitInAPoolSmallerThanOneSequence) {
+  test::TempDir dir;
+  const Model m = synth_model(dir, "tiny-phi3");
+  const Tokenizer tok = Tokenizer::from_gguf(m.file());
+  ContextParams small;
+  small.n_ctx = 192;
+  auto kv = make_context_cache(m, small);
+  ASSERT_EQ(kv->n_blocks(), 12);
+  SchedulerParams sp;
+  sp.n_ctx = 256;
+  sp.n_parallel = 2;
+  sp.n_threads = 2;
+  sp.flash_attn = FlashAttn::kOn;
+  const std::vector<std::string> prompts = {"The sky is", "Hello, my name"};
+  std::vector<std::vector<int32_t>> got;
+  {
+    Scheduler sched(m, tok, *kv, sp);
+    std::vector<std::shared_ptr<Request>> reqs;
+    for (const std::string& text : prompts) {
+      RequestParams p;
+      p.prompt = tok.tokenize(text, true, true);
+      p.n_predict = 200;
+      p.ignore_eos = true;
+      p.sampling.temp = 0;
+      reqs.push_back(sched.submit(p));
+    }
+    for (auto& r : reqs) {
+      RequestResult res;
+      for (;;) {
+        auto ev = r->next(std::chrono::seconds(60));
+        ASSERT_TRUE(ev.has_value()) << "no event within 60 s";
+        if (ev->done) {
+          res = ev->result;
+          break;
+        }
+      }
+      EXPECT_EQ(res.finish, FinishReason::kLength) << res.error;
+      got.push_back(res.tokens);
+    }
+  }
+  EXPECT_EQ(kv->pool().stats().n_used, 0);
+  for (size_t i = 0; i < prompts.size(); ++i) {  // the same greedy tokens alone
+    ContextParams cp;
+    cp.n_ctx = 256;
+    cp.n_threads = 2;
+    cp.flash_attn = FlashAttn::kOn;
+    Context ctx(m, cp);
+    std::vector<int32_t> in = tok.tokenize(prompts[i], true, true), want;
+    for (int k = 0; k < 200; ++k) {
+      const auto l = ctx.eval(in);
+      const int32_t best = int32_t(std::max_element(l.begin(), l.end()) - l.begin());
+      want.push_back(best);
+      in = {best};
+    }
+    EXPECT_EQ(got[i], want) << prompts[i];
+  }
 }
 
 }  // namespace
