@@ -24,6 +24,9 @@ enum class SystemMode {
   /// the joined text is trimmed as a whole, not the system message on its own.
   kFoldFirstUser,
   kRaise,  ///< the template raises on a system message (gemma2)
+  /// Its content as it is, then "\n\n", before the first user message's (trimmed) content
+  /// (gemma3's first_user_prefix).
+  kPrefixFirstUser,
 };
 
 /// Marks `sys_absent` of a family whose template writes a long built-in default system prompt
@@ -153,6 +156,10 @@ const std::array kFamilies = {
     FamilySpec{"gemma2", "{bos}", "", "", "", "<start_of_turn>user\n", "<end_of_turn>\n",
                "<start_of_turn>model\n", "<end_of_turn>\n", "<start_of_turn>model\n",
                SystemMode::kRaise, true, true},
+    // Gemma 3 (google/gemma-3-*-it tokenizer_config.json; tests/data/chat_templates/gemma3.jinja).
+    FamilySpec{"gemma3", "{bos}", "", "", "", "<start_of_turn>user\n", "<end_of_turn>\n",
+               "<start_of_turn>model\n", "<end_of_turn>\n", "<start_of_turn>model\n",
+               SystemMode::kPrefixFirstUser, true, true},
     FamilySpec{"gemma4", "{bos}", "<|turn>system\n", "<turn|>\n", "", "<|turn>user\n", "<turn|>\n",
                "<|turn>model\n", "<turn|>\n", "<|turn>model\n<|channel>thought\n<channel|>"},
     // ---- Phi-3 ----
@@ -370,6 +377,8 @@ std::string render_chat(std::string_view family, const std::vector<ChatMessage>&
       std::string text = content(m);
       if (has_sys && f->sys_mode == SystemMode::kFoldLastUser && i + 1 == messages.size())
         text = content(messages[0]) + "\n\n" + text;
+      if (has_sys && f->sys_mode == SystemMode::kPrefixFirstUser && i == 1)
+        text = messages[0].content + "\n\n" + text;
       if (has_sys && f->sys_mode == SystemMode::kFoldFirstUser && i == 1) {
         text = expand(f->sys_open, tokens, dates) + messages[0].content +
                expand(f->sys_close, tokens, dates) + m.content;
@@ -472,6 +481,7 @@ const DetectRule kRules[] = {
     {"llama3.1", {"<|start_header_id|>", "Today Date: \" + date_string", "26 Jul 2024"}},
     // Gemma, Phi, Granite and others with their own markers.
     {"gemma2", {"<start_of_turn>", "System role not supported"}},
+    {"gemma3", {"<start_of_turn>", "first_user_prefix"}},
     {"gemma4", {"<|turn>", "<|channel>thought"}},
     {"granite3.3", {"<|start_of_role|>", "You are Granite, developed by IBM", "Today's Date"}},
     {"gpt-oss", {"<|start|>", "<|channel|>", "<|message|>"}},

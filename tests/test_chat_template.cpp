@@ -184,6 +184,7 @@ std::string oracle_render(const fs::path& template_path, const Conversation& con
 const std::vector<Expect> kOwnTemplates = {
     {"llama2", "llama2"},
     {"zephyr", "zephyr"},
+    {"gemma3", "gemma3"},
 };
 
 /// Path of one of kvrun's own templates.
