@@ -108,6 +108,22 @@ TEST(BenchCli, FixedContextThatFitsRuns) {
   EXPECT_EQ(j[0]["test"], "pp16 @ d16");
 }
 
+TEST(BenchCli, FixedContextServesEveryDepthInAnyOrder) {
+  KVRUN_REQUIRE_FIXTURE(kModel);
+  // One context: 64 is filled, 32 truncates it, 96 extends it.
+  const auto r = bench("-p 0 -n 8 -d 64,32,96 -c 112 -r 1 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.size(), 3u);
+  const int64_t depth[] = {64, 32, 96};
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(j[i]["n_ctx"], 112);
+    EXPECT_EQ(j[i]["n_depth"], depth[i]);
+    EXPECT_EQ(j[i]["kv_tokens"], depth[i] + 8);
+    EXPECT_GT(j[i]["avg_ts"].get<double>(), 0.0);
+  }
+}
+
 TEST(BenchCli, QuantizedKvHoldsWholeBlocksAndBadRunsAreRefused) {
   KVRUN_REQUIRE_FIXTURE(kModel);
   auto r = bench("-p 16 -n 8 -d 0,20 -r 1 -ctk q4_0 -ctv q8_0 --json");

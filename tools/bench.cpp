@@ -1,9 +1,10 @@
 // bench.cpp — `kvrun bench`: prompt-processing (pp) and text-generation (tg) speed at context
 // depths, with llama-bench's meaning of -p, -n, -d and -r.
 //
-// For each depth d a context of d + max(p, n) tokens is built (or -c) and filled with d random
-// tokens (BOS first), untimed. Each test then starts from that depth: a pp test times the
-// prefill of p random tokens (in -b batches), a tg test times n single-token decode steps
+// For each depth d a context of d + max(p, n) tokens is built and filled with d random tokens
+// (BOS first), untimed; with -c one context of that size serves every depth, each reached by
+// truncating or extending the previous fill. Each test then starts from that depth: a pp test times
+// the prefill of p random tokens (in -b batches), a tg test times n single-token decode steps
 // (random tokens, as llama-bench: speed does not depend on which token is fed). Before the timed
 // repetitions one untimed warm-up run is made (llama-bench: a prompt run, or one decode step).
 // Between runs the context is truncated back to d, so the depth is filled once. Speed is
@@ -17,6 +18,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <stdexcept>
@@ -216,14 +218,23 @@ std::vector<BenchResult> run_bench(const BenchOptions& opt, const Model& model, 
   for (int64_t d : opt.depth) context_for_depth(opt, model, base.kv, d, longest);
   std::vector<BenchResult> results;
   std::mt19937 rng(1234);
+  // With a fixed -c every depth shares one context: the depth is reached by truncating the
+  // previous fill or extending it with more random tokens, so -d 16384,65536,131072 prefills
+  // 131072 tokens once rather than 212992. Without -c each depth gets a context of its own size.
+  std::unique_ptr<Context> shared;
   for (int64_t d : opt.depth) {
     ContextParams cp = base;
     cp.n_ctx = context_for_depth(opt, model, base.kv, d, longest);
-    Context ctx(model, cp);
+    std::unique_ptr<Context> own;
+    if (opt.n_ctx > 0 && !shared) shared = std::make_unique<Context>(model, cp);
+    if (opt.n_ctx <= 0) own = std::make_unique<Context>(model, cp);
+    Context& ctx = own ? *own : *shared;
     n_threads = ctx.n_threads();
-    if (d > 0) {  // fill the depth once, untimed; every test truncates back to it
-      std::vector<int32_t> fill = random_tokens(rng, d, ctx.n_vocab());
-      if (bos >= 0 && bos < ctx.n_vocab()) fill[0] = bos;
+    const int64_t have = std::min(ctx.n_past(), d);  // a prefix of an earlier fill
+    ctx.truncate(have);
+    if (d > have) {  // fill the depth once, untimed; every test truncates back to it
+      std::vector<int32_t> fill = random_tokens(rng, d - have, ctx.n_vocab());
+      if (have == 0 && bos >= 0 && bos < ctx.n_vocab()) fill[0] = bos;
       ctx.eval(fill);
     }
     for (int64_t p : opt.n_prompt)
