@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <numeric>
@@ -86,6 +87,13 @@ double nmse(const std::vector<float>& got, const std::vector<double>& want) {
     den += want[i] * want[i];
   }
   return den > 0 ? num / den : num;
+}
+
+/// x in scientific notation ("3.10e-05"), for the recorded NMSE properties.
+std::string sci(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2e", x);
+  return buf;
 }
 
 std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
@@ -569,9 +577,9 @@ TEST_P(BackendOps, MatchesCpuScalarReference) {
   if (!r.exact.empty()) {
     const double e_exact = nmse(r.out, r.exact);
     EXPECT_LE(e_exact, threshold_exact(c)) << case_name(c) << ": NMSE against float64";
-    RecordProperty("nmse_exact", std::to_string(e_exact));
+    RecordProperty("nmse_exact", sci(e_exact));
   }
-  RecordProperty("nmse_ref", std::to_string(e_ref));
+  RecordProperty("nmse_ref", sci(e_ref));
 }
 
 constexpr DType kWeightTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,
