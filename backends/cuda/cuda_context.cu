@@ -11,6 +11,12 @@ Scratch::~Scratch() { cudaFree(ptr_); }
 
 void* Scratch::get(cudaStream_t stream, size_t bytes) {
   if (bytes <= bytes_ && ptr_) return ptr_;
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  check(cudaStreamIsCapturing(stream, &capturing), "cudaStreamIsCapturing");
+  if (capturing != cudaStreamCaptureStatusNone)
+    throw CudaError(
+        "scratch memory must grow during graph capture: run the step once eagerly "
+        "before capturing it");
   check(cudaStreamSynchronize(stream), "scratch: cudaStreamSynchronize");
   cudaFree(ptr_);
   ptr_ = nullptr;

@@ -177,9 +177,11 @@ void paged_attention(Context& ctx, const PagedKvLayer& kv, const AttnShape& shap
   // Segments: enough blocks to fill every multiprocessor twice, none shorter than 256 positions.
   const int64_t base = rows * shape.n_head_kv, target = 2 * int64_t(c.sm_count);
   const int64_t max_ctx = batch.max_ctx();
-  int64_t n_seg = 1;
-  if (base < target) n_seg = std::min((target + base - 1) / base, (max_ctx + 255) / 256);
-  n_seg = std::max<int64_t>(1, n_seg);
+  // The partials are sized for the most segments these rows can get at any context length, so
+  // a growing context never grows the scratch (which a graph capture could not do).
+  const int64_t seg_cap = std::max<int64_t>(1, (target + base - 1) / base);
+  const int64_t n_seg_first = std::min(seg_cap, (max_ctx + 255) / 256);
+  int64_t n_seg = std::max<int64_t>(1, base < target ? n_seg_first : 1);
   const int64_t seg_len = ((max_ctx + n_seg - 1) / n_seg + 31) / 32 * 32;
   n_seg = (max_ctx + seg_len - 1) / seg_len;
 
@@ -202,7 +204,7 @@ void paged_attention(Context& ctx, const PagedKvLayer& kv, const AttnShape& shap
   a.seg_len = int(seg_len);
   a.n_seg = int(n_seg);
   a.scale = shape.scale;
-  const size_t part_bytes = size_t(rows * shape.n_head * n_seg * (shape.head_dim_v + 2)) * 4;
+  const size_t part_bytes = size_t(rows * shape.n_head * seg_cap * (shape.head_dim_v + 2)) * 4;
   a.partials = static_cast<float*>(c.partials.get(c.stream, part_bytes));
 
   const dim3 grid(unsigned(rows), unsigned(shape.n_head_kv), unsigned(n_seg));
