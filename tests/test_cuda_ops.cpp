@@ -359,7 +359,7 @@ struct PagedSetup {
   }
   cuda::AttnShape gpu_shape() const {
     const cpu::AttnParams& a = p.attn;
-    return {a.n_head, a.n_head_kv, a.head_dim, a.head_dim_v, a.scale};
+    return {a.n_head, a.n_head_kv, a.head_dim, a.head_dim_v, a.scale, p.rotate};
   }
 #endif
 };
@@ -372,10 +372,12 @@ std::vector<float> kv_values(int64_t rows, int64_t width, uint32_t seed) {
 }
 
 /// Variants (shapes): 0 n_head_kv 2 × head_dim 64; 1 n_head_kv 3 × head_dim 8 (q8_0 / q4_0
-/// blocks and nvfp4 groups span heads, the row is padded); 2 n_head_kv 2 × head_dim 40.
+/// blocks and nvfp4 groups span heads, the row is padded); 2 n_head_kv 2 × head_dim 40;
+/// 3 as 0 with --kv-rotate (K Hadamard-rotated before encoding).
 Result run_kv_store(const Case& c) {
-  const int64_t hkv = c.variant == 1 ? 3 : 2, hd = c.variant == 0 ? 64 : c.variant == 1 ? 8 : 40;
+  const int64_t hkv = c.variant == 1 ? 3 : 2, hd = c.variant == 1 ? 8 : c.variant == 2 ? 40 : 64;
   PagedSetup ps(c.t1, c.t1, hkv, hkv, hd, 16, {{5, 20}, {0, 3}}, 71);
+  ps.p.rotate = c.variant == 3;
   const std::vector<float> k = kv_values(ps.n_rows, ps.kv_width(), 72);
   const std::vector<float> v = kv_values(ps.n_rows, ps.kv_width(), 73);
   std::vector<uint8_t> ref_k = ps.k, ref_v = ps.v;
@@ -413,16 +415,19 @@ Result run_kv_store(const Case& c) {
 
 /// Variants: 0 one long decode (context 3000: split into segments and merged), 1 a batch of a
 /// 37-token prefill and a 2-token continuation with head_dim 128 and blocks of 32, 2 head_dim 8
-/// without GQA (the fixture models' shape).
+/// without GQA (the fixture models' shape), 3 a 700-token decode with --kv-rotate.
 Result run_attention(const Case& c) {
   struct Shape {
     int64_t n_head, n_head_kv, hd, bs;
     std::vector<std::pair<int64_t, int64_t>> seqs;
   };
-  const Shape shapes[] = {
-      {8, 2, 64, 16, {{2999, 1}}}, {6, 3, 128, 32, {{0, 37}, {50, 2}}}, {4, 4, 8, 16, {{10, 5}}}};
+  const Shape shapes[] = {{8, 2, 64, 16, {{2999, 1}}},
+                          {6, 3, 128, 32, {{0, 37}, {50, 2}}},
+                          {4, 4, 8, 16, {{10, 5}}},
+                          {8, 2, 64, 16, {{699, 1}}}};
   const Shape& sh = shapes[c.variant];
   PagedSetup ps(c.t1, c.t2, sh.n_head, sh.n_head_kv, sh.hd, sh.bs, sh.seqs, 81);
+  ps.p.rotate = c.variant == 3;
   // Write every position of every sequence (history and step) with the CPU encoder.
   for (size_t s = 0; s < ps.seqs.size(); ++s) {
     const int64_t n_pos = ps.seqs[s].pos0 + ps.seqs[s].n_q;
@@ -433,6 +438,10 @@ Result run_attention(const Case& c) {
   }
   const cpu::AttnParams& a = ps.p.attn;
   const std::vector<float> q = test::random_floats(size_t(ps.n_rows * a.n_head * a.head_dim), 99);
+  std::vector<float> q_ref = q;  // Q as the stored K sees it: rotated per head with --kv-rotate
+  if (ps.p.rotate)
+    for (int64_t h = 0; h < ps.n_rows * a.n_head; ++h)
+      cpu::hadamard_rotate(q_ref.data() + h * a.head_dim, a.head_dim);
   const size_t n_out = size_t(ps.n_rows * a.n_head * a.head_dim_v);
   cpu::ThreadPool pool(2);
   Result r;
@@ -460,7 +469,7 @@ Result run_attention(const Case& c) {
         for (int64_t h = 0; h < a.n_head; ++h) {
           double d = 0;
           for (int64_t e = 0; e < a.head_dim; ++e)
-            d += double(q[size_t((row * a.n_head + h) * a.head_dim + e)]) *
+            d += double(q_ref[size_t((row * a.n_head + h) * a.head_dim + e)]) *
                  krow[size_t(h / G * a.head_dim + e)];
           sc[size_t(h)][size_t(p)] = d * a.scale;
         }
@@ -601,14 +610,14 @@ std::vector<Case> all_cases() {
     out.push_back({b, Op::swiglu});
     for (int v : {0, 1}) out.push_back({b, Op::add, DType::F32, DType::F32, v});
     for (DType t : kKvCacheTypes)
-      for (int v : {0, 1, 2}) out.push_back({b, Op::kv_store, t, t, v});
+      for (int v : {0, 1, 2, 3}) out.push_back({b, Op::kv_store, t, t, v});
     // Every K × V pair on CUDA; on the CPU (where the case checks the harness and the float64
     // reference, the CPU's own paged attention being tested in test_paged_attention) every type
     // as K and as V: the pairs K = V and V = f16.
     for (DType kt : kKvCacheTypes)
       for (DType vt : kKvCacheTypes)
         if (b == Backend::cuda || kt == vt || vt == DType::F16)
-          for (int v : {0, 1, 2}) out.push_back({b, Op::attention, kt, vt, v});
+          for (int v : {0, 1, 2, 3}) out.push_back({b, Op::attention, kt, vt, v});
   }
   return out;
 }
@@ -636,6 +645,9 @@ TEST(CudaSupport, TypesAndShapesAreCheckedUpFront) {
   EXPECT_FALSE(cuda::paged_attention_supported(DType::F16, DType::F16, wide_group));
   EXPECT_FALSE(cuda::paged_attention_supported(DType::F16, DType::F16, big_head));
   EXPECT_FALSE(cuda::paged_attention_supported(DType::Q4_K, DType::F16, ok));
+  const cuda::AttnShape rotated{8, 8, 64, 64, 0.1f, true}, rotated_odd{8, 8, 40, 40, 0.1f, true};
+  EXPECT_TRUE(cuda::paged_attention_supported(DType::Q4_0, DType::F16, rotated));
+  EXPECT_FALSE(cuda::paged_attention_supported(DType::Q4_0, DType::F16, rotated_odd));
 }
 
 TEST(CudaSupport, UnsupportedWeightIsAClearError) {

@@ -41,6 +41,7 @@ struct AttnShape {
   int64_t head_dim = 0;    ///< Q/K head size
   int64_t head_dim_v = 0;  ///< V head size
   float scale = 1;         ///< score scale, usually 1/sqrt(head_dim)
+  bool rotate = false;     ///< --kv-rotate: K stored Hadamard-rotated along head_dim, Q rotated
 };
 
 /// The step's rows and page tables in device memory.

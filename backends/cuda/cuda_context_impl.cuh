@@ -34,6 +34,7 @@ struct Context::Impl {
   Scratch weights;                  ///< matmul: dequantized weight tiles
   Scratch acts;                     ///< matmul: activations converted for cuBLAS
   Scratch partials;                 ///< paged attention: per-segment (m, l, acc)
+  Scratch rotated;                  ///< --kv-rotate: the rotated K (kv_store) or Q (attention)
 
   /// The cuBLAS handle bound to `stream` (created on first use; throws CudaError).
   cublasHandle_t blas();

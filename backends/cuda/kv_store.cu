@@ -5,6 +5,7 @@
 
 #include "cuda/cuda_check.cuh"
 #include "cuda/cuda_context_impl.cuh"
+#include "cuda/hadamard.h"
 #include "cuda/kv_encode.cuh"
 #include "cuda/kv_format.cuh"
 #include "cuda/kv_store.h"
@@ -118,6 +119,12 @@ void kv_store(Context& ctx, const PagedKvLayer& kv, const AttnShape& shape, cons
   if (batch.n_rows() == 0) return;
   Context::Impl& c = ctx.impl();
   c.activate();
+  if (shape.rotate) {  // K rotated per head first, as cpu::paged_kv_store does
+    const int64_t n = batch.n_rows() * shape.n_head_kv * shape.head_dim;
+    auto* rk = static_cast<float*>(c.rotated.get(c.stream, size_t(n) * 4));
+    hadamard_rotate(ctx, k, rk, batch.n_rows(), shape.n_head_kv, shape.head_dim);
+    k = rk;
+  }
   store_one(c, kv.k_type, shape.n_head_kv, shape.head_dim, kv.k_row_bytes, batch, k, kv.k, "K");
   store_one(c, kv.v_type, shape.n_head_kv, shape.head_dim_v, kv.v_row_bytes, batch, v, kv.v, "V");
 }

@@ -12,11 +12,11 @@ namespace kvrun::cuda {
 bool kv_type_supported(DType t);
 
 /// Encodes row r of k (and of v) into cell batch.cells()[r] of the layer, for every row of the
-/// batch. The bytes equal kv_encode_row's (the device encoders are operation-for-operation
-/// ports of the scalar reference; tests/test_cuda_ops.cpp compares them with memcmp).
-/// k: device [n_rows, n_head_kv · head_dim] f32; v: device [n_rows, n_head_kv · head_dim_v].
-/// Throws std::invalid_argument for an unsupported type or row bytes that do not match the
-/// shape, CudaError on failure.
+/// batch; with shape.rotate, each K head is Hadamard-rotated first (hadamard.h). The bytes equal
+/// kv_encode_row's (the device encoders are operation-for-operation ports of the scalar reference;
+/// tests/test_cuda_ops.cpp compares them with memcmp). k: device [n_rows, n_head_kv · head_dim]
+/// f32; v: device [n_rows, n_head_kv · head_dim_v]. Throws std::invalid_argument for an unsupported
+/// type or row bytes that do not match the shape, CudaError on failure.
 void kv_store(Context& ctx, const PagedKvLayer& kv, const AttnShape& shape, const AttnBatch& batch,
               const float* k, const float* v);
 

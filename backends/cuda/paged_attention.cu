@@ -7,6 +7,7 @@
 
 #include "cuda/cuda_check.cuh"
 #include "cuda/cuda_context_impl.cuh"
+#include "cuda/hadamard.h"
 #include "cuda/kv_format.cuh"
 #include "cuda/kv_store.h"
 #include "cuda/paged_attention.h"
@@ -155,7 +156,8 @@ bool paged_attention_supported(DType k_type, DType v_type, const AttnShape& s) {
   return kv_type_supported(k_type) && kv_type_supported(v_type) && s.n_head > 0 &&
          s.n_head_kv > 0 && s.n_head % s.n_head_kv == 0 &&
          s.n_head / s.n_head_kv <= kAttnMaxGroup && s.head_dim > 0 &&
-         s.head_dim <= kAttnMaxHeadDim && s.head_dim_v > 0 && s.head_dim_v <= kAttnMaxHeadDim;
+         s.head_dim <= kAttnMaxHeadDim && s.head_dim_v > 0 && s.head_dim_v <= kAttnMaxHeadDim &&
+         (!s.rotate || (s.head_dim & (s.head_dim - 1)) == 0);
 }
 
 void paged_attention(Context& ctx, const PagedKvLayer& kv, const AttnShape& shape,
@@ -196,6 +198,12 @@ void paged_attention(Context& ctx, const PagedKvLayer& kv, const AttnShape& shap
   a.pos = batch.positions();
   a.row_tab = batch.row_tables();
   a.tables = batch.tables();
+  if (shape.rotate) {  // Q rotated like the stored K (cpu::paged_attention)
+    const int64_t n = rows * shape.n_head * shape.head_dim;
+    auto* rq = static_cast<float*>(c.rotated.get(c.stream, size_t(n) * 4));
+    hadamard_rotate(ctx, q, rq, rows, shape.n_head, shape.head_dim);
+    q = rq;
+  }
   a.q = q;
   a.n_head = int(shape.n_head);
   a.group = int(shape.n_head / shape.n_head_kv);

@@ -10,8 +10,9 @@
 // whose partial states are merged by log-sum-exp (Flash-Decoding; the formula of
 // cpu::attn_merge_partials). Q, scores and accumulation are f32 and e^x is expf, so results
 // differ from the CPU's (f16-rounded / q8_0-quantized Q, polynomial exp) by rounding only.
-// Not here yet: query tiling for prefill (each row re-reads its context; L2 absorbs part of it),
-// llama.cpp's exact non-flash softmax (-fa off), and --kv-rotate.
+// --kv-rotate (AttnShape::rotate): Q is Hadamard-rotated like the stored K first.
+// Not here yet: query tiling for prefill (each row re-reads its context; L2 absorbs part of it)
+// and llama.cpp's exact non-flash softmax (-fa off).
 #pragma once
 
 #include "cuda/attn_batch.h"
@@ -24,7 +25,8 @@ constexpr int64_t kAttnMaxGroup = 8;
 constexpr int64_t kAttnMaxHeadDim = 256;
 
 /// True when paged_attention supports the K/V types and shape (types: kv_type_supported;
-/// n_head / n_head_kv ≤ kAttnMaxGroup; head_dim, head_dim_v ≤ kAttnMaxHeadDim). A model whose
+/// n_head / n_head_kv ≤ kAttnMaxGroup; head_dim, head_dim_v ≤ kAttnMaxHeadDim; with rotate a
+/// power-of-two head_dim). A model whose
 /// cache the backend cannot read must be refused at load with this, never run on a slow path.
 bool paged_attention_supported(DType k_type, DType v_type, const AttnShape& shape);
 
