@@ -11,7 +11,9 @@
 # -DKVRUN_CUDA=ON -DKVRUN_CUDA_TESTS_ONLY=ON (ggml-like, the CPU and CUDA backends and the CUDA
 # tests only: no PCRE2, ICU, libedit, xxhash, httplib, CLI11, nlohmann_json) for
 # CMAKE_CUDA_ARCHITECTURES (default 90, the H100/H200), builds, runs every test_cuda_* binary and
-# prints a summary. Logs go to $OUT when that is set (the device tool brings them back).
+# prints a summary (with the benchmark's lines). Logs go to $OUT when that is set (the device
+# tool brings back at most 8 files: build.log, tests.log and one GoogleTest XML per test binary,
+# whose properties hold each case's NMSE and timings).
 # Exit status: 0 when every test passed, non-zero otherwise (a skipped CUDA test on a machine
 # that should have a GPU counts as a failure: see the "no CUDA device" check below).
 set -euo pipefail
@@ -42,23 +44,28 @@ run() {
   local t0=$SECONDS
   cmake -S . -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DKVRUN_CUDA=ON \
     -DKVRUN_CUDA_TESTS_ONLY=ON -DKVRUN_FUZZ=OFF -DCMAKE_CUDA_ARCHITECTURES="$ARCHS" \
-    -DKVRUN_GTEST_SOURCE="$PWD/$DEPS/googletest" >"$LOG_DIR/configure.log" 2>&1 ||
-    { tail -30 "$LOG_DIR/configure.log"; exit 1; }
-  cmake --build "$BUILD" -j "$(nproc)" >"$LOG_DIR/build.log" 2>&1 ||
+    -DKVRUN_GTEST_SOURCE="$PWD/$DEPS/googletest" >"$LOG_DIR/build.log" 2>&1 ||
+    { tail -30 "$LOG_DIR/build.log"; exit 1; }
+  cmake --build "$BUILD" -j "$(nproc)" >>"$LOG_DIR/build.log" 2>&1 ||
     { grep -E "error|Error" "$LOG_DIR/build.log" | head -40; exit 1; }
   echo "gpu-check: configured and built in $((SECONDS - t0)) s (archs $ARCHS)"
-  local status=0
+  local status=0 log="$LOG_DIR/tests.log"
+  : >"$log"
   for t in "$BUILD"/test_cuda_*; do
     [[ -x $t ]] || continue
-    local name
+    local name tmp
     name=$(basename "$t")
-    "$t" --gtest_output="xml:$LOG_DIR/$name.xml" >"$LOG_DIR/$name.log" 2>&1 || status=1
-    if grep -q "no CUDA device" "$LOG_DIR/$name.log"; then
+    tmp=$(mktemp)
+    "$t" --gtest_output="xml:$LOG_DIR/$name.xml" >"$tmp" 2>&1 || status=1
+    { echo "######## $name"; cat "$tmp"; } >>"$log"
+    if grep -q "no CUDA device" "$tmp"; then
       echo "gpu-check: $name skipped for want of a CUDA device" >&2
       status=1
     fi
-    echo "== $name: $(grep -E '^\[  (PASSED|FAILED)|tests? ran' "$LOG_DIR/$name.log" | tr '\n' ' ')"
-    grep -E '^\[  FAILED  \]|Failure|NMSE' "$LOG_DIR/$name.log" | head -40 || true
+    echo "== $name: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$tmp" | tr '\n' ' ')"
+    grep -E '^matvec|^decode step' "$tmp" || true
+    grep -E '^\[  FAILED  \]|Failure|NMSE|Which is|Expected' "$tmp" | head -40 || true
+    rm -f "$tmp"
   done
   exit $status
 }

@@ -58,8 +58,10 @@ class DeviceBuffer {
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
 
+  /// The device address (never dereference it on the host); null for an empty buffer.
   void* data() { return ptr_; }
   const void* data() const { return ptr_; }
+  /// Bytes allocated.
   size_t size() const { return bytes_; }
   /// data() as a typed device pointer.
   template <typename T>
