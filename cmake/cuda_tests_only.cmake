@@ -1,7 +1,8 @@
 # KVRUN_CUDA_TESTS_ONLY=ON (scripts/gpu-check.sh): after ggml-like, the CPU backend and the CUDA
-# backend, build only the CUDA test executables, with GoogleTest compiled from the source tree
-# in KVRUN_GTEST_SOURCE (the script copies Debian's /usr/src/googletest there), so the GPU
-# machine needs nothing but CUDA, cmake and a C++ compiler. No PCRE2, ICU, libedit, xxhash,
+# backend, build only the CUDA test executables (tests/test_cuda_*.cpp and *.cu), with GoogleTest
+# compiled from the source tree in KVRUN_GTEST_SOURCE (the script copies Debian's
+# /usr/src/googletest there), so the GPU machine needs nothing but CUDA, cmake and a C++
+# compiler. No PCRE2, ICU, libedit, xxhash,
 # httplib, CLI11 or nlohmann_json; the kvrun binary and the other tests are not built.
 if(NOT TARGET kvrun_cuda)
   message(FATAL_ERROR "KVRUN_CUDA_TESTS_ONLY needs the CUDA backend (nvcc not found?)")
@@ -26,3 +27,8 @@ foreach(src ${KVRUN_CUDA_TESTS})
     KVRUN_BINARY="kvrun-not-built")
   gtest_discover_tests(${name} DISCOVERY_TIMEOUT 120)
 endforeach()
+if(NOT TARGET GTest::gtest)
+  add_library(GTest::gtest ALIAS gtest)
+  add_library(GTest::gtest_main ALIAS gtest_main)
+endif()
+include(${CMAKE_SOURCE_DIR}/cmake/cuda_host_tests.cmake)

@@ -9,12 +9,13 @@
 
 #include "blocks.h"
 #include "cuda/decode.cuh"
+#include "cuda/kv_format.cuh"
 
 namespace kvrun::cuda {
 
 /// float → binary16 bits, round to nearest even; overflow → ±inf; NaN keeps a NaN (fp16.h).
-__device__ __forceinline__ uint16_t enc_f16(float f) {
-  const uint32_t x = __float_as_uint(f);
+KVRUN_HD uint16_t enc_f16(float f) {
+  const uint32_t x = f32_as_bits(f);
   const uint16_t sign = uint16_t((x >> 16) & 0x8000u);
   const uint32_t ax = x & 0x7fffffffu;
   if (ax >= 0x7f800000u) return uint16_t(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0));
@@ -38,32 +39,32 @@ __device__ __forceinline__ uint16_t enc_f16(float f) {
 }
 
 /// As enc_f16, non-finite results clamped to ±65504 (fp16.h f32_to_fp16_sat; block scales).
-__device__ __forceinline__ uint16_t enc_f16_sat(float f) {
+KVRUN_HD uint16_t enc_f16_sat(float f) {
   uint16_t h = enc_f16(f);
   if ((h & 0x7fffu) >= 0x7c00u) h = uint16_t((h & 0x8000u) | 0x7bffu);
   return h;
 }
 
 /// float → bfloat16 bits, round to nearest even; NaN → quiet NaN (fp16.h f32_to_bf16).
-__device__ __forceinline__ uint16_t enc_bf16(float f) {
-  const uint32_t x = __float_as_uint(f);
+KVRUN_HD uint16_t enc_bf16(float f) {
+  const uint32_t x = f32_as_bits(f);
   if ((x & 0x7fffffffu) > 0x7f800000u) return uint16_t((x >> 16) | 0x40u);
   return uint16_t((x + (0x7fffu + ((x >> 16) & 1u))) >> 16);
 }
 
 /// q8_0 block of 32 values as llama.cpp's CPU from_float (kv_layout.cpp encode_block_q8_0).
-__device__ __forceinline__ void enc_q8_0(const float* x, uint8_t* out) {
+KVRUN_HD void enc_q8_0(const float* x, uint8_t* out) {
   float amax = 0.0f;
   for (int i = 0; i < QK8_0; ++i) amax = fmaxf(amax, fabsf(x[i]));
   const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
   const uint16_t d = enc_f16_sat(amax / 127.0f);
   out[0] = uint8_t(d);
   out[1] = uint8_t(d >> 8);
-  for (int i = 0; i < QK8_0; ++i) out[2 + i] = uint8_t(int8_t(rintf(__fmul_rn(x[i], id))));
+  for (int i = 0; i < QK8_0; ++i) out[2 + i] = uint8_t(int8_t(rintf(mul_rn(x[i], id))));
 }
 
 /// q4_0 block of 32 values as quantize_row_q4_0_ref contracted (kv_layout.cpp).
-__device__ __forceinline__ void enc_q4_0(const float* x, uint8_t* out) {
+KVRUN_HD void enc_q4_0(const float* x, uint8_t* out) {
   float amax = 0.0f, m = 0.0f;
   for (int i = 0; i < QK4_0; ++i) {
     if (amax < fabsf(x[i])) {
@@ -87,11 +88,11 @@ __device__ __forceinline__ void enc_q4_0(const float* x, uint8_t* out) {
 
 /// float → FP8 code (e4m3: mbits 3, bias 7, max code 0x7E, max 448; e5m2: 2, 15, 0x7B, 57344),
 /// round to nearest even, saturating (quants_kv.cpp fp8_encode).
-__device__ __forceinline__ uint8_t enc_fp8(float x, bool e4m3) {
+KVRUN_HD uint8_t enc_fp8(float x, bool e4m3) {
   const int mbits = e4m3 ? 3 : 2, bias = e4m3 ? 7 : 15;
   const uint32_t max_code = e4m3 ? 0x7Eu : 0x7Bu;
   const float fmax = e4m3 ? 448.0f : 57344.0f;
-  const uint32_t bits = __float_as_uint(x);
+  const uint32_t bits = f32_as_bits(x);
   const uint8_t sign = uint8_t((bits >> 24) & 0x80u);
   if (isnan(x)) return uint8_t(sign | 0x7F);
   if (!(fabsf(x) < fmax)) return uint8_t(sign | max_code);
@@ -117,7 +118,7 @@ __device__ __forceinline__ uint8_t enc_fp8(float x, bool e4m3) {
 }
 
 /// float → E2M1 code: nearest level, ties to even, saturating at ±6 (quants_kv.cpp).
-__device__ __forceinline__ uint8_t enc_e2m1(float x) {
+KVRUN_HD uint8_t enc_e2m1(float x) {
   if (isnan(x)) return 0;
   const uint8_t sign = signbit(x) ? 8 : 0;
   const float a = fabsf(x);
@@ -142,7 +143,7 @@ __device__ __forceinline__ uint8_t enc_e2m1(float x) {
 }
 
 /// Largest finite |x[i]| of n values (0 when none).
-__device__ __forceinline__ float finite_absmax(const float* x, int n) {
+KVRUN_HD float finite_absmax(const float* x, int n) {
   float m = 0.0f;
   for (int i = 0; i < n; ++i) {
     const float a = fabsf(x[i]);
@@ -153,7 +154,7 @@ __device__ __forceinline__ float finite_absmax(const float* x, int n) {
 
 /// One head of n values to FP8 with a per-head power-of-two scale; returns the E8M0 byte
 /// (quants_kv.cpp quantize_row_fp8_scaled).
-__device__ __forceinline__ uint8_t enc_fp8_scaled(const float* x, uint8_t* q, int n, bool e4m3) {
+KVRUN_HD uint8_t enc_fp8_scaled(const float* x, uint8_t* q, int n, bool e4m3) {
   const float fmax = e4m3 ? 448.0f : 57344.0f;
   const float amax = finite_absmax(x, n);
   int e = 0;
@@ -167,20 +168,20 @@ __device__ __forceinline__ uint8_t enc_fp8_scaled(const float* x, uint8_t* q, in
 }
 
 /// Squared error of 16 values coded with factor f; writes the codes (quants_kv.cpp).
-__device__ __forceinline__ double nvfp4_block_error(const float* x, float f, uint8_t* codes) {
+KVRUN_HD double nvfp4_block_error(const float* x, float f, uint8_t* codes) {
   double err = 0.0;
   for (int i = 0; i < QK_NVFP4; ++i) {
     codes[i] = f > 0.0f ? enc_e2m1(x[i] / f) : 0;
     // Unfused, as the x86-64 baseline build of the reference computes it (nvcc would
     // contract these into FMAs and could flip the lo/hi choice on a near tie).
-    const double e = __dsub_rn(double(x[i]), __dmul_rn(double(f), double(e2m1_to_f32(codes[i]))));
-    err = __dadd_rn(err, __dmul_rn(e, e));
+    const double e = dsub_rn(double(x[i]), dmul_rn(double(f), double(e2m1_to_f32(codes[i]))));
+    err = dadd_rn(err, dmul_rn(e, e));
   }
   return err;
 }
 
 /// One NVFP4 block of 16 values for second-level scale s2 (quants_kv.cpp quantize_block_nvfp4).
-__device__ __forceinline__ void enc_nvfp4_block(const float* x, float s2, uint8_t* out) {
+KVRUN_HD void enc_nvfp4_block(const float* x, float s2, uint8_t* out) {
   const float target = finite_absmax(x, QK_NVFP4) / 6.0f / s2;
   uint8_t codes_lo[QK_NVFP4] = {}, codes_hi[QK_NVFP4] = {};
   uint8_t lo = 0, hi = 0;
@@ -201,7 +202,7 @@ __device__ __forceinline__ void enc_nvfp4_block(const float* x, float s2, uint8_
 
 /// The second-level scale of a scale group of n values (quants_kv.cpp
 /// quantize_row_nvfp4_scaled).
-__device__ __forceinline__ float nvfp4_s2(const float* x, int n) {
+KVRUN_HD float nvfp4_s2(const float* x, int n) {
   const float amax = finite_absmax(x, n);
   float s2 = 1.0f;
   if (amax > 0.0f) {
@@ -210,6 +211,72 @@ __device__ __forceinline__ float nvfp4_s2(const float* x, int n) {
     while (amax / 6.0f / s2 > 448.0f) s2 = nextafterf(s2, INFINITY);
   }
   return s2;
+}
+
+/// Encoding units of one row of format f: elements (f32, f16, bf16), blocks of 32 (q8_0, q4_0),
+/// heads (fp8) or nvfp4 scale groups. Each unit is encoded independently (one GPU thread each).
+inline int64_t kv_units_per_row(const KvFormat& f) {
+  const int64_t n = int64_t(f.n_head_kv) * f.head_dim;
+  switch (f.type) {
+    case DType::Q8_0:
+    case DType::Q4_0:
+      return (n + 31) / 32;
+    case DType::FP8_E4M3:
+    case DType::FP8_E5M2:
+      return f.n_head_kv;
+    case DType::NVFP4:
+      return (n + f.nvfp4_group - 1) / f.nvfp4_group;
+    default:
+      return n;
+  }
+}
+
+/// Largest nvfp4 scale group encode_kv_unit handles (lcm(head_dim, 16) ≤ this).
+constexpr int kMaxNvfp4Group = 256;
+
+/// Encodes unit u of one row: x holds the row's n_head_kv × head_dim floats, `row` receives the
+/// encoded bytes of that unit (the bytes kv_encode_row writes there).
+KVRUN_HD void encode_kv_unit(const KvFormat& f, const float* x, uint8_t* row, int64_t u) {
+  const int n = f.n_head_kv * f.head_dim;
+  switch (f.type) {
+    case DType::F32:
+      reinterpret_cast<float*>(row)[u] = x[u];
+      return;
+    case DType::F16:
+      reinterpret_cast<uint16_t*>(row)[u] = enc_f16(x[u]);
+      return;
+    case DType::BF16:
+      reinterpret_cast<uint16_t*>(row)[u] = enc_bf16(x[u]);
+      return;
+    case DType::Q8_0:
+    case DType::Q4_0: {
+      float tmp[32];
+      for (int j = 0; j < 32; ++j) tmp[j] = u * 32 + j < n ? x[u * 32 + j] : 0.0f;
+      if (f.type == DType::Q8_0)
+        enc_q8_0(tmp, row + u * int64_t(sizeof(block_q8_0)));
+      else
+        enc_q4_0(tmp, row + u * int64_t(sizeof(block_q4_0)));
+      return;
+    }
+    case DType::FP8_E4M3:
+    case DType::FP8_E5M2:
+      row[n + u] = enc_fp8_scaled(x + u * f.head_dim, row + u * f.head_dim, f.head_dim,
+                                  f.type == DType::FP8_E4M3);
+      return;
+    default: {  // NVFP4: one scale group, zero-padded past the row's end
+      const int g = f.nvfp4_group;
+      float tmp[kMaxNvfp4Group];
+      for (int j = 0; j < g; ++j) tmp[j] = u * g + j < n ? x[u * g + j] : 0.0f;
+      const float s2 = nvfp4_s2(tmp, g);
+      uint8_t* blocks = row + u * (g / QK_NVFP4) * int64_t(sizeof(block_nvfp4));
+      for (int b = 0; b < g / QK_NVFP4; ++b)
+        enc_nvfp4_block(tmp + b * QK_NVFP4, s2, blocks + b * int64_t(sizeof(block_nvfp4)));
+      const uint32_t bits = f32_as_bits(s2);
+      uint8_t* sp = row + f.nvfp4_scale_off + 4 * u;
+      for (int j = 0; j < 4; ++j) sp[j] = uint8_t(bits >> (8 * j));
+      return;
+    }
+  }
 }
 
 }  // namespace kvrun::cuda

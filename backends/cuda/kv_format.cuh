@@ -40,7 +40,7 @@ inline KvFormat make_kv_format(DType type, int64_t n_head_kv, int64_t head_dim) 
 }
 
 /// Value e (= h·head_dim + d; head h for the fp8 scale) of an encoded row.
-__device__ __forceinline__ float kv_value(const KvFormat& f, const uint8_t* row, int h, int e) {
+KVRUN_HD float kv_value(const KvFormat& f, const uint8_t* row, int h, int e) {
   switch (f.type) {
     case DType::F32:
       return reinterpret_cast<const float*>(row)[e];
@@ -63,15 +63,15 @@ __device__ __forceinline__ float kv_value(const KvFormat& f, const uint8_t* row,
       const uint8_t sb = row[f.n_head_kv * f.head_dim + h];
       const uint8_t c = row[e];
       const float v = f.type == DType::FP8_E4M3 ? fp8_e4m3_to_f32(c) : fp8_e5m2_to_f32(c);
-      return sb == 255 ? __uint_as_float(0x7fc00000u) : ldexpf(v, int(sb) - 127);
+      return sb == 255 ? bits_as_f32(0x7fc00000u) : ldexpf(v, int(sb) - 127);
     }
     default: {  // NVFP4
       const int g = e / f.nvfp4_group, w = e % f.nvfp4_group;
       const uint8_t* blk =
           row + (g * (f.nvfp4_group / QK_NVFP4) + w / QK_NVFP4) * int(sizeof(block_nvfp4));
       const uint8_t* sp = row + f.nvfp4_scale_off + 4 * g;
-      const float s2 = __uint_as_float(uint32_t(sp[0]) | uint32_t(sp[1]) << 8 |
-                                       uint32_t(sp[2]) << 16 | uint32_t(sp[3]) << 24);
+      const float s2 = bits_as_f32(uint32_t(sp[0]) | uint32_t(sp[1]) << 8 | uint32_t(sp[2]) << 16 |
+                                   uint32_t(sp[3]) << 24);
       const int k = w % QK_NVFP4;
       const uint8_t byte = blk[1 + k / 2];
       const float fac = s2 * fp8_e4m3_to_f32(blk[0]);

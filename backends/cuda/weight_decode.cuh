@@ -22,7 +22,7 @@ struct WeightChunk;
 template <>
 struct WeightChunk<DType::F32> {
   static constexpr int kValues = 4;
-  __device__ static void decode(const uint8_t* row, int64_t c, float* v) {
+  KVRUN_HD static void decode(const uint8_t* row, int64_t c, float* v) {
     const float4 f = reinterpret_cast<const float4*>(row)[c];
     v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
   }
@@ -31,10 +31,10 @@ struct WeightChunk<DType::F32> {
 template <>
 struct WeightChunk<DType::F16> {
   static constexpr int kValues = 8;
-  __device__ static void decode(const uint8_t* row, int64_t c, float* v) {
+  KVRUN_HD static void decode(const uint8_t* row, int64_t c, float* v) {
     const uint4 u = reinterpret_cast<const uint4*>(row)[c];
     const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
+    KVRUN_UNROLL
     for (int i = 0; i < 4; ++i) {
       v[2 * i] = f16_to_f32(uint16_t(w[i]));
       v[2 * i + 1] = f16_to_f32(uint16_t(w[i] >> 16));
@@ -45,13 +45,13 @@ struct WeightChunk<DType::F16> {
 template <>
 struct WeightChunk<DType::BF16> {
   static constexpr int kValues = 8;
-  __device__ static void decode(const uint8_t* row, int64_t c, float* v) {
+  KVRUN_HD static void decode(const uint8_t* row, int64_t c, float* v) {
     const uint4 u = reinterpret_cast<const uint4*>(row)[c];
     const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
+    KVRUN_UNROLL
     for (int i = 0; i < 4; ++i) {
-      v[2 * i] = __uint_as_float(w[i] << 16);
-      v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+      v[2 * i] = bits_as_f32(w[i] << 16);
+      v[2 * i + 1] = bits_as_f32(w[i] & 0xffff0000u);
     }
   }
 };
@@ -59,10 +59,10 @@ struct WeightChunk<DType::BF16> {
 template <>
 struct WeightChunk<DType::Q8_0> {
   static constexpr int kValues = QK8_0;
-  __device__ static void decode(const uint8_t* row, int64_t c, float* v) {
+  KVRUN_HD static void decode(const uint8_t* row, int64_t c, float* v) {
     const uint16_t* b = reinterpret_cast<const uint16_t*>(row + c * int64_t(sizeof(block_q8_0)));
     const float d = f16_to_f32(b[0]);
-#pragma unroll
+    KVRUN_UNROLL
     for (int i = 0; i < QK8_0 / 2; ++i) {
       const uint16_t q = b[1 + i];
       v[2 * i] = d * float(int8_t(q & 0xff));
@@ -74,10 +74,10 @@ struct WeightChunk<DType::Q8_0> {
 template <>
 struct WeightChunk<DType::Q4_0> {
   static constexpr int kValues = QK4_0;
-  __device__ static void decode(const uint8_t* row, int64_t c, float* v) {
+  KVRUN_HD static void decode(const uint8_t* row, int64_t c, float* v) {
     const uint16_t* b = reinterpret_cast<const uint16_t*>(row + c * int64_t(sizeof(block_q4_0)));
     const float d = f16_to_f32(b[0]);
-#pragma unroll
+    KVRUN_UNROLL
     for (int i = 0; i < QK4_0 / 4; ++i) {
       const uint16_t q = b[1 + i];
       v[2 * i] = d * float(int(q & 0x0f) - 8);
@@ -89,10 +89,10 @@ struct WeightChunk<DType::Q4_0> {
 };
 
 /// 32 bytes at a 16-byte aligned address as two 16-byte loads.
-__device__ __forceinline__ void load32(const uint8_t* p, uint8_t* out) {
+KVRUN_HD void load32(const uint8_t* p, uint8_t* out) {
   const uint4 a = reinterpret_cast<const uint4*>(p)[0], b = reinterpret_cast<const uint4*>(p)[1];
   const uint32_t w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-#pragma unroll
+  KVRUN_UNROLL
   for (int i = 0; i < 32; ++i) out[i] = uint8_t(w[i / 4] >> (8 * (i % 4)));
 }
 
@@ -100,7 +100,7 @@ __device__ __forceinline__ void load32(const uint8_t* p, uint8_t* out) {
 template <>
 struct WeightChunk<DType::Q4_K> {
   static constexpr int kValues = 32;
-  __device__ static void decode(const uint8_t* row, int64_t c, float* v) {
+  KVRUN_HD static void decode(const uint8_t* row, int64_t c, float* v) {
     const uint8_t* b = row + (c / 8) * int64_t(sizeof(block_q4_K));
     const int j = int(c % 8);
     const uint16_t* h = reinterpret_cast<const uint16_t*>(b);
@@ -110,7 +110,7 @@ struct WeightChunk<DType::Q4_K> {
     uint8_t q[32];
     load32(b + 16 + 32 * (j / 2), q);
     const int shift = (j % 2) * 4;
-#pragma unroll
+    KVRUN_UNROLL
     for (int i = 0; i < 32; ++i) v[i] = dl * float((q[i] >> shift) & 0x0f) - ml;
   }
 };
@@ -119,7 +119,7 @@ struct WeightChunk<DType::Q4_K> {
 template <>
 struct WeightChunk<DType::Q5_K> {
   static constexpr int kValues = 32;
-  __device__ static void decode(const uint8_t* row, int64_t c, float* v) {
+  KVRUN_HD static void decode(const uint8_t* row, int64_t c, float* v) {
     const uint8_t* b = row + (c / 8) * int64_t(sizeof(block_q5_K));
     const int j = int(c % 8);
     const uint16_t* h = reinterpret_cast<const uint16_t*>(b);
@@ -130,7 +130,7 @@ struct WeightChunk<DType::Q5_K> {
     load32(b + 48 + 32 * (j / 2), q);
     load32(b + 16, qh);
     const int shift = (j % 2) * 4;
-#pragma unroll
+    KVRUN_UNROLL
     for (int i = 0; i < 32; ++i)
       v[i] = dl * float(((q[i] >> shift) & 0x0f) | (((qh[i] >> j) & 1) << 4)) - ml;
   }
@@ -140,7 +140,7 @@ struct WeightChunk<DType::Q5_K> {
 template <>
 struct WeightChunk<DType::Q6_K> {
   static constexpr int kValues = 32;
-  __device__ static void decode(const uint8_t* row, int64_t c, float* v) {
+  KVRUN_HD static void decode(const uint8_t* row, int64_t c, float* v) {
     const uint8_t* b = row + (c / 8) * int64_t(sizeof(block_q6_K));
     const int t = int(c % 8), t4 = t % 4;
     const uint8_t* ql = b + 64 * (t / 4) + 32 * (t4 & 1);
@@ -148,7 +148,7 @@ struct WeightChunk<DType::Q6_K> {
     const int8_t* scales = reinterpret_cast<const int8_t*>(b + 192);
     const float d = f16_to_f32(uint16_t(b[208] | (b[209] << 8)));
     const int lshift = t4 < 2 ? 0 : 4, hshift = 2 * t4;
-#pragma unroll
+    KVRUN_UNROLL
     for (int u = 0; u < 32; ++u) {
       const int q = (((ql[u] >> lshift) & 0x0f) | (((qh[u] >> hshift) & 3) << 4)) - 32;
       v[u] = d * float(scales[2 * t + u / 16]) * float(q);
