@@ -56,15 +56,16 @@ Context::Context(int device) : impl_(std::make_unique<Impl>()) {
   check(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking), "cudaStreamCreate");
 }
 
-Context::~Context() {
-  if (!impl_) return;
-  cudaSetDevice(impl_->device);
-  if (impl_->cublas) cublasDestroy(impl_->cublas);
-  if (impl_->stream) {
-    cudaStreamSynchronize(impl_->stream);
-    cudaStreamDestroy(impl_->stream);
+Context::Impl::~Impl() {
+  cudaSetDevice(device);
+  if (cublas) cublasDestroy(cublas);
+  if (stream) {
+    cudaStreamSynchronize(stream);
+    cudaStreamDestroy(stream);
   }
 }
+
+Context::~Context() = default;
 
 Context::Context(Context&&) noexcept = default;
 Context& Context::operator=(Context&&) noexcept = default;

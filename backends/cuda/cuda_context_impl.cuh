@@ -25,6 +25,12 @@ class Scratch {
 };
 
 struct Context::Impl {
+  Impl() = default;
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+  /// Destroys the cuBLAS handle and the stream (after the stream's work has finished).
+  ~Impl();
+
   int device = 0;
   int cc = 0;        ///< compute capability, major·10 + minor
   int sm_count = 0;  ///< multiprocessors
