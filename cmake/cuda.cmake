@@ -45,7 +45,7 @@ if(_kvrun_want_cuda)
   target_compile_options(kvrun_cuda PRIVATE
     $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra>)
   # The backend's plain C++ headers (cuda_context.h, matmul.h, ...) are included by g++ code;
-  # its .cuh headers only by the .cu files.
+  # its .cuh headers only by CUDA sources (backends/cuda/*.cu, tests/test_cuda_*.cu).
   target_compile_definitions(kvrun_cuda PUBLIC KVRUN_HAVE_CUDA=1)
   message(STATUS "kvrun: CUDA backend ON (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, "
                  "archs ${CMAKE_CUDA_ARCHITECTURES})")
