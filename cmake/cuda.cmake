@@ -40,9 +40,12 @@ if(_kvrun_want_cuda)
   file(GLOB KVRUN_CUDA_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/backends/cuda/*.cu)
   add_library(kvrun_cuda STATIC ${KVRUN_CUDA_SOURCES})
   target_include_directories(kvrun_cuda PUBLIC ${CMAKE_SOURCE_DIR}/backends)
-  target_link_libraries(kvrun_cuda PUBLIC kvrun_ggml CUDA::cudart_static)
+  # cuBLAS (shared: the toolkit ships no static cuBLAS here) does the prefill GEMMs.
+  target_link_libraries(kvrun_cuda PUBLIC kvrun_ggml CUDA::cudart_static CUDA::cublas)
   target_compile_options(kvrun_cuda PRIVATE
     $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra>)
+  # The backend's plain C++ headers (cuda_context.h, matmul.h, ...) are included by g++ code;
+  # its .cuh headers only by CUDA sources (backends/cuda/*.cu, tests/test_cuda_*.cu).
   target_compile_definitions(kvrun_cuda PUBLIC KVRUN_HAVE_CUDA=1)
   message(STATUS "kvrun: CUDA backend ON (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, "
                  "archs ${CMAKE_CUDA_ARCHITECTURES})")

@@ -7,14 +7,11 @@
 #include <string>
 
 #include "blocks.h"
+#include "cuda/cuda_check.cuh"
 #include "cuda/dequantize.h"
 
 namespace kvrun::cuda {
 namespace {
-
-void check(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) throw CudaError(std::string(what) + ": " + cudaGetErrorString(err));
-}
 
 __device__ float half_bits_to_float(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 

@@ -5,15 +5,10 @@
 #include <cstdint>
 #include <stdexcept>
 
+#include "cuda/cuda_error.h"
 #include "dtype.h"
 
 namespace kvrun::cuda {
-
-/// A CUDA call failed (message names the call and the CUDA error string).
-class CudaError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
 
 /// True when dequantize_to_f32 supports `type` (f32, f16, bf16, q4_0, q8_0, fp8_e4m3, fp8_e5m2).
 bool dequantize_supported(DType type);

@@ -1,0 +1,81 @@
+// attn_batch.h — one forward step's paged-KV description on the GPU: which cache cell each
+// query row writes and which blocks it reads. Built once per step on the host, uploaded in one
+// copy, and read by kv_store and paged_attention of every layer (the CSR page table of
+// FlashInfer's paged_kv_t; shared/DESIGN.md's AttnBatch). Plain C++ header.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "cuda/cuda_context.h"
+#include "dtype.h"
+
+namespace kvrun::cuda {
+
+/// One sequence's rows in the step (the fields of cpu::PagedSeq): rows q0 … q0+n_q−1 are its
+/// tokens at positions pos0 … pos0+n_q−1.
+struct SeqRows {
+  const int32_t* block_table = nullptr;  ///< host [ceil((pos0 + n_q) / block_size)] block ids
+  int64_t pos0 = 0;
+  int64_t q0 = 0;
+  int64_t n_q = 0;
+};
+
+/// One layer's K and V storage in device memory: slot s holds the K rows of block_size
+/// consecutive positions at k + (s·block_size + j)·k_row_bytes (V likewise), rows in the KV
+/// cache format of ggml-like/kv_layout.h. Does not own memory.
+struct PagedKvLayer {
+  DType k_type = DType::F16;
+  DType v_type = DType::F16;
+  int64_t k_row_bytes = 0;  ///< kv_row_bytes(k_type, n_head_kv, head_dim)
+  int64_t v_row_bytes = 0;  ///< kv_row_bytes(v_type, n_head_kv, head_dim_v)
+  int64_t block_size = 16;  ///< tokens per block
+  uint8_t* k = nullptr;     ///< device [n_slots][block_size][k_row_bytes]
+  uint8_t* v = nullptr;     ///< device [n_slots][block_size][v_row_bytes]
+};
+
+/// Attention shapes (cpu::AttnParams).
+struct AttnShape {
+  int64_t n_head = 0;      ///< query heads
+  int64_t n_head_kv = 0;   ///< KV heads; divides n_head
+  int64_t head_dim = 0;    ///< Q/K head size
+  int64_t head_dim_v = 0;  ///< V head size
+  float scale = 1;         ///< score scale, usually 1/sqrt(head_dim)
+  bool rotate = false;     ///< --kv-rotate: K stored Hadamard-rotated along head_dim, Q rotated
+};
+
+/// The step's rows and page tables in device memory.
+class AttnBatch {
+ public:
+  /// Builds and uploads the description of `n_seqs` sequences whose rows together are
+  /// 0 … n_rows−1, each row exactly once. Block ids are mapped to storage slots with `slot_of`
+  /// (host [n_blocks] id → slot, as cpu::PagedKvLayer::slot_of; null: slot = id), so the device
+  /// sees slots. Throws std::invalid_argument when the rows do not tile 0 … n_rows−1 or a slot is
+  /// negative, CudaError on failure.
+  void set(Context& ctx, const SeqRows* seqs, int64_t n_seqs, int64_t block_size,
+           const int32_t* slot_of = nullptr);
+
+  int64_t n_rows() const { return n_rows_; }
+  int64_t block_size() const { return block_size_; }
+  /// The longest context any row sees (its position + 1).
+  int64_t max_ctx() const { return max_ctx_; }
+  /// Device [n_rows] position of each row (also RoPE's positions).
+  const int32_t* positions() const { return pos_; }
+  /// Device [n_rows] offset into tables() of the row's sequence's slot table.
+  const int32_t* row_tables() const { return row_tab_; }
+  /// Device: the sequences' slot tables, concatenated.
+  const int32_t* tables() const { return tables_; }
+  /// Device [n_rows] cache cell each row writes: slot · block_size + position % block_size.
+  const int64_t* cells() const { return cells_; }
+
+ private:
+  DeviceBuffer buf_;
+  std::vector<uint8_t> host_;
+  int64_t n_rows_ = 0, block_size_ = 0, max_ctx_ = 0;
+  const int32_t* pos_ = nullptr;
+  const int32_t* row_tab_ = nullptr;
+  const int32_t* tables_ = nullptr;
+  const int64_t* cells_ = nullptr;
+};
+
+}  // namespace kvrun::cuda

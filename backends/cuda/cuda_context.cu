@@ -1,0 +1,136 @@
+// cuda_context.cu — Context and DeviceBuffer (see cuda_context.h).
+#include <stdexcept>
+#include <string>
+
+#include "cuda/cuda_check.cuh"
+#include "cuda/cuda_context_impl.cuh"
+
+namespace kvrun::cuda {
+
+Scratch::~Scratch() { cudaFree(ptr_); }
+
+void* Scratch::get(cudaStream_t stream, size_t bytes) {
+  if (bytes <= bytes_ && ptr_) return ptr_;
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  check(cudaStreamIsCapturing(stream, &capturing), "cudaStreamIsCapturing");
+  if (capturing != cudaStreamCaptureStatusNone)
+    throw CudaError(
+        "scratch memory must grow during graph capture: run the step once eagerly "
+        "before capturing it");
+  check(cudaStreamSynchronize(stream), "scratch: cudaStreamSynchronize");
+  cudaFree(ptr_);
+  ptr_ = nullptr;
+  bytes_ = 0;
+  check(cudaMalloc(&ptr_, bytes), "scratch: cudaMalloc");
+  bytes_ = bytes;
+  return ptr_;
+}
+
+cublasHandle_t Context::Impl::blas() {
+  if (!cublas) {
+    activate();
+    if (cublasCreate(&cublas) != CUBLAS_STATUS_SUCCESS) throw CudaError("cublasCreate failed");
+    if (cublasSetStream(cublas, stream) != CUBLAS_STATUS_SUCCESS)
+      throw CudaError("cublasSetStream failed");
+  }
+  return cublas;
+}
+
+void Context::Impl::activate() const { check(cudaSetDevice(device), "cudaSetDevice"); }
+
+Context::Context(int device) : impl_(std::make_unique<Impl>()) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    cudaGetLastError();
+    throw CudaError("no CUDA device (no driver or no GPU)");
+  }
+  if (device < 0 || device >= n)
+    throw CudaError("CUDA device " + std::to_string(device) + " does not exist (" +
+                    std::to_string(n) + " visible)");
+  impl_->device = device;
+  impl_->activate();
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+  impl_->cc = prop.major * 10 + prop.minor;
+  impl_->sm_count = prop.multiProcessorCount;
+  check(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+}
+
+Context::Impl::~Impl() {
+  cudaSetDevice(device);
+  if (cublas) cublasDestroy(cublas);
+  if (stream) {
+    cudaStreamSynchronize(stream);
+    cudaStreamDestroy(stream);
+  }
+}
+
+Context::~Context() = default;
+
+Context::Context(Context&&) noexcept = default;
+Context& Context::operator=(Context&&) noexcept = default;
+
+int Context::device() const { return impl_->device; }
+int Context::compute_capability() const { return impl_->cc; }
+int Context::sm_count() const { return impl_->sm_count; }
+
+void Context::synchronize() {
+  impl_->activate();
+  check(cudaStreamSynchronize(impl_->stream), "cudaStreamSynchronize");
+}
+
+DeviceBuffer::DeviceBuffer(Context& ctx, size_t bytes) : bytes_(bytes) {
+  ctx.impl().activate();
+  check(cudaMalloc(&ptr_, bytes ? bytes : 1), "cudaMalloc");
+}
+
+DeviceBuffer::~DeviceBuffer() { cudaFree(ptr_); }
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) {
+  o.ptr_ = nullptr;
+  o.bytes_ = 0;
+}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+  if (this != &o) {
+    cudaFree(ptr_);
+    ptr_ = o.ptr_;
+    bytes_ = o.bytes_;
+    o.ptr_ = nullptr;
+    o.bytes_ = 0;
+  }
+  return *this;
+}
+
+namespace {
+void check_range(size_t bytes, size_t offset, size_t size, const char* what) {
+  if (offset > size || bytes > size - offset)
+    throw std::out_of_range(std::string(what) + ": " + std::to_string(bytes) + " bytes at " +
+                            std::to_string(offset) + " past a buffer of " + std::to_string(size));
+}
+}  // namespace
+
+void DeviceBuffer::upload(Context& ctx, const void* src, size_t bytes, size_t offset) {
+  check_range(bytes, offset, bytes_, "DeviceBuffer::upload");
+  if (bytes == 0) return;
+  cudaStream_t s = ctx.impl().stream;
+  check(cudaMemcpyAsync(static_cast<char*>(ptr_) + offset, src, bytes, cudaMemcpyHostToDevice, s),
+        "cudaMemcpyAsync H2D");
+  check(cudaStreamSynchronize(s), "upload: cudaStreamSynchronize");
+}
+
+void DeviceBuffer::download(Context& ctx, void* dst, size_t bytes, size_t offset) const {
+  check_range(bytes, offset, bytes_, "DeviceBuffer::download");
+  cudaStream_t s = ctx.impl().stream;
+  if (bytes)
+    check(cudaMemcpyAsync(dst, static_cast<const char*>(ptr_) + offset, bytes,
+                          cudaMemcpyDeviceToHost, s),
+          "cudaMemcpyAsync D2H");
+  check(cudaStreamSynchronize(s), "download: cudaStreamSynchronize");
+}
+
+void DeviceBuffer::fill_bytes(Context& ctx, int value) {
+  check(cudaMemsetAsync(ptr_, value, bytes_, ctx.impl().stream), "cudaMemsetAsync");
+}
+
+}  // namespace kvrun::cuda

@@ -1,0 +1,51 @@
+// cuda_context_impl.cuh — the CUDA-side state behind Context (see cuda_context.h): stream,
+// device properties, the cuBLAS handle (created on first use) and grow-only scratch buffers.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#include "cuda/cuda_context.h"
+
+namespace kvrun::cuda {
+
+/// Grow-only device scratch memory: get(n) returns at least n bytes, reallocating (after a
+/// stream synchronization, so no queued kernel still reads the old memory) when it must grow;
+/// growing while the stream is being captured into a graph throws CudaError.
+class Scratch {
+ public:
+  ~Scratch();
+  void* get(cudaStream_t stream, size_t bytes);
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+struct Context::Impl {
+  Impl() = default;
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+  /// Destroys the cuBLAS handle and the stream (after the stream's work has finished).
+  ~Impl();
+
+  int device = 0;
+  int cc = 0;        ///< compute capability, major·10 + minor
+  int sm_count = 0;  ///< multiprocessors
+  cudaStream_t stream = nullptr;
+  cublasHandle_t cublas = nullptr;  ///< created by blas() on first use
+  Scratch staging;                  ///< small host→device inputs of ops (ids, positions)
+  Scratch weights;                  ///< matmul: dequantized weight tiles
+  Scratch acts;                     ///< matmul: activations converted for cuBLAS
+  Scratch partials;                 ///< paged attention: per-segment (m, l, acc)
+  Scratch rotated;                  ///< --kv-rotate: the rotated K (kv_store) or Q (attention)
+
+  /// The cuBLAS handle bound to `stream` (created on first use; throws CudaError).
+  cublasHandle_t blas();
+  /// Makes this context's device current for the calling thread.
+  void activate() const;
+};
+
+}  // namespace kvrun::cuda

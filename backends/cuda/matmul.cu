@@ -1,0 +1,171 @@
+// matmul.cu — the CUDA matmul (see matmul.h): matrix-vector kernel for decode, cuBLAS on
+// dequantized tiles for prefill.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "cuda/cuda_check.cuh"
+#include "cuda/cuda_context_impl.cuh"
+#include "cuda/matmul.h"
+#include "cuda/weight_decode.cuh"
+
+namespace kvrun::cuda {
+namespace {
+
+constexpr int kWarpsPerBlock = 4;  // weight rows per block of the matrix-vector kernel
+
+/// Dot products of weight rows with up to NR activation rows: warp w of block b takes weight
+/// row b·kWarpsPerBlock + w; its lanes walk the row's chunks lane, lane + 32, … and keep one
+/// f32 partial per activation row, summed over the warp at the end.
+template <DType T, int NR>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    k_matvec(const uint8_t* w, size_t wstride, int64_t m, int64_t k, const float* x, int n,
+             float* y) {
+  using W = WeightChunk<T>;
+  const int lane = threadIdx.x % 32;
+  const int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  if (row >= m) return;
+  const uint8_t* wr = w + row * wstride;
+  float acc[NR] = {};
+  const int64_t nc = k / W::kValues;
+  for (int64_t c = lane; c < nc; c += 32) {
+    float v[W::kValues];
+    W::decode(wr, c, v);
+#pragma unroll
+    for (int r = 0; r < NR; ++r) {
+      if (r >= n) break;
+      const float4* xr = reinterpret_cast<const float4*>(x + r * k + c * W::kValues);
+      float s = 0.0f;
+#pragma unroll
+      for (int i = 0; i < W::kValues / 4; ++i) {
+        const float4 xv = xr[i];
+        s += v[4 * i] * xv.x + v[4 * i + 1] * xv.y + v[4 * i + 2] * xv.z + v[4 * i + 3] * xv.w;
+      }
+      acc[r] += s;
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < NR; ++r) {
+    float s = acc[r];
+    for (int off = 16; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
+    if (lane == 0 && r < n) y[r * m + row] = s;
+  }
+}
+
+/// Decodes rows [0, rows) of a weight (row stride wstride) to f16, row-major [rows][k].
+template <DType T>
+__global__ void k_dequant_f16(const uint8_t* w, size_t wstride, int64_t rows, int64_t k,
+                              __half* out) {
+  using W = WeightChunk<T>;
+  const int64_t nc = k / W::kValues;
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= rows * nc) return;
+  const int64_t r = i / nc, c = i % nc;
+  float v[W::kValues];
+  W::decode(w + r * wstride, c, v);
+  __half* o = out + r * k + c * W::kValues;
+#pragma unroll
+  for (int j = 0; j < W::kValues; ++j) o[j] = __float2half_rn(v[j]);
+}
+
+__global__ void k_to_f16(const float* x, __half* y, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = __float2half_rn(x[i]);
+}
+
+__global__ void k_to_bf16(const float* x, __nv_bfloat16* y, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = __float2bfloat16_rn(x[i]);
+}
+
+void check_blas(cublasStatus_t st, const char* what) {
+  if (st != CUBLAS_STATUS_SUCCESS)
+    throw CudaError(std::string(what) + ": cuBLAS status " + std::to_string(int(st)));
+}
+
+/// y = x · wᵀ for a row-major w [m][k] of cuBLAS type `wt` and x [n][k] of type `xt`
+/// (column-major: y[m×n] = wᵀ[m×k] · x[k×n]); f32 output and accumulation.
+void gemm(Context::Impl& c, const void* w, cudaDataType wt, const void* x, cudaDataType xt,
+          int64_t m, int64_t n, int64_t k, float* y, int64_t ldy) {
+  const float alpha = 1.0f, beta = 0.0f;
+  check_blas(cublasGemmEx(c.blas(), CUBLAS_OP_T, CUBLAS_OP_N, int(m), int(n), int(k), &alpha, w, wt,
+                          int(k), x, xt, int(k), &beta, y, CUDA_R_32F, int(ldy), CUBLAS_COMPUTE_32F,
+                          CUBLAS_GEMM_DEFAULT),
+             "cublasGemmEx");
+}
+
+/// Bytes of one dequantized weight tile at most.
+constexpr int64_t kTileBytes = int64_t(64) << 20;
+
+void prefill(Context::Impl& c, const Tensor& w, const float* x, int64_t n, float* y) {
+  const int64_t k = w.ne[0], m = w.ne[1];
+  const auto* wd = static_cast<const uint8_t*>(w.data);
+  if (w.type == DType::F32) {
+    gemm(c, wd, CUDA_R_32F, x, CUDA_R_32F, m, n, k, y, m);
+    return;
+  }
+  const bool bf = w.type == DType::BF16;
+  void* xs = c.acts.get(c.stream, size_t(n * k) * 2);
+  if (bf)
+    k_to_bf16<<<grid_for(n * k, 256), 256, 0, c.stream>>>(x, static_cast<__nv_bfloat16*>(xs),
+                                                          n * k);
+  else
+    k_to_f16<<<grid_for(n * k, 256), 256, 0, c.stream>>>(x, static_cast<__half*>(xs), n * k);
+  check_launch("matmul: activation conversion");
+  if (w.type == DType::F16 || bf) {
+    const cudaDataType t = bf ? CUDA_R_16BF : CUDA_R_16F;
+    gemm(c, wd, t, xs, t, m, n, k, y, m);
+    return;
+  }
+  const int64_t tile_rows = std::max<int64_t>(1, std::min(m, kTileBytes / (k * 2)));
+  auto* tile = static_cast<__half*>(c.weights.get(c.stream, size_t(tile_rows * k) * 2));
+  for (int64_t m0 = 0; m0 < m; m0 += tile_rows) {
+    const int64_t rows = std::min(tile_rows, m - m0);
+    dispatch_weight_type(w.type, [&](auto tag) {
+      constexpr DType T = decltype(tag)::value;
+      const int64_t items = rows * (k / WeightChunk<T>::kValues);
+      k_dequant_f16<T>
+          <<<grid_for(items, 256), 256, 0, c.stream>>>(wd + m0 * w.nb[1], w.nb[1], rows, k, tile);
+    });
+    check_launch("matmul: weight tile dequantization");
+    gemm(c, tile, CUDA_R_16F, xs, CUDA_R_16F, rows, n, k, y + m0, m);
+  }
+}
+
+}  // namespace
+
+bool matmul_supported(DType t, int64_t k) {
+  bool known = dispatch_weight_type(t, [](auto) {});
+  return known && k > 0 && k % 8 == 0 && k % traits(t).block_elems == 0;
+}
+
+void matmul(Context& ctx, const Tensor& w, const float* x, int64_t n, float* y) {
+  const int64_t k = w.ne[0], m = w.ne[1];
+  if (!matmul_supported(w.type, k))
+    throw std::invalid_argument(std::string("cuda matmul: unsupported weight type ") +
+                                traits(w.type).name + " with rows of " + std::to_string(k));
+  if (w.ne[2] != 1 || w.ne[3] != 1) throw std::invalid_argument("cuda matmul: weight must be 2-D");
+  if (n <= 0 || m <= 0) return;
+  Context::Impl& c = ctx.impl();
+  c.activate();
+  if (n > kMatvecMaxRows) {
+    prefill(c, w, x, n, y);
+    return;
+  }
+  const unsigned blocks = grid_for(m, kWarpsPerBlock);
+  const auto* wd = static_cast<const uint8_t*>(w.data);
+  dispatch_weight_type(w.type, [&](auto tag) {
+    constexpr DType T = decltype(tag)::value;
+    if (n == 1)
+      k_matvec<T, 1><<<blocks, kWarpsPerBlock * 32, 0, c.stream>>>(wd, w.nb[1], m, k, x, 1, y);
+    else
+      k_matvec<T, kMatvecMaxRows>
+          <<<blocks, kWarpsPerBlock * 32, 0, c.stream>>>(wd, w.nb[1], m, k, x, int(n), y);
+  });
+  check_launch("matmul: matvec");
+}
+
+}  // namespace kvrun::cuda

@@ -1,0 +1,39 @@
+// matmul.h — y[n, m] = x[n, k] · w[m, k]ᵀ on the GPU with w in its stored type (the CUDA
+// counterpart of backends/cpu/matmul.h). Plain C++ header.
+//
+// Weight types: f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K. Two paths:
+//  * decode (n ≤ kMatvecMaxRows): a memory-bound matrix-vector kernel, one warp per weight row,
+//    each lane decoding chunks of the row in registers (weight_decode.cuh: 16-byte loads for
+//    f32/f16/bf16/q4_K/q5_K) and dotting them with the f32 activations; f32 accumulation.
+//  * prefill (n > kMatvecMaxRows): tensor cores through cuBLAS — f32 weights by SGEMM; f16 /
+//    bf16 weights by GemmEx against x rounded to the same type; quantized weights dequantized to
+//    f16 in row tiles of at most 64 MiB and multiplied by x rounded to f16 (f32 accumulation).
+// Activations stay f32 on the decode path (the CPU backend quantizes them to q8_0 / q8_K for
+// quantized weights, as llama.cpp does), so results agree with the CPU to that rounding, not bit
+// for bit (tests/test_cuda_ops.cpp bounds the difference).
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/cuda_context.h"
+#include "tensor.h"
+
+namespace kvrun::cuda {
+
+/// Activation rows up to which matmul uses the matrix-vector kernel.
+constexpr int64_t kMatvecMaxRows = 8;
+
+/// True when matmul supports weights of type `t` with rows of `k` elements (k a multiple of
+/// the type's block size, and of 8 for the 16-byte chunk loads).
+bool matmul_supported(DType t, int64_t k);
+
+/// y[n, m] = x[n, k] · w[m, k]ᵀ.
+///   w: a device weight (upload_tensor), ne[0] = k, ne[1] = m, rows nb[1] bytes apart, 16-byte
+///      aligned (cudaMalloc'ed buffers are);
+///   x: device, n rows of k f32, row-major, 16-byte aligned;
+///   y: device, n rows of m f32 (written, not accumulated).
+/// Enqueued on the context's stream. Throws std::invalid_argument for an unsupported type or
+/// shape (matmul_supported), CudaError when CUDA or cuBLAS fails.
+void matmul(Context& ctx, const Tensor& w, const float* x, int64_t n, float* y);
+
+}  // namespace kvrun::cuda

@@ -1,0 +1,41 @@
+// paged_attention.h — causal attention over the paged KV cache on the GPU, reading K and V
+// blocks in place in any KV cache type (f32, f16, bf16, q8_0, q4_0, fp8_e4m3, fp8_e5m2, nvfp4;
+// every K/V pair), the CUDA counterpart of cpu::paged_attention's flash scheme. Plain C++.
+//
+// Scheme: online softmax (FlashAttention; Dao et al. 2022) per (query row, KV head, context
+// segment), one CUDA block of 4 warps each: the warps take every 4th position of the segment,
+// decode the K row of the head in place (kv_format.cuh), score it against all query heads of the
+// GQA group, and keep a running max, sum and V accumulator; the warps' states are combined in
+// shared memory. Long contexts are split into segments (enough blocks to fill the GPU twice over)
+// whose partial states are merged by log-sum-exp (Flash-Decoding; the formula of
+// cpu::attn_merge_partials). Q, scores and accumulation are f32 and e^x is expf, so results
+// differ from the CPU's (f16-rounded / q8_0-quantized Q, polynomial exp) by rounding only.
+// --kv-rotate (AttnShape::rotate): Q is Hadamard-rotated like the stored K first.
+// Not here yet: query tiling for prefill (each row re-reads its context; L2 absorbs part of it)
+// and llama.cpp's exact non-flash softmax (-fa off).
+#pragma once
+
+#include "cuda/attn_batch.h"
+#include "cuda/cuda_context.h"
+
+namespace kvrun::cuda {
+
+/// Largest query heads per KV head, and head size, the kernel supports.
+constexpr int64_t kAttnMaxGroup = 8;
+constexpr int64_t kAttnMaxHeadDim = 256;
+
+/// True when paged_attention supports the K/V types and shape (types: kv_type_supported;
+/// n_head / n_head_kv ≤ kAttnMaxGroup; head_dim, head_dim_v ≤ kAttnMaxHeadDim; with rotate a
+/// power-of-two head_dim). A model whose
+/// cache the backend cannot read must be refused at load with this, never run on a slow path.
+bool paged_attention_supported(DType k_type, DType v_type, const AttnShape& shape);
+
+/// out row r = attention of q row r over its sequence's positions 0 … positions()[r] (the rows'
+/// K/V must be stored, kv_store, before). q: device [n_rows, n_head · head_dim] f32;
+/// out: device [n_rows, n_head · head_dim_v] f32. Enqueued on the context's stream. Throws
+/// std::invalid_argument for an unsupported type or shape or row bytes that do not match,
+/// CudaError on failure.
+void paged_attention(Context& ctx, const PagedKvLayer& kv, const AttnShape& shape,
+                     const AttnBatch& batch, const float* q, float* out);
+
+}  // namespace kvrun::cuda

@@ -1,0 +1,197 @@
+// weight_decode.cuh — per-type decoders of a weight row in chunks, for the matmul and
+// get_rows kernels. WeightChunk<T>::kValues consecutive values of a row are decoded by one call;
+// chunks are read with 16-byte loads where the block layout keeps them 16-byte aligned (f32,
+// f16, bf16 and the quants of q4_K / q5_K), with 2-byte or byte loads otherwise (q8_0, q4_0 and
+// q6_K blocks are 34, 18 and 210 bytes, so their blocks are not 16-byte aligned in a row).
+// Values equal the scalar reference decoders (quants_float/legacy/k.cpp) up to the rounding
+// of the contracted d·q − m of the K-quants.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "blocks.h"
+#include "cuda/decode.cuh"
+#include "dtype.h"
+
+namespace kvrun::cuda {
+
+template <DType T>
+struct WeightChunk;
+
+template <>
+struct WeightChunk<DType::F32> {
+  static constexpr int kValues = 4;
+  KVRUN_HD static void decode(const uint8_t* row, int64_t c, float* v) {
+    const float4 f = reinterpret_cast<const float4*>(row)[c];
+    v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+  }
+};
+
+template <>
+struct WeightChunk<DType::F16> {
+  static constexpr int kValues = 8;
+  KVRUN_HD static void decode(const uint8_t* row, int64_t c, float* v) {
+    const uint4 u = reinterpret_cast<const uint4*>(row)[c];
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+    KVRUN_UNROLL
+    for (int i = 0; i < 4; ++i) {
+      v[2 * i] = f16_to_f32(uint16_t(w[i]));
+      v[2 * i + 1] = f16_to_f32(uint16_t(w[i] >> 16));
+    }
+  }
+};
+
+template <>
+struct WeightChunk<DType::BF16> {
+  static constexpr int kValues = 8;
+  KVRUN_HD static void decode(const uint8_t* row, int64_t c, float* v) {
+    const uint4 u = reinterpret_cast<const uint4*>(row)[c];
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+    KVRUN_UNROLL
+    for (int i = 0; i < 4; ++i) {
+      v[2 * i] = bits_as_f32(w[i] << 16);
+      v[2 * i + 1] = bits_as_f32(w[i] & 0xffff0000u);
+    }
+  }
+};
+
+template <>
+struct WeightChunk<DType::Q8_0> {
+  static constexpr int kValues = QK8_0;
+  KVRUN_HD static void decode(const uint8_t* row, int64_t c, float* v) {
+    const uint16_t* b = reinterpret_cast<const uint16_t*>(row + c * int64_t(sizeof(block_q8_0)));
+    const float d = f16_to_f32(b[0]);
+    KVRUN_UNROLL
+    for (int i = 0; i < QK8_0 / 2; ++i) {
+      const uint16_t q = b[1 + i];
+      v[2 * i] = d * float(int8_t(q & 0xff));
+      v[2 * i + 1] = d * float(int8_t(q >> 8));
+    }
+  }
+};
+
+template <>
+struct WeightChunk<DType::Q4_0> {
+  static constexpr int kValues = QK4_0;
+  KVRUN_HD static void decode(const uint8_t* row, int64_t c, float* v) {
+    const uint16_t* b = reinterpret_cast<const uint16_t*>(row + c * int64_t(sizeof(block_q4_0)));
+    const float d = f16_to_f32(b[0]);
+    KVRUN_UNROLL
+    for (int i = 0; i < QK4_0 / 4; ++i) {
+      const uint16_t q = b[1 + i];
+      v[2 * i] = d * float(int(q & 0x0f) - 8);
+      v[2 * i + 1] = d * float(int((q >> 8) & 0x0f) - 8);
+      v[2 * i + 16] = d * float(int((q >> 4) & 0x0f) - 8);
+      v[2 * i + 17] = d * float(int(q >> 12) - 8);
+    }
+  }
+};
+
+/// 32 bytes at a 16-byte aligned address as two 16-byte loads.
+KVRUN_HD void load32(const uint8_t* p, uint8_t* out) {
+  const uint4 a = reinterpret_cast<const uint4*>(p)[0], b = reinterpret_cast<const uint4*>(p)[1];
+  const uint32_t w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+  KVRUN_UNROLL
+  for (int i = 0; i < 32; ++i) out[i] = uint8_t(w[i / 4] >> (8 * (i % 4)));
+}
+
+/// q4_K: chunk = sub-block j (32 values) of super-block c / 8.
+template <>
+struct WeightChunk<DType::Q4_K> {
+  static constexpr int kValues = 32;
+  KVRUN_HD static void decode(const uint8_t* row, int64_t c, float* v) {
+    const uint8_t* b = row + (c / 8) * int64_t(sizeof(block_q4_K));
+    const int j = int(c % 8);
+    const uint16_t* h = reinterpret_cast<const uint16_t*>(b);
+    int sc, m;
+    k4_scale_min(j, b + 4, sc, m);
+    const float dl = f16_to_f32(h[0]) * float(sc), ml = f16_to_f32(h[1]) * float(m);
+    uint8_t q[32];
+    load32(b + 16 + 32 * (j / 2), q);
+    const int shift = (j % 2) * 4;
+    KVRUN_UNROLL
+    for (int i = 0; i < 32; ++i) v[i] = dl * float((q[i] >> shift) & 0x0f) - ml;
+  }
+};
+
+/// q5_K: as q4_K plus bit j of qh[i] as the fifth bit.
+template <>
+struct WeightChunk<DType::Q5_K> {
+  static constexpr int kValues = 32;
+  KVRUN_HD static void decode(const uint8_t* row, int64_t c, float* v) {
+    const uint8_t* b = row + (c / 8) * int64_t(sizeof(block_q5_K));
+    const int j = int(c % 8);
+    const uint16_t* h = reinterpret_cast<const uint16_t*>(b);
+    int sc, m;
+    k4_scale_min(j, b + 4, sc, m);
+    const float dl = f16_to_f32(h[0]) * float(sc), ml = f16_to_f32(h[1]) * float(m);
+    uint8_t q[32], qh[32];
+    load32(b + 48 + 32 * (j / 2), q);
+    load32(b + 16, qh);
+    const int shift = (j % 2) * 4;
+    KVRUN_UNROLL
+    for (int i = 0; i < 32; ++i)
+      v[i] = dl * float(((q[i] >> shift) & 0x0f) | (((qh[i] >> j) & 1) << 4)) - ml;
+  }
+};
+
+/// q6_K: chunk = values 32t … 32t+31 of super-block c / 8 (t = c % 8).
+template <>
+struct WeightChunk<DType::Q6_K> {
+  static constexpr int kValues = 32;
+  KVRUN_HD static void decode(const uint8_t* row, int64_t c, float* v) {
+    const uint8_t* b = row + (c / 8) * int64_t(sizeof(block_q6_K));
+    const int t = int(c % 8), t4 = t % 4;
+    const uint8_t* ql = b + 64 * (t / 4) + 32 * (t4 & 1);
+    const uint8_t* qh = b + 128 + 32 * (t / 4);
+    const int8_t* scales = reinterpret_cast<const int8_t*>(b + 192);
+    const float d = f16_to_f32(uint16_t(b[208] | (b[209] << 8)));
+    const int lshift = t4 < 2 ? 0 : 4, hshift = 2 * t4;
+    KVRUN_UNROLL
+    for (int u = 0; u < 32; ++u) {
+      const int q = (((ql[u] >> lshift) & 0x0f) | (((qh[u] >> hshift) & 3) << 4)) - 32;
+      v[u] = d * float(scales[2 * t + u / 16]) * float(q);
+    }
+  }
+};
+
+/// The type of a weight format as a compile-time tag for dispatch_weight_type's callback.
+template <DType T>
+using WeightTag = std::integral_constant<DType, T>;
+
+/// Calls f(WeightTag<t>{}) for the weight type `t` (f reads the type as decltype(tag)::value);
+/// returns false when `t` has no WeightChunk (the caller reports the unsupported type).
+template <typename F>
+bool dispatch_weight_type(DType t, F&& f) {
+  switch (t) {
+    case DType::F32:
+      f(WeightTag<DType::F32>{});
+      return true;
+    case DType::F16:
+      f(WeightTag<DType::F16>{});
+      return true;
+    case DType::BF16:
+      f(WeightTag<DType::BF16>{});
+      return true;
+    case DType::Q8_0:
+      f(WeightTag<DType::Q8_0>{});
+      return true;
+    case DType::Q4_0:
+      f(WeightTag<DType::Q4_0>{});
+      return true;
+    case DType::Q4_K:
+      f(WeightTag<DType::Q4_K>{});
+      return true;
+    case DType::Q5_K:
+      f(WeightTag<DType::Q5_K>{});
+      return true;
+    case DType::Q6_K:
+      f(WeightTag<DType::Q6_K>{});
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace kvrun::cuda

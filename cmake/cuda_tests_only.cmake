@@ -1,0 +1,34 @@
+# KVRUN_CUDA_TESTS_ONLY=ON (scripts/gpu-check.sh): after ggml-like, the CPU backend and the CUDA
+# backend, build only the CUDA test executables (tests/test_cuda_*.cpp and *.cu), with GoogleTest
+# compiled from the source tree in KVRUN_GTEST_SOURCE (the script copies Debian's
+# /usr/src/googletest there), so the GPU machine needs nothing but CUDA, cmake and a C++
+# compiler. No PCRE2, ICU, libedit, xxhash,
+# httplib, CLI11 or nlohmann_json; the kvrun binary and the other tests are not built.
+if(NOT TARGET kvrun_cuda)
+  message(FATAL_ERROR "KVRUN_CUDA_TESTS_ONLY needs the CUDA backend (nvcc not found?)")
+endif()
+set(KVRUN_GTEST_SOURCE "${CMAKE_SOURCE_DIR}/.gpu-deps/googletest" CACHE PATH
+    "GoogleTest source tree (KVRUN_CUDA_TESTS_ONLY)")
+set(INSTALL_GTEST OFF CACHE BOOL "" FORCE)
+set(BUILD_GMOCK OFF CACHE BOOL "" FORCE)
+add_subdirectory(${KVRUN_GTEST_SOURCE} ${CMAKE_BINARY_DIR}/googletest EXCLUDE_FROM_ALL)
+enable_testing()
+include(GoogleTest)
+file(GLOB KVRUN_CUDA_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/test_cuda_*.cpp)
+foreach(src ${KVRUN_CUDA_TESTS})
+  get_filename_component(name ${src} NAME_WE)
+  add_executable(${name} ${src})
+  target_include_directories(${name} PRIVATE ${CMAKE_SOURCE_DIR}/tests ${CMAKE_SOURCE_DIR})
+  target_link_libraries(${name} PRIVATE kvrun_cuda kvrun_cpu kvrun_ggml gtest gtest_main)
+  target_compile_options(${name} PRIVATE ${KVRUN_WARNINGS})
+  target_compile_definitions(${name} PRIVATE
+    KVRUN_FIXTURES_DEFAULT="${KVRUN_FIXTURES}"
+    KVRUN_TEST_DATA="${CMAKE_SOURCE_DIR}/tests/data"
+    KVRUN_BINARY="kvrun-not-built")
+  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 120)
+endforeach()
+if(NOT TARGET GTest::gtest)
+  add_library(GTest::gtest ALIAS gtest)
+  add_library(GTest::gtest_main ALIAS gtest_main)
+endif()
+include(${CMAKE_SOURCE_DIR}/cmake/cuda_host_tests.cmake)

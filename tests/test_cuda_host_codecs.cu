@@ -1,0 +1,130 @@
+// test_cuda_host_codecs.cu — the CUDA backend's element codecs (decode.cuh, weight_decode.cuh,
+// kv_format.cuh, kv_encode.cuh), compiled for the host by nvcc, against the scalar reference
+// codecs of ggml-like, bit for bit. These are the functions the kernels call per element, so
+// this checks their index arithmetic and their ports of the reference on any machine, GPU or
+// not. (On the device the same source runs with the hardware FP8 conversion on sm_89+ and the
+// _rn intrinsics; test_cuda_ops checks the kernels there.)
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cuda/decode.cuh"
+#include "cuda/kv_encode.cuh"
+#include "cuda/kv_format.cuh"
+#include "cuda/weight_decode.cuh"
+#include "dtype.h"
+#include "fp16.h"
+#include "kv_layout.h"
+#include "quants_kv.h"
+#include "test_util.h"
+
+namespace kvrun {
+namespace {
+
+/// Bit equality, any NaN equal to any NaN.
+bool same(float a, float b) {
+  if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
+  return std::memcmp(&a, &b, 4) == 0;
+}
+
+TEST(CudaHostCodecs, Fp8AndE2m1DecodeEveryCode) {
+  for (int c = 0; c < 256; ++c) {
+    EXPECT_TRUE(same(cuda::fp8_e4m3_to_f32(uint8_t(c)), fp8_e4m3_to_f32(uint8_t(c)))) << c;
+    EXPECT_TRUE(same(cuda::fp8_e5m2_to_f32(uint8_t(c)), fp8_e5m2_to_f32(uint8_t(c)))) << c;
+    EXPECT_TRUE(same(cuda::e8m0_to_f32(uint8_t(c)), e8m0_to_f32(uint8_t(c)))) << c;
+  }
+  for (int c = 0; c < 16; ++c)
+    EXPECT_TRUE(same(cuda::e2m1_to_f32(uint8_t(c)), e2m1_to_f32(uint8_t(c))));
+}
+
+TEST(CudaHostCodecs, ScalarEncodersMatchReference) {
+  std::vector<float> x = test::random_floats(200000, 3, 50.0f);
+  x.insert(x.end(), {0.0f, -0.0f, 448.0f, 449.0f, 464.0f, 57344.0f, 1e-9f, -1e-7f, 65504.0f,
+                     65520.0f, 1e30f, INFINITY, -INFINITY, 2.5f, 0.25f, 0.75f, 5.0f, 3.5f});
+  for (float v : x) {
+    for (float s : {v, v * 1e-3f, v * 1e-6f}) {
+      ASSERT_EQ(cuda::enc_fp8(s, true), fp8_e4m3_from_f32(s)) << s;
+      ASSERT_EQ(cuda::enc_fp8(s, false), fp8_e5m2_from_f32(s)) << s;
+      ASSERT_EQ(cuda::enc_e2m1(s / 10.0f), e2m1_from_f32(s / 10.0f)) << s;
+      ASSERT_EQ(cuda::enc_f16(s), f32_to_fp16(s)) << s;
+      ASSERT_EQ(cuda::enc_bf16(s), f32_to_bf16(s)) << s;
+    }
+  }
+}
+
+/// Rows of n values with a spread of magnitudes, plus an all-zero row and a tiny one.
+std::vector<float> kv_rows(int64_t rows, int64_t n, uint32_t seed) {
+  std::vector<float> x = test::random_floats(size_t(rows * n), seed);
+  for (int64_t i = 0; i < rows * n; ++i) x[size_t(i)] *= std::ldexp(1.0f, int(i / 7 % 23) - 11);
+  for (int64_t i = 0; i < n; ++i) {
+    x[size_t(i)] = 0.0f;                                  // row 0: zeros
+    x[size_t(n + i)] = 1e-30f * float(i % 5 - 2) / 3.0f;  // row 1: tiny
+  }
+  return x;
+}
+
+class CudaHostKv : public ::testing::TestWithParam<DType> {};
+
+TEST_P(CudaHostKv, UnitEncoderAndElementDecoderMatchRowCodec) {
+  const DType t = GetParam();
+  const std::pair<int64_t, int64_t> shapes[] = {{2, 64},  {3, 8},  {2, 40},
+                                                {1, 128}, {4, 16}, {1, 256}};
+  for (const auto& [hkv, hd] : shapes) {
+    const int64_t n = hkv * hd, rows = 40, rb = kv_row_bytes(t, hkv, hd);
+    const std::vector<float> x = kv_rows(rows, n, uint32_t(hkv * 1000 + hd));
+    const cuda::KvFormat f = cuda::make_kv_format(t, hkv, hd);
+    for (int64_t r = 0; r < rows; ++r) {
+      std::vector<uint8_t> want(size_t(rb), 0xAB), got(size_t(rb), 0xAB);
+      kv_encode_row(t, hkv, hd, x.data() + r * n, want.data());
+      for (int64_t u = 0; u < cuda::kv_units_per_row(f); ++u)
+        cuda::encode_kv_unit(f, x.data() + r * n, got.data(), u);
+      ASSERT_EQ(got, want) << traits(t).name << " hkv " << hkv << " hd " << hd << " row " << r;
+      std::vector<float> dec(static_cast<size_t>(n));
+      kv_decode_row(t, hkv, hd, want.data(), dec.data());
+      for (int64_t e = 0; e < n; ++e)
+        ASSERT_TRUE(same(cuda::kv_value(f, want.data(), int(e / hd), int(e)), dec[size_t(e)]))
+            << traits(t).name << " hkv " << hkv << " hd " << hd << " row " << r << " e " << e;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, CudaHostKv, ::testing::ValuesIn(kKvCacheTypes),
+                         [](const auto& info) { return std::string(traits(info.param).name); });
+
+class CudaHostWeights : public ::testing::TestWithParam<DType> {};
+
+TEST_P(CudaHostWeights, ChunkDecoderMatchesToFloat) {
+  const DType t = GetParam();
+  const int64_t k = 1024, rows = 12;
+  const std::vector<float> x = test::random_floats(size_t(rows * k), 77, 0.5f);
+  const int64_t rb = *row_bytes(t, k);
+  // 16-byte aligned storage, as cudaMalloc gives.
+  std::vector<uint4> store(size_t((rows * rb + 15) / 16));
+  auto* q = reinterpret_cast<uint8_t*>(store.data());
+  traits(t).from_float(x.data(), q, rows * k);
+  std::vector<float> want(size_t(rows * k));
+  traits(t).to_float(q, want.data(), rows * k);
+  const bool known = cuda::dispatch_weight_type(t, [&](auto tag) {
+    using W = cuda::WeightChunk<decltype(tag)::value>;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < k / W::kValues; ++c) {
+        float v[W::kValues];
+        W::decode(q + r * rb, c, v);
+        for (int j = 0; j < W::kValues; ++j)
+          ASSERT_TRUE(same(v[j], want[size_t(r * k + c * W::kValues + j)]))
+              << traits(t).name << " row " << r << " value " << c * W::kValues + j;
+      }
+  });
+  EXPECT_TRUE(known);
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, CudaHostWeights,
+                         ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0,
+                                           DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K),
+                         [](const auto& info) { return std::string(traits(info.param).name); });
+
+}  // namespace
+}  // namespace kvrun
