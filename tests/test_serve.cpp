@@ -613,6 +613,8 @@ TEST(Serve, OffloadTierKeepsServingAndReportsTiers) {
   EXPECT_EQ(got, want);
   for (const auto& t : got) EXPECT_GT(t.size(), 200u);
   auto c = srv.client();
+  // The stats are published between scheduler steps: wait until every request has ended.
+  const std::string m = idle_metrics(*c);
   auto r = c->Get("/stats");
   ASSERT_TRUE(r);
   const json st = json::parse(r->body);
@@ -624,7 +626,6 @@ TEST(Serve, OffloadTierKeepsServingAndReportsTiers) {
   EXPECT_EQ(st["requests"]["finished"], 4) << r->body;
   const std::string path = kv["tiers"]["offload"]["path"];
   EXPECT_TRUE(std::filesystem::exists(path));
-  const std::string m = idle_metrics(*c);
   EXPECT_GT(metric(m, "kvrun_kv_block_moves_total{direction=\"out\"}"), 0) << m;
   expect_all_blocks_returned(m);
   expect_clean_exit(srv);
