@@ -21,6 +21,10 @@ struct Tensor {
   int64_t ne[kMaxDims] = {1, 1, 1, 1};  ///< elements per dimension, ne[0] innermost
   size_t nb[kMaxDims] = {0, 0, 0, 0};   ///< stride per dimension in bytes
   void* data = nullptr;
+  /// A copy of a weight matrix's rows in a backend's interleaved layout (backends/cpu/pack.h:
+  /// the same values, 16 rows per group), or null. Not owned: whoever packed it (the model)
+  /// keeps it alive as long as the view. Kernels that do not know the layout read `data`.
+  const void* packed = nullptr;
 
   /// A contiguous view of `data` with shape ne0 × ne1 × ne2 × ne3 (ne0 a multiple of the
   /// type's block size). Throws std::invalid_argument otherwise.

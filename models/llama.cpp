@@ -1,12 +1,16 @@
 // llama.cpp — llama-family weights and forward pass (see llama.h).
 #include "models/llama.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <string>
 
 #include "cpu/matmul.h"
 #include "cpu/ops.h"
+#include "cpu/pack.h"
 
 namespace kvrun {
 
@@ -97,6 +101,26 @@ LlamaWeights load_llama_weights(const gguf::File& f, const Hparams& hp, const Ar
     w.layers.push_back(L);
   }
   return w;
+}
+
+size_t pack_llama_weights(LlamaWeights& w) {
+  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+  size_t bytes = 0;
+  auto pack = [&](Tensor& t) {
+    if (!cpu::pack_supported(t)) return;
+    w.packed.push_back(cpu::pack_weight(t));
+    t.packed = w.packed.back().data();
+    bytes += w.packed.back().size();
+    if (t.data == w.tok_embd.data) return;  // rows still read by the embedding lookup
+    const uintptr_t b = uintptr_t(t.data), e = b + t.nb[1] * size_t(t.ne[1]);
+    const uintptr_t pb = (b + page - 1) / page * page, pe = e / page * page;
+    if (pe > pb) madvise(reinterpret_cast<void*>(pb), pe - pb, MADV_DONTNEED);
+  };
+  pack(w.output);
+  for (LlamaLayer& L : w.layers)
+    for (Tensor* t : {&L.wqkv, &L.wq, &L.wk, &L.wv, &L.wo, &L.ffn_gate, &L.ffn_up, &L.ffn_down})
+      pack(*t);
+  return bytes;
 }
 
 LlamaScratch::LlamaScratch(const Hparams& hp, int64_t n)

@@ -60,12 +60,22 @@ struct LlamaWeights {
   Tensor rope_long;    ///< {n_rot / 2} f32 LongRoPE divisors past n_ctx_orig (phi3), optional
   std::vector<LlamaLayer> layers;  ///< [n_layer]
   ArchSpec spec;                   ///< how the architecture runs the block
+  /// The packed copies (cpu/pack.h) the matrices' Tensor::packed point into.
+  std::vector<Buffer> packed;
 };
 
 /// Finds and checks every tensor of `hp`'s model (architecture `spec`) in `file`. Throws ModelError
 /// naming a missing tensor, a tensor of the wrong shape, a norm/bias that is not f32, or a weight
 /// type the CPU matmul cannot use.
 LlamaWeights load_llama_weights(const gguf::File& file, const Hparams& hp, const ArchSpec& spec);
+
+/// Packs every matrix of `w` that the CPU kernels of this process have a packed layout for
+/// (cpu/pack.h: q4_0 with a multiple of 16 rows at the avx2/avx512 levels) and points its
+/// Tensor::packed at the copy kept in w.packed. The mapped pages of a packed matrix are then
+/// given back to the kernel (madvise MADV_DONTNEED; the file's pages stay in the page cache),
+/// unless the tensor is also the token embedding, so the resident size does not double.
+/// Results are bit-identical with and without packing. Returns the bytes packed.
+size_t pack_llama_weights(LlamaWeights& w);
 
 /// Activation buffers for up to `n_batch` tokens, reused across calls.
 struct LlamaScratch {

@@ -206,7 +206,7 @@ Result run_rope(const Case& c) {
   std::vector<float> x = test::random_floats(size_t(n_tok * n_heads * hd), 31);
   std::vector<float> ff(size_t(hd / 2));
   for (size_t i = 0; i < ff.size(); ++i) ff[i] = 1.0f + 0.25f * float(i % 5);
-  cpu::RopeConfig cfg{hd, 500000.0f, 1.0f, nullptr, c.variant == 1};
+  cpu::RopeConfig cfg{hd, 500000.0f, 1.0f, nullptr, 1.0f, c.variant == 1};
   if (c.variant == 2) {
     cfg.freq_factors = ff.data();
     cfg.freq_scale = 0.25f;

@@ -15,33 +15,33 @@ namespace {
 // The scalar (reference) kernels; the SIMD levels replace entries of a copy of this table.
 constexpr CpuTypeTraits kScalar[] = {
     {DType::F32, DType::F32, act_from_float_f32, vec_dot_f32, gemm_dot_f32, nullptr, nullptr,
-     nullptr, nullptr},
-    {DType::F16, DType::F16, act_from_float_f16, vec_dot_f16, gemm_dot_f16, nullptr, nullptr,
-     nullptr, nullptr},
-    {DType::BF16, DType::BF16, act_from_float_bf16, vec_dot_bf16, nullptr, nullptr, nullptr,
-     nullptr, nullptr},
-    {DType::Q4_0, DType::Q8_0, act_from_float_q8_0, vec_dot_q4_0_q8_0, nullptr,
-     repack_dot_q4_0_q8_0, nullptr, nullptr, nullptr},
-    {DType::Q5_0, DType::Q8_0, act_from_float_q8_0, vec_dot_q5_0_q8_0, nullptr, nullptr, nullptr,
-     nullptr, nullptr},
-    {DType::Q8_0, DType::Q8_0, act_from_float_q8_0, vec_dot_q8_0_q8_0, nullptr, nullptr, nullptr,
-     nullptr, nullptr},
-    {DType::IQ4_NL, DType::Q8_0, act_from_float_q8_0, vec_dot_iq4_nl_q8_0, nullptr, nullptr,
      nullptr, nullptr, nullptr},
+    {DType::F16, DType::F16, act_from_float_f16, vec_dot_f16, gemm_dot_f16, nullptr, nullptr,
+     nullptr, nullptr, nullptr},
+    {DType::BF16, DType::BF16, act_from_float_bf16, vec_dot_bf16, nullptr, nullptr, nullptr,
+     nullptr, nullptr, nullptr},
+    {DType::Q4_0, DType::Q8_0, act_from_float_q8_0, vec_dot_q4_0_q8_0, nullptr,
+     repack_dot_q4_0_q8_0, nullptr, nullptr, nullptr, nullptr},
+    {DType::Q5_0, DType::Q8_0, act_from_float_q8_0, vec_dot_q5_0_q8_0, nullptr, nullptr, nullptr,
+     nullptr, nullptr, nullptr},
+    {DType::Q8_0, DType::Q8_0, act_from_float_q8_0, vec_dot_q8_0_q8_0, nullptr, nullptr, nullptr,
+     nullptr, nullptr, nullptr},
+    {DType::IQ4_NL, DType::Q8_0, act_from_float_q8_0, vec_dot_iq4_nl_q8_0, nullptr, nullptr,
+     nullptr, nullptr, nullptr, nullptr},
     {DType::Q4_1, DType::Q8_1, act_from_float_q8_1, vec_dot_q4_1_q8_1, nullptr, nullptr, nullptr,
-     nullptr, nullptr},
+     nullptr, nullptr, nullptr},
     {DType::Q5_1, DType::Q8_1, act_from_float_q8_1, vec_dot_q5_1_q8_1, nullptr, nullptr, nullptr,
-     nullptr, nullptr},
+     nullptr, nullptr, nullptr},
     {DType::Q2_K, DType::Q8_K, act_from_float_q8_K, vec_dot_q2_K_q8_K, nullptr, nullptr, nullptr,
-     nullptr, nullptr},
+     nullptr, nullptr, nullptr},
     {DType::Q3_K, DType::Q8_K, act_from_float_q8_K, vec_dot_q3_K_q8_K, nullptr, nullptr, nullptr,
-     nullptr, nullptr},
+     nullptr, nullptr, nullptr},
     {DType::Q4_K, DType::Q8_K, act_from_float_q8_K, vec_dot_q4_K_q8_K, nullptr, nullptr, nullptr,
-     nullptr, nullptr},
+     nullptr, nullptr, nullptr},
     {DType::Q5_K, DType::Q8_K, act_from_float_q8_K, vec_dot_q5_K_q8_K, nullptr, nullptr, nullptr,
-     nullptr, nullptr},
+     nullptr, nullptr, nullptr},
     {DType::Q6_K, DType::Q8_K, act_from_float_q8_K, vec_dot_q6_K_q8_K, nullptr, nullptr, nullptr,
-     nullptr, nullptr},
+     nullptr, nullptr, nullptr},
 };
 
 constexpr size_t kTypes = sizeof(kScalar) / sizeof(kScalar[0]);
@@ -77,6 +77,7 @@ CpuTypeTraits& row_of(Table& t, DType type) {
     q4_0.vec_dot_tile = NS::tile_q4_0_q8_0;                                          \
     q4_0.repack_dot = NS::repack_dot_q4_0_q8_0;                                      \
     q4_0.repack_dot_tile = NS::tile_repack_q4_0_q8_0;                                \
+    q4_0.packed_tile = NS::packed_q4_0_q8_0;                                         \
     CpuTypeTraits& q5_0 = row_of(t, DType::Q5_0);                                    \
     q5_0.vec_dot = NS::vec_dot_q5_0_q8_0;                                            \
     q5_0.vec_dot_tile = NS::tile_q5_0_q8_0;                                          \

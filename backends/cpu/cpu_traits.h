@@ -31,6 +31,9 @@ struct CpuTypeTraits {
   DotTileFn vec_dot_tile;
   DotTileFn gemm_dot_tile;
   DotTileFn repack_dot_tile;
+  /// The kernel of weights packed by pack_weight (pack.h), same floats as repack_dot; null
+  /// where this level has none (weights of that type are then not packed).
+  PackedTileFn packed_tile;
 };
 
 /// The CPU traits of weight type `t` at the process's kernel level (cpu_level()), or null when

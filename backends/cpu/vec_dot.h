@@ -31,6 +31,13 @@ using VecDotFn = float (*)(int64_t n, const void* w, const void* x);
 /// (y_stride in floats).
 using DotTileFn = void (*)(int64_t n, const void* w, size_t w_stride, int64_t nrows, const void* x,
                            size_t x_stride, int64_t nx, float* y, size_t y_stride);
+/// The kernel of a packed weight (pack.h layout): y[j·y_stride + r] = the repack_dot of row r
+/// (r < 16·ngroups, rows of the groups starting at `wp`) with activation row j (j < nx, q8_0 rows
+/// x_stride bytes apart), bit-identical to it; xoff[j·(n/32) + b] = 8 · Σ of the 32 quants of
+/// block b of activation row j (q4_0's offset of 8 taken off the unsigned-nibble sums).
+using PackedTileFn = void (*)(int64_t n, const void* wp, int64_t ngroups, const void* x,
+                              size_t x_stride, const int32_t* xoff, int64_t nx, float* y,
+                              size_t y_stride);
 /// Converts `n` floats to an activation row of a paired type.
 using ActFromFloatFn = void (*)(const float* src, void* dst, int64_t n);
 

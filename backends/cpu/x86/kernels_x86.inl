@@ -331,6 +331,88 @@ inline void repack_q4_0_tile(int64_t nb, const uint8_t* w, size_t ws, const uint
   }
 }
 
+/// 16 int32 lanes (one per row of a packed group): one zmm with AVX-512, two ymm otherwise.
+#ifdef __AVX512F__
+struct I16 {
+  __m512i v;
+};
+inline I16 zeroi16() { return {_mm512_setzero_si512()}; }
+/// The 64 bytes at p split into their low and high nibbles.
+inline void nibbles64(const uint8_t* p, I16* lo, I16* hi) {
+  const __m512i q = _mm512_loadu_si512(p), m = _mm512_set1_epi8(0x0F);
+  *lo = {_mm512_and_si512(q, m)};
+  *hi = {_mm512_and_si512(_mm512_srli_epi16(q, 4), m)};
+}
+/// acc + Σ of each 4 consecutive products u[e]·s[e % 4] per lane (s: 4 signed bytes broadcast).
+inline I16 dp16(I16 acc, I16 u, int32_t s) {
+#ifdef KVRUN_X86_VNNI
+  return {_mm512_dpbusd_epi32(acc.v, u.v, _mm512_set1_epi32(s))};
+#else
+  return {_mm512_add_epi32(acc.v, _mm512_madd_epi16(_mm512_maddubs_epi16(u.v, _mm512_set1_epi32(s)),
+                                                    _mm512_set1_epi16(1)))};
+#endif
+}
+/// float(a + b − c) per lane.
+inline V16 sum_sub_cvt(I16 a, I16 b, int32_t c) {
+  return {_mm512_maskz_cvtepi32_ps(
+      kAll16, _mm512_sub_epi32(_mm512_add_epi32(a.v, b.v), _mm512_set1_epi32(c)))};
+}
+inline V16 mul16(V16 a, V16 b) { return {_mm512_mul_ps(a.v, b.v)}; }
+inline V16 splatf16(float x) { return {_mm512_set1_ps(x)}; }
+#else
+struct I16 {
+  __m256i lo, hi;
+};
+inline I16 zeroi16() { return {_mm256_setzero_si256(), _mm256_setzero_si256()}; }
+inline void nibbles64(const uint8_t* p, I16* lo, I16* hi) {
+  const __m256i m = _mm256_set1_epi8(0x0F);
+  const __m256i a = load256(p), b = load256(p + 32);
+  *lo = {_mm256_and_si256(a, m), _mm256_and_si256(b, m)};
+  *hi = {_mm256_and_si256(_mm256_srli_epi16(a, 4), m),
+         _mm256_and_si256(_mm256_srli_epi16(b, 4), m)};
+}
+inline I16 dp16(I16 acc, I16 u, int32_t s) {
+  const __m256i x = _mm256_set1_epi32(s);
+  return {_mm256_add_epi32(acc.lo, dot_us(u.lo, x)), _mm256_add_epi32(acc.hi, dot_us(u.hi, x))};
+}
+inline V16 sum_sub_cvt(I16 a, I16 b, int32_t c) {
+  const __m256i cc = _mm256_set1_epi32(c);
+  return {_mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_add_epi32(a.lo, b.lo), cc)),
+          _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_add_epi32(a.hi, b.hi), cc))};
+}
+inline V16 mul16(V16 a, V16 b) { return {_mm256_mul_ps(a.lo, b.lo), _mm256_mul_ps(a.hi, b.hi)}; }
+inline V16 splatf16(float x) { return {_mm256_set1_ps(x), _mm256_set1_ps(x)}; }
+#endif
+
+/// One packed q4_0 group (16 rows, pack.h layout, nb blocks from `g`) against C activation rows
+/// (q8_0, xs bytes apart; xoff: 8·Σ quants per block, nb apart): y[c·ys + r]. The order of
+/// repack_q4_0_tile: per block the whole integer dot (exact), then acc = fma(isum, d_w·d_x, acc)
+/// per lane, a lane being a row. The 8 products of 4 elements go to two integer chains.
+template <int C>
+inline void packed_q4_0_group(int64_t nb, const uint8_t* g, const uint8_t* x, size_t xs,
+                              const int32_t* xoff, float* y, size_t ys) {
+  V16 acc[C];
+  for (int c = 0; c < C; ++c) acc[c] = zero16();
+  for (int64_t b = 0; b < nb; ++b, g += 288) {
+    const V16 dw = load16_f16(reinterpret_cast<const uint16_t*>(g));
+    I16 u[8];  // u[q]: elements 4q..4q+3 of the 16 rows; u[q + 4]: elements 16+4q..16+4q+3
+    for (int q = 0; q < 4; ++q) nibbles64(g + 32 + 64 * q, &u[q], &u[q + 4]);
+    for (int c = 0; c < C; ++c) {
+      const block_q8_0& xb = block_at<block_q8_0>(x, xs, c, b);
+      int32_t xq[8];
+      std::memcpy(xq, xb.qs, 32);
+      I16 s0 = zeroi16(), s1 = zeroi16();
+      for (int q = 0; q < 8; q += 2) {
+        s0 = dp16(s0, u[q], xq[q]);
+        s1 = dp16(s1, u[q + 1], xq[q + 1]);
+      }
+      const V16 isum = sum_sub_cvt(s0, s1, xoff[size_t(c) * size_t(nb) + size_t(b)]);
+      acc[c] = fma16(isum, mul16(dw, splatf16(h2f(xb.d))), acc[c]);
+    }
+  }
+  for (int c = 0; c < C; ++c) store16(y + size_t(c) * ys, acc[c]);
+}
+
 // ---------------------------------------------------------------------------------------------
 // K-quants against q8_K
 // ---------------------------------------------------------------------------------------------
@@ -719,6 +801,22 @@ KVRUN_X86_DOT_AND_TILE(vec_dot_q5_K_q8_K, tile_q5_K_q8_K, q5_K_q8_K_tile, QK_K, 
 KVRUN_X86_DOT_AND_TILE(vec_dot_q6_K_q8_K, tile_q6_K_q8_K, q6_K_q8_K_tile, QK_K, kKR, kKC)
 
 #undef KVRUN_X86_DOT_AND_TILE
+
+void packed_q4_0_q8_0(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
+                      const int32_t* xoff, int64_t nx, float* y, size_t ys) {
+  constexpr int kC = 4;  // activation rows per pass over a group's weights
+  const int64_t nb = n / 32;
+  const uint8_t* xb = static_cast<const uint8_t*>(x);
+  for (int64_t gi = 0; gi < ngroups; ++gi) {
+    const uint8_t* g = static_cast<const uint8_t*>(wp) + size_t(gi) * size_t(nb) * 288;
+    float* yg = y + gi * 16;
+    int64_t j = 0;
+    for (; j + kC <= nx; j += kC)
+      packed_q4_0_group<kC>(nb, g, xb + size_t(j) * xs, xs, xoff + j * nb, yg + size_t(j) * ys, ys);
+    for (; j < nx; ++j)
+      packed_q4_0_group<1>(nb, g, xb + size_t(j) * xs, xs, xoff + j * nb, yg + size_t(j) * ys, ys);
+  }
+}
 
 // ---------------------------------------------------------------------------------------------
 // Activation quantizers (rules in vec_dot.h)
