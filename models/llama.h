@@ -70,7 +70,7 @@ struct LlamaWeights {
 LlamaWeights load_llama_weights(const gguf::File& file, const Hparams& hp, const ArchSpec& spec);
 
 /// Packs every matrix of `w` that the CPU kernels of this process have a packed layout for
-/// (cpu/pack.h: q4_0 with a multiple of 16 rows at the avx2/avx512 levels) and points its
+/// (cpu/pack.h: q4_0 and q8_0 with a multiple of 16 rows at the avx2/avx512 levels) and points its
 /// Tensor::packed at the copy kept in w.packed. The mapped pages of a packed matrix are then
 /// given back to the kernel (madvise MADV_DONTNEED; the file's pages stay in the page cache),
 /// unless the tensor is also the token embedding, so the resident size does not double.

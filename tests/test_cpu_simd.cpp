@@ -255,45 +255,50 @@ TEST(SimdMatmul, EqualsScalarDots) {
 }
 
 // Weights packed at load (pack.h: 16 rows interleaved) give, at every level with a packed
-// kernel, the float of the scalar repacked-order dot for every output: one group and several,
-// one block and many, every activation-row tail of the 4-row pass, and more threads than groups.
-// A level without one (scalar) ignores Tensor::packed and reads the rows.
-TEST(SimdMatmul, PackedQ4_0EqualsScalarRepackDots) {
+// kernel, the float of the scalar dot of the unpacked rows for every output (q4_0: the
+// repacked order, q8_0: its lane order): one group and several, one block and many, every
+// activation-row tail of the kernels' passes, and more threads than groups. A level without a
+// packed kernel (scalar) ignores Tensor::packed and reads the rows.
+TEST(SimdMatmul, PackedWeightsEqualScalarDots) {
   std::vector<CpuLevel> levels = simd_levels();
   levels.push_back(CpuLevel::scalar);
-  const CpuTypeTraits* ref = cpu_traits(DType::Q4_0, CpuLevel::scalar);
   int checked = 0, zeros = 0;
-  for (int64_t k : {int64_t(32), int64_t(96), int64_t(2048)})
-    for (int64_t m : {int64_t(16), int64_t(48)}) {
-      const auto wf = varied_floats(size_t(m * k), 11 + uint32_t(k + m));
-      const size_t rb = size_t(*row_bytes(DType::Q4_0, k));
-      auto wbytes = encode_rows(DType::Q4_0, wf, m, k, rb, 0);
-      Tensor w = Tensor::contiguous(DType::Q4_0, wbytes.data(), k, m);
-      if (!pack_supported(w)) GTEST_SKIP() << "no packed q4_0 kernel at this CPU's level";
-      const Buffer packed = pack_weight(w);
-      ASSERT_EQ(packed.size(), wbytes.size());
-      w.packed = packed.data();
-      const size_t ab = size_t(*row_bytes(DType::Q8_0, k));
-      for (CpuLevel level : levels)
-        for (int64_t n : {1, 2, 3, 4, 5, 8, 9}) {
-          const auto x = varied_floats(size_t(n * k), 40 + uint32_t(n));
-          ThreadPool pool(4);
-          std::vector<float> y(size_t(n * m), NAN);
-          matmul(pool, w, x.data(), n, y.data(), level);
-          std::vector<uint8_t> act(ab);
-          for (int64_t j = 0; j < n; ++j) {
-            ref->act_from_float(x.data() + j * k, act.data(), k);
-            for (int64_t i = 0; i < m; ++i) {
-              const float want = ref->repack_dot(k, wbytes.data() + size_t(i) * rb, act.data());
-              zeros += want == 0.0f;
-              EXPECT_TRUE(same_float(y[size_t(j * m + i)], want))
-                  << cpu_level_name(level) << " k " << k << " m " << m << " n " << n << " (" << i
-                  << ", " << j << "): " << y[size_t(j * m + i)] << " vs " << want;
-              ++checked;
+  for (DType t : {DType::Q4_0, DType::Q8_0}) {
+    const CpuTypeTraits* ref = cpu_traits(t, CpuLevel::scalar);
+    const VecDotFn dot = t == DType::Q4_0 ? ref->repack_dot : ref->vec_dot;
+    for (int64_t k : {int64_t(32), int64_t(96), int64_t(2048)})
+      for (int64_t m : {int64_t(16), int64_t(48)}) {
+        const auto wf = varied_floats(size_t(m * k), 11 + uint32_t(k + m));
+        const size_t rb = size_t(*row_bytes(t, k));
+        auto wbytes = encode_rows(t, wf, m, k, rb, 0);
+        Tensor w = Tensor::contiguous(t, wbytes.data(), k, m);
+        if (!pack_supported(w)) GTEST_SKIP() << "no packed kernel at this CPU's level";
+        const Buffer packed = pack_weight(w);
+        ASSERT_EQ(packed.size(), wbytes.size());
+        w.packed = packed.data();
+        const size_t ab = size_t(*row_bytes(DType::Q8_0, k));
+        for (CpuLevel level : levels)
+          for (int64_t n : {1, 2, 3, 4, 5, 8, 9}) {
+            const auto x = varied_floats(size_t(n * k), 40 + uint32_t(n));
+            ThreadPool pool(4);
+            std::vector<float> y(size_t(n * m), NAN);
+            matmul(pool, w, x.data(), n, y.data(), level);
+            std::vector<uint8_t> act(ab);
+            for (int64_t j = 0; j < n; ++j) {
+              ref->act_from_float(x.data() + j * k, act.data(), k);
+              for (int64_t i = 0; i < m; ++i) {
+                const float want = dot(k, wbytes.data() + size_t(i) * rb, act.data());
+                zeros += want == 0.0f;
+                EXPECT_TRUE(same_float(y[size_t(j * m + i)], want))
+                    << cpu_level_name(level) << " " << traits(t).name << " k " << k << " m " << m
+                    << " n " << n << " (" << i << ", " << j << "): " << y[size_t(j * m + i)]
+                    << " vs " << want;
+                ++checked;
+              }
             }
           }
-        }
-    }
+      }
+  }
   EXPECT_GT(checked, 0);
   EXPECT_LT(zeros, checked / 20) << "the random rows should rarely dot to 0";
 }
@@ -303,7 +308,7 @@ TEST(SimdMatmul, PackRefusesWhatItCannotPack) {
   EXPECT_FALSE(pack_supported(Tensor::contiguous(DType::Q4_0, bytes.data(), 64, 24)));  // 24 rows
   EXPECT_THROW(pack_weight(Tensor::contiguous(DType::Q4_0, bytes.data(), 64, 24)),
                std::invalid_argument);
-  EXPECT_FALSE(pack_supported(Tensor::contiguous(DType::Q8_0, bytes.data(), 32, 16)));
+  EXPECT_FALSE(pack_supported(Tensor::contiguous(DType::Q4_1, bytes.data(), 32, 16)));
   EXPECT_FALSE(pack_supported(Tensor{}));
 }
 

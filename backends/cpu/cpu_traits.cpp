@@ -102,6 +102,7 @@ std::array<Table, kLevels> build_tables() {
 #if defined(__x86_64__)
   KVRUN_APPLY_X86(tables[size_t(CpuLevel::avx2)], avx2);
   KVRUN_APPLY_X86(tables[size_t(CpuLevel::avx512)], avx512);
+  row_of(tables[size_t(CpuLevel::avx512)], DType::Q8_0).packed_tile = avx512::packed_q8_0_q8_0;
 #endif
   return tables;
 }

@@ -6,7 +6,6 @@
 #include <string>
 #include <vector>
 
-#include "blocks.h"
 #include "cpu/cpu_traits.h"
 #include "cpu/pack.h"
 
@@ -53,20 +52,12 @@ void matmul(ThreadPool& pool, const Tensor& w, const float* x, int64_t n, float*
       },
       std::max<int64_t>(1, kMinWorkPerChunk / (k * 4)));
 
-  if (w.packed && ct.packed_tile && m % kPackRows == 0 && ct.act_type == DType::Q8_0) {
-    // Packed weights (pack.h): q4_0's offset of 8 is taken off per activation block.
-    const int64_t nb = k / QK8_0;
+  if (w.packed && ct.packed_tile && m % kPackRows == 0) {
+    // Packed weights (pack.h): the offsets of their unsigned storage are taken off per block.
     thread_local std::vector<int32_t> xoff;
-    xoff.resize(size_t(n * nb));
-    for (int64_t j = 0; j < n; ++j) {
-      const block_q8_0* xb = reinterpret_cast<const block_q8_0*>(a + j * act_row);
-      for (int64_t b = 0; b < nb; ++b) {
-        int32_t sum = 0;
-        for (int i = 0; i < QK8_0; ++i) sum += xb[b].qs[i];
-        xoff[size_t(j * nb + b)] = 8 * sum;
-      }
-    }
-    const size_t group_bytes = size_t(nb) * kPackRows * sizeof(block_q4_0);
+    xoff.resize(size_t(n * pack_act_offsets_per_row(w.type, k)));
+    pack_act_offsets(w.type, a, act_row, n, k, xoff.data());
+    const size_t group_bytes = packed_group_bytes(w.type, k);
     const char* wp = static_cast<const char*>(w.packed);
     const int32_t* xo = xoff.data();
     PackedTileFn tile = ct.packed_tile;

@@ -14,7 +14,12 @@
 // layout. The dot over the packed rows is computed in the order of repack_dot_q4_0_q8_0
 // (vec_dot.h), so a packed matrix gives bit-identical results to the plain one.
 //
-// The packed copy is the same size as the original (18 bytes per 32 weights).
+// A q8_0 matrix is packed the same way with 544-byte blocks: the 16 f16 scales, then 8 chunks
+// of 64 bytes, chunk i holding quants 4i..4i+3 of each row stored as q + 128 (unsigned bytes,
+// so VPDPBUSD can multiply them by signed activations; the 128·Σx this adds is taken off, see
+// pack_act_offsets). Its dot keeps q8_0's lane order (vec_dot.h), so it too is bit-identical.
+//
+// The packed copy is the same size as the original (18 or 34 bytes per 32 weights).
 #pragma once
 
 #include <cstdint>
@@ -27,12 +32,23 @@ namespace kvrun::cpu {
 constexpr int64_t kPackRows = 16;
 
 /// True when `w` can be packed and the CPU kernels of the process's level have a packed kernel
-/// for its type: today q4_0, 2-D, contiguous rows, ne[1] % 16 == 0, at the avx2 and avx512
-/// levels.
+/// for its type: 2-D, contiguous rows, ne[1] % 16 == 0; q4_0 at the avx2 and avx512 levels,
+/// q8_0 at avx512 (VNNI).
 bool pack_supported(const Tensor& w);
 
 /// The packed copy of `w` (layout above). Throws std::invalid_argument when !pack_supported(w),
 /// std::bad_alloc when memory runs out. The caller keeps the buffer and points w.packed at it.
 Buffer pack_weight(const Tensor& w);
+
+/// Bytes of one packed 16-row group of a type-`t` matrix with rows of `k` elements.
+size_t packed_group_bytes(DType t, int64_t k);
+
+/// int32 offsets per activation row that the packed kernel of type `t` needs (k/32 for q4_0,
+/// k/4 for q8_0).
+int64_t pack_act_offsets_per_row(DType t, int64_t k);
+
+/// The offsets of `n` q8_0 activation rows (act_row bytes apart, k elements) for the packed
+/// kernel of type `t` (PackedTileFn in vec_dot.h): out[n · pack_act_offsets_per_row(t, k)].
+void pack_act_offsets(DType t, const void* act, size_t act_row, int64_t n, int64_t k, int32_t* out);
 
 }  // namespace kvrun::cpu

@@ -343,13 +343,15 @@ inline void nibbles64(const uint8_t* p, I16* lo, I16* hi) {
   *lo = {_mm512_and_si512(q, m)};
   *hi = {_mm512_and_si512(_mm512_srli_epi16(q, 4), m)};
 }
-/// acc + Σ of each 4 consecutive products u[e]·s[e % 4] per lane (s: 4 signed bytes broadcast).
-inline I16 dp16(I16 acc, I16 u, int32_t s) {
+/// acc + Σ of each 4 consecutive products u[e]·s[e % 4] per lane (s: the 4 signed bytes at p,
+/// broadcast from memory so no shuffle port is used).
+inline I16 dp16(I16 acc, I16 u, const int8_t* p) {
+  const __m512i s = _mm512_maskz_broadcastd_epi32(kAll16, _mm_loadu_si32(p));
 #ifdef KVRUN_X86_VNNI
-  return {_mm512_dpbusd_epi32(acc.v, u.v, _mm512_set1_epi32(s))};
+  return {_mm512_dpbusd_epi32(acc.v, u.v, s)};
 #else
-  return {_mm512_add_epi32(acc.v, _mm512_madd_epi16(_mm512_maddubs_epi16(u.v, _mm512_set1_epi32(s)),
-                                                    _mm512_set1_epi16(1)))};
+  return {_mm512_add_epi32(acc.v,
+                           _mm512_madd_epi16(_mm512_maddubs_epi16(u.v, s), _mm512_set1_epi16(1)))};
 #endif
 }
 /// float(a + b − c) per lane.
@@ -359,6 +361,9 @@ inline V16 sum_sub_cvt(I16 a, I16 b, int32_t c) {
 }
 inline V16 mul16(V16 a, V16 b) { return {_mm512_mul_ps(a.v, b.v)}; }
 inline V16 splatf16(float x) { return {_mm512_set1_ps(x)}; }
+inline I16 loadi16(const uint8_t* p) { return {_mm512_loadu_si512(p)}; }
+inline I16 splati16(int32_t v) { return {_mm512_set1_epi32(v)}; }
+inline V16 cvt16(I16 a) { return {_mm512_maskz_cvtepi32_ps(kAll16, a.v)}; }
 #else
 struct I16 {
   __m256i lo, hi;
@@ -371,8 +376,8 @@ inline void nibbles64(const uint8_t* p, I16* lo, I16* hi) {
   *hi = {_mm256_and_si256(_mm256_srli_epi16(a, 4), m),
          _mm256_and_si256(_mm256_srli_epi16(b, 4), m)};
 }
-inline I16 dp16(I16 acc, I16 u, int32_t s) {
-  const __m256i x = _mm256_set1_epi32(s);
+inline I16 dp16(I16 acc, I16 u, const int8_t* p) {
+  const __m256i x = _mm256_broadcastd_epi32(_mm_loadu_si32(p));
   return {_mm256_add_epi32(acc.lo, dot_us(u.lo, x)), _mm256_add_epi32(acc.hi, dot_us(u.hi, x))};
 }
 inline V16 sum_sub_cvt(I16 a, I16 b, int32_t c) {
@@ -382,6 +387,9 @@ inline V16 sum_sub_cvt(I16 a, I16 b, int32_t c) {
 }
 inline V16 mul16(V16 a, V16 b) { return {_mm256_mul_ps(a.lo, b.lo), _mm256_mul_ps(a.hi, b.hi)}; }
 inline V16 splatf16(float x) { return {_mm256_set1_ps(x), _mm256_set1_ps(x)}; }
+inline I16 loadi16(const uint8_t* p) { return {load256(p), load256(p + 32)}; }
+inline I16 splati16(int32_t v) { return {_mm256_set1_epi32(v), _mm256_set1_epi32(v)}; }
+inline V16 cvt16(I16 a) { return {_mm256_cvtepi32_ps(a.lo), _mm256_cvtepi32_ps(a.hi)}; }
 #endif
 
 /// One packed q4_0 group (16 rows, pack.h layout, nb blocks from `g`) against C activation rows
@@ -399,12 +407,10 @@ inline void packed_q4_0_group(int64_t nb, const uint8_t* g, const uint8_t* x, si
     for (int q = 0; q < 4; ++q) nibbles64(g + 32 + 64 * q, &u[q], &u[q + 4]);
     for (int c = 0; c < C; ++c) {
       const block_q8_0& xb = block_at<block_q8_0>(x, xs, c, b);
-      int32_t xq[8];
-      std::memcpy(xq, xb.qs, 32);
       I16 s0 = zeroi16(), s1 = zeroi16();
       for (int q = 0; q < 8; q += 2) {
-        s0 = dp16(s0, u[q], xq[q]);
-        s1 = dp16(s1, u[q + 1], xq[q + 1]);
+        s0 = dp16(s0, u[q], xb.qs + 4 * q);
+        s1 = dp16(s1, u[q + 1], xb.qs + 4 * q + 4);
       }
       const V16 isum = sum_sub_cvt(s0, s1, xoff[size_t(c) * size_t(nb) + size_t(b)]);
       acc[c] = fma16(isum, mul16(dw, splatf16(h2f(xb.d))), acc[c]);
@@ -412,6 +418,41 @@ inline void packed_q4_0_group(int64_t nb, const uint8_t* g, const uint8_t* x, si
   }
   for (int c = 0; c < C; ++c) store16(y + size_t(c) * ys, acc[c]);
 }
+
+/// One packed q8_0 group (16 rows, pack.h layout: quants stored + 128 as unsigned bytes) against
+/// C activation rows: y[c·ys + r]. The order of q8_0_q8_0_tile, lane by lane: 8 lanes of 4
+/// consecutive elements per row, lane = fma(d_w·d_x, Σ, lane), folded at the end as fold8. Each
+/// lane's sum starts from −128·Σ of its 4 activation quants (xoff, 8 per block) so that the
+/// unsigned products give Σ w·x exactly.
+#ifdef KVRUN_X86_VNNI
+template <int C>
+inline void packed_q8_0_group(int64_t nb, const uint8_t* g, const uint8_t* x, size_t xs,
+                              const int32_t* xoff, float* y, size_t ys) {
+  V16 acc[C][8];
+  for (int c = 0; c < C; ++c)
+    for (int i = 0; i < 8; ++i) acc[c][i] = zero16();
+  for (int64_t b = 0; b < nb; ++b, g += 544) {
+    const V16 dw = load16_f16(reinterpret_cast<const uint16_t*>(g));
+    I16 u[8];
+    for (int i = 0; i < 8; ++i) u[i] = loadi16(g + 32 + 64 * i);
+    for (int c = 0; c < C; ++c) {
+      const block_q8_0& xb = block_at<block_q8_0>(x, xs, c, b);
+      const int32_t* off = xoff + (size_t(c) * size_t(nb) + size_t(b)) * 8;
+      const V16 d = mul16(dw, splatf16(h2f(xb.d)));
+      for (int i = 0; i < 8; ++i) {
+        const V16 si = cvt16(dp16(splati16(off[i]), u[i], xb.qs + 4 * i));
+        acc[c][i] = fma16(d, si, acc[c][i]);
+      }
+    }
+  }
+  for (int c = 0; c < C; ++c) {
+    // fold8 per lane: (v0+v4 + v2+v6) + (v1+v5 + v3+v7)
+    V16 t[4];
+    for (int i = 0; i < 4; ++i) t[i] = add16(acc[c][i + 4], acc[c][i]);
+    store16(y + size_t(c) * ys, add16(add16(t[0], t[2]), add16(t[1], t[3])));
+  }
+}
+#endif
 
 // ---------------------------------------------------------------------------------------------
 // K-quants against q8_K
@@ -802,9 +843,40 @@ KVRUN_X86_DOT_AND_TILE(vec_dot_q6_K_q8_K, tile_q6_K_q8_K, q6_K_q8_K_tile, QK_K, 
 
 #undef KVRUN_X86_DOT_AND_TILE
 
+#ifdef KVRUN_X86_VNNI
+// Only with VNNI: without it the unsigned × signed pairs go through int16, and (q + 128)·x pair
+// sums reach 2·255·127, past its range. (The avx2 level has no packed q8_0 kernel.)
+void packed_q8_0_q8_0(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
+                      const int32_t* xoff, int64_t nx, float* y, size_t ys) {
+#ifdef __AVX512F__
+  constexpr int kC = 2;  // 8 lane accumulators per activation row
+#else
+  constexpr int kC = 1;
+#endif
+  const int64_t nb = n / 32;
+  const uint8_t* xb = static_cast<const uint8_t*>(x);
+  for (int64_t gi = 0; gi < ngroups; ++gi) {
+    const uint8_t* g = static_cast<const uint8_t*>(wp) + size_t(gi) * size_t(nb) * 544;
+    float* yg = y + gi * 16;
+    int64_t j = 0;
+    for (; j + kC <= nx; j += kC)
+      packed_q8_0_group<kC>(nb, g, xb + size_t(j) * xs, xs, xoff + j * nb * 8, yg + size_t(j) * ys,
+                            ys);
+    for (; j < nx; ++j)
+      packed_q8_0_group<1>(nb, g, xb + size_t(j) * xs, xs, xoff + j * nb * 8, yg + size_t(j) * ys,
+                           ys);
+  }
+}
+
+#endif
+
 void packed_q4_0_q8_0(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
                       const int32_t* xoff, int64_t nx, float* y, size_t ys) {
-  constexpr int kC = 4;  // activation rows per pass over a group's weights
+#ifdef __AVX512F__
+  constexpr int kC = 8;  // activation rows per pass over a group's weights
+#else
+  constexpr int kC = 2;  // (16 ymm registers: the unpacked weights take 16 already)
+#endif
   const int64_t nb = n / 32;
   const uint8_t* xb = static_cast<const uint8_t*>(x);
   for (int64_t gi = 0; gi < ngroups; ++gi) {
