@@ -436,6 +436,13 @@ int64_t KvSequence::bytes_held() const {
   return (static_cast<int64_t>(table_.size()) - n_released_) * cache_.bytes_per_block();
 }
 
+int64_t KvSequence::n_fast_blocks() const {
+  int64_t n = 0;
+  for (int32_t b : table_)
+    if (b >= 0) n += cache_.in_fast_tier(b);  // (−1: given back, sliding window)
+  return n;
+}
+
 int64_t KvSequence::release_before(int64_t pos) {
   const int64_t bs = cache_.block_size();
   const int64_t until = std::min<int64_t>(

@@ -163,6 +163,9 @@ class KvSequence {
   /// Bytes of the blocks the table holds ((ceil(S / block_size) − n_released()) ×
   /// bytes_per_block).
   int64_t bytes_held() const;
+  /// Blocks of the table whose rows are in the cache's fast tier (the rest of bytes_held() is in
+  /// the slow tier: --kv-offload-dir).
+  int64_t n_fast_blocks() const;
   /// Gives back to the pool every block wholly before position `pos` (sliding-window attention:
   /// no later query reads them; the attention kernel never touches a block before its window).
   /// Their table entries become −1; n_tokens(), tokens() and the prefix hashes are unchanged

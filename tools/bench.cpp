@@ -166,9 +166,8 @@ BenchResult run_test(Context& ctx, std::mt19937& rng, int64_t depth, int64_t n_p
   if (n_gen > 0)
     r.bytes_read_per_token = decode_weight_bytes(ctx.model()) +
                              ctx.cache().bytes_per_token() * (depth + (n_gen + 1) / 2);
-  for (int32_t b : ctx.sequence().block_table())
-    if (b >= 0 && !ctx.cache().in_fast_tier(b))
-      r.kv_bytes_offloaded += ctx.cache().bytes_per_block();
+  r.kv_bytes_offloaded =
+      ctx.sequence().bytes_held() - ctx.sequence().n_fast_blocks() * ctx.cache().bytes_per_block();
   return r;
 }
 

@@ -70,9 +70,7 @@ int complete(const RunOptions& opt, Loaded& l) {
                               sink, &g_interrupted);
   const KvSequence& seq = l.ctx->sequence();
   const KvCache& cache = l.ctx->cache();
-  int64_t blocks_fast = 0;
-  for (int32_t b : seq.block_table())
-    if (b >= 0) blocks_fast += cache.in_fast_tier(b);  // (−1: given back, sliding window)
+  const int64_t blocks_fast = seq.n_fast_blocks();
   const int64_t blocks_slow = int64_t(seq.block_table().size()) - seq.n_released() - blocks_fast;
   const KvTierStats ts = cache.tier_stats();
   if (opt.json) {
