@@ -103,7 +103,7 @@ LlamaWeights load_llama_weights(const gguf::File& f, const Hparams& hp, const Ar
   return w;
 }
 
-size_t pack_llama_weights(LlamaWeights& w) {
+size_t pack_llama_weights(LlamaWeights& w, bool release_mapped) {
   const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
   size_t bytes = 0;
   auto pack = [&](Tensor& t) {
@@ -111,10 +111,11 @@ size_t pack_llama_weights(LlamaWeights& w) {
     w.packed.push_back(cpu::pack_weight(t));
     t.packed = w.packed.back().data();
     bytes += w.packed.back().size();
-    if (t.data == w.tok_embd.data) return;  // rows still read by the embedding lookup
+    // A tied token embedding still reads its rows through `data`: the lookup faults in the
+    // few pages it needs again (the mapping is read-only, so nothing is lost).
     const uintptr_t b = uintptr_t(t.data), e = b + t.nb[1] * size_t(t.ne[1]);
     const uintptr_t pb = (b + page - 1) / page * page, pe = e / page * page;
-    if (pe > pb) madvise(reinterpret_cast<void*>(pb), pe - pb, MADV_DONTNEED);
+    if (release_mapped && pe > pb) madvise(reinterpret_cast<void*>(pb), pe - pb, MADV_DONTNEED);
   };
   pack(w.output);
   for (LlamaLayer& L : w.layers)

@@ -71,11 +71,13 @@ LlamaWeights load_llama_weights(const gguf::File& file, const Hparams& hp, const
 
 /// Packs every matrix of `w` that the CPU kernels of this process have a packed layout for
 /// (cpu/pack.h: q4_0 and q8_0 with a multiple of 16 rows at the avx2/avx512 levels) and points its
-/// Tensor::packed at the copy kept in w.packed. The mapped pages of a packed matrix are then
-/// given back to the kernel (madvise MADV_DONTNEED; the file's pages stay in the page cache),
-/// unless the tensor is also the token embedding, so the resident size does not double.
-/// Results are bit-identical with and without packing. Returns the bytes packed.
-size_t pack_llama_weights(LlamaWeights& w);
+/// Tensor::packed at the copy kept in w.packed. With `release_mapped` (only for weights in a
+/// read-only file mapping: on other memory MADV_DONTNEED would zero it) the mapped pages of a
+/// packed matrix are then given back to the kernel (madvise MADV_DONTNEED; the file's pages stay
+/// in the page cache and a later read of `data`, e.g. a tied token embedding's lookup, faults
+/// them in again), so the resident size does not double. Results are bit-identical with and
+/// without packing. Returns the bytes packed.
+size_t pack_llama_weights(LlamaWeights& w, bool release_mapped);
 
 /// Activation buffers for up to `n_batch` tokens, reused across calls.
 struct LlamaScratch {

@@ -13,7 +13,7 @@ Model Model::from_file(gguf::File file) {
     throw ModelError("rope scaling type '" + st + "' is not supported");
   if (!(hp.rope.scaling_factor > 0.0f)) throw ModelError("rope.scaling.factor must be positive");
   LlamaWeights w = load_llama_weights(file, hp, spec);
-  pack_llama_weights(w);
+  pack_llama_weights(w, !file.path().empty());  // path() is empty for an in-memory image
   return Model(std::move(file), std::move(hp), std::move(w));
 }
 

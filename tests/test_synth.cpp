@@ -6,15 +6,19 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "context.h"
+#include "cpu/cpu_level.h"
 #include "gguf.h"
 #include "model.h"
 #include "models/hparams.h"
@@ -394,6 +398,52 @@ TEST(SynthFile, Qwen2TinyHasBiasesTiedEmbeddingsAndLoadsAsLlamaFamilyWeights) {
   EXPECT_EQ(w.output.data, w.tok_embd.data);  // tied
 }
 
+std::string q(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// Packing at load (cpu/pack.h) changes no output: a model loaded from its file (packed, mapped
+// pages given back) and from an in-memory image (packed, memory kept) give bit-identical logits,
+// and the binary gives the same greedy tokens and logprobs at its SIMD level (packed) as with
+// KVRUN_CPU=scalar (no packed kernels, nothing packed; every level is bit-identical). Q4_0 and
+// Q8_0, and a tied embedding (tiny-qwen2: output is token_embd, whose rows the embedding lookup
+// reads again after its pages were given back).
+TEST(SynthFile, PackedWeightsChangeNoOutput) {
+  test::TempDir dir;
+  for (const auto& [name, type] :
+       {std::pair{"tiny", SynthFileType::Q4_0}, std::pair{"tiny", SynthFileType::Q8_0},
+        std::pair{"tiny-qwen2", SynthFileType::Q8_0}}) {
+    SCOPED_TRACE(std::string(name) + " " + synth_file_type_name(type));
+    const fs::path path = make(dir, name, type);
+    const Model m = Model::load(path.string());
+    if (cpu::cpu_level() != cpu::CpuLevel::scalar) {
+      EXPECT_NE(m.weights().layers[0].ffn_down.packed, nullptr) << "not packed";
+    }
+    std::ifstream in(path, std::ios::binary);
+    const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), {});
+    const Model mem = Model::from_file(gguf::File::from_memory(bytes.data(), bytes.size()));
+    const Tokenizer tok = Tokenizer::from_gguf(m.file());
+    const std::vector<int32_t> prompt = tok.tokenize("Packed rows, same floats.", true, false);
+    const std::vector<float> a = last_logits(m, prompt), b = last_logits(mem, prompt);
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+
+    const std::string cmd = q(test::kvrun_binary()) + " -m " + q(path.string()) +
+                            " -p 'Hello there' -n 12 --temp 0 --ignore-eos --n-probs 3 --json -t 2";
+    const auto simd = test::run_command(cmd);
+    const auto scalar = test::run_command("KVRUN_CPU=scalar " + cmd);
+    ASSERT_EQ(simd.exit_code, 0) << simd.err;
+    ASSERT_EQ(scalar.exit_code, 0) << scalar.err;
+    nlohmann::json a_out = nlohmann::json::parse(simd.out),
+                   b_out = nlohmann::json::parse(scalar.out);
+    ASSERT_EQ(a_out["tokens"].size(), 12u);
+    EXPECT_EQ(a_out["tokens"], b_out["tokens"]);
+    EXPECT_EQ(a_out["probs"], b_out["probs"]);  // the logprobs' doubles, exactly
+  }
+}
+
 // ---- vocabulary -----------------------------------------------------------------------------
 
 TEST(SynthVocab, MinimalVocabTokenizesAnyTextAndRoundTrips) {
@@ -499,12 +549,6 @@ TEST(SynthErrors, CancelRemovesTheTemporaryFile) {
 }
 
 // ---- the CLI --------------------------------------------------------------------------------
-
-std::string q(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
 
 TEST(SynthCli, WritesAFileThatKvrunRuns) {
   test::TempDir dir;
