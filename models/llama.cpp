@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <string>
 
+#include "cpu/cpu_traits.h"
 #include "cpu/matmul.h"
 #include "cpu/ops.h"
 #include "cpu/pack.h"
@@ -49,6 +51,21 @@ Tensor get_matrix(const gguf::File& f, const std::string& name, int64_t ne0, int
     throw ModelError("tensor " + name + " has type " + traits(t.type).name +
                      ", which the CPU matmul does not support");
   return t;
+}
+
+/// The matmuls of weights that read the same input: one call (activations converted once, one
+/// pool job) when they pair with the same activation type, else one call each.
+void matmul_shared_input(cpu::ThreadPool& pool, std::initializer_list<cpu::MatmulOut> outs,
+                         const float* x, int64_t n) {
+  const cpu::MatmulOut* o = outs.begin();
+  bool same = true;
+  for (const cpu::MatmulOut& e : outs)
+    same = same && cpu::cpu_traits(e.w->type)->act_type == cpu::cpu_traits(o->w->type)->act_type;
+  if (same) {
+    cpu::matmul_many(pool, o, int(outs.size()), x, n);
+    return;
+  }
+  for (const cpu::MatmulOut& e : outs) cpu::matmul(pool, *e.w, x, n, e.y);
 }
 
 void add_bias(float* y, const Tensor& bias, int64_t rows, int64_t cols) {
@@ -176,9 +193,8 @@ void attention_block(const Hparams& hp, const LlamaWeights& w, int64_t il, cpu::
     copy_cols(s.fused.data(), n, nq + nk + nv, nq, nk, s.k.data());
     copy_cols(s.fused.data(), n, nq + nk + nv, nq + nk, nv, s.v.data());
   } else {
-    cpu::matmul(pool, L.wq, s.xn.data(), n, s.q.data());
-    cpu::matmul(pool, L.wk, s.xn.data(), n, s.k.data());
-    cpu::matmul(pool, L.wv, s.xn.data(), n, s.v.data());
+    matmul_shared_input(pool, {{&L.wq, s.q.data()}, {&L.wk, s.k.data()}, {&L.wv, s.v.data()}},
+                        s.xn.data(), n);
     add_bias(s.q.data(), L.bq, n, nq);
     add_bias(s.k.data(), L.bk, n, nk);
     add_bias(s.v.data(), L.bv, n, nv);
@@ -220,8 +236,8 @@ void ffn_block(const Hparams& hp, const LlamaWeights& w, int64_t il, cpu::Thread
   float* x = s.x.data();
   cpu::rms_norm(x, static_cast<float*>(L.ffn_norm.data), s.xn.data(), n, d, hp.rms_eps);
   if (L.ffn_gate.data) {
-    cpu::matmul(pool, L.ffn_gate, s.xn.data(), n, s.gate.data());
-    cpu::matmul(pool, L.ffn_up, s.xn.data(), n, s.up.data());
+    matmul_shared_input(pool, {{&L.ffn_gate, s.gate.data()}, {&L.ffn_up, s.up.data()}}, s.xn.data(),
+                        n);
   } else {  // fused: gate columns first, then up
     s.fused.resize(size_t(n * 2 * ff));
     cpu::matmul(pool, L.ffn_up, s.xn.data(), n, s.fused.data());

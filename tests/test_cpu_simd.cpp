@@ -303,6 +303,62 @@ TEST(SimdMatmul, PackedWeightsEqualScalarDots) {
   EXPECT_LT(zeros, checked / 20) << "the random rows should rarely dot to 0";
 }
 
+// matmul_many (weights sharing one input in one pool job) gives every output float of a
+// separate matmul per weight: packed and unpacked weights of different types and row counts
+// (tails of 16-row units) mixed in one call, at every level and several batch sizes; weights
+// that do not pair with the same activations are refused.
+TEST(SimdMatmul, ManyWeightsEqualSeparateMatmuls) {
+  std::vector<CpuLevel> levels = simd_levels();
+  levels.push_back(CpuLevel::scalar);
+  const int64_t k = 256;
+  struct W {
+    DType t;
+    int64_t m;
+    bool pack;
+  };
+  const W specs[] = {{DType::Q4_0, 48, true},
+                     {DType::Q8_0, 32, true},
+                     {DType::Q5_0, 21, false},
+                     {DType::Q4_0, 40, false},
+                     {DType::Q8_0, 16, false}};
+  std::vector<std::vector<uint8_t>> bytes;
+  std::vector<Buffer> packs;
+  std::vector<Tensor> ws;
+  for (size_t i = 0; i < std::size(specs); ++i) {
+    const auto wf = varied_floats(size_t(specs[i].m * k), 70 + uint32_t(i));
+    const size_t rb = size_t(*row_bytes(specs[i].t, k));
+    bytes.push_back(encode_rows(specs[i].t, wf, specs[i].m, k, rb, 0));
+    ws.push_back(Tensor::contiguous(specs[i].t, bytes.back().data(), k, specs[i].m));
+    if (specs[i].pack && pack_supported(ws.back())) {
+      packs.push_back(pack_weight(ws.back()));
+      ws.back().packed = packs.back().data();
+    }
+  }
+  for (CpuLevel level : levels)
+    for (int64_t n : {1, 3, 9}) {
+      const auto x = varied_floats(size_t(n * k), 90 + uint32_t(n));
+      ThreadPool pool(3);
+      std::vector<std::vector<float>> many(ws.size()), one(ws.size());
+      std::vector<MatmulOut> outs;
+      for (size_t i = 0; i < ws.size(); ++i) {
+        many[i].assign(size_t(n * ws[i].ne[1]), NAN);
+        one[i].assign(size_t(n * ws[i].ne[1]), NAN);
+        outs.push_back({&ws[i], many[i].data()});
+        matmul(pool, ws[i], x.data(), n, one[i].data(), level);
+      }
+      matmul_many(pool, outs.data(), int(outs.size()), x.data(), n, level);
+      for (size_t i = 0; i < ws.size(); ++i)
+        EXPECT_EQ(std::memcmp(many[i].data(), one[i].data(), many[i].size() * 4), 0)
+            << cpu_level_name(level) << " weight " << i << " n " << n;
+    }
+  std::vector<uint8_t> kbytes(size_t(*row_bytes(DType::Q4_K, k)) * 16, 0);
+  const Tensor wk = Tensor::contiguous(DType::Q4_K, kbytes.data(), k, 16);
+  std::vector<float> y(16 * 2), x(size_t(k), 1.0f);
+  ThreadPool pool(2);
+  const MatmulOut mixed[] = {{&ws[0], y.data()}, {&wk, y.data() + 16}};
+  EXPECT_THROW(matmul_many(pool, mixed, 2, x.data(), 1), std::invalid_argument);
+}
+
 TEST(SimdMatmul, PackRefusesWhatItCannotPack) {
   std::vector<uint8_t> bytes(size_t(*row_bytes(DType::Q4_0, 64)) * 24, 1);
   EXPECT_FALSE(pack_supported(Tensor::contiguous(DType::Q4_0, bytes.data(), 64, 24)));  // 24 rows

@@ -19,6 +19,10 @@ constexpr int64_t kMinWorkPerChunk = 32 * 1024;
 /// Weight rows a thread dots with every activation row before moving on (16 rows of a 2048-wide
 /// q8_0 matrix are 34 KiB).
 constexpr int64_t kRowBlock = 16;
+static_assert(kRowBlock == kPackRows, "a unit of work is one packed group");
+
+/// Weights one matmul_many call takes.
+constexpr int kMaxOuts = 8;
 
 }  // namespace
 
@@ -33,74 +37,135 @@ void matmul(ThreadPool& pool, const Tensor& w, const float* x, int64_t n, float*
 
 void matmul(ThreadPool& pool, const Tensor& w, const float* x, int64_t n, float* y,
             CpuLevel level) {
-  const int64_t k = w.ne[0], m = w.ne[1];
-  if (!matmul_supports(w.type, k))
-    throw std::invalid_argument(std::string("matmul: unsupported weight type ") +
-                                traits(w.type).name + " with rows of " + std::to_string(k));
-  if (w.ne[2] != 1 || w.ne[3] != 1) throw std::invalid_argument("matmul: weight must be 2-D");
-  const CpuTypeTraits& ct = *cpu_traits(w.type, level);
-  const size_t act_row = size_t(*row_bytes(ct.act_type, k));
+  const MatmulOut out{&w, y};
+  matmul_many(pool, &out, 1, x, n, level);
+}
 
-  // Activations in the paired type; kept per calling thread so steady state does not allocate.
+void matmul_many(ThreadPool& pool, const MatmulOut* outs, int n_outs, const float* x, int64_t n) {
+  matmul_many(pool, outs, n_outs, x, n, cpu_level());
+}
+
+namespace {
+
+/// One weight of a matmul_many call, ready to run 16-row units.
+struct Part {
+  const Tensor* w = nullptr;
+  float* y = nullptr;
+  int64_t m = 0;
+  int64_t units = 0;              ///< ceil(m / 16)
+  PackedTileFn packed = nullptr;  ///< set: the packed path (pack.h)
+  const int32_t* xoff = nullptr;  ///< its activation offsets
+  size_t group_bytes = 0;         ///< packed bytes of 16 rows
+  VecDotFn dot = nullptr;         ///< else: the dot of its shape, or its tile form
+  DotTileFn tile = nullptr;
+};
+
+/// Rows [16·u0, min(m, 16·u1)) of one part against the n activation rows.
+void run_units(const Part& p, int64_t u0, int64_t u1, int64_t k, const uint8_t* a, size_t act_row,
+               int64_t n) {
+  const int64_t m = p.m;
+  if (p.packed) {
+    p.packed(k, static_cast<const char*>(p.w->packed) + size_t(u0) * p.group_bytes, u1 - u0, a,
+             act_row, p.xoff, n, p.y + u0 * kPackRows, size_t(m));
+    return;
+  }
+  const char* wdata = static_cast<const char*>(p.w->data);
+  const size_t wstride = p.w->nb[1];
+  for (int64_t u = u0; u < u1; ++u) {
+    const int64_t i0 = u * kRowBlock, nr = std::min(kRowBlock, m - i0);
+    const char* wblock = wdata + size_t(i0) * wstride;
+    if (p.tile) {
+      p.tile(k, wblock, wstride, nr, a, act_row, n, p.y + i0, size_t(m));
+      continue;
+    }
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t r = 0; r < nr; ++r)
+        p.y[j * m + i0 + r] = p.dot(k, wblock + size_t(r) * wstride, a + j * act_row);
+  }
+}
+
+}  // namespace
+
+void matmul_many(ThreadPool& pool, const MatmulOut* outs, int n_outs, const float* x, int64_t n,
+                 CpuLevel level) {
+  if (n_outs <= 0) return;
+  const int64_t k = outs[0].w->ne[0];
+  const CpuTypeTraits* ct0 = cpu_traits(outs[0].w->type, level);
+  for (int i = 0; i < n_outs; ++i) {
+    const Tensor& w = *outs[i].w;
+    if (!matmul_supports(w.type, w.ne[0]))
+      throw std::invalid_argument(std::string("matmul: unsupported weight type ") +
+                                  traits(w.type).name + " with rows of " + std::to_string(w.ne[0]));
+    if (w.ne[2] != 1 || w.ne[3] != 1) throw std::invalid_argument("matmul: weight must be 2-D");
+    if (w.ne[0] != k || cpu_traits(w.type, level)->act_type != ct0->act_type)
+      throw std::invalid_argument(
+          "matmul_many: the weights need rows of one length and one activation type");
+  }
+  const size_t act_row = size_t(*row_bytes(ct0->act_type, k));
+
+  // Activations in the paired type, converted once for every weight; kept per calling thread so
+  // steady state does not allocate.
   thread_local std::vector<uint8_t> act;
   if (act.size() < act_row * size_t(n)) act.resize(act_row * size_t(n));
   uint8_t* a = act.data();
   pool.run(
       n,
       [&](int64_t begin, int64_t end) {
-        for (int64_t j = begin; j < end; ++j) ct.act_from_float(x + j * k, a + j * act_row, k);
+        for (int64_t j = begin; j < end; ++j) ct0->act_from_float(x + j * k, a + j * act_row, k);
       },
       std::max<int64_t>(1, kMinWorkPerChunk / (k * 4)));
 
-  if (w.packed && ct.packed_tile && m % kPackRows == 0) {
-    // Packed weights (pack.h): the offsets of their unsigned storage are taken off per block.
-    thread_local std::vector<int32_t> xoff;
-    xoff.resize(size_t(n * pack_act_offsets_per_row(w.type, k)));
-    pack_act_offsets(w.type, a, act_row, n, k, xoff.data());
-    const size_t group_bytes = packed_group_bytes(w.type, k);
-    const char* wp = static_cast<const char*>(w.packed);
-    const int32_t* xo = xoff.data();
-    PackedTileFn tile = ct.packed_tile;
-    pool.run(
-        m / kPackRows,
-        [&](int64_t begin, int64_t end) {
-          tile(k, wp + size_t(begin) * group_bytes, end - begin, a, act_row, xo, n,
-               y + begin * kPackRows, size_t(m));
-        },
-        std::max<int64_t>(1, kMinWorkPerChunk / (k * n * kPackRows)));
-    return;
+  // Per weight: the packed path (pack.h; the offsets of the unsigned storage are computed once
+  // per weight type) or the dot of its shape.
+  if (n_outs > kMaxOuts) throw std::invalid_argument("matmul_many: at most 8 weights");
+  thread_local std::vector<int32_t> xoffs[kMaxOuts];
+  Part parts[kMaxOuts];
+  int64_t total = 0;
+  for (int i = 0; i < n_outs; ++i) {
+    const Tensor& w = *outs[i].w;
+    const CpuTypeTraits& ct = *cpu_traits(w.type, level);
+    Part& p = parts[i];
+    p.w = &w;
+    p.y = outs[i].y;
+    p.m = w.ne[1];
+    p.units = (p.m + kRowBlock - 1) / kRowBlock;
+    if (w.packed && ct.packed_tile && p.m % kPackRows == 0) {
+      p.xoff = nullptr;
+      for (int e = 0; e < i && !p.xoff; ++e)  // an earlier weight of the same type has them
+        if (parts[e].packed && parts[e].w->type == w.type) p.xoff = parts[e].xoff;
+      if (!p.xoff) {
+        std::vector<int32_t>& xo = xoffs[i];
+        xo.resize(size_t(n * pack_act_offsets_per_row(w.type, k)));
+        pack_act_offsets(w.type, a, act_row, n, k, xo.data());
+        p.xoff = xo.data();
+      }
+      p.packed = ct.packed_tile;
+      p.group_bytes = packed_group_bytes(w.type, k);
+    } else if (ct.repack_dot && p.m % 8 == 0) {
+      p.dot = ct.repack_dot;  // llama.cpp repacks such weights at load (cpu_traits.h)
+      p.tile = ct.repack_dot_tile;
+    } else if (ct.gemm_dot && n >= 2 && k % 16 == 0 && p.m % 4 == 0) {
+      p.dot = ct.gemm_dot;
+      p.tile = ct.gemm_dot_tile;
+    } else {
+      p.dot = ct.vec_dot;
+      p.tile = ct.vec_dot_tile;
+    }
+    total += p.units;
   }
-
-  VecDotFn dot = ct.vec_dot;
-  DotTileFn tile = ct.vec_dot_tile;
-  if (ct.repack_dot && m % 8 == 0) {
-    dot = ct.repack_dot;  // llama.cpp repacks such weights at load (cpu_traits.h)
-    tile = ct.repack_dot_tile;
-  } else if (ct.gemm_dot && n >= 2 && k % 16 == 0 && m % 4 == 0) {
-    dot = ct.gemm_dot;
-    tile = ct.gemm_dot_tile;
-  }
-  const char* wdata = static_cast<const char*>(w.data);
-  const size_t wstride = w.nb[1];
-  // Each thread takes a contiguous range of weight rows and walks it in blocks of kRowBlock
-  // rows (small enough to stay in L1/L2) against every activation row, so each weight byte is
-  // read from memory once per matmul.
+  // One job over the 16-row units of every weight: each thread takes a contiguous range (its own
+  // weight bytes, read from memory once per call) and walks it against every activation row.
   pool.run(
-      m,
+      total,
       [&](int64_t begin, int64_t end) {
-        for (int64_t i0 = begin; i0 < end; i0 += kRowBlock) {
-          const int64_t nr = std::min(kRowBlock, end - i0);
-          const char* wblock = wdata + size_t(i0) * wstride;
-          if (tile) {
-            tile(k, wblock, wstride, nr, a, act_row, n, y + i0, size_t(m));
-            continue;
-          }
-          for (int64_t j = 0; j < n; ++j)
-            for (int64_t r = 0; r < nr; ++r)
-              y[j * m + i0 + r] = dot(k, wblock + size_t(r) * wstride, a + j * act_row);
+        int64_t base = 0;
+        for (int i = 0; i < n_outs && begin < end; base += parts[i].units, ++i) {
+          const int64_t u0 = std::max(begin, base) - base;
+          const int64_t u1 = std::min(end, base + parts[i].units) - base;
+          if (u0 < u1) run_units(parts[i], u0, u1, k, a, act_row, n);
         }
       },
-      std::max<int64_t>(1, kMinWorkPerChunk / (k * n)));
+      std::max<int64_t>(1, kMinWorkPerChunk / (k * n * kRowBlock)));
 }
 
 }  // namespace kvrun::cpu

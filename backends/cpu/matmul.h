@@ -28,6 +28,23 @@ void matmul(ThreadPool& pool, const Tensor& w, const float* x, int64_t n, float*
 /// benchmarks.
 void matmul(ThreadPool& pool, const Tensor& w, const float* x, int64_t n, float* y, CpuLevel level);
 
+/// One weight of matmul_many and its output.
+struct MatmulOut {
+  const Tensor* w = nullptr;  ///< [m rows, k] as for matmul
+  float* y = nullptr;         ///< n rows of m floats (written)
+};
+
+/// y_i = x · w_iᵀ for up to 8 weights sharing the input (Q/K/V, gate/up): the activations are
+/// converted once and one pool job covers every weight's rows, so the threads meet once instead
+/// of once per weight. Every output float equals matmul's. The weights must have the same row
+/// length k and pair with the same activation type; throws std::invalid_argument otherwise (or
+/// as matmul does).
+void matmul_many(ThreadPool& pool, const MatmulOut* outs, int n_outs, const float* x, int64_t n);
+
+/// matmul_many with the kernels of `level`.
+void matmul_many(ThreadPool& pool, const MatmulOut* outs, int n_outs, const float* x, int64_t n,
+                 CpuLevel level);
+
 /// True when matmul supports weights of type `t` with rows of `k` elements.
 bool matmul_supports(DType t, int64_t k);
 
