@@ -392,6 +392,11 @@ inline I16 splati16(int32_t v) { return {_mm256_set1_epi32(v), _mm256_set1_epi32
 inline V16 cvt16(I16 a) { return {_mm256_cvtepi32_ps(a.lo), _mm256_cvtepi32_ps(a.hi)}; }
 #endif
 
+/// Bytes ahead of the current block that the decode form (one activation row) of the packed
+/// kernels prefetches: decode streams every weight byte once, and asking for the lines 4 KiB
+/// ahead of the hardware prefetcher gave +10% tokens/s on llama3.2-1b Q4_0 here (1 KiB: +8%).
+constexpr int kPrefetchAhead = 4096;
+
 /// One packed q4_0 group (16 rows, pack.h layout, nb blocks from `g`) against C activation rows
 /// (q8_0, xs bytes apart; xoff: 8·Σ quants per block, nb apart): y[c·ys + r]. The order of
 /// repack_q4_0_tile: per block the whole integer dot (exact), then acc = fma(isum, d_w·d_x, acc)
@@ -402,6 +407,9 @@ inline void packed_q4_0_group(int64_t nb, const uint8_t* g, const uint8_t* x, si
   V16 acc[C];
   for (int c = 0; c < C; ++c) acc[c] = zero16();
   for (int64_t b = 0; b < nb; ++b, g += 288) {
+    if (C == 1)  // decode streams the weights once: ask for them ahead of the hardware prefetcher
+      for (int l = 0; l < 288; l += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(g) + kPrefetchAhead + l, _MM_HINT_T0);
     const V16 dw = load16_f16(reinterpret_cast<const uint16_t*>(g));
     I16 u[8];  // u[q]: elements 4q..4q+3 of the 16 rows; u[q + 4]: elements 16+4q..16+4q+3
     for (int q = 0; q < 4; ++q) nibbles64(g + 32 + 64 * q, &u[q], &u[q + 4]);
@@ -432,6 +440,9 @@ inline void packed_q8_0_group(int64_t nb, const uint8_t* g, const uint8_t* x, si
   for (int c = 0; c < C; ++c)
     for (int i = 0; i < 8; ++i) acc[c][i] = zero16();
   for (int64_t b = 0; b < nb; ++b, g += 544) {
+    if (C == 1)  // decode: see kPrefetchAhead
+      for (int l = 0; l < 544; l += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(g) + kPrefetchAhead + l, _MM_HINT_T0);
     const V16 dw = load16_f16(reinterpret_cast<const uint16_t*>(g));
     I16 u[8];
     for (int i = 0; i < 8; ++i) u[i] = loadi16(g + 32 + 64 * i);
