@@ -6,8 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
+#include <memory>
+#include <thread>
 #include <vector>
 
 #include "blocks.h"
@@ -298,6 +301,32 @@ TEST(ThreadPool, CoversEveryIndexOnce) {
       for (int64_t i = b; i < e; ++i) ++hits[size_t(i)];
     });
     for (int h : hits) EXPECT_EQ(h, 1);
+  }
+}
+
+// Back-to-back jobs (workers catch them while spinning), jobs after a pause longer than the spin
+// (workers asleep on the condition variable), and destruction in both states: every index is
+// run exactly once per job and every job's writes are visible when run() returns.
+TEST(ThreadPool, SpinningAndSleepingWorkersRunEveryJobOnce) {
+  for (int threads : {2, 3, 8}) {
+    auto pool = std::make_unique<ThreadPool>(threads);
+    std::vector<int> hits(64, 0);
+    for (int job = 0; job < 5000; ++job) {
+      pool->run(int64_t(hits.size()), [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) ++hits[size_t(i)];
+      });
+      ASSERT_EQ(hits[size_t(job % 64)], job + 1) << "job " << job;
+    }
+    for (int job = 0; job < 4; ++job) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // past the spin: asleep
+      pool->run(int64_t(hits.size()), [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) ++hits[size_t(i)];
+      });
+    }
+    for (int h : hits) EXPECT_EQ(h, 5004);
+    pool.reset();  // workers asleep
+    ThreadPool spinning(threads);
+    spinning.run(8, [](int64_t, int64_t) {});  // destroyed while its workers still spin
   }
 }
 

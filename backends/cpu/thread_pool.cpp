@@ -7,6 +7,20 @@ namespace kvrun::cpu {
 
 namespace {
 
+/// One step of a spin-wait: a few pause hints first, then sched_yield, so a waiting thread gives
+/// its core away when other threads (of this pool or another process) are runnable on it.
+inline void spin_step(int i) {
+  if (i < 64) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+  } else {
+    std::this_thread::yield();
+  }
+}
+
 /// Bounds of chunk `i` of `n_chunks` equal parts of [0, n).
 void chunk_bounds(int64_t n, int n_chunks, int i, int64_t* begin, int64_t* end) {
   *begin = n * i / n_chunks;
@@ -23,7 +37,7 @@ ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
+    stop_.store(true, std::memory_order_release);
   }
   wake_.notify_all();
   for (auto& t : workers_) t.join();
@@ -42,29 +56,43 @@ void ThreadPool::run(int64_t n, const Job& job, int64_t min_chunk) {
     job_ = &job;
     n_ = n;
     n_chunks_ = n_chunks;
-    pending_ = n_chunks - 1;
-    ++generation_;
+    pending_.store(n_chunks - 1, std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_release);
+    if (sleepers_ > 0) wake_.notify_all();
   }
-  wake_.notify_all();
   int64_t begin, end;
   chunk_bounds(n, n_chunks, 0, &begin, &end);
   job(begin, end);
-  std::unique_lock<std::mutex> lock(mu_);
-  done_.wait(lock, [this] { return pending_ == 0; });
-  job_ = nullptr;
+  for (int i = 0; i < kSpinIters && pending_.load(std::memory_order_acquire) != 0; ++i)
+    spin_step(i);
+  if (pending_.load(std::memory_order_acquire) != 0) {
+    std::unique_lock<std::mutex> lock(mu_);
+    done_.wait(lock, [this] { return pending_.load(std::memory_order_acquire) == 0; });
+  }
 }
 
 void ThreadPool::worker_loop(int index) {
   uint64_t seen = 0;
   for (;;) {
+    // Spin a while for the next job (ops of one decode step come microseconds apart), then
+    // sleep on the condition variable.
+    for (int i = 0; i < kSpinIters && generation_.load(std::memory_order_acquire) == seen &&
+                    !stop_.load(std::memory_order_acquire);
+         ++i)
+      spin_step(i);
     const Job* job;
     int64_t n;
     int n_chunks;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
+      ++sleepers_;
+      wake_.wait(lock, [&] {
+        return stop_.load(std::memory_order_acquire) ||
+               generation_.load(std::memory_order_acquire) != seen;
+      });
+      --sleepers_;
+      if (stop_.load(std::memory_order_acquire)) return;
+      seen = generation_.load(std::memory_order_acquire);
       job = job_;
       n = n_;
       n_chunks = n_chunks_;
@@ -73,8 +101,10 @@ void ThreadPool::worker_loop(int index) {
       int64_t begin, end;
       chunk_bounds(n, n_chunks, index, &begin, &end);
       (*job)(begin, end);
-      std::lock_guard<std::mutex> lock(mu_);
-      if (--pending_ == 0) done_.notify_one();
+      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        std::lock_guard<std::mutex> lock(mu_);  // the caller may be about to wait
+        done_.notify_one();
+      }
     }
   }
 }

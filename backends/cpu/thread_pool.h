@@ -6,10 +6,18 @@
 // chunk per thread, so which thread computes which index never depends on timing and results
 // are reproducible. The calling thread takes the first chunk itself.
 //
+// Waiting: between jobs a worker polls an atomic job counter kSpinIters times (a few pause
+// hints, then sched_yield, so that a waiting thread hands its core to any runnable thread when
+// the machine is oversubscribed) and only then sleeps on the condition variable; the caller
+// likewise polls before sleeping until the workers are done. The ops of one decode step come
+// microseconds apart and a condition-variable wake-up costs as much as a small op, so a busy
+// pool never pays one between ops, and an idle pool sleeps.
+//
 // Invariants: one job at a time (run() is not re-entrant and must be called from one thread);
-// run() returns only after every chunk finished. Cost: two mutex/condvar round trips per job.
+// run() returns only after every chunk finished.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -47,12 +55,17 @@ class ThreadPool {
   std::mutex mu_;
   std::condition_variable wake_;
   std::condition_variable done_;
-  const Job* job_ = nullptr;
+  /// Polls of a waiting thread before it sleeps (64 pauses, then yields of ~1 µs each when the
+  /// core is otherwise idle).
+  static constexpr int kSpinIters = 1 << 10;
+
+  const Job* job_ = nullptr;  ///< the job of generation_ (written under mu_)
   int64_t n_ = 0;
   int n_chunks_ = 0;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
-  bool stop_ = false;
+  std::atomic<uint64_t> generation_{0};  ///< incremented (under mu_) when a job is posted
+  std::atomic<int> pending_{0};          ///< worker chunks of the current job not yet done
+  std::atomic<bool> stop_{false};
+  int sleepers_ = 0;  ///< workers waiting on wake_ (under mu_)
 };
 
 }  // namespace kvrun::cpu
