@@ -242,6 +242,20 @@ constexpr int64_t kLanes = 16;
   return under ? v16f{} : j * p2;
 }
 
+/// a[0 .. 16·NV) += Σ_j p[j] · v[j][·] over the n rows of v (16·NV floats each), with the
+/// accumulator held in NV vector registers across the rows (no store/load per row).
+template <int NV>
+[[gnu::always_inline]] inline void accumulate_v(int64_t n, const float* p, const float* v,
+                                                float* a) {
+  v16f acc[NV];
+  for (int k = 0; k < NV; ++k) acc[k] = load16(a + 16 * k);
+  for (int64_t j = 0; j < n; ++j) {
+    const v16f pj = splat16(p[j]);
+    for (int k = 0; k < NV; ++k) acc[k] += pj * load16(v + j * 16 * NV + 16 * k);
+  }
+  for (int k = 0; k < NV; ++k) store16(a + 16 * k, acc[k]);
+}
+
 /// Scores, online-softmax update and V accumulation of `rows` query heads over one block, whose
 /// width is padded to bsp (a multiple of kLanes). Row r sees the block's first nv[r] positions
 /// (nv[r] ≤ 0: none). kt: the block's K rows transposed, [head_dim][bsp]; vt: its V rows,
@@ -267,8 +281,18 @@ void flash_block(int64_t rows, const int64_t* nv, const int64_t* lo, float softc
       if (direct) {
         sv = load16(direct + r * bsp + j0) * scale;
       } else {
+        // Four partial sums over head_dim: four independent multiply-add chains instead of one.
         const float* qr = q + r * hd;
-        for (int64_t d = 0; d < hd; ++d) sv += (qr[d] * scale) * load16(kt + d * bsp + j0);
+        v16f s1{}, s2{}, s3{};
+        int64_t d = 0;
+        for (; d + 4 <= hd; d += 4) {
+          sv += (qr[d] * scale) * load16(kt + d * bsp + j0);
+          s1 += (qr[d + 1] * scale) * load16(kt + (d + 1) * bsp + j0);
+          s2 += (qr[d + 2] * scale) * load16(kt + (d + 2) * bsp + j0);
+          s3 += (qr[d + 3] * scale) * load16(kt + (d + 3) * bsp + j0);
+        }
+        for (; d < hd; ++d) sv += (qr[d] * scale) * load16(kt + d * bsp + j0);
+        sv = (sv + s1) + (s2 + s3);
       }
       store16(s + j0, sv);
     }
@@ -301,6 +325,10 @@ void flash_block(int64_t rows, const int64_t* nv, const int64_t* lo, float softc
         for (int64_t j0 = 0; j0 < bsp; j0 += kLanes)
           store16(a + d * bsp + j0,
                   load16(a + d * bsp + j0) + load16(s + j0) * load16(vt + d * bsp + j0));
+    } else if (hdv == 64) {
+      accumulate_v<4>(n, s, vt, a);
+    } else if (hdv == 128) {
+      accumulate_v<8>(n, s, vt, a);
     } else {
       for (int64_t j = 0; j < n; ++j) {
         const float p = s[j];
