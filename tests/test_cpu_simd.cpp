@@ -430,6 +430,24 @@ TEST(SimdOps, ExpBlocksMatchScalar) {
 
 // rope_rotate at every level against the scalar level, both pair styles, half sizes with and
 // without an 8-pair tail, unaligned heads.
+// f16_to_f32 at every level gives fp16_lut's float for every one of the 65536 binary16 codes
+// (NaNs stay NaN), at a length with a tail past the 16-wide body.
+TEST(SimdOps, F16ToF32IsExactForEveryCode) {
+  std::vector<uint16_t> codes(65536 + 5);
+  for (size_t i = 0; i < codes.size(); ++i) codes[i] = uint16_t(i * 40503u);  // odd: a permutation
+  for (CpuLevel level : simd_levels()) {
+    std::vector<float> out(codes.size(), 1.0f);
+    op_kernels(level).f16_to_f32(codes.data(), out.data(), int64_t(codes.size()));
+    for (size_t i = 0; i < codes.size(); ++i) {
+      const float want = fp16_lut(codes[i]);
+      if (std::isnan(want))
+        EXPECT_TRUE(std::isnan(out[i])) << i;
+      else
+        ASSERT_TRUE(same_float(out[i], want)) << cpu_level_name(level) << " code " << codes[i];
+    }
+  }
+}
+
 TEST(SimdOps, RopeRotateMatchesScalar) {
   const std::vector<float> v = random_floats(401, 11, 3.0f);
   const std::vector<float> cs = random_floats(100, 12), sn = random_floats(100, 13);

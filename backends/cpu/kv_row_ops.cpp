@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "blocks.h"
+#include "cpu/op_kernels.h"
 #include "cpu/vec_dot.h"
 #include "fp16.h"
 #include "quants.h"
@@ -81,8 +82,7 @@ void kv_decode_head(DType t, int64_t n_head_kv, int64_t head_dim, const uint8_t*
       std::memcpy(out, row + off * 4, size_t(head_dim) * 4);
       return;
     case DType::F16: {
-      const auto* p = reinterpret_cast<const uint16_t*>(row) + off;
-      for (int64_t i = 0; i < head_dim; ++i) out[i] = fp16_lut(p[i]);
+      op_kernels().f16_to_f32(reinterpret_cast<const uint16_t*>(row) + off, out, head_dim);
       return;
     }
     case DType::BF16: {

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "cpu/fast_exp.h"
+#include "cpu/vec_dot.h"
 
 #if defined(__x86_64__)
 #include "cpu/x86/kernels_x86.h"
@@ -44,10 +45,16 @@ void rope_rotate_scalar(float* v, const float* cs, const float* sn, int64_t half
   }
 }
 
-constexpr OpKernels kScalar = {silu_mul_scalar, exp_blocks_scalar, rope_rotate_scalar};
+void f16_to_f32_scalar(const uint16_t* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = fp16_lut(src[i]);
+}
+
+constexpr OpKernels kScalar = {silu_mul_scalar, exp_blocks_scalar, rope_rotate_scalar,
+                               f16_to_f32_scalar};
 #if defined(__x86_64__)
-constexpr OpKernels kAvx2 = {avx2::silu_mul, avx2::exp_blocks, avx2::rope_rotate};
-constexpr OpKernels kAvx512 = {avx512::silu_mul, avx512::exp_blocks, avx512::rope_rotate};
+constexpr OpKernels kAvx2 = {avx2::silu_mul, avx2::exp_blocks, avx2::rope_rotate, avx2::f16_to_f32};
+constexpr OpKernels kAvx512 = {avx512::silu_mul, avx512::exp_blocks, avx512::rope_rotate,
+                               avx512::f16_to_f32};
 #endif
 
 }  // namespace

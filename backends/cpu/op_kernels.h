@@ -26,11 +26,16 @@ using ExpBlocksFn = double (*)(const float* x, float* y, int64_t n, float max);
 /// v[i1] = fma(x0, sn[i], x1·cs[i]).
 using RopeRotateFn = void (*)(float* v, const float* cs, const float* sn, int64_t half, bool neox);
 
+/// dst[i] = the binary16 src[i] as a float, i < n (exact: every binary16 value is a float; F16C
+/// at the x86 levels, fp16_lut's table in the scalar one).
+using F16ToF32Fn = void (*)(const uint16_t* src, float* dst, int64_t n);
+
 /// One level's element-wise kernels.
 struct OpKernels {
   SiluMulFn silu_mul;
   ExpBlocksFn exp_blocks;
   RopeRotateFn rope_rotate;
+  F16ToF32Fn f16_to_f32;
 };
 
 /// The kernels of `level` (must be cpu_level_supported).

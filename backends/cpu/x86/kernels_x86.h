@@ -10,6 +10,7 @@
   void silu_mul(const float* gate, const float* up, float* out, int64_t n);                        \
   double exp_blocks(const float* x, float* y, int64_t n, float max);                               \
   void rope_rotate(float* v, const float* cs, const float* sn, int64_t half, bool neox);           \
+  void f16_to_f32(const uint16_t* src, float* dst, int64_t n);                                     \
   void act_from_float_f16(const float* src, void* dst, int64_t n);                                 \
   void act_from_float_q8_0(const float* src, void* dst, int64_t n);                                \
   void act_from_float_q8_K(const float* src, void* dst, int64_t n);                                \
@@ -45,7 +46,7 @@
                       size_t xs, int64_t nx, float* y, size_t ys);                                 \
   void packed_q4_0_q8_0(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,      \
                         const int32_t* xoff, int64_t nx, float* y, size_t ys);                     \
-  /* packed_q8_0_q8_0 is defined at the avx512 level only (it needs VNNI) */                      \
+  /* packed_q8_0_q8_0 is defined at the avx512 level only (it needs VNNI) */                       \
   void packed_q8_0_q8_0(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,      \
                         const int32_t* xoff, int64_t nx, float* y, size_t ys);
 

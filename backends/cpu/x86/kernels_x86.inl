@@ -1083,6 +1083,12 @@ inline __m256 expf8(__m256 x) {
 
 }  // namespace
 
+void f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) store16(dst + i, load16_f16(src + i));
+  for (; i < n; ++i) dst[i] = h2f(src[i]);
+}
+
 void rope_rotate(float* v, const float* cs, const float* sn, int64_t half, bool neox) {
   // Per pair (x0, x1): x0·cos − x1·sin and x0·sin + x1·cos, the x0 product fused (ops.cpp).
   int64_t i = 0;
