@@ -256,17 +256,19 @@ TEST(SimdMatmul, EqualsScalarDots) {
 
 // Weights packed at load (pack.h: 16 rows interleaved) give, at every level with a packed
 // kernel, the float of the scalar dot of the unpacked rows for every output (q4_0: the
-// repacked order, q8_0: its lane order): one group and several, one block and many, every
-// activation-row tail of the kernels' passes, and more threads than groups. A level without a
+// repacked order, q8_0 and q6_K: their lane order): one group and several, one block and many,
+// every activation-row tail of the kernels' passes, and more threads than groups. A level without a
 // packed kernel (scalar) ignores Tensor::packed and reads the rows.
 TEST(SimdMatmul, PackedWeightsEqualScalarDots) {
   std::vector<CpuLevel> levels = simd_levels();
   levels.push_back(CpuLevel::scalar);
   int checked = 0, zeros = 0;
-  for (DType t : {DType::Q4_0, DType::Q8_0}) {
+  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q6_K}) {
     const CpuTypeTraits* ref = cpu_traits(t, CpuLevel::scalar);
     const VecDotFn dot = t == DType::Q4_0 ? ref->repack_dot : ref->vec_dot;
-    for (int64_t k : {int64_t(32), int64_t(96), int64_t(2048)})
+    const std::vector<int64_t> ks = t == DType::Q6_K ? std::vector<int64_t>{256, 512, 2048}
+                                                     : std::vector<int64_t>{32, 96, 2048};
+    for (int64_t k : ks)
       for (int64_t m : {int64_t(16), int64_t(48)}) {
         const auto wf = varied_floats(size_t(m * k), 11 + uint32_t(k + m));
         const size_t rb = size_t(*row_bytes(t, k));
@@ -276,7 +278,7 @@ TEST(SimdMatmul, PackedWeightsEqualScalarDots) {
         const Buffer packed = pack_weight(w);
         ASSERT_EQ(packed.size(), wbytes.size());
         w.packed = packed.data();
-        const size_t ab = size_t(*row_bytes(DType::Q8_0, k));
+        const size_t ab = size_t(*row_bytes(ref->act_type, k));
         for (CpuLevel level : levels)
           for (int64_t n : {1, 2, 3, 4, 5, 8, 9}) {
             const auto x = varied_floats(size_t(n * k), 40 + uint32_t(n));
@@ -365,6 +367,9 @@ TEST(SimdMatmul, PackRefusesWhatItCannotPack) {
   EXPECT_THROW(pack_weight(Tensor::contiguous(DType::Q4_0, bytes.data(), 64, 24)),
                std::invalid_argument);
   EXPECT_FALSE(pack_supported(Tensor::contiguous(DType::Q4_1, bytes.data(), 32, 16)));
+  std::vector<uint8_t> k_bytes(size_t(*row_bytes(DType::Q6_K, 256)) * 24, 1);
+  EXPECT_FALSE(pack_supported(Tensor::contiguous(DType::Q6_K, k_bytes.data(), 256, 24)));  // 24
+  EXPECT_FALSE(pack_supported(Tensor::contiguous(DType::Q5_K, k_bytes.data(), 256, 16)));
   EXPECT_FALSE(pack_supported(Tensor{}));
 }
 

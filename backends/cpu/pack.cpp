@@ -11,30 +11,75 @@ namespace kvrun::cpu {
 
 namespace {
 
-/// Bytes of one block of a 16-row group.
+/// Bytes of one block (32 values; 256 for q6_K) of a 16-row group.
 size_t group_block_bytes(DType t) {
-  return size_t(kPackRows) * (t == DType::Q4_0 ? sizeof(block_q4_0) : sizeof(block_q8_0));
+  switch (t) {
+    case DType::Q4_0:
+      return size_t(kPackRows) * sizeof(block_q4_0);
+    case DType::Q8_0:
+      return size_t(kPackRows) * sizeof(block_q8_0);
+    default:
+      return size_t(kPackRows) * sizeof(block_q6_K);
+  }
+}
+
+bool packable_type(DType t) { return t == DType::Q4_0 || t == DType::Q8_0 || t == DType::Q6_K; }
+
+/// Value i (0..255) of a q6_K block as stored, q + 32 in 0..63 (GGUF bit layout; the same
+/// unpacking as vec_dot_q6_K_q8_K).
+uint8_t q6_K_value(const block_q6_K& blk, int i) {
+  const int r = i % 128;
+  const int lo = blk.ql[64 * (i / 128) + i % 32 + 32 * ((r / 32) & 1)] >> (r < 64 ? 0 : 4);
+  const int hi = (blk.qh[32 * (i / 128) + i % 32] >> (2 * (r / 32))) & 3;
+  return uint8_t((lo & 0x0F) | (hi << 4));
+}
+
+/// One q6_K super-block of 16 rows (pack.h layout) from row r's block src[r].
+void pack_q6_K_block(const block_q6_K* const* src, uint8_t* dst) {
+  for (int r = 0; r < kPackRows; ++r) {
+    const block_q6_K& b = *src[r];
+    std::memcpy(dst + 2 * r, &b.d, 2);
+    for (int j = 0; j < 16; ++j) dst[32 + 16 * j + r] = uint8_t(b.scales[j]);
+    uint8_t u[QK_K];
+    for (int i = 0; i < QK_K; ++i) u[i] = q6_K_value(b, i);
+    for (int j = 0; j < 16; ++j) {
+      uint8_t* quad = dst + 288 + 192 * j;
+      const uint8_t* v = u + 16 * j;
+      for (int e = 0; e < 4; ++e) {
+        quad[4 * r + e] = uint8_t(v[e] | (v[8 + e] >> 4) << 6);
+        quad[64 + 4 * r + e] = uint8_t(v[4 + e] | (v[12 + e] >> 4) << 6);
+        quad[128 + 4 * r + e] = uint8_t((v[8 + e] & 15) | (v[12 + e] & 15) << 4);
+      }
+    }
+  }
 }
 
 }  // namespace
 
 bool pack_supported(const Tensor& w) {
-  if ((w.type != DType::Q4_0 && w.type != DType::Q8_0) || !w.data || w.ne[2] != 1 || w.ne[3] != 1)
-    return false;
-  if (w.ne[0] % 32 != 0 || w.ne[1] % kPackRows != 0 || w.ne[1] == 0) return false;
-  if (w.nb[1] != size_t(w.ne[0] / 32) * traits(w.type).block_bytes) return false;
+  if (!packable_type(w.type) || !w.data || w.ne[2] != 1 || w.ne[3] != 1) return false;
+  const int64_t be = traits(w.type).block_elems;
+  if (w.ne[0] % be != 0 || w.ne[1] % kPackRows != 0 || w.ne[1] == 0 || w.ne[0] == 0) return false;
+  if (w.nb[1] != size_t(w.ne[0] / be) * traits(w.type).block_bytes) return false;
   const CpuTypeTraits* ct = cpu_traits(w.type);
   return ct && ct->packed_tile;
 }
 
 Buffer pack_weight(const Tensor& w) {
   if (!pack_supported(w)) throw std::invalid_argument("pack_weight: this tensor cannot be packed");
-  const int64_t nb = w.ne[0] / 32, groups = w.ne[1] / kPackRows;
+  const int64_t nb = w.ne[0] / traits(w.type).block_elems, groups = w.ne[1] / kPackRows;
   const size_t gb = group_block_bytes(w.type);
   Buffer out(size_t(groups * nb) * gb);
   uint8_t* dst = static_cast<uint8_t*>(out.data());
   for (int64_t g = 0; g < groups; ++g)
-    for (int64_t b = 0; b < nb; ++b, dst += gb)
+    for (int64_t b = 0; b < nb; ++b, dst += gb) {
+      if (w.type == DType::Q6_K) {
+        const block_q6_K* src[kPackRows];
+        for (int64_t r = 0; r < kPackRows; ++r)
+          src[r] = static_cast<const block_q6_K*>(w.row(g * kPackRows + r)) + b;
+        pack_q6_K_block(src, dst);
+        continue;
+      }
       for (int64_t r = 0; r < kPackRows; ++r) {
         if (w.type == DType::Q4_0) {
           const block_q4_0& src = static_cast<const block_q4_0*>(w.row(g * kPackRows + r))[b];
@@ -48,17 +93,31 @@ Buffer pack_weight(const Tensor& w) {
               dst[32 + 64 * i + 4 * r + e] = uint8_t(src.qs[4 * i + e]) ^ 0x80;  // q + 128
         }
       }
+    }
   return out;
 }
 
-size_t packed_group_bytes(DType t, int64_t k) { return size_t(k / 32) * group_block_bytes(t); }
-
-int64_t pack_act_offsets_per_row(DType t, int64_t k) {
-  return (k / 32) * (t == DType::Q4_0 ? 1 : 8);
+size_t packed_group_bytes(DType t, int64_t k) {
+  return size_t(k / traits(t).block_elems) * group_block_bytes(t);
 }
+
+int64_t pack_act_offsets_per_row(DType t, int64_t k) { return t == DType::Q4_0 ? k / 32 : k / 4; }
 
 void pack_act_offsets(DType t, const void* act, size_t act_row, int64_t n, int64_t k,
                       int32_t* out) {
+  if (t == DType::Q6_K) {
+    // −32 · Σ of each 4 consecutive activation quants (the +32 of the stored q6_K values).
+    for (int64_t j = 0; j < n; ++j) {
+      const block_q8_K* xb =
+          reinterpret_cast<const block_q8_K*>(static_cast<const uint8_t*>(act) + j * act_row);
+      for (int64_t b = 0; b < k / QK_K; ++b) {
+        const int8_t* q = xb[b].qs;
+        for (int i = 0; i < QK_K / 4; ++i)
+          *out++ = -32 * (q[4 * i] + q[4 * i + 1] + q[4 * i + 2] + q[4 * i + 3]);
+      }
+    }
+    return;
+  }
   const int64_t nb = k / 32;
   for (int64_t j = 0; j < n; ++j) {
     const block_q8_0* xb =

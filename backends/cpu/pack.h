@@ -19,7 +19,26 @@
 // so VPDPBUSD can multiply them by signed activations; the 128·Σx this adds is taken off, see
 // pack_act_offsets). Its dot keeps q8_0's lane order (vec_dot.h), so it too is bit-identical.
 //
-// The packed copy is the same size as the original (18 or 34 bytes per 32 weights).
+// A q6_K matrix (k a multiple of 256) is packed in 3360-byte super-blocks (16 rows × 256
+// values, exactly 16 × q6_K's 210 bytes, so no more memory traffic than the plain rows):
+//   bytes    0 ..   31: the 16 rows' f16 d (row r at 2·r);
+//   bytes   32 ..  287: the int8 sub-block scales, sub-block j (values 16j..16j+15) at 32 + 16·j,
+//                       row r at + r (16 bytes the kernel widens to 16 int32 lanes, one per row);
+//   bytes  288 .. 3359: 16 quads of 192 bytes, quad j holding values 16j..16j+15 as u = q + 32
+//                       (6 bits, 0..63) in three 64-byte chunks, byte 4·r + e of each for row r:
+//                         P: u[16j+e]      | (u[16j+8+e]  >> 4) << 6
+//                         Q: u[16j+4+e]    | (u[16j+12+e] >> 4) << 6
+//                         R: (u[16j+8+e] & 15) | (u[16j+12+e] & 15) << 4
+// so the four 16-row × 4-value vectors of a quad come out of three loads in nine integer
+// operations (P & 63, Q & 63, and two shift/mask/merge chains), with no bytes spent on
+// expansion (storing u as whole bytes would be 4384 bytes, 1.3× the stream). A quad is one
+// 16-value sub-block: four of q6_K's 8 lanes (llama.cpp's AVX2 lane l covers values 4l..4l+3 of
+// each 32), all with the same scale, and the kernel keeps q6_K's 8-lane order (vec_dot.h):
+// VPDPBUSD gives Σ (q+32)·x − 32·Σx per row (the −32·Σx from pack_act_offsets as the starting
+// sum), a value within int16, and VPDPWSSD multiplies it by the row's scale into the lane's
+// int32 sum exactly. Bit-identical to vec_dot_q6_K_q8_K.
+//
+// The packed copy is the same size as the original (18 or 34 bytes per 32 weights, 210 per 256).
 #pragma once
 
 #include <cstdint>
@@ -33,7 +52,7 @@ constexpr int64_t kPackRows = 16;
 
 /// True when `w` can be packed and the CPU kernels of the process's level have a packed kernel
 /// for its type: 2-D, contiguous rows, ne[1] % 16 == 0; q4_0 at the avx2 and avx512 levels,
-/// q8_0 at avx512 (VNNI).
+/// q8_0 and q6_K (ne[0] % 256 == 0) at avx512 (VNNI).
 bool pack_supported(const Tensor& w);
 
 /// The packed copy of `w` (layout above). Throws std::invalid_argument when !pack_supported(w),
@@ -44,11 +63,12 @@ Buffer pack_weight(const Tensor& w);
 size_t packed_group_bytes(DType t, int64_t k);
 
 /// int32 offsets per activation row that the packed kernel of type `t` needs (k/32 for q4_0,
-/// k/4 for q8_0).
+/// k/4 for q8_0 and q6_K).
 int64_t pack_act_offsets_per_row(DType t, int64_t k);
 
-/// The offsets of `n` q8_0 activation rows (act_row bytes apart, k elements) for the packed
-/// kernel of type `t` (PackedTileFn in vec_dot.h): out[n · pack_act_offsets_per_row(t, k)].
+/// The offsets of `n` activation rows (q8_0 for q4_0/q8_0, q8_K for q6_K; act_row bytes apart,
+/// k elements) for the packed kernel of type `t` (PackedTileFn in vec_dot.h):
+/// out[n · pack_act_offsets_per_row(t, k)].
 void pack_act_offsets(DType t, const void* act, size_t act_row, int64_t n, int64_t k, int32_t* out);
 
 }  // namespace kvrun::cpu

@@ -18,6 +18,7 @@
 #include "cpu/cpu_level.h"
 #include "cpu/cpu_traits.h"
 #include "cpu/matmul.h"
+#include "cpu/pack.h"
 #include "cpu/thread_pool.h"
 #include "dtype.h"
 
@@ -60,9 +61,14 @@ kvrun::cpu::ThreadPool& pool_of(int threads) {
 }
 
 void BM_Matmul(benchmark::State& state, DType t, CpuLevel level, int64_t m, int64_t k, int64_t n,
-               int threads) {
+               int threads, bool packed = false) {
   const std::vector<uint8_t>& w = weights(t, m, k);
-  const kvrun::Tensor wt = kvrun::Tensor::contiguous(t, const_cast<uint8_t*>(w.data()), k, m);
+  kvrun::Tensor wt = kvrun::Tensor::contiguous(t, const_cast<uint8_t*>(w.data()), k, m);
+  kvrun::Buffer pw;
+  if (packed) {  // as the model loader does (the packed copy is the same size)
+    pw = kvrun::cpu::pack_weight(wt);
+    wt.packed = pw.data();
+  }
   const std::vector<float> x = random_floats(size_t(n * k), 2);
   std::vector<float> y(size_t(n * m));
   kvrun::cpu::ThreadPool& pool = pool_of(threads);
@@ -131,13 +137,29 @@ void register_all() {
         for (const Shape& s : shapes) {
           auto* b = benchmark::RegisterBenchmark(
               ("matmul/" + tn + "/" + lv + "/" + s.name + "/n1" + th).c_str(), BM_Matmul, t, level,
-              s.m, s.k, int64_t(1), threads);
+              s.m, s.k, int64_t(1), threads, false);
+          if (threads == 2) b->UseRealTime();
+        }
+        // Weights packed at load (pack.h), where this level has a packed kernel for the type.
+        const kvrun::cpu::CpuTypeTraits* ct = kvrun::cpu::cpu_traits(t, level);
+        if (level == kvrun::cpu::cpu_level() && ct && ct->packed_tile)
+          for (const Shape& s : shapes) {
+            auto* b = benchmark::RegisterBenchmark(
+                ("matmul/" + tn + "/" + lv + "-packed/" + s.name + "/n1" + th).c_str(), BM_Matmul,
+                t, level, s.m, s.k, int64_t(1), threads, true);
+            if (threads == 2) b->UseRealTime();
+          }
+        if (level == kvrun::cpu::cpu_level() && ct && ct->packed_tile) {
+          auto* b = benchmark::RegisterBenchmark(
+              ("matmul/" + tn + "/" + lv + "-packed/attn_q_2048x2048/n512" + th).c_str(), BM_Matmul,
+              t, level, int64_t(2048), int64_t(2048), int64_t(512), threads, true);
+          b->Unit(benchmark::kMillisecond)->Iterations(3);
           if (threads == 2) b->UseRealTime();
         }
         // Prefill: 512 rows at the square shape (the scalar level once, as a reference point).
         auto* b = benchmark::RegisterBenchmark(
             ("matmul/" + tn + "/" + lv + "/attn_q_2048x2048/n512" + th).c_str(), BM_Matmul, t,
-            level, int64_t(2048), int64_t(2048), int64_t(512), threads);
+            level, int64_t(2048), int64_t(2048), int64_t(512), threads, false);
         b->Unit(benchmark::kMillisecond)->Iterations(level == CpuLevel::scalar ? 1 : 3);
         if (threads == 2) b->UseRealTime();
       }

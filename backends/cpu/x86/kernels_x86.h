@@ -48,6 +48,9 @@
                         const int32_t* xoff, int64_t nx, float* y, size_t ys);                     \
   /* packed_q8_0_q8_0 is defined at the avx512 level only (it needs VNNI) */                       \
   void packed_q8_0_q8_0(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,      \
+                        const int32_t* xoff, int64_t nx, float* y, size_t ys);                     \
+  /* packed_q6_K_q8_K is defined at the avx512 level only (VNNI, zmm) */                           \
+  void packed_q6_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,      \
                         const int32_t* xoff, int64_t nx, float* y, size_t ys);
 
 namespace kvrun::cpu::avx2 {

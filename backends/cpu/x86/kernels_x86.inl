@@ -465,6 +465,77 @@ inline void packed_q8_0_group(int64_t nb, const uint8_t* g, const uint8_t* x, si
 }
 #endif
 
+/// One packed q6_K group (16 rows, pack.h layout) against C q8_K activation rows: y[c·ys + r].
+/// The order of vec_dot_q6_K_q8_K, lane by lane, a row per int32 / float lane: per super-block 8
+/// integer lanes (q6_K lane l: values 4l..4l+3 of each 32, each times the scale of its 16-value
+/// sub-block), lane = fma(d_x·d_w, float(isum), lane), fold8 at the end. Per 4 values of a row
+/// VPDPBUSD gives s = −32·Σx + Σ (q+32)·x = Σ q·x, |s| ≤ 4·32·127 (int16), starting from the
+/// xoff entry; VPDPWSSD adds s·sc (s's low 16 bits times the scale, zero-extended from int16 so
+/// the high halves multiply to 0) to the lane: exact integers like the scalar sums.
+#if defined(KVRUN_X86_VNNI) && defined(__AVX512F__)
+/// Bytes ahead that the decode form (one activation row) of packed_q6_K_group prefetches.
+constexpr int kQ6KPrefetchAhead = 4096;
+template <int C>
+inline void packed_q6_K_group(int64_t nb, const uint8_t* g, const uint8_t* x, size_t xs,
+                              const int32_t* xoff, float* y, size_t ys) {
+  V16 acc[C][8];
+  for (int c = 0; c < C; ++c)
+    for (int l = 0; l < 8; ++l) acc[c][l] = zero16();
+  const __m512i m63 = _mm512_set1_epi8(0x3F), m192 = _mm512_set1_epi8(char(0xC0));
+  const __m512i m15 = _mm512_set1_epi8(0x0F);
+  for (int64_t b = 0; b < nb; ++b, g += 3360) {
+    if (C == 1)  // decode streams the weights once: ask for them ahead of the hardware prefetcher
+      for (int l = 0; l < 288; l += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(g) + kQ6KPrefetchAhead + l, _MM_HINT_T0);
+    __m512i lane[C][8];
+    for (int c = 0; c < C; ++c)
+      for (int l = 0; l < 8; ++l) lane[c][l] = _mm512_setzero_si512();
+    for (int j2 = 0; j2 < 8; ++j2)
+      for (int h = 0; h < 2; ++h) {
+        const int j = 2 * j2 + h;  // sub-block j: q6_K lanes 4h..4h+3 of 32-value group j2
+        const uint8_t* quad = g + 288 + 192 * j;
+        if (C == 1)
+          for (int l = 0; l < 192; l += 64)
+            _mm_prefetch(reinterpret_cast<const char*>(quad) + kQ6KPrefetchAhead + l, _MM_HINT_T0);
+        // Scale of sub-block j per row, as int32 lanes holding the int16 value zero-extended.
+        const __m512i sc = _mm512_maskz_cvtepu16_epi32(
+            kAll16, _mm256_cvtepi8_epi16(
+                        _mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 32 + 16 * j))));
+        const __m512i p = _mm512_loadu_si512(quad), q = _mm512_loadu_si512(quad + 64);
+        const __m512i r = _mm512_loadu_si512(quad + 128);
+        __m512i u[4];
+        u[0] = _mm512_and_si512(p, m63);
+        u[1] = _mm512_and_si512(q, m63);
+        // (a & 15) | b for b = the top two bits moved to bits 4..5 (16-bit shifts after masking,
+        // so no bits cross between bytes).
+        u[2] = _mm512_ternarylogic_epi32(r, _mm512_srli_epi16(_mm512_and_si512(p, m192), 2), m15,
+                                         0xEC);
+        u[3] = _mm512_ternarylogic_epi32(
+            _mm512_srli_epi16(r, 4), _mm512_srli_epi16(_mm512_and_si512(q, m192), 2), m15, 0xEC);
+        for (int c = 0; c < C; ++c) {
+          const int8_t* qx = block_at<block_q8_K>(x, xs, c, b).qs + 16 * j;
+          const int32_t* off = xoff + (size_t(c) * size_t(nb) + size_t(b)) * 64 + 4 * j;
+          for (int i = 0; i < 4; ++i) {
+            const __m512i xv = _mm512_maskz_broadcastd_epi32(kAll16, _mm_loadu_si32(qx + 4 * i));
+            const __m512i s = _mm512_dpbusd_epi32(_mm512_set1_epi32(off[i]), u[i], xv);
+            lane[c][4 * h + i] = _mm512_dpwssd_epi32(lane[c][4 * h + i], s, sc);
+          }
+        }
+      }
+    const V16 dw = load16_f16(reinterpret_cast<const uint16_t*>(g));
+    for (int c = 0; c < C; ++c) {
+      const V16 d = mul16(dw, splatf16(block_at<block_q8_K>(x, xs, c, b).d));
+      for (int l = 0; l < 8; ++l) acc[c][l] = fma16(d, cvt16(I16{lane[c][l]}), acc[c][l]);
+    }
+  }
+  for (int c = 0; c < C; ++c) {
+    V16 t[4];
+    for (int i = 0; i < 4; ++i) t[i] = add16(acc[c][i + 4], acc[c][i]);
+    store16(y + size_t(c) * ys, add16(add16(t[0], t[2]), add16(t[1], t[3])));
+  }
+}
+#endif
+
 // ---------------------------------------------------------------------------------------------
 // K-quants against q8_K
 // ---------------------------------------------------------------------------------------------
@@ -878,6 +949,28 @@ void packed_q8_0_q8_0(int64_t n, const void* wp, int64_t ngroups, const void* x,
                            ys);
   }
 }
+
+#ifdef __AVX512F__
+// AVX-512 only: the 16 int32 lanes of a q6_K pass are one zmm each (as ymm pairs, the 8 int
+// lanes per activation row would not fit the avx2 level's 16 registers).
+void packed_q6_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
+                      const int32_t* xoff, int64_t nx, float* y, size_t ys) {
+  constexpr int kC = 2;  // 16 int32 and 16 float lane accumulators per pass
+  const int64_t nb = n / QK_K;
+  const uint8_t* xb = static_cast<const uint8_t*>(x);
+  for (int64_t gi = 0; gi < ngroups; ++gi) {
+    const uint8_t* g = static_cast<const uint8_t*>(wp) + size_t(gi) * size_t(nb) * 3360;
+    float* yg = y + gi * 16;
+    int64_t j = 0;
+    for (; j + kC <= nx; j += kC)
+      packed_q6_K_group<kC>(nb, g, xb + size_t(j) * xs, xs, xoff + j * nb * 64, yg + size_t(j) * ys,
+                            ys);
+    for (; j < nx; ++j)
+      packed_q6_K_group<1>(nb, g, xb + size_t(j) * xs, xs, xoff + j * nb * 64, yg + size_t(j) * ys,
+                           ys);
+  }
+}
+#endif
 
 #endif
 
