@@ -471,10 +471,9 @@ inline void packed_q8_0_group(int64_t nb, const uint8_t* g, const uint8_t* x, si
 /// sub-block), lane = fma(d_x·d_w, float(isum), lane), fold8 at the end. Per 4 values of a row
 /// VPDPBUSD gives s = −32·Σx + Σ (q+32)·x = Σ q·x, |s| ≤ 4·32·127 (int16), starting from the
 /// xoff entry; VPDPWSSD adds s·sc (s's low 16 bits times the scale, zero-extended from int16 so
-/// the high halves multiply to 0) to the lane: exact integers like the scalar sums.
+/// the high halves multiply to 0) to the lane: exact integers like the scalar sums. The decode
+/// form (C = 1) prefetches kPrefetchAhead bytes ahead.
 #if defined(KVRUN_X86_VNNI) && defined(__AVX512F__)
-/// Bytes ahead that the decode form (one activation row) of packed_q6_K_group prefetches.
-constexpr int kQ6KPrefetchAhead = 4096;
 template <int C>
 inline void packed_q6_K_group(int64_t nb, const uint8_t* g, const uint8_t* x, size_t xs,
                               const int32_t* xoff, float* y, size_t ys) {
@@ -486,7 +485,7 @@ inline void packed_q6_K_group(int64_t nb, const uint8_t* g, const uint8_t* x, si
   for (int64_t b = 0; b < nb; ++b, g += 3360) {
     if (C == 1)  // decode streams the weights once: ask for them ahead of the hardware prefetcher
       for (int l = 0; l < 288; l += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(g) + kQ6KPrefetchAhead + l, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(g) + kPrefetchAhead + l, _MM_HINT_T0);
     __m512i lane[C][8];
     for (int c = 0; c < C; ++c)
       for (int l = 0; l < 8; ++l) lane[c][l] = _mm512_setzero_si512();
@@ -496,7 +495,7 @@ inline void packed_q6_K_group(int64_t nb, const uint8_t* g, const uint8_t* x, si
         const uint8_t* quad = g + 288 + 192 * j;
         if (C == 1)
           for (int l = 0; l < 192; l += 64)
-            _mm_prefetch(reinterpret_cast<const char*>(quad) + kQ6KPrefetchAhead + l, _MM_HINT_T0);
+            _mm_prefetch(reinterpret_cast<const char*>(quad) + kPrefetchAhead + l, _MM_HINT_T0);
         // Scale of sub-block j per row, as int32 lanes holding the int16 value zero-extended.
         const __m512i sc = _mm512_maskz_cvtepu16_epi32(
             kAll16, _mm256_cvtepi8_epi16(
