@@ -86,7 +86,6 @@ struct kb_t {
   return c;
 }
 [[gnu::always_inline]] inline f8s splat8(float x) { return f8s{x, x, x, x, x, x, x, x}; }
-template <int kShift>
 [[gnu::always_inline]] inline f8s block_dot(const kb_t& k, const int8_t* q, const int32_t*) {
   f8s r;
   for (int i = 0; i < 8; ++i) {
@@ -153,7 +152,6 @@ using kb_t = __m256i;  // 32 signed K values
 [[gnu::always_inline]] inline __m256 splat8(float x) { return _mm256_set1_ps(x); }
 /// Σ k·q per 4 values with llama.cpp's sign trick (|k| unsigned × q with k's sign, which
 /// maddubs cannot overflow: 2 · 128 · 127 < 2^15).
-template <int kShift>
 [[gnu::always_inline]] inline __m256 block_dot(kb_t k, const int8_t* q, const int32_t*) {
   const __m256i qv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
   const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(k, k), _mm256_sign_epi8(qv, k));
@@ -199,7 +197,7 @@ constexpr int kAccRegs = 16;
   return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
 }
 [[gnu::always_inline]] inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
-using kb_t = __m256i;  // 32 K values + 2^kShift (128 for q8_0, 8 for q4_0), unsigned
+using kb_t = __m256i;  // 32 K values + o (128 for q8_0, 8 for q4_0), unsigned
 [[gnu::always_inline]] inline kb_t kblock_q8(const block_q8_0* b) {
   return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b->qs)),
                           _mm256_set1_epi8(char(0x80)));  // k + 128
@@ -213,15 +211,12 @@ using kb_t = __m256i;  // 32 K values + 2^kShift (128 for q8_0, 8 for q4_0), uns
   return _mm256_fmadd_ps(a, b, c);
 }
 [[gnu::always_inline]] inline __m256 splat8(float x) { return _mm256_set1_ps(x); }
-/// Σ (k + 2^kShift)·q per 4 values (VNNI) minus 2^kShift · Σq of the lane's 4 values (lsum):
-/// the lane sums Σ k·q exactly.
-template <int kShift>
-[[gnu::always_inline]] inline __m256 block_dot(kb_t k, const int8_t* q, const int32_t* lsum) {
+/// Σ (k + o)·q per 4 values (VNNI dpbusd, K offset by o to be unsigned) started from
+/// corr = −o · Σq of the lane's 4 values: the lane sums Σ k·q exactly.
+[[gnu::always_inline]] inline __m256 block_dot(kb_t k, const int8_t* q, const int32_t* corr) {
   const __m256i qv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
-  const __m256i corr =
-      _mm256_slli_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(lsum)), kShift);
-  return _mm256_cvtepi32_ps(
-      _mm256_dpbusd_epi32(_mm256_sub_epi32(_mm256_setzero_si256(), corr), k, qv));
+  const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(corr));
+  return _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(c, k, qv));
 }
 
 #include "cpu/flash_decode.inl"

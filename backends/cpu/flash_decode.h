@@ -30,10 +30,11 @@ struct FlashDecodeBlock {
   const float* q = nullptr;     ///< [rows][hd] f32 query heads
   /// Q quantized to q8_0 for an in-place Q8_0 / Q4_0 K (null: dot in f32 with q), as
   /// llama.cpp pairs them (its vec_dot_type): qx [rows][hd] int8 values, qd [rows][hd/32] their
-  /// block scales, qlsum [rows][hd/4] the sums of each 4 consecutive values.
+  /// block scales, qcorr [rows][hd/4] −o · (sum of each 4 consecutive values), o = 128 for a
+  /// Q8_0 K and 8 for a Q4_0 K (the offset that makes K unsigned for VNNI's dpbusd).
   const int8_t* qx = nullptr;
   const float* qd = nullptr;
-  const int32_t* qlsum = nullptr;
+  const int32_t* qcorr = nullptr;
   /// K row j of the head at k + j·k_stride, in k_type: F32, F16, BF16, or Q8_0 / Q4_0 with the
   /// head starting on a block boundary (hd % 32 == 0).
   const uint8_t* k = nullptr;

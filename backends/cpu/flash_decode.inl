@@ -12,9 +12,9 @@
 //   ld_q4(const uint8_t* qs, bool high)  W q4_0 nibbles (low or high halves of W bytes) − 8
 //   h2f(uint16_t)                   one binary16 scale as f32
 //   kb_t, kblock_q8 / kblock_q4     one K block of 32 values prepared for block_dot
-//   block_dot<shift>(kb_t, const int8_t* q, const int32_t* lsum)  the 8 lane sums of k·q over
-//                                   the block (4 products each) as f32 (f8_t); lsum: the sums
-//                                   of q per lane, for levels that offset K by 2^shift
+//   block_dot(kb_t, const int8_t* q, const int32_t* corr)  the 8 lane sums of k·q over the
+//                                   block (4 products each) as f32 (f8_t); corr: −o · (sum of
+//                                   the lane's q values), for levels that offset K by o
 //   madd8(a, b, c), splat8(x)       fused a · b + c and broadcast on 8 lanes (f8_t)
 // Float dots keep 16 lanes of partial sums on every level (G16 = 16 / W vectors), so the
 // operations, and the results, do not depend on W.
@@ -109,6 +109,26 @@ template <typename Op>
 #endif
 }
 
+constexpr int G16 = 16 / W;  ///< vectors per 16 lanes
+
+/// The 16 lane sums a[0..G16) folded to W lanes: W = 16 as is; 8: lanes i + (i + 8); 4:
+/// (i + (i + 8)) + ((i + 4) + (i + 12)), the first levels of reduce_w's tree at 16 lanes.
+[[gnu::always_inline]] inline vf fold16(const vf* a) {
+#if KVRUN_FD_W == 16
+  return a[0];
+#elif KVRUN_FD_W == 8
+  return a[0] + a[1];
+#else
+  return (a[0] + a[2]) + (a[1] + a[3]);
+#endif
+}
+
+/// The sum of 16 lanes held in G16 vectors: fold16, then halves and pairs.
+[[gnu::always_inline]] inline float hsum16(const vf* a) {
+  const f4_t q = fold4(fold16(a), [](auto x, auto y) { return x + y; });
+  return (q[0] + q[2]) + (q[1] + q[3]);
+}
+
 /// The max of the W lanes (no NaN expected).
 [[gnu::always_inline]] inline float hmax_w(vf v) {
   const f4_t q = fold4(v, [](auto a, auto b) { return a > b ? a : b; });
@@ -135,20 +155,6 @@ template <typename Op>
   vf s2;
   std::memcpy(&s2, &e, sizeof s2);
   return under ? vf{} : j * s2;
-}
-
-constexpr int G16 = 16 / W;  ///< vectors per 16 lanes
-
-/// The 16 lane sums a[0..G16) folded to W lanes: W = 16 as is; 8: lanes i + (i + 8); 4:
-/// (i + (i + 8)) + ((i + 4) + (i + 12)), the first levels of reduce_w's tree at 16 lanes.
-[[gnu::always_inline]] inline vf fold16(const vf* a) {
-#if KVRUN_FD_W == 16
-  return a[0];
-#elif KVRUN_FD_W == 8
-  return a[0] + a[1];
-#else
-  return (a[0] + a[2]) + (a[1] + a[3]);
-#endif
 }
 
 /// Unscaled scores of rows [r0, r0 + R) against the block's K rows [0, n) into s[r][j] (lanes
@@ -254,11 +260,10 @@ void accumulate(const FlashDecodeBlock& a, int64_t r0, int64_t jlo, int64_t jhi)
 template <DType KT, int R>
 void scores_q8(const FlashDecodeBlock& a, int64_t r0) {
   constexpr int64_t kBlockBytes = KT == DType::Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_0);
-  constexpr int kShift = KT == DType::Q8_0 ? 7 : 3;  // K offset 128 / 8 where a level uses one
   const int64_t nb = a.hd / 32;
   const int8_t* qx = a.qx + r0 * a.hd;
   const float* qd = a.qd + r0 * nb;
-  const int32_t* qlsum = a.qlsum + r0 * (a.hd / 4);
+  const int32_t* qcorr = a.qcorr + r0 * (a.hd / 4);
   alignas(64) float t[R][W * W];
   for (int64_t j0 = 0; j0 < a.n; j0 += W) {
     for (int jj = 0; jj < W; ++jj) {
@@ -277,12 +282,11 @@ void scores_q8(const FlashDecodeBlock& a, int64_t r0) {
           k = kblock_q8(reinterpret_cast<const block_q8_0*>(blk));
         else
           k = kblock_q4(reinterpret_cast<const block_q4_0*>(blk));
-        const float dk = h2f(reinterpret_cast<const block_q8_0*>(blk)->d);  // d first in both
+        const f8_t dk = splat8(h2f(reinterpret_cast<const block_q8_0*>(blk)->d));  // d first
 #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) {
-          const f8_t d =
-              block_dot<kShift>(k, qx + r * a.hd + b * 32, qlsum + r * (a.hd / 4) + b * 8);
-          acc[r] = madd8(d, splat8(dk * qd[r * nb + b]), acc[r]);
+          const f8_t d = block_dot(k, qx + r * a.hd + b * 32, qcorr + r * (a.hd / 4) + b * 8);
+          acc[r] = madd8(d, dk * qd[r * nb + b], acc[r]);  // d_k · d_q rounded, then fused
         }
       }
 #pragma GCC unroll 16
@@ -409,14 +413,15 @@ void flash_decode_block(const FlashDecodeBlock& a) {
       a.l[r] *= c;
       a.m[r] = mb;
     }
-    for (int64_t j = 0; j < n_pad; j += W) st_f32(s + j, exp_nonpos_w(ld_f32(s + j) - mb));
-    // The block's sum as the large-tile kernel forms it on any level: 16 lane sums over the
-    // block's 16-wide chunks, then the lanes in order.
-    float lanes[16] = {};
-    for (int64_t j = 0; j < n_pad; ++j) lanes[j % 16] += s[j];
-    float sum = 0.0f;
-    for (int k = 0; k < 16; ++k) sum += lanes[k];
-    a.l[r] += sum;
+    // e^(s − max), and the block's sum: 16 lane sums over the 16-wide chunks, then one fixed
+    // tree (the same operations at every W).
+    vf sum16[G16] = {};
+    for (int64_t j = 0; j < n_pad; j += W) {
+      const vf e = exp_nonpos_w(ld_f32(s + j) - mb);
+      st_f32(s + j, e);
+      sum16[(j / W) % G16] += e;
+    }
+    a.l[r] += hsum16(sum16);
   }
   if (jhi <= jlo) return;  // no row sees any position of the block
   switch (a.v_type) {

@@ -122,7 +122,7 @@ struct Scratch {
   std::vector<float> corr;     ///< flash decode: [rows] rescale factors of one block
   std::vector<int8_t> qi;      ///< flash decode: [rows][head_dim] Q quantized to q8_0, values
   std::vector<float> qd;       ///< flash decode: [rows][head_dim / 32] their block scales
-  std::vector<int32_t> qlsum;  ///< flash decode: [rows][head_dim / 4] sums of 4 values
+  std::vector<int32_t> qcorr;  ///< flash decode: [rows][head_dim / 4] −o · sums of 4 values
 };
 
 /// One block's rows of one KV head: stored rows (in place) or decoded tiles.
@@ -475,7 +475,7 @@ void flash_tile_decode(const Call& c, const PagedSeq& seq, int64_t i0, int64_t i
     sc.qx.resize(size_t(rows * nb) * sizeof(block_q8_0));
     sc.qi.resize(size_t(rows * hd));
     sc.qd.resize(size_t(rows * nb));
-    sc.qlsum.resize(size_t(rows * hd / 4));
+    sc.qcorr.resize(size_t(rows * hd / 4));
   }
   for (int64_t i = i0; i < i1; ++i)
     for (int64_t g = 0; g < G; ++g) {
@@ -492,7 +492,9 @@ void flash_tile_decode(const Call& c, const PagedSeq& seq, int64_t i0, int64_t i
         }
         for (int64_t e = 0; e < hd / 4; ++e) {
           const int8_t* v = sc.qi.data() + r * hd + 4 * e;
-          sc.qlsum[size_t(r * hd / 4 + e)] = int32_t(v[0]) + v[1] + v[2] + v[3];
+          // K offset that makes it unsigned for VNNI: 128 for q8_0, 8 for q4_0 (flash_decode.h)
+          const int32_t o = kv.k_type == DType::Q8_0 ? 128 : 8;
+          sc.qcorr[size_t(r * hd / 4 + e)] = -o * (int32_t(v[0]) + v[1] + v[2] + v[3]);
         }
       } else if (kv.k_type == DType::F16) {
         for (int64_t d = 0; d < hd; ++d) qf[d] = fp16_to_f32(f32_to_fp16(qf[d]));
@@ -501,7 +503,7 @@ void flash_tile_decode(const Call& c, const PagedSeq& seq, int64_t i0, int64_t i
   if (q8) {
     fb.qx = sc.qi.data();
     fb.qd = sc.qd.data();
-    fb.qlsum = sc.qlsum.data();
+    fb.qcorr = sc.qcorr.data();
   }
   sc.acc.assign(size_t(rows * hdv), 0.0f);
   sc.m.assign(size_t(rows), -INFINITY);
