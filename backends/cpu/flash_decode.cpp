@@ -21,9 +21,11 @@
 // The lane helpers are always inlined; GCC's note about the AVX-512 calling convention for
 // vector arguments does not apply.
 #pragma GCC diagnostic ignored "-Wpsabi"
+#if KVRUN_FLASH_DECODE_X86
 // GCC 12 warns inside its own AVX-512 intrinsics (_mm512_undefined_ps used as the pass-through
 // of unmasked conversions) when they are compiled under `#pragma GCC target` (GCC bug 105593).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 namespace kvrun::cpu {
 
