@@ -16,6 +16,16 @@
 // pool's contiguous chunks carry similar causal work. Items are independent, so the result does
 // not depend on the number of threads.
 //
+// Small tiles (decode: at most kFlashSplitMaxQueries query tokens) with head_dim and head_dim_v
+// multiples of 16 take flash_tile_decode instead: no transposed tiles, K and V read in place in
+// their cache type (f16 widened with F16C, q8_0 / q4_0 widened from int8 and scaled, in
+// registers) by the block kernel of flash_decode.h at the process's kernel level (cpu_level():
+// AVX-512, AVX2 or the portable copy), every query row of the tile (the GQA group) against each
+// K row and each V row at once. Q is converted as llama.cpp's flash attention does (q8_0 for a
+// q8_0 / q4_0 K: integer block dots, VNNI on AVX-512; f16 for an f16 K; else f32). Types it
+// cannot read in place (fp8, nvfp4, q8_0 /
+// q4_0 heads that straddle blocks) are decoded row by row to f32 first.
+//
 // Exact scheme (flash = false), llama.cpp's default path. Work item = (sequence, query token, KV
 // head): per block the K rows of the KV head are decoded (when the type cannot be read in place)
 // into a block_size × head_dim tile; Q is dotted in "K's dot type" as llama.cpp's CPU backend
@@ -39,7 +49,10 @@
 #include <stdexcept>
 #include <vector>
 
+#include "blocks.h"
+#include "cpu/cpu_level.h"
 #include "cpu/cpu_traits.h"
+#include "cpu/flash_decode.h"
 #include "cpu/kv_row_ops.h"
 #include "cpu/ops.h"
 #include "cpu/vec_dot.h"
@@ -86,25 +99,30 @@ struct Call {
   bool v_f16;     ///< V is f16: read in place, f16 accumulation (flash) / f16 weights (exact)
   bool v_direct;  ///< V is f16 or f32 and read in place (else decoded to the tile)
   bool batched;   ///< ≥ 2 query rows in the call (selects the exact scheme's gemm order)
+  FlashDecodeFn decode;  ///< flash: the block kernel for small query tiles (flash_tile_decode)
 };
 
 /// Per-thread buffers; sized on use, reused across items.
 struct Scratch {
-  std::vector<float> qf;     ///< [rows][head_dim] Q heads in f32 (rotated when asked)
-  std::vector<uint8_t> qx;   ///< [rows][4·head_dim] Q heads in K's dot type
-  std::vector<float> ktile;  ///< exact: [block_size][head_dim] decoded K head rows
-  std::vector<float> kt;     ///< flash: [head_dim][block_size] decoded K rows, transposed
-  std::vector<float> krow;   ///< flash: [head_dim] one decoded K row
-  std::vector<float> vtile;  ///< [block_size][head_dim_v] decoded V head rows
-  std::vector<float> acc;    ///< flash: [rows][head_dim_v]; exact: [group][64][head_dim_v]
-  std::vector<float> w;      ///< exact: [group][n_kv] scores, then weights; flash: [rows][bs]
-  std::vector<double> tail;  ///< exact: [group][head_dim_v] vec-order tail sums
-  std::vector<float> zeros;  ///< [head_dim_v] V of the cells past the causal limit
-  std::vector<float> vrow;   ///< [head_dim_v] one f16 V row widened to f32 (exact scheme)
-  std::vector<float> m, l;   ///< flash: [rows] running max and running sum
-  std::vector<int64_t> nv;   ///< flash: [rows] positions of the block each row sees
-  std::vector<int64_t> lo;   ///< flash: [rows] its first position inside the sliding window
-  std::vector<float> s;      ///< flash: [padded block] one row's scores, then weights
+  std::vector<float> qf;       ///< [rows][head_dim] Q heads in f32 (rotated when asked)
+  std::vector<uint8_t> qx;     ///< [rows][4·head_dim] Q heads in K's dot type
+  std::vector<float> ktile;    ///< exact: [block_size][head_dim] decoded K head rows
+  std::vector<float> kt;       ///< flash: [head_dim][block_size] decoded K rows, transposed
+  std::vector<float> krow;     ///< flash: [head_dim] one decoded K row
+  std::vector<float> vtile;    ///< [block_size][head_dim_v] decoded V head rows
+  std::vector<float> acc;      ///< flash: [rows][head_dim_v]; exact: [group][64][head_dim_v]
+  std::vector<float> w;        ///< exact: [group][n_kv] scores, then weights; flash: [rows][bs]
+  std::vector<double> tail;    ///< exact: [group][head_dim_v] vec-order tail sums
+  std::vector<float> zeros;    ///< [head_dim_v] V of the cells past the causal limit
+  std::vector<float> vrow;     ///< [head_dim_v] one f16 V row widened to f32 (exact scheme)
+  std::vector<float> m, l;     ///< flash: [rows] running max and running sum
+  std::vector<int64_t> nv;     ///< flash: [rows] positions of the block each row sees
+  std::vector<int64_t> lo;     ///< flash: [rows] its first position inside the sliding window
+  std::vector<float> s;        ///< flash: [padded block] one row's scores, then weights
+  std::vector<float> corr;     ///< flash decode: [rows] rescale factors of one block
+  std::vector<int8_t> qi;      ///< flash decode: [rows][head_dim] Q quantized to q8_0, values
+  std::vector<float> qd;       ///< flash decode: [rows][head_dim / 32] their block scales
+  std::vector<int32_t> qcorr;  ///< flash decode: [rows][head_dim / 4] −o · sums of 4 values
 };
 
 /// One block's rows of one KV head: stored rows (in place) or decoded tiles.
@@ -443,6 +461,159 @@ void flash_tile(const Call& c, const PagedSeq& seq, int64_t i0, int64_t i1, int6
     }
 }
 
+/// Prefetches `bytes` bytes at the start of each of `n` rows (row j at p + j·stride) into the
+/// cache.
+inline void prefetch_rows(const uint8_t* p, int64_t stride, int64_t bytes, int64_t n) {
+  if (bytes <= 0) return;
+  for (int64_t j = 0; j < n; ++j) {
+    const uint8_t* row = p + j * stride;
+    for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(row + o);
+    __builtin_prefetch(row + bytes - 1);
+  }
+}
+
+/// flash_tile for a small tile (at most kFlashSplitMaxQueries query tokens) with head_dim and
+/// head_dim_v multiples of 16: per block one call of the decode kernel (flash_decode.h), which
+/// reads K and V in place (F32, F16, BF16, and Q8_0 / Q4_0 heads on block boundaries) and dots
+/// or accumulates every query row of the tile against each row; other types are decoded row by
+/// row into f32 first. Q in K's dot type (see the file comment). Same results layout as
+/// flash_tile (out, or m, l, acc per row into `partial`).
+void flash_tile_decode(const Call& c, const PagedSeq& seq, int64_t i0, int64_t i1, int64_t hk,
+                       int64_t b_begin, int64_t b_end, const float* q, float* out, float* partial,
+                       Scratch& sc) {
+  const PagedKvLayer& kv = c.kv;
+  const AttnParams& a = c.p.attn;
+  const int64_t hd = a.head_dim, hdv = a.head_dim_v, bs = kv.block_size, G = c.group;
+  const int64_t rows = (i1 - i0) * G;
+  FlashDecodeBlock fb;
+  fb.rows = rows;
+  fb.hd = hd;
+  fb.hdv = hdv;
+  fb.bsp = (bs + kLanes - 1) / kLanes * kLanes;
+  fb.scale = a.scale;
+  fb.softcap = c.p.softcap;
+  const bool k_in_place = flash_decode_in_place(kv.k_type, hd);
+  const bool v_in_place = flash_decode_in_place(kv.v_type, hdv);
+  // Q in K's dot type, as llama.cpp's flash attention converts it: quantized to q8_0 for a
+  // Q8_0 / Q4_0 K read in place (integer block dots), rounded to f16 for an f16 K, else f32.
+  const bool q8 = k_in_place && (kv.k_type == DType::Q8_0 || kv.k_type == DType::Q4_0);
+  const int64_t nb = hd / 32;
+  sc.qf.resize(size_t(rows * hd));
+  if (q8) {
+    sc.qx.resize(size_t(rows * nb) * sizeof(block_q8_0));
+    sc.qi.resize(size_t(rows * hd));
+    sc.qd.resize(size_t(rows * nb));
+    sc.qcorr.resize(size_t(rows * hd / 4));
+  }
+  for (int64_t i = i0; i < i1; ++i)
+    for (int64_t g = 0; g < G; ++g) {
+      const int64_t r = (i - i0) * G + g;
+      float* qf = sc.qf.data() + r * hd;
+      std::copy_n(q + (seq.q0 + i) * a.n_head * hd + (hk * G + g) * hd, hd, qf);
+      if (c.p.rotate) hadamard_rotate(qf, hd);
+      if (q8) {
+        c.kd.q_convert(qf, sc.qx.data(), hd);
+        const auto* blocks = reinterpret_cast<const block_q8_0*>(sc.qx.data());
+        for (int64_t b = 0; b < nb; ++b) {
+          for (int e = 0; e < 32; ++e) sc.qi[size_t(r * hd + b * 32 + e)] = blocks[b].qs[e];
+          sc.qd[size_t(r * nb + b)] = fp16_to_f32(blocks[b].d);
+        }
+        for (int64_t e = 0; e < hd / 4; ++e) {
+          const int8_t* v = sc.qi.data() + r * hd + 4 * e;
+          // K offset that makes it unsigned for VNNI: 128 for q8_0, 8 for q4_0 (flash_decode.h)
+          const int32_t o = kv.k_type == DType::Q8_0 ? 128 : 8;
+          sc.qcorr[size_t(r * hd / 4 + e)] = -o * (int32_t(v[0]) + v[1] + v[2] + v[3]);
+        }
+      } else if (kv.k_type == DType::F16) {
+        for (int64_t d = 0; d < hd; ++d) qf[d] = fp16_to_f32(f32_to_fp16(qf[d]));
+      }
+    }
+  if (q8) {
+    fb.qx = sc.qi.data();
+    fb.qd = sc.qd.data();
+    fb.qcorr = sc.qcorr.data();
+  }
+  sc.acc.assign(size_t(rows * hdv), 0.0f);
+  sc.m.assign(size_t(rows), -INFINITY);
+  sc.l.assign(size_t(rows), 0.0f);
+  sc.nv.resize(size_t(rows));
+  sc.lo.resize(size_t(rows));
+  sc.corr.resize(size_t(rows));
+  sc.s.resize(size_t(rows * fb.bsp));
+  fb.nv = sc.nv.data();
+  fb.lo = sc.lo.data();
+  fb.q = sc.qf.data();
+  fb.s = sc.s.data();
+  fb.m = sc.m.data();
+  fb.l = sc.l.data();
+  fb.acc = sc.acc.data();
+  fb.corr = sc.corr.data();
+  fb.k_type = k_in_place ? kv.k_type : DType::F32;
+  fb.v_type = v_in_place ? kv.v_type : DType::F32;
+  fb.k_stride = k_in_place ? kv.k_row_bytes : hd * 4;
+  fb.v_stride = v_in_place ? kv.v_row_bytes : hdv * 4;
+  const int64_t k_off = k_in_place ? kv_head_offset(kv.k_type, hd, hk) : 0;
+  const int64_t v_off = v_in_place ? kv_head_offset(kv.v_type, hdv, hk) : 0;
+  // Bytes of the head in a stored row that the block reads (what prefetch_rows asks for).
+  const int64_t k_bytes = k_in_place ? kv_row_bytes(kv.k_type, 1, hd) : 0;
+  const int64_t v_bytes = v_in_place ? kv_row_bytes(kv.v_type, 1, hdv) : 0;
+  if (!k_in_place) sc.ktile.resize(size_t(bs * hd));
+  if (!v_in_place) sc.vtile.resize(size_t(bs * hdv));
+  const int64_t end = seq.pos0 + i1;  // positions the last query of the tile sees
+  const int64_t first = c.p.window > 0 ? std::max<int64_t>(0, seq.pos0 + i0 - c.p.window + 1) : 0;
+  for (int64_t b = std::max(b_begin, first / bs); b < b_end && b * bs < end; ++b) {
+    const int64_t n = std::min(bs, end - b * bs);
+    for (int64_t i = i0; i < i1; ++i)
+      for (int64_t g = 0; g < G; ++g) {
+        const int64_t r = (i - i0) * G + g;
+        sc.nv[size_t(r)] = std::min(n, seq.pos0 + i + 1 - b * bs);
+        sc.lo[size_t(r)] = c.p.window > 0 ? seq.pos0 + i - c.p.window + 1 - b * bs : 0;
+      }
+    fb.n = n;
+    const uint8_t* kb = kv.k_block(seq.block_table[b]);
+    const uint8_t* vb = kv.v_block(seq.block_table[b]);
+    if (k_in_place) {
+      fb.k = kb + k_off;
+    } else {
+      for (int64_t j = 0; j < n; ++j)
+        kv_decode_head(kv.k_type, a.n_head_kv, hd, kb + j * kv.k_row_bytes, hk,
+                       sc.ktile.data() + j * hd);
+      fb.k = reinterpret_cast<const uint8_t*>(sc.ktile.data());
+    }
+    if (v_in_place) {
+      fb.v = vb + v_off;
+    } else {
+      for (int64_t j = 0; j < n; ++j)
+        kv_decode_head(kv.v_type, a.n_head_kv, hdv, vb + j * kv.v_row_bytes, hk,
+                       sc.vtile.data() + j * hdv);
+      fb.v = reinterpret_cast<const uint8_t*>(sc.vtile.data());
+    }
+    // Ask for the next block's rows of this head while this one is computed: the rows of one
+    // head are short runs at a stride of a whole row (all KV heads), which the hardware
+    // prefetchers follow poorly.
+    if (b + 1 < b_end && (b + 1) * bs < end) {
+      prefetch_rows(kv.k_block(seq.block_table[b + 1]) + k_off, kv.k_row_bytes, k_bytes,
+                    std::min(bs, end - (b + 1) * bs));
+      prefetch_rows(kv.v_block(seq.block_table[b + 1]) + v_off, kv.v_row_bytes, v_bytes,
+                    std::min(bs, end - (b + 1) * bs));
+    }
+    c.decode(fb);
+  }
+  for (int64_t i = i0; i < i1; ++i)
+    for (int64_t g = 0; g < G; ++g) {
+      const int64_t r = (i - i0) * G + g;
+      const float* acc = sc.acc.data() + r * hdv;
+      float* o = partial ? partial + r * (hdv + 2) + 2
+                         : out + (seq.q0 + i) * a.n_head * hdv + (hk * G + g) * hdv;
+      const float inv = partial ? 1.0f : 1.0f / sc.l[size_t(r)];
+      if (partial) {
+        partial[r * (hdv + 2)] = sc.m[size_t(r)];
+        partial[r * (hdv + 2) + 1] = sc.l[size_t(r)];
+      }
+      for (int64_t d = 0; d < hdv; ++d) o[d] = acc[d] * inv;
+    }
+}
+
 // ---- exact (llama.cpp's non-flash softmax) ----
 
 /// The 16-lane horizontal sum of a 512-bit register as _mm512_reduce_add_ps (halves, quarters,
@@ -650,7 +821,10 @@ void flash_call(ThreadPool& pool, const Call& c, const PagedSeq* seqs, int64_t n
     for (int64_t it = begin; it < end; ++it) {
       const FlashItem& f = items[size_t(it)];
       float* part = f.part < 0 ? nullptr : parts.data() + f.part * rows_max * (hdv + 2);
-      flash_tile(c, seqs[f.s], f.i0, f.i1, f.hk, f.b0, f.b1, q, out, part, sc);
+      if (c.decode && f.i1 - f.i0 <= kFlashSplitMaxQueries)
+        flash_tile_decode(c, seqs[f.s], f.i0, f.i1, f.hk, f.b0, f.b1, q, out, part, sc);
+      else
+        flash_tile(c, seqs[f.s], f.i0, f.i1, f.hk, f.b0, f.b1, q, out, part, sc);
     }
   });
   if (groups.empty()) return;
@@ -722,6 +896,12 @@ void paged_kv_store(const PagedKvLayer& kv, const PagedAttnParams& p, const Page
 
 void paged_attention(ThreadPool& pool, const PagedKvLayer& kv, const PagedAttnParams& p,
                      const PagedSeq* seqs, int64_t n_seqs, const float* q, float* out) {
+  paged_attention_at_level(pool, cpu_level(), kv, p, seqs, n_seqs, q, out);
+}
+
+void paged_attention_at_level(ThreadPool& pool, CpuLevel level, const PagedKvLayer& kv,
+                              const PagedAttnParams& p, const PagedSeq* seqs, int64_t n_seqs,
+                              const float* q, float* out) {
   check_shapes(kv, p);
   const AttnParams& a = p.attn;
   std::vector<int64_t> first(size_t(n_seqs + 1), 0);  // first work item of each sequence
@@ -731,13 +911,15 @@ void paged_attention(ThreadPool& pool, const PagedKvLayer& kv, const PagedAttnPa
     rows += seqs[s].n_q;
   }
   const bool batched = rows >= 2;
-  const Call c{kv,
-               p,
-               a.n_head / a.n_head_kv,
-               make_kdot(kv.k_type, a.head_dim, p.flash, batched),
-               kv.v_type == DType::F16,
-               kv.v_type == DType::F16 || kv.v_type == DType::F32,
-               batched};
+  const Call c{
+      kv,
+      p,
+      a.n_head / a.n_head_kv,
+      make_kdot(kv.k_type, a.head_dim, p.flash, batched),
+      kv.v_type == DType::F16,
+      kv.v_type == DType::F16 || kv.v_type == DType::F32,
+      batched,
+      a.head_dim % 16 == 0 && a.head_dim_v % 16 == 0 ? flash_decode_kernel(level) : nullptr};
   if (p.flash) {
     flash_call(pool, c, seqs, n_seqs, q, out);
     return;

@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "cpu/attention.h"
+#include "cpu/cpu_level.h"
 #include "cpu/thread_pool.h"
 #include "dtype.h"
 
@@ -90,6 +91,15 @@ void paged_kv_store(const PagedKvLayer& kv, const PagedAttnParams& p, const Page
 /// head_dim_v]. Work is split over (sequence, query, KV head) across the pool's threads.
 void paged_attention(ThreadPool& pool, const PagedKvLayer& kv, const PagedAttnParams& p,
                      const PagedSeq* seqs, int64_t n_seqs, const float* q, float* out);
+
+/// As paged_attention, with the flash decode kernel (flash_decode.h: query tiles of at most 4
+/// tokens, head_dim and head_dim_v multiples of 16) of kernel level `level` instead of the
+/// process's cpu_level(), so tests can compare the levels in one process. `level` must be
+/// supported (cpu_level_supported). The exact scheme and the large-tile flash kernel do not
+/// depend on it.
+void paged_attention_at_level(ThreadPool& pool, CpuLevel level, const PagedKvLayer& kv,
+                              const PagedAttnParams& p, const PagedSeq* seqs, int64_t n_seqs,
+                              const float* q, float* out);
 
 /// Merges partial attention results of one query head over disjoint parts of its context
 /// (segments of a long context, or tiers of the KV cache) exactly: part k holds its running max
