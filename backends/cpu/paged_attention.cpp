@@ -357,6 +357,37 @@ void flash_block(int64_t rows, const int64_t* nv, const int64_t* lo, float softc
   }
 }
 
+/// Writes the results of query rows [i0, i1) of `seq` for KV head hk from the scratch's running
+/// max m, sum l and accumulators acc: out = acc / l, or for a segment of the blocks (`partial`
+/// not null) m, l and acc as they are, [rows][2 + head_dim_v]. `lanes` > 0: acc holds that many
+/// per-lane partial sums per value ([rows][head_dim_v][lanes], summed here in lane order); 0: one
+/// value each ([rows][head_dim_v]).
+void write_tile_rows(const Call& c, const PagedSeq& seq, int64_t i0, int64_t i1, int64_t hk,
+                     const Scratch& sc, int64_t lanes, float* out, float* partial) {
+  const AttnParams& a = c.p.attn;
+  const int64_t hdv = a.head_dim_v, G = c.group, acc_len = lanes > 0 ? lanes * hdv : hdv;
+  for (int64_t i = i0; i < i1; ++i)
+    for (int64_t g = 0; g < G; ++g) {
+      const int64_t r = (i - i0) * G + g;
+      const float* acc = sc.acc.data() + r * acc_len;
+      float* o = partial ? partial + r * (hdv + 2) + 2
+                         : out + (seq.q0 + i) * a.n_head * hdv + (hk * G + g) * hdv;
+      const float inv = partial ? 1.0f : 1.0f / sc.l[size_t(r)];
+      if (partial) {
+        partial[r * (hdv + 2)] = sc.m[size_t(r)];
+        partial[r * (hdv + 2) + 1] = sc.l[size_t(r)];
+      }
+      for (int64_t d = 0; d < hdv; ++d) {
+        float t = acc[d];
+        if (lanes > 0) {
+          t = 0.0f;
+          for (int64_t j = 0; j < lanes; ++j) t += acc[d * lanes + j];
+        }
+        o[d] = t * inv;
+      }
+    }
+}
+
 /// Query rows [i0, i1) of sequence `seq` (rows of q / out: seq.q0 + i), KV head hk, flash scheme.
 /// Each block of the KV head is decoded once for all the tile's query heads.
 void flash_tile(const Call& c, const PagedSeq& seq, int64_t i0, int64_t i1, int64_t hk,
@@ -438,27 +469,7 @@ void flash_tile(const Call& c, const PagedSeq& seq, int64_t i0, int64_t i1, int6
                 sc.kt.data(), sc.vtile.data(), direct ? sc.w.data() : nullptr, wide, sc.s.data(),
                 sc.m.data(), sc.l.data(), sc.acc.data());
   }
-  for (int64_t i = i0; i < i1; ++i)
-    for (int64_t g = 0; g < G; ++g) {
-      const int64_t r = (i - i0) * G + g;
-      const float* acc = sc.acc.data() + r * acc_len;
-      // Final: out = acc / l. Partial (a segment of the blocks): m, l, acc as they are.
-      float* o = partial ? partial + r * (hdv + 2) + 2
-                         : out + (seq.q0 + i) * a.n_head * hdv + (hk * G + g) * hdv;
-      const float inv = partial ? 1.0f : 1.0f / sc.l[size_t(r)];
-      if (partial) {
-        partial[r * (hdv + 2)] = sc.m[size_t(r)];
-        partial[r * (hdv + 2) + 1] = sc.l[size_t(r)];
-      }
-      for (int64_t d = 0; d < hdv; ++d) {
-        float t = acc[d];
-        if (wide) {
-          t = 0.0f;
-          for (int64_t j = 0; j < bsp; ++j) t += acc[d * bsp + j];
-        }
-        o[d] = t * inv;
-      }
-    }
+  write_tile_rows(c, seq, i0, i1, hk, sc, wide ? bsp : 0, out, partial);
 }
 
 /// Prefetches `bytes` bytes at the start of each of `n` rows (row j at p + j·stride) into the
@@ -599,19 +610,7 @@ void flash_tile_decode(const Call& c, const PagedSeq& seq, int64_t i0, int64_t i
     }
     c.decode(fb);
   }
-  for (int64_t i = i0; i < i1; ++i)
-    for (int64_t g = 0; g < G; ++g) {
-      const int64_t r = (i - i0) * G + g;
-      const float* acc = sc.acc.data() + r * hdv;
-      float* o = partial ? partial + r * (hdv + 2) + 2
-                         : out + (seq.q0 + i) * a.n_head * hdv + (hk * G + g) * hdv;
-      const float inv = partial ? 1.0f : 1.0f / sc.l[size_t(r)];
-      if (partial) {
-        partial[r * (hdv + 2)] = sc.m[size_t(r)];
-        partial[r * (hdv + 2) + 1] = sc.l[size_t(r)];
-      }
-      for (int64_t d = 0; d < hdv; ++d) o[d] = acc[d] * inv;
-    }
+  write_tile_rows(c, seq, i0, i1, hk, sc, 0, out, partial);
 }
 
 // ---- exact (llama.cpp's non-flash softmax) ----

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "cpu/paged_attention.h"
 #include "cpu/thread_pool.h"
 #include "kv_layout.h"
@@ -20,13 +21,7 @@ namespace {
 
 using namespace kvrun;
 
-std::vector<float> random_floats(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> x(n);
-  for (auto& v : x) v = dist(rng);
-  return x;
-}
+using kvrun::bench::random_floats;
 
 /// K/V type pairs benchmarked.
 struct KvPair {

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "cpu/cpu_level.h"
 #include "cpu/cpu_traits.h"
 #include "cpu/matmul.h"
@@ -27,13 +28,7 @@ namespace {
 using kvrun::DType;
 using kvrun::cpu::CpuLevel;
 
-std::vector<float> random_floats(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> x(n);
-  for (auto& v : x) v = dist(rng);
-  return x;
-}
+using kvrun::bench::random_floats;
 
 /// `rows` rows of `k` values of type t: 64 rows encoded from random floats, repeated (the
 /// kernels' speed does not depend on the values; encoding 16M K-quant values would take long).

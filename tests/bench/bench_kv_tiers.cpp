@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "cpu/paged_attention.h"
 #include "cpu/thread_pool.h"
 #include "kv_cache.h"
@@ -46,13 +47,7 @@ cpu::PagedAttnParams attn_params() {
   return p;
 }
 
-std::vector<float> random_floats(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> x(n);
-  for (auto& v : x) v = dist(rng);
-  return x;
-}
+using kvrun::bench::random_floats;
 
 /// Appends `n` positions to `seq` (rows from a fixed random pool, cycled) in every layer.
 void append(KvCache& c, KvSequence& seq, int64_t n) {
