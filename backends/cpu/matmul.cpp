@@ -89,6 +89,7 @@ void run_units(const Part& p, int64_t u0, int64_t u1, int64_t k, const uint8_t* 
 void matmul_many(ThreadPool& pool, const MatmulOut* outs, int n_outs, const float* x, int64_t n,
                  CpuLevel level) {
   if (n_outs <= 0) return;
+  if (n_outs > kMaxOuts) throw std::invalid_argument("matmul_many: at most 8 weights");
   const int64_t k = outs[0].w->ne[0];
   const CpuTypeTraits* ct0 = cpu_traits(outs[0].w->type, level);
   for (int i = 0; i < n_outs; ++i) {
@@ -117,7 +118,6 @@ void matmul_many(ThreadPool& pool, const MatmulOut* outs, int n_outs, const floa
 
   // Per weight: the packed path (pack.h; the offsets of the unsigned storage are computed once
   // per weight type) or the dot of its shape.
-  if (n_outs > kMaxOuts) throw std::invalid_argument("matmul_many: at most 8 weights");
   thread_local std::vector<int32_t> xoffs[kMaxOuts];
   Part parts[kMaxOuts];
   int64_t total = 0;
