@@ -220,6 +220,26 @@ using kb_t = __m256i;  // 32 K values + o (128 for q8_0, 8 for q4_0), unsigned
   const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(corr));
   return _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(c, k, qv));
 }
+using kb2_t = __m512i;  // kb_t of two positions: the first in the low half
+[[gnu::always_inline]] inline kb2_t kblock2_q8(const block_q8_0* b0, const block_q8_0* b1) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(kblock_q8(b0)), kblock_q8(b1), 1);
+}
+[[gnu::always_inline]] inline kb2_t kblock2_q4(const block_q4_0* b0, const block_q4_0* b1) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(kblock_q4(b0)), kblock_q4(b1), 1);
+}
+/// x in lanes 0–7, y in lanes 8–15.
+[[gnu::always_inline]] inline vf splat_pair(float x, float y) {
+  return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(x)),
+                                             _mm256_castps_pd(_mm256_set1_ps(y)), 1));
+}
+/// block_dot for the two positions of a kb2_t against the same Q block (both halves).
+[[gnu::always_inline]] inline vf block_dot2(kb2_t k, const int8_t* q, const int32_t* corr) {
+  const __m512i qv =
+      _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)));
+  const __m512i c =
+      _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(corr)));
+  return _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(c, k, qv));
+}
 
 #include "cpu/flash_decode.inl"
 #undef KVRUN_FD_W

@@ -297,24 +297,111 @@ void scores_q8(const FlashDecodeBlock& a, int64_t r0) {
   }
 }
 
+#if KVRUN_FD_W == 16
+/// The sums of 16 positions from 8 vectors t[0..8), vector k holding the 8 lane sums of
+/// positions 2k (lanes 0–7) and 2k + 1 (lanes 8–15): for each position the 256-bit horizontal
+/// add of scores_q8 (halves, then pairs), i.e. reduce_w's tree from its second level on (its
+/// first level adds the zero upper lanes of widen8, which changes no value).
+[[gnu::always_inline]] inline vf reduce_pairs(const float* t) {
+  vf a[8], b[4], c[2];
+#pragma GCC unroll 16
+  for (int k = 0; k < 8; ++k) a[k] = ld_f32(t + k * 16);
+#pragma GCC unroll 16
+  for (int k = 0; k < 4; ++k)
+    b[k] = __builtin_shufflevector(a[2 * k], a[2 * k + 1], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19,
+                                   24, 25, 26, 27) +
+           __builtin_shufflevector(a[2 * k], a[2 * k + 1], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22,
+                                   23, 28, 29, 30, 31);
+#pragma GCC unroll 16
+  for (int k = 0; k < 2; ++k)
+    c[k] = __builtin_shufflevector(b[2 * k], b[2 * k + 1], 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21,
+                                   24, 25, 28, 29) +
+           __builtin_shufflevector(b[2 * k], b[2 * k + 1], 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22,
+                                   23, 26, 27, 30, 31);
+  return __builtin_shufflevector(c[0], c[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28,
+                                 30) +
+         __builtin_shufflevector(c[0], c[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29,
+                                 31);
+}
+
+/// scores_q8 with two positions per 512-bit register: K blocks of positions j and j + 1 in the
+/// two halves (block_dot2 against the row's Q block in both), the same per-lane float
+/// operations, then reduce_pairs. Each score is bit-identical to scores_q8's (up to the sign of
+/// a zero sum), with half the integer dots, conversions and fused multiply-adds.
+template <DType KT, int R>
+void scores_q8_pairs(const FlashDecodeBlock& a, int64_t r0) {
+  constexpr int64_t kBlockBytes = KT == DType::Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_0);
+  const int64_t nb = a.hd / 32;
+  const int8_t* qx = a.qx + r0 * a.hd;
+  const float* qd = a.qd + r0 * nb;
+  const int32_t* qcorr = a.qcorr + r0 * (a.hd / 4);
+  alignas(64) float t[R][16 * 8];
+  for (int64_t j0 = 0; j0 < a.n; j0 += 16) {
+    for (int jp = 0; jp < 8; ++jp) {
+      const int64_t j = j0 + 2 * jp;
+      if (j >= a.n) {
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) st_f32(t[r] + jp * 16, vf{});
+        continue;
+      }
+      // Past the end the pair repeats position j (its lanes are dropped by the softmax).
+      const uint8_t* row0 = a.k + j * a.k_stride;
+      const uint8_t* row1 = j + 1 < a.n ? row0 + a.k_stride : row0;
+      vf acc[R];
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) acc[r] = vf{};
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* blk0 = row0 + b * kBlockBytes;
+        const uint8_t* blk1 = row1 + b * kBlockBytes;
+        kb2_t k;
+        if constexpr (KT == DType::Q8_0)
+          k = kblock2_q8(reinterpret_cast<const block_q8_0*>(blk0),
+                         reinterpret_cast<const block_q8_0*>(blk1));
+        else
+          k = kblock2_q4(reinterpret_cast<const block_q4_0*>(blk0),
+                         reinterpret_cast<const block_q4_0*>(blk1));
+        // d first in both block types
+        const vf dk = splat_pair(h2f(reinterpret_cast<const block_q8_0*>(blk0)->d),
+                                 h2f(reinterpret_cast<const block_q8_0*>(blk1)->d));
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) {
+          const vf d = block_dot2(k, qx + r * a.hd + b * 32, qcorr + r * (a.hd / 4) + b * 8);
+          acc[r] = madd(d, dk * qd[r * nb + b], acc[r]);  // d_k · d_q rounded, then fused
+        }
+      }
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) st_f32(t[r] + jp * 16, acc[r]);
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) st_f32(a.s + (r0 + r) * a.bsp + j0, reduce_pairs(t[r]));
+  }
+}
+#endif
+
 template <DType KT>
 void scores_q8_rows(const FlashDecodeBlock& a) {
+#if KVRUN_FD_W == 16
+#define KVRUN_FD_SCORES_Q8 scores_q8_pairs
+#else
+#define KVRUN_FD_SCORES_Q8 scores_q8
+#endif
   for (int64_t r0 = 0; r0 < a.rows; r0 += 4) {
     switch (std::min<int64_t>(4, a.rows - r0)) {
       case 1:
-        scores_q8<KT, 1>(a, r0);
+        KVRUN_FD_SCORES_Q8<KT, 1>(a, r0);
         break;
       case 2:
-        scores_q8<KT, 2>(a, r0);
+        KVRUN_FD_SCORES_Q8<KT, 2>(a, r0);
         break;
       case 3:
-        scores_q8<KT, 3>(a, r0);
+        KVRUN_FD_SCORES_Q8<KT, 3>(a, r0);
         break;
       default:
-        scores_q8<KT, 4>(a, r0);
+        KVRUN_FD_SCORES_Q8<KT, 4>(a, r0);
         break;
     }
   }
+#undef KVRUN_FD_SCORES_Q8
 }
 
 template <DType KT>

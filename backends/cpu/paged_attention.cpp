@@ -43,9 +43,11 @@
 #include "cpu/paged_attention.h"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <vector>
 
@@ -357,25 +359,26 @@ void flash_block(int64_t rows, const int64_t* nv, const int64_t* lo, float softc
   }
 }
 
-/// Writes the results of query rows [i0, i1) of `seq` for KV head hk from the scratch's running
-/// max m, sum l and accumulators acc: out = acc / l, or for a segment of the blocks (`partial`
-/// not null) m, l and acc as they are, [rows][2 + head_dim_v]. `lanes` > 0: acc holds that many
-/// per-lane partial sums per value ([rows][head_dim_v][lanes], summed here in lane order); 0: one
-/// value each ([rows][head_dim_v]).
+/// Writes the results of query rows [i0, i1) of `seq` for KV head hk from their running max m
+/// and sum l ([rows]) and accumulators acc_rows: out = acc / l, or for a segment of the blocks
+/// (`partial` not null) m, l and acc as they are, [rows][2 + head_dim_v]. `lanes` > 0: acc_rows
+/// holds that many per-lane partial sums per value ([rows][head_dim_v][lanes], summed here in
+/// lane order); 0: one value each ([rows][head_dim_v]).
 void write_tile_rows(const Call& c, const PagedSeq& seq, int64_t i0, int64_t i1, int64_t hk,
-                     const Scratch& sc, int64_t lanes, float* out, float* partial) {
+                     const float* acc_rows, const float* m, const float* l, int64_t lanes,
+                     float* out, float* partial) {
   const AttnParams& a = c.p.attn;
   const int64_t hdv = a.head_dim_v, G = c.group, acc_len = lanes > 0 ? lanes * hdv : hdv;
   for (int64_t i = i0; i < i1; ++i)
     for (int64_t g = 0; g < G; ++g) {
       const int64_t r = (i - i0) * G + g;
-      const float* acc = sc.acc.data() + r * acc_len;
+      const float* acc = acc_rows + r * acc_len;
       float* o = partial ? partial + r * (hdv + 2) + 2
                          : out + (seq.q0 + i) * a.n_head * hdv + (hk * G + g) * hdv;
-      const float inv = partial ? 1.0f : 1.0f / sc.l[size_t(r)];
+      const float inv = partial ? 1.0f : 1.0f / l[r];
       if (partial) {
-        partial[r * (hdv + 2)] = sc.m[size_t(r)];
-        partial[r * (hdv + 2) + 1] = sc.l[size_t(r)];
+        partial[r * (hdv + 2)] = m[r];
+        partial[r * (hdv + 2) + 1] = l[r];
       }
       for (int64_t d = 0; d < hdv; ++d) {
         float t = acc[d];
@@ -469,7 +472,8 @@ void flash_tile(const Call& c, const PagedSeq& seq, int64_t i0, int64_t i1, int6
                 sc.kt.data(), sc.vtile.data(), direct ? sc.w.data() : nullptr, wide, sc.s.data(),
                 sc.m.data(), sc.l.data(), sc.acc.data());
   }
-  write_tile_rows(c, seq, i0, i1, hk, sc, wide ? bsp : 0, out, partial);
+  write_tile_rows(c, seq, i0, i1, hk, sc.acc.data(), sc.m.data(), sc.l.data(), wide ? bsp : 0, out,
+                  partial);
 }
 
 /// Prefetches `bytes` bytes at the start of each of `n` rows (row j at p + j·stride) into the
@@ -483,19 +487,23 @@ inline void prefetch_rows(const uint8_t* p, int64_t stride, int64_t bytes, int64
   }
 }
 
-/// flash_tile for a small tile (at most kFlashSplitMaxQueries query tokens) with head_dim and
-/// head_dim_v multiples of 16: per block one call of the decode kernel (flash_decode.h), which
-/// reads K and V in place (F32, F16, BF16, and Q8_0 / Q4_0 heads on block boundaries) and dots
-/// or accumulates every query row of the tile against each row; other types are decoded row by
-/// row into f32 first. Q in K's dot type (see the file comment). Same results layout as
-/// flash_tile (out, or m, l, acc per row into `partial`).
-void flash_tile_decode(const Call& c, const PagedSeq& seq, int64_t i0, int64_t i1, int64_t hk,
-                       int64_t b_begin, int64_t b_end, const float* q, float* out, float* partial,
-                       Scratch& sc) {
+/// flash_tile for a small tile (at most kFlashSplitMaxQueries query tokens) of KV heads
+/// [hk0, hk1) with head_dim and head_dim_v multiples of 16: per block, one call of the decode
+/// kernel (flash_decode.h) for each of the heads in turn, which reads K and V in place (F32, F16,
+/// BF16, and Q8_0 / Q4_0 heads on block boundaries) and dots or accumulates every query row of
+/// the tile against each row; other types are decoded row by row into f32 first. Walking the
+/// heads inside the block loop reads each block's rows of those heads as one run of memory
+/// (rows hold all KV heads, so one head alone is a short piece every row stride, which the
+/// hardware prefetchers follow poorly). Q in K's dot type (see the file comment). Each head's
+/// rows are computed exactly as alone; results as flash_tile (out, or m, l, acc per row into
+/// `partial`; head hk0 + h at partial + h · part_stride floats).
+void flash_tile_decode(const Call& c, const PagedSeq& seq, int64_t i0, int64_t i1, int64_t hk0,
+                       int64_t hk1, int64_t b_begin, int64_t b_end, const float* q, float* out,
+                       float* partial, int64_t part_stride, Scratch& sc) {
   const PagedKvLayer& kv = c.kv;
   const AttnParams& a = c.p.attn;
   const int64_t hd = a.head_dim, hdv = a.head_dim_v, bs = kv.block_size, G = c.group;
-  const int64_t rows = (i1 - i0) * G;
+  const int64_t rows = (i1 - i0) * G, nh = hk1 - hk0, hrows = nh * rows;
   FlashDecodeBlock fb;
   fb.rows = rows;
   fb.hd = hd;
@@ -509,65 +517,59 @@ void flash_tile_decode(const Call& c, const PagedSeq& seq, int64_t i0, int64_t i
   // Q8_0 / Q4_0 K read in place (integer block dots), rounded to f16 for an f16 K, else f32.
   const bool q8 = k_in_place && (kv.k_type == DType::Q8_0 || kv.k_type == DType::Q4_0);
   const int64_t nb = hd / 32;
-  sc.qf.resize(size_t(rows * hd));
+  sc.qf.resize(size_t(hrows * hd));
   if (q8) {
-    sc.qx.resize(size_t(rows * nb) * sizeof(block_q8_0));
-    sc.qi.resize(size_t(rows * hd));
-    sc.qd.resize(size_t(rows * nb));
-    sc.qcorr.resize(size_t(rows * hd / 4));
+    sc.qx.resize(size_t(nb) * sizeof(block_q8_0));
+    sc.qi.resize(size_t(hrows * hd));
+    sc.qd.resize(size_t(hrows * nb));
+    sc.qcorr.resize(size_t(hrows * hd / 4));
   }
-  for (int64_t i = i0; i < i1; ++i)
-    for (int64_t g = 0; g < G; ++g) {
-      const int64_t r = (i - i0) * G + g;
-      float* qf = sc.qf.data() + r * hd;
-      std::copy_n(q + (seq.q0 + i) * a.n_head * hd + (hk * G + g) * hd, hd, qf);
-      if (c.p.rotate) hadamard_rotate(qf, hd);
-      if (q8) {
-        c.kd.q_convert(qf, sc.qx.data(), hd);
-        const auto* blocks = reinterpret_cast<const block_q8_0*>(sc.qx.data());
-        for (int64_t b = 0; b < nb; ++b) {
-          for (int e = 0; e < 32; ++e) sc.qi[size_t(r * hd + b * 32 + e)] = blocks[b].qs[e];
-          sc.qd[size_t(r * nb + b)] = fp16_to_f32(blocks[b].d);
+  // Row r of head hk0 + h is row h · rows + r of the scratch arrays.
+  for (int64_t h = 0; h < nh; ++h)
+    for (int64_t i = i0; i < i1; ++i)
+      for (int64_t g = 0; g < G; ++g) {
+        const int64_t r = h * rows + (i - i0) * G + g;
+        float* qf = sc.qf.data() + r * hd;
+        std::copy_n(q + (seq.q0 + i) * a.n_head * hd + ((hk0 + h) * G + g) * hd, hd, qf);
+        if (c.p.rotate) hadamard_rotate(qf, hd);
+        if (q8) {
+          c.kd.q_convert(qf, sc.qx.data(), hd);
+          const auto* blocks = reinterpret_cast<const block_q8_0*>(sc.qx.data());
+          for (int64_t b = 0; b < nb; ++b) {
+            for (int e = 0; e < 32; ++e) sc.qi[size_t(r * hd + b * 32 + e)] = blocks[b].qs[e];
+            sc.qd[size_t(r * nb + b)] = fp16_to_f32(blocks[b].d);
+          }
+          for (int64_t e = 0; e < hd / 4; ++e) {
+            const int8_t* v = sc.qi.data() + r * hd + 4 * e;
+            // K offset that makes it unsigned for VNNI: 128 for q8_0, 8 for q4_0 (flash_decode.h)
+            const int32_t o = kv.k_type == DType::Q8_0 ? 128 : 8;
+            sc.qcorr[size_t(r * hd / 4 + e)] = -o * (int32_t(v[0]) + v[1] + v[2] + v[3]);
+          }
+        } else if (kv.k_type == DType::F16) {
+          for (int64_t d = 0; d < hd; ++d) qf[d] = fp16_to_f32(f32_to_fp16(qf[d]));
         }
-        for (int64_t e = 0; e < hd / 4; ++e) {
-          const int8_t* v = sc.qi.data() + r * hd + 4 * e;
-          // K offset that makes it unsigned for VNNI: 128 for q8_0, 8 for q4_0 (flash_decode.h)
-          const int32_t o = kv.k_type == DType::Q8_0 ? 128 : 8;
-          sc.qcorr[size_t(r * hd / 4 + e)] = -o * (int32_t(v[0]) + v[1] + v[2] + v[3]);
-        }
-      } else if (kv.k_type == DType::F16) {
-        for (int64_t d = 0; d < hd; ++d) qf[d] = fp16_to_f32(f32_to_fp16(qf[d]));
       }
-    }
-  if (q8) {
-    fb.qx = sc.qi.data();
-    fb.qd = sc.qd.data();
-    fb.qcorr = sc.qcorr.data();
-  }
-  sc.acc.assign(size_t(rows * hdv), 0.0f);
-  sc.m.assign(size_t(rows), -INFINITY);
-  sc.l.assign(size_t(rows), 0.0f);
+  sc.acc.assign(size_t(hrows * hdv), 0.0f);
+  sc.m.assign(size_t(hrows), -INFINITY);
+  sc.l.assign(size_t(hrows), 0.0f);
   sc.nv.resize(size_t(rows));
   sc.lo.resize(size_t(rows));
   sc.corr.resize(size_t(rows));
   sc.s.resize(size_t(rows * fb.bsp));
   fb.nv = sc.nv.data();
   fb.lo = sc.lo.data();
-  fb.q = sc.qf.data();
   fb.s = sc.s.data();
-  fb.m = sc.m.data();
-  fb.l = sc.l.data();
-  fb.acc = sc.acc.data();
   fb.corr = sc.corr.data();
   fb.k_type = k_in_place ? kv.k_type : DType::F32;
   fb.v_type = v_in_place ? kv.v_type : DType::F32;
   fb.k_stride = k_in_place ? kv.k_row_bytes : hd * 4;
   fb.v_stride = v_in_place ? kv.v_row_bytes : hdv * 4;
-  const int64_t k_off = k_in_place ? kv_head_offset(kv.k_type, hd, hk) : 0;
-  const int64_t v_off = v_in_place ? kv_head_offset(kv.v_type, hdv, hk) : 0;
-  // Bytes of the head in a stored row that the block reads (what prefetch_rows asks for).
-  const int64_t k_bytes = k_in_place ? kv_row_bytes(kv.k_type, 1, hd) : 0;
-  const int64_t v_bytes = v_in_place ? kv_row_bytes(kv.v_type, 1, hdv) : 0;
+  // Bytes of the heads' run in a stored row, from the first head's offset: what the block reads
+  // in place and what prefetch_rows asks for.
+  const int64_t k_off0 = k_in_place ? kv_head_offset(kv.k_type, hd, hk0) : 0;
+  const int64_t v_off0 = v_in_place ? kv_head_offset(kv.v_type, hdv, hk0) : 0;
+  const int64_t k_bytes = k_in_place ? kv_row_bytes(kv.k_type, nh, hd) : 0;
+  const int64_t v_bytes = v_in_place ? kv_row_bytes(kv.v_type, nh, hdv) : 0;
   if (!k_in_place) sc.ktile.resize(size_t(bs * hd));
   if (!v_in_place) sc.vtile.resize(size_t(bs * hdv));
   const int64_t end = seq.pos0 + i1;  // positions the last query of the tile sees
@@ -583,34 +585,48 @@ void flash_tile_decode(const Call& c, const PagedSeq& seq, int64_t i0, int64_t i
     fb.n = n;
     const uint8_t* kb = kv.k_block(seq.block_table[b]);
     const uint8_t* vb = kv.v_block(seq.block_table[b]);
-    if (k_in_place) {
-      fb.k = kb + k_off;
-    } else {
-      for (int64_t j = 0; j < n; ++j)
-        kv_decode_head(kv.k_type, a.n_head_kv, hd, kb + j * kv.k_row_bytes, hk,
-                       sc.ktile.data() + j * hd);
-      fb.k = reinterpret_cast<const uint8_t*>(sc.ktile.data());
-    }
-    if (v_in_place) {
-      fb.v = vb + v_off;
-    } else {
-      for (int64_t j = 0; j < n; ++j)
-        kv_decode_head(kv.v_type, a.n_head_kv, hdv, vb + j * kv.v_row_bytes, hk,
-                       sc.vtile.data() + j * hdv);
-      fb.v = reinterpret_cast<const uint8_t*>(sc.vtile.data());
-    }
-    // Ask for the next block's rows of this head while this one is computed: the rows of one
-    // head are short runs at a stride of a whole row (all KV heads), which the hardware
-    // prefetchers follow poorly.
+    // Ask for the next block's rows of these heads while this one is computed.
     if (b + 1 < b_end && (b + 1) * bs < end) {
-      prefetch_rows(kv.k_block(seq.block_table[b + 1]) + k_off, kv.k_row_bytes, k_bytes,
+      prefetch_rows(kv.k_block(seq.block_table[b + 1]) + k_off0, kv.k_row_bytes, k_bytes,
                     std::min(bs, end - (b + 1) * bs));
-      prefetch_rows(kv.v_block(seq.block_table[b + 1]) + v_off, kv.v_row_bytes, v_bytes,
+      prefetch_rows(kv.v_block(seq.block_table[b + 1]) + v_off0, kv.v_row_bytes, v_bytes,
                     std::min(bs, end - (b + 1) * bs));
     }
-    c.decode(fb);
+    for (int64_t h = 0; h < nh; ++h) {
+      const int64_t hk = hk0 + h, r0 = h * rows;
+      if (k_in_place) {
+        fb.k = kb + kv_head_offset(kv.k_type, hd, hk);
+      } else {
+        for (int64_t j = 0; j < n; ++j)
+          kv_decode_head(kv.k_type, a.n_head_kv, hd, kb + j * kv.k_row_bytes, hk,
+                         sc.ktile.data() + j * hd);
+        fb.k = reinterpret_cast<const uint8_t*>(sc.ktile.data());
+      }
+      if (v_in_place) {
+        fb.v = vb + kv_head_offset(kv.v_type, hdv, hk);
+      } else {
+        for (int64_t j = 0; j < n; ++j)
+          kv_decode_head(kv.v_type, a.n_head_kv, hdv, vb + j * kv.v_row_bytes, hk,
+                         sc.vtile.data() + j * hdv);
+        fb.v = reinterpret_cast<const uint8_t*>(sc.vtile.data());
+      }
+      fb.q = sc.qf.data() + r0 * hd;
+      if (q8) {
+        fb.qx = sc.qi.data() + r0 * hd;
+        fb.qd = sc.qd.data() + r0 * nb;
+        fb.qcorr = sc.qcorr.data() + r0 * hd / 4;
+      }
+      fb.m = sc.m.data() + r0;
+      fb.l = sc.l.data() + r0;
+      fb.acc = sc.acc.data() + r0 * hdv;
+      c.decode(fb);
+    }
   }
-  write_tile_rows(c, seq, i0, i1, hk, sc, 0, out, partial);
+  for (int64_t h = 0; h < nh; ++h) {
+    const int64_t r0 = h * rows;
+    write_tile_rows(c, seq, i0, i1, hk0 + h, sc.acc.data() + r0 * hdv, sc.m.data() + r0,
+                    sc.l.data() + r0, 0, out, partial ? partial + h * part_stride : nullptr);
+  }
 }
 
 // ---- exact (llama.cpp's non-flash softmax) ----
@@ -770,60 +786,70 @@ constexpr int64_t kFlashTile = 32;
 /// log-sum-exp (Flash-Decoding), so one long decode spreads over every thread. The split depends
 /// only on the context length, never on the thread count.
 constexpr int64_t kFlashSplitMaxQueries = 4;
-constexpr int64_t kFlashSegment = 4096;
+constexpr int64_t kFlashSegment = 512;
 
-/// One flash work item: query rows [i0, i1) of sequence s, KV head hk, blocks [b0, b1); its
-/// result goes to `out` (part < 0) or to partial-state slot `part`.
+/// One flash work item: query rows [i0, i1) of sequence s, KV heads [hk0, hk1) (several only
+/// for flash_tile_decode), blocks [b0, b1); results go to `out` (part < 0) or, for head hk0 + h,
+/// to the partial state at parts + part + h · part_stride (floats).
 struct FlashItem {
-  int64_t s, i0, i1, hk, b0, b1, part;
+  int64_t s, i0, i1, hk0, hk1, b0, b1, part, part_stride;
 };
 
 void flash_call(ThreadPool& pool, const Call& c, const PagedSeq* seqs, int64_t n_seqs,
                 const float* q, float* out) {
   const AttnParams& a = c.p.attn;
-  const int64_t bs = c.kv.block_size, hdv = a.head_dim_v;
+  const int64_t bs = c.kv.block_size, hdv = a.head_dim_v, hkv = a.n_head_kv;
   const int64_t seg_blocks = std::max<int64_t>(1, kFlashSegment / bs);
-  // Items: (sequence, query tile, KV head[, segment]). Tiles of one sequence are visited
-  // alternately from both ends (0, last, 1, last − 1, …) so that the contiguous chunks the pool
-  // gives each thread carry about the same causal work.
+  // Items: (sequence, query tile, KV heads[, segment]), taken by the threads one at a time in
+  // this order. Decode tiles take several KV heads per item (every head when there are enough
+  // segments to keep the threads busy, fewer otherwise): the block loop then reads each block's
+  // rows of those heads as one run of memory. The grouping changes no result (each head is
+  // computed as alone), so it may depend on the thread count; the segments may not.
   std::vector<FlashItem> items;
-  struct Group {  // a decode row set split into segments: its partial slots and where they go
-    int64_t s, i0, i1, hk, first_part, n_parts;
+  struct Group {  // a decode row set split into segments: its partial states and where they go
+    int64_t s, i0, i1, hk, first, n_parts, slot;  // floats: first state, and between states
   };
   std::vector<Group> groups;
-  int64_t n_parts = 0;
+  int64_t n_part_floats = 0;
+  const int64_t want_items = 2 * int64_t(pool.size());
   for (int64_t s = 0; s < n_seqs; ++s) {
     const PagedSeq& seq = seqs[s];
     const int64_t nt = (seq.n_q + kFlashTile - 1) / kFlashTile;
     const int64_t n_blocks = (seq.pos0 + seq.n_q + bs - 1) / bs;
-    const int64_t n_seg =
-        seq.n_q <= kFlashSplitMaxQueries ? (n_blocks + seg_blocks - 1) / seg_blocks : 1;
+    const bool small = seq.n_q <= kFlashSplitMaxQueries;
+    const int64_t n_seg = small ? (n_blocks + seg_blocks - 1) / seg_blocks : 1;
+    int64_t hg = small && c.decode ? hkv : 1;  // KV heads per item
+    while (hg > 1 && n_seg * ((hkv + hg - 1) / hg) < want_items) hg = (hg + 1) / 2;
     for (int64_t k = 0; k < nt; ++k) {
       const int64_t tile = k % 2 == 0 ? k / 2 : nt - 1 - k / 2;
       const int64_t i0 = tile * kFlashTile, i1 = std::min(seq.n_q, i0 + kFlashTile);
-      for (int64_t hk = 0; hk < a.n_head_kv; ++hk) {
-        if (n_seg == 1) {
-          items.push_back({s, i0, i1, hk, 0, n_blocks, -1});
-          continue;
-        }
-        groups.push_back({s, i0, i1, hk, n_parts, n_seg});
-        for (int64_t g = 0; g < n_seg; ++g)
-          items.push_back(
-              {s, i0, i1, hk, g * seg_blocks, std::min(n_blocks, (g + 1) * seg_blocks), n_parts++});
+      const int64_t slot = (i1 - i0) * c.group * (hdv + 2), base = n_part_floats;
+      if (n_seg > 1) {
+        for (int64_t hk = 0; hk < hkv; ++hk)
+          groups.push_back({s, i0, i1, hk, base + hk * n_seg * slot, n_seg, slot});
+        n_part_floats += hkv * n_seg * slot;
       }
+      for (int64_t g = 0; g < n_seg; ++g)
+        for (int64_t hk0 = 0; hk0 < hkv; hk0 += hg)
+          items.push_back({s, i0, i1, hk0, std::min(hkv, hk0 + hg), g * seg_blocks,
+                           n_seg > 1 ? std::min(n_blocks, (g + 1) * seg_blocks) : n_blocks,
+                           n_seg > 1 ? base + (hk0 * n_seg + g) * slot : -1, n_seg * slot});
     }
   }
-  const int64_t rows_max = kFlashSplitMaxQueries * c.group;
-  std::vector<float> parts(size_t(n_parts * rows_max * (hdv + 2)));
-  pool.run(int64_t(items.size()), [&](int64_t begin, int64_t end) {
+  // Every partial state is written by its item before the merge reads it: no zeroing.
+  std::unique_ptr<float[]> parts(n_part_floats > 0 ? new float[size_t(n_part_floats)] : nullptr);
+  const int64_t n_items = int64_t(items.size());
+  std::atomic<int64_t> next{0};
+  pool.run(std::min<int64_t>(n_items, pool.size()), [&](int64_t, int64_t) {
     thread_local Scratch sc;
-    for (int64_t it = begin; it < end; ++it) {
+    for (int64_t it; (it = next.fetch_add(1, std::memory_order_relaxed)) < n_items;) {
       const FlashItem& f = items[size_t(it)];
-      float* part = f.part < 0 ? nullptr : parts.data() + f.part * rows_max * (hdv + 2);
+      float* part = f.part < 0 ? nullptr : parts.get() + f.part;
       if (c.decode && f.i1 - f.i0 <= kFlashSplitMaxQueries)
-        flash_tile_decode(c, seqs[f.s], f.i0, f.i1, f.hk, f.b0, f.b1, q, out, part, sc);
+        flash_tile_decode(c, seqs[f.s], f.i0, f.i1, f.hk0, f.hk1, f.b0, f.b1, q, out, part,
+                          f.part_stride, sc);
       else
-        flash_tile(c, seqs[f.s], f.i0, f.i1, f.hk, f.b0, f.b1, q, out, part, sc);
+        flash_tile(c, seqs[f.s], f.i0, f.i1, f.hk0, f.b0, f.b1, q, out, part, sc);
     }
   });
   if (groups.empty()) return;
@@ -837,7 +863,7 @@ void flash_call(ThreadPool& pool, const Call& c, const PagedSeq* seqs, int64_t n
       std::vector<const float*> accs(size_t(g.n_parts));
       for (int64_t r = 0; r < rows; ++r) {
         for (int64_t k = 0; k < g.n_parts; ++k) {
-          const float* p = parts.data() + ((g.first_part + k) * rows_max + r) * (hdv + 2);
+          const float* p = parts.get() + g.first + k * g.slot + r * (hdv + 2);
           m[size_t(k)] = p[0];
           l[size_t(k)] = p[1];
           accs[size_t(k)] = p + 2;
