@@ -199,6 +199,36 @@ void scores(const FlashDecodeBlock& a, int64_t r0) {
   }
 }
 
+/// vc[c] = load_chunk<T>(row, e + c·W) for c < C, with one scale conversion per Q8_0 / Q4_0
+/// block when the chunks cover whole blocks (e % 32 == 0 then, e being a multiple of C·W).
+template <DType T, int C>
+[[gnu::always_inline]] inline void load_chunks(const uint8_t* row, int64_t e, vf* vc) {
+  if constexpr ((T == DType::Q8_0 || T == DType::Q4_0) && (C * W) % 32 == 0) {
+    constexpr int kPerBlock = 32 / W;
+#pragma GCC unroll 4
+    for (int c0 = 0; c0 < C; c0 += kPerBlock) {
+      const int64_t blk = (e + c0 * W) / 32;
+      if constexpr (T == DType::Q8_0) {
+        const block_q8_0* b = reinterpret_cast<const block_q8_0*>(row) + blk;
+        const float d = h2f(b->d);
+#pragma GCC unroll 8
+        for (int c = 0; c < kPerBlock; ++c) vc[c0 + c] = ld_i8(b->qs + c * W) * d;
+      } else {
+        const block_q4_0* b = reinterpret_cast<const block_q4_0*>(row) + blk;
+        const float d = h2f(b->d);
+#pragma GCC unroll 8
+        for (int c = 0; c < kPerBlock; ++c) {
+          const int w = c * W;  // as load_chunk: low nibbles for w < 16, else high
+          vc[c0 + c] = ld_q4(b->qs + w % (QK4_0 / 2), w >= QK4_0 / 2) * d;
+        }
+      }
+    }
+  } else {
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) vc[c] = load_chunk<T>(row, e + c * W);
+  }
+}
+
 /// acc[r][e, e + C·W) = acc · a.corr[r] + Σ_j p[r][j] · v_j over positions [jlo, jhi) in order,
 /// one fused multiply-add each (the operations of the large-tile kernel's row loop as GCC
 /// compiles it for FMA targets, so a decode gives what it gave before): C chunks of W lanes × R
@@ -219,12 +249,12 @@ template <DType VT, int R, int C>
     vf pj[R];
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) pj[r] = splat(p[r * a.bsp + j]);
+    vf vc[C];
+    load_chunks<VT, C>(row, e, vc);
 #pragma GCC unroll 4
-    for (int c = 0; c < C; ++c) {
-      const vf vc = load_chunk<VT>(row, e + c * W);
+    for (int c = 0; c < C; ++c)
 #pragma GCC unroll 16
-      for (int r = 0; r < R; ++r) acc[c][r] = madd(pj[r], vc, acc[c][r]);
-    }
+      for (int r = 0; r < R; ++r) acc[c][r] = madd(pj[r], vc[c], acc[c][r]);
   }
 #pragma GCC unroll 4
   for (int c = 0; c < C; ++c)
