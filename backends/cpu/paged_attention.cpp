@@ -12,12 +12,13 @@
 // block's 16 lanes at once (exp_nonpos16), running sum, accumulation of V. Q is rounded to f16
 // for an f16 K (llama.cpp's flash attention converts Q to K's type). The inner loop
 // (flash_block) is compiled for AVX-512, AVX2+FMA and baseline x86-64 and picked at load time
-// (GCC target_clones). Tiles are visited alternately from both ends of the sequence so the
-// pool's contiguous chunks carry similar causal work. Items are independent, so the result does
-// not depend on the number of threads.
+// (GCC target_clones). Tiles are visited alternately from both ends of the sequence and the
+// threads take items one at a time. Items are independent, so the result does not depend on the
+// number of threads.
 //
 // Small tiles (decode: at most kFlashSplitMaxQueries query tokens) with head_dim and head_dim_v
-// multiples of 16 take flash_tile_decode instead: no transposed tiles, K and V read in place in
+// multiples of 16, and every tile when K is F16, Q8_0 or Q4_0 read in place, take
+// flash_tile_decode instead: no transposed tiles, K and V read in place in
 // their cache type (f16 widened with F16C, q8_0 / q4_0 widened from int8 and scaled, in
 // registers) by the block kernel of flash_decode.h at the process's kernel level (cpu_level():
 // AVX-512, AVX2 or the portable copy), every query row of the tile (the GQA group) against each
@@ -102,6 +103,11 @@ struct Call {
   bool v_direct;  ///< V is f16 or f32 and read in place (else decoded to the tile)
   bool batched;   ///< ≥ 2 query rows in the call (selects the exact scheme's gemm order)
   FlashDecodeFn decode;  ///< flash: the block kernel for small query tiles (flash_tile_decode)
+  /// flash: every tile takes flash_tile_decode, not only small ones: for a Q8_0 / Q4_0 K read
+  /// in place (flash_tile makes one block-dot call per query row and K row: filling 4096
+  /// positions of llama3.2-1b with q8_0 KV took 76 s with it, 47 s without) and an F16 K (42 →
+  /// 38 s), both under load from another process, so indicative
+  bool decode_tiles;
 };
 
 /// Per-thread buffers; sized on use, reused across items.
@@ -845,7 +851,7 @@ void flash_call(ThreadPool& pool, const Call& c, const PagedSeq* seqs, int64_t n
     for (int64_t it; (it = next.fetch_add(1, std::memory_order_relaxed)) < n_items;) {
       const FlashItem& f = items[size_t(it)];
       float* part = f.part < 0 ? nullptr : parts.get() + f.part;
-      if (c.decode && f.i1 - f.i0 <= kFlashSplitMaxQueries)
+      if (c.decode && (f.i1 - f.i0 <= kFlashSplitMaxQueries || c.decode_tiles))
         flash_tile_decode(c, seqs[f.s], f.i0, f.i1, f.hk0, f.hk1, f.b0, f.b1, q, out, part,
                           f.part_stride, sc);
       else
@@ -944,7 +950,10 @@ void paged_attention_at_level(ThreadPool& pool, CpuLevel level, const PagedKvLay
       kv.v_type == DType::F16,
       kv.v_type == DType::F16 || kv.v_type == DType::F32,
       batched,
-      a.head_dim % 16 == 0 && a.head_dim_v % 16 == 0 ? flash_decode_kernel(level) : nullptr};
+      a.head_dim % 16 == 0 && a.head_dim_v % 16 == 0 ? flash_decode_kernel(level) : nullptr,
+      a.head_dim % 16 == 0 && a.head_dim_v % 16 == 0 &&
+          (kv.k_type == DType::Q8_0 || kv.k_type == DType::Q4_0 || kv.k_type == DType::F16) &&
+          flash_decode_in_place(kv.k_type, a.head_dim)};
   if (p.flash) {
     flash_call(pool, c, seqs, n_seqs, q, out);
     return;
