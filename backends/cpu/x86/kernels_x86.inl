@@ -398,7 +398,8 @@ inline V16 cvt16(I16 a) { return {_mm256_cvtepi32_ps(a.lo), _mm256_cvtepi32_ps(a
 constexpr int kPrefetchAhead = 4096;
 
 /// One packed q4_0 group (16 rows, pack.h layout, nb blocks from `g`) against C activation rows
-/// (q8_0, xs bytes apart; xoff: 8·Σ quants per block, nb apart): y[c·ys + r]. The order of
+/// (q8_0, xs bytes apart; xoff: per block −8·Σ quants and the scale as float bits, 2·nb apart):
+/// y[c·ys + r]. The order of
 /// repack_q4_0_tile: per block the whole integer dot (exact), then acc = fma(isum, d_w·d_x, acc)
 /// per lane, a lane being a row. The 8 products of 4 elements go to two integer chains.
 template <int C>
@@ -420,12 +421,76 @@ inline void packed_q4_0_group(int64_t nb, const uint8_t* g, const uint8_t* x, si
         s0 = dp16(s0, u[q], xb.qs + 4 * q);
         s1 = dp16(s1, u[q + 1], xb.qs + 4 * q + 4);
       }
-      const V16 isum = sum_sub_cvt(s0, s1, xoff[size_t(c) * size_t(nb) + size_t(b)]);
-      acc[c] = fma16(isum, mul16(dw, splatf16(h2f(xb.d))), acc[c]);
+      const int32_t* o = xoff + (size_t(c) * size_t(nb) + size_t(b)) * 2;
+      const V16 isum = sum_sub_cvt(s0, s1, -o[0]);
+      float dx;
+      std::memcpy(&dx, o + 1, sizeof dx);
+      acc[c] = fma16(isum, mul16(dw, splatf16(dx)), acc[c]);
     }
   }
   for (int c = 0; c < C; ++c) store16(y + size_t(c) * ys, acc[c]);
 }
+
+#ifdef __AVX512F__
+/// The AVX-512 prefill form of packed_q4_0_group (C ≥ 2 activation rows, same order, same
+/// results): the C rows' int32 sums start from −8·Σx (a broadcast load, no ALU work) and take the
+/// 8 VPDPBUSD of a block in one chain, so a block costs each row 8 VPDPBUSD and 3 float
+/// operations (convert, d_w·d_x with the activation scale broadcast from memory, FMA), and the
+/// unpacked nibbles are shared by all C rows. All accumulators stay in registers (2·C + 10 zmm).
+template <int C>
+inline void packed_q4_0_rows(int64_t nb, const uint8_t* g, const uint8_t* x, size_t xs,
+                             const int32_t* xoff, float* y, size_t ys) {
+  static_assert(C >= 2 && 2 * C + 10 <= 32);
+  __m512 acc[C];
+#pragma GCC unroll 16
+  for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
+  const __m512i m = _mm512_set1_epi8(0x0F);
+  const size_t os = size_t(nb) * 2;
+  for (int64_t b = 0; b < nb; ++b, g += 288) {
+    __m512i u[8];  // u[q]: elements 4q..4q+3 of the 16 rows; u[q + 4]: elements 16+4q..16+4q+3
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; ++q) {
+      const __m512i v = _mm512_loadu_si512(g + 32 + 64 * q);
+      u[q] = _mm512_and_si512(v, m);
+      u[q + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m);
+    }
+    const __m512 dw = _mm512_maskz_cvtph_ps(kAll16, load256(g));
+    const uint8_t* xb = x + size_t(b) * sizeof(block_q8_0) + offsetof(block_q8_0, qs);
+    const int32_t* ob = xoff + size_t(b) * 2;
+    // Row-interleaved, so the C chains of dependent VPDPBUSD (latency 4-5) overlap.
+    __m512i s[C];
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) s[c] = _mm512_set1_epi32(ob[size_t(c) * os]);
+#pragma GCC unroll 8
+    for (int q = 0; q < 8; ++q)
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c) {
+        int32_t w4;
+        std::memcpy(&w4, xb + size_t(c) * xs + 4 * q, sizeof w4);
+        s[c] = _mm512_dpbusd_epi32(s[c], u[q], _mm512_set1_epi32(w4));
+      }
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) {
+      float dx;
+      std::memcpy(&dx, ob + size_t(c) * os + 1, sizeof dx);
+      const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(dx));
+      acc[c] = _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(kAll16, s[c]), d, acc[c]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + size_t(c) * ys, acc[c]);
+}
+
+/// packed_q4_0_rows for the r ≤ C rows left over (r ≥ 2).
+template <int C>
+inline void packed_q4_0_rows_tail(int64_t r, int64_t nb, const uint8_t* g, const uint8_t* x,
+                                  size_t xs, const int32_t* xoff, float* y, size_t ys) {
+  if constexpr (C >= 2) {
+    if (r == C) return packed_q4_0_rows<C>(nb, g, x, xs, xoff, y, ys);
+    packed_q4_0_rows_tail<C - 1>(r, nb, g, x, xs, xoff, y, ys);
+  }
+}
+#endif
 
 /// One packed q8_0 group (16 rows, pack.h layout: quants stored + 128 as unsigned bytes) against
 /// C activation rows: y[c·ys + r]. The order of q8_0_q8_0_tile, lane by lane: 8 lanes of 4
@@ -986,10 +1051,23 @@ void packed_q4_0_q8_0(int64_t n, const void* wp, int64_t ngroups, const void* x,
     const uint8_t* g = static_cast<const uint8_t*>(wp) + size_t(gi) * size_t(nb) * 288;
     float* yg = y + gi * 16;
     int64_t j = 0;
+#ifdef __AVX512F__
     for (; j + kC <= nx; j += kC)
-      packed_q4_0_group<kC>(nb, g, xb + size_t(j) * xs, xs, xoff + j * nb, yg + size_t(j) * ys, ys);
+      packed_q4_0_rows<kC>(nb, g, xb + size_t(j) * xs, xs, xoff + j * nb * 2, yg + size_t(j) * ys,
+                           ys);
+    if (nx - j >= 2) {  // the last 2..7 rows in one pass (one row: the decode form below)
+      packed_q4_0_rows_tail<kC - 1>(nx - j, nb, g, xb + size_t(j) * xs, xs, xoff + j * nb * 2,
+                                    yg + size_t(j) * ys, ys);
+      j = nx;
+    }
+#else
+    for (; j + kC <= nx; j += kC)
+      packed_q4_0_group<kC>(nb, g, xb + size_t(j) * xs, xs, xoff + j * nb * 2, yg + size_t(j) * ys,
+                            ys);
+#endif
     for (; j < nx; ++j)
-      packed_q4_0_group<1>(nb, g, xb + size_t(j) * xs, xs, xoff + j * nb, yg + size_t(j) * ys, ys);
+      packed_q4_0_group<1>(nb, g, xb + size_t(j) * xs, xs, xoff + j * nb * 2, yg + size_t(j) * ys,
+                           ys);
   }
 }
 
