@@ -495,7 +495,8 @@ inline void packed_q4_0_rows_tail(int64_t r, int64_t nb, const uint8_t* g, const
 /// One packed q8_0 group (16 rows, pack.h layout: quants stored + 128 as unsigned bytes) against
 /// C activation rows: y[c·ys + r]. The order of q8_0_q8_0_tile, lane by lane: 8 lanes of 4
 /// consecutive elements per row, lane = fma(d_w·d_x, Σ, lane), folded at the end as fold8. Each
-/// lane's sum starts from −128·Σ of its 4 activation quants (xoff, 8 per block) so that the
+/// lane's sum starts from −128·Σ of its 4 activation quants (xoff, 8 per block, then the block's
+/// activation scale as float bits) so that the
 /// unsigned products give Σ w·x exactly.
 #ifdef KVRUN_X86_VNNI
 template <int C>
@@ -511,10 +512,13 @@ inline void packed_q8_0_group(int64_t nb, const uint8_t* g, const uint8_t* x, si
     const V16 dw = load16_f16(reinterpret_cast<const uint16_t*>(g));
     I16 u[8];
     for (int i = 0; i < 8; ++i) u[i] = loadi16(g + 32 + 64 * i);
+#pragma GCC unroll 4
     for (int c = 0; c < C; ++c) {
       const block_q8_0& xb = block_at<block_q8_0>(x, xs, c, b);
-      const int32_t* off = xoff + (size_t(c) * size_t(nb) + size_t(b)) * 8;
-      const V16 d = mul16(dw, splatf16(h2f(xb.d)));
+      const int32_t* off = xoff + (size_t(c) * size_t(nb) + size_t(b)) * 9;
+      float dx;  // the block's activation scale, as float (pack_act_offsets)
+      std::memcpy(&dx, off + 8, sizeof dx);
+      const V16 d = mul16(dw, splatf16(dx));
       for (int i = 0; i < 8; ++i) {
         const V16 si = cvt16(dp16(splati16(off[i]), u[i], xb.qs + 4 * i));
         acc[c][i] = fma16(d, si, acc[c][i]);
@@ -1006,10 +1010,10 @@ void packed_q8_0_q8_0(int64_t n, const void* wp, int64_t ngroups, const void* x,
     float* yg = y + gi * 16;
     int64_t j = 0;
     for (; j + kC <= nx; j += kC)
-      packed_q8_0_group<kC>(nb, g, xb + size_t(j) * xs, xs, xoff + j * nb * 8, yg + size_t(j) * ys,
+      packed_q8_0_group<kC>(nb, g, xb + size_t(j) * xs, xs, xoff + j * nb * 9, yg + size_t(j) * ys,
                             ys);
     for (; j < nx; ++j)
-      packed_q8_0_group<1>(nb, g, xb + size_t(j) * xs, xs, xoff + j * nb * 8, yg + size_t(j) * ys,
+      packed_q8_0_group<1>(nb, g, xb + size_t(j) * xs, xs, xoff + j * nb * 9, yg + size_t(j) * ys,
                            ys);
   }
 }
