@@ -445,7 +445,7 @@ inline void packed_q4_0_rows(int64_t nb, const uint8_t* g, const uint8_t* x, siz
 #pragma GCC unroll 16
   for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
   const __m512i m = _mm512_set1_epi8(0x0F);
-  const size_t os = size_t(nb) * 2;
+  const size_t os = size_t(nb) * 2, os3 = 3 * os, xs3 = 3 * xs;
   for (int64_t b = 0; b < nb; ++b, g += 288) {
     __m512i u[8];  // u[q]: elements 4q..4q+3 of the 16 rows; u[q + 4]: elements 16+4q..16+4q+3
 #pragma GCC unroll 4
@@ -455,24 +455,39 @@ inline void packed_q4_0_rows(int64_t nb, const uint8_t* g, const uint8_t* x, siz
       u[q + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m);
     }
     const __m512 dw = _mm512_maskz_cvtph_ps(kAll16, load256(g));
+    // The C rows' quants and offsets addressed from two bases each (row c at base + c·stride,
+    // the strides and 3·strides in registers): per-row pointers would take 2·C general
+    // registers, more than there are.
     const uint8_t* xb = x + size_t(b) * sizeof(block_q8_0) + offsetof(block_q8_0, qs);
     const int32_t* ob = xoff + size_t(b) * 2;
+    __asm__("" : "+r"(xb), "+r"(ob));  // (keeps the compiler from one induction variable per row)
+    const uint8_t* xr[C];
+    const int32_t* orow[C];
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) {
+      xr[c] = c == 6                 ? xb + 2 * xs3
+              : c % 2 == 1 && c >= 3 ? xb + xs3 + size_t(c - 3) * xs
+                                     : xb + size_t(c) * xs;
+      orow[c] = c == 6                 ? ob + 2 * os3
+                : c % 2 == 1 && c >= 3 ? ob + os3 + size_t(c - 3) * os
+                                       : ob + size_t(c) * os;
+    }
     // Row-interleaved, so the C chains of dependent VPDPBUSD (latency 4-5) overlap.
     __m512i s[C];
 #pragma GCC unroll 16
-    for (int c = 0; c < C; ++c) s[c] = _mm512_set1_epi32(ob[size_t(c) * os]);
+    for (int c = 0; c < C; ++c) s[c] = _mm512_set1_epi32(orow[c][0]);
 #pragma GCC unroll 8
     for (int q = 0; q < 8; ++q)
 #pragma GCC unroll 16
       for (int c = 0; c < C; ++c) {
         int32_t w4;
-        std::memcpy(&w4, xb + size_t(c) * xs + 4 * q, sizeof w4);
+        std::memcpy(&w4, xr[c] + 4 * q, sizeof w4);
         s[c] = _mm512_dpbusd_epi32(s[c], u[q], _mm512_set1_epi32(w4));
       }
 #pragma GCC unroll 16
     for (int c = 0; c < C; ++c) {
       float dx;
-      std::memcpy(&dx, ob + size_t(c) * os + 1, sizeof dx);
+      std::memcpy(&dx, orow[c] + 1, sizeof dx);
       const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(dx));
       acc[c] = _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(kAll16, s[c]), d, acc[c]);
     }
