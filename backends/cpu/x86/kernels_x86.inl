@@ -432,6 +432,33 @@ inline void packed_q4_0_group(int64_t nb, const uint8_t* g, const uint8_t* x, si
 }
 
 #ifdef __AVX512F__
+/// s[c] += VPDPBUSD(u[q], the 4 bytes at x + c·xs + 4q broadcast) for c < C, q = Q..7, in the
+/// order q, then c (the C chains overlap). Inline assembly so that the broadcast is the
+/// instruction's memory operand ({1to16}: one fused uop; GCC emits a separate broadcast load per
+/// VPDPBUSD) and row c's address one addressing mode of x, x + 3·xs, xs and 3·xs (C ≤ 8).
+template <int C, int Q>
+inline void dpbusd_rows(__m512i* s, const __m512i* u, const uint8_t* x, size_t xs, size_t xs3) {
+  static_assert(C <= 8);
+  const uint8_t* x3 = x + xs3;
+  // Row c's operand: displacement 4·Q off one of the 8 address forms.
+#define KVRUN_DPB(c, addr)                                                                         \
+  if constexpr (C > c)                                                                             \
+  __asm__("vpdpbusd %c[d]" addr "%{1to16%}, %[u], %[s]"                                            \
+          : [s] "+v"(s[c])                                                                         \
+          : [u] "v"(u[Q]), [d] "i"(4 * Q), [x] "r"(x), [x3] "r"(x3), [xs] "r"(xs), [xs3] "r"(xs3), \
+            "m"(*reinterpret_cast<const int32_t*>(x)))
+  KVRUN_DPB(0, "(%[x])");
+  KVRUN_DPB(1, "(%[x],%[xs],1)");
+  KVRUN_DPB(2, "(%[x],%[xs],2)");
+  KVRUN_DPB(3, "(%[x3])");
+  KVRUN_DPB(4, "(%[x],%[xs],4)");
+  KVRUN_DPB(5, "(%[x3],%[xs],2)");
+  KVRUN_DPB(6, "(%[x],%[xs3],2)");
+  KVRUN_DPB(7, "(%[x3],%[xs],4)");
+#undef KVRUN_DPB
+  if constexpr (Q < 7) dpbusd_rows<C, Q + 1>(s, u, x, xs, xs3);
+}
+
 /// The AVX-512 prefill form of packed_q4_0_group (C ≥ 2 activation rows, same order, same
 /// results): the C rows' int32 sums start from −8·Σx (a broadcast load, no ALU work) and take the
 /// 8 VPDPBUSD of a block in one chain, so a block costs each row 8 VPDPBUSD and 3 float
@@ -461,13 +488,9 @@ inline void packed_q4_0_rows(int64_t nb, const uint8_t* g, const uint8_t* x, siz
     const uint8_t* xb = x + size_t(b) * sizeof(block_q8_0) + offsetof(block_q8_0, qs);
     const int32_t* ob = xoff + size_t(b) * 2;
     __asm__("" : "+r"(xb), "+r"(ob));  // (keeps the compiler from one induction variable per row)
-    const uint8_t* xr[C];
     const int32_t* orow[C];
 #pragma GCC unroll 16
     for (int c = 0; c < C; ++c) {
-      xr[c] = c == 6                 ? xb + 2 * xs3
-              : c % 2 == 1 && c >= 3 ? xb + xs3 + size_t(c - 3) * xs
-                                     : xb + size_t(c) * xs;
       orow[c] = c == 6                 ? ob + 2 * os3
                 : c % 2 == 1 && c >= 3 ? ob + os3 + size_t(c - 3) * os
                                        : ob + size_t(c) * os;
@@ -476,14 +499,7 @@ inline void packed_q4_0_rows(int64_t nb, const uint8_t* g, const uint8_t* x, siz
     __m512i s[C];
 #pragma GCC unroll 16
     for (int c = 0; c < C; ++c) s[c] = _mm512_set1_epi32(orow[c][0]);
-#pragma GCC unroll 8
-    for (int q = 0; q < 8; ++q)
-#pragma GCC unroll 16
-      for (int c = 0; c < C; ++c) {
-        int32_t w4;
-        std::memcpy(&w4, xr[c] + 4 * q, sizeof w4);
-        s[c] = _mm512_dpbusd_epi32(s[c], u[q], _mm512_set1_epi32(w4));
-      }
+    dpbusd_rows<C, 0>(s, u, xb, xs, xs3);
 #pragma GCC unroll 16
     for (int c = 0; c < C; ++c) {
       float dx;
