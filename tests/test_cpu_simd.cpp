@@ -257,7 +257,8 @@ TEST(SimdMatmul, EqualsScalarDots) {
 // Weights packed at load (pack.h: 16 rows interleaved) give, at every level with a packed
 // kernel, the float of the scalar dot of the unpacked rows for every output (q4_0: the
 // repacked order, q8_0 and q6_K: their lane order): one group and several, one block and many,
-// every activation-row tail of the kernels' passes, and more threads than groups. A level without a
+// every activation-row tail of the kernels' passes (q4_0 at avx512: 8 rows per pass, then 2..7
+// in one pass or 1), and more threads than groups. A level without a
 // packed kernel (scalar) ignores Tensor::packed and reads the rows.
 TEST(SimdMatmul, PackedWeightsEqualScalarDots) {
   std::vector<CpuLevel> levels = simd_levels();
@@ -280,7 +281,7 @@ TEST(SimdMatmul, PackedWeightsEqualScalarDots) {
         w.packed = packed.data();
         const size_t ab = size_t(*row_bytes(ref->act_type, k));
         for (CpuLevel level : levels)
-          for (int64_t n : {1, 2, 3, 4, 5, 8, 9}) {
+          for (int64_t n : {1, 2, 3, 4, 5, 8, 9, 15, 16}) {
             const auto x = varied_floats(size_t(n * k), 40 + uint32_t(n));
             ThreadPool pool(4);
             std::vector<float> y(size_t(n * m), NAN);

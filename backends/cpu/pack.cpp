@@ -6,6 +6,7 @@
 
 #include "blocks.h"
 #include "cpu/cpu_traits.h"
+#include "fp16.h"
 
 namespace kvrun::cpu {
 
@@ -101,7 +102,9 @@ size_t packed_group_bytes(DType t, int64_t k) {
   return size_t(k / traits(t).block_elems) * group_block_bytes(t);
 }
 
-int64_t pack_act_offsets_per_row(DType t, int64_t k) { return t == DType::Q4_0 ? k / 32 : k / 4; }
+int64_t pack_act_offsets_per_row(DType t, int64_t k) {
+  return t == DType::Q4_0 ? k / 16 : t == DType::Q8_0 ? k / 32 * 9 : k / 4;
+}
 
 void pack_act_offsets(DType t, const void* act, size_t act_row, int64_t n, int64_t k,
                       int32_t* out) {
@@ -127,10 +130,14 @@ void pack_act_offsets(DType t, const void* act, size_t act_row, int64_t n, int64
       if (t == DType::Q4_0) {
         int32_t sum = 0;
         for (int i = 0; i < 32; ++i) sum += q[i];
-        *out++ = 8 * sum;
+        *out++ = -8 * sum;
+        const float d = fp16_to_f32(xb[b].d);
+        std::memcpy(out++, &d, sizeof d);
       } else {
         for (int i = 0; i < 8; ++i)
           *out++ = -128 * (q[4 * i] + q[4 * i + 1] + q[4 * i + 2] + q[4 * i + 3]);
+        const float d = fp16_to_f32(xb[b].d);
+        std::memcpy(out++, &d, sizeof d);
       }
     }
   }

@@ -62,8 +62,9 @@ Buffer pack_weight(const Tensor& w);
 /// Bytes of one packed 16-row group of a type-`t` matrix with rows of `k` elements.
 size_t packed_group_bytes(DType t, int64_t k);
 
-/// int32 offsets per activation row that the packed kernel of type `t` needs (k/32 for q4_0,
-/// k/4 for q8_0 and q6_K).
+/// int32 offsets per activation row that the packed kernel of type `t` needs (k/16 for q4_0: an
+/// offset and the scale as float bits per block; 9·k/32 for q8_0: 8 offsets and the scale; k/4
+/// for q6_K).
 int64_t pack_act_offsets_per_row(DType t, int64_t k);
 
 /// The offsets of `n` activation rows (q8_0 for q4_0/q8_0, q8_K for q6_K; act_row bytes apart,

@@ -398,7 +398,8 @@ inline V16 cvt16(I16 a) { return {_mm256_cvtepi32_ps(a.lo), _mm256_cvtepi32_ps(a
 constexpr int kPrefetchAhead = 4096;
 
 /// One packed q4_0 group (16 rows, pack.h layout, nb blocks from `g`) against C activation rows
-/// (q8_0, xs bytes apart; xoff: 8·Σ quants per block, nb apart): y[c·ys + r]. The order of
+/// (q8_0, xs bytes apart; xoff: per block −8·Σ quants and the scale as float bits, 2·nb apart):
+/// y[c·ys + r]. The order of
 /// repack_q4_0_tile: per block the whole integer dot (exact), then acc = fma(isum, d_w·d_x, acc)
 /// per lane, a lane being a row. The 8 products of 4 elements go to two integer chains.
 template <int C>
@@ -420,17 +421,113 @@ inline void packed_q4_0_group(int64_t nb, const uint8_t* g, const uint8_t* x, si
         s0 = dp16(s0, u[q], xb.qs + 4 * q);
         s1 = dp16(s1, u[q + 1], xb.qs + 4 * q + 4);
       }
-      const V16 isum = sum_sub_cvt(s0, s1, xoff[size_t(c) * size_t(nb) + size_t(b)]);
-      acc[c] = fma16(isum, mul16(dw, splatf16(h2f(xb.d))), acc[c]);
+      const int32_t* o = xoff + (size_t(c) * size_t(nb) + size_t(b)) * 2;
+      const V16 isum = sum_sub_cvt(s0, s1, -o[0]);
+      float dx;
+      std::memcpy(&dx, o + 1, sizeof dx);
+      acc[c] = fma16(isum, mul16(dw, splatf16(dx)), acc[c]);
     }
   }
   for (int c = 0; c < C; ++c) store16(y + size_t(c) * ys, acc[c]);
 }
 
+#ifdef __AVX512F__
+/// s[c] += VPDPBUSD(u[q], the 4 bytes at x + c·xs + 4q broadcast) for c < C, q = Q..7, in the
+/// order q, then c (the C chains overlap). Inline assembly so that the broadcast is the
+/// instruction's memory operand ({1to16}: one fused uop; GCC emits a separate broadcast load per
+/// VPDPBUSD) and row c's address one addressing mode of x, x + 3·xs, xs and 3·xs (C ≤ 8).
+template <int C, int Q>
+inline void dpbusd_rows(__m512i* s, const __m512i* u, const uint8_t* x, size_t xs, size_t xs3) {
+  static_assert(C <= 8);
+  const uint8_t* x3 = x + xs3;
+  // Row c's operand: displacement 4·Q off one of the 8 address forms.
+#define KVRUN_DPB(c, addr)                                                                         \
+  if constexpr (C > c)                                                                             \
+  __asm__("vpdpbusd %c[d]" addr "%{1to16%}, %[u], %[s]"                                            \
+          : [s] "+v"(s[c])                                                                         \
+          : [u] "v"(u[Q]), [d] "i"(4 * Q), [x] "r"(x), [x3] "r"(x3), [xs] "r"(xs), [xs3] "r"(xs3), \
+            "m"(*reinterpret_cast<const int32_t*>(x)))
+  KVRUN_DPB(0, "(%[x])");
+  KVRUN_DPB(1, "(%[x],%[xs],1)");
+  KVRUN_DPB(2, "(%[x],%[xs],2)");
+  KVRUN_DPB(3, "(%[x3])");
+  KVRUN_DPB(4, "(%[x],%[xs],4)");
+  KVRUN_DPB(5, "(%[x3],%[xs],2)");
+  KVRUN_DPB(6, "(%[x],%[xs3],2)");
+  KVRUN_DPB(7, "(%[x3],%[xs],4)");
+#undef KVRUN_DPB
+  if constexpr (Q < 7) dpbusd_rows<C, Q + 1>(s, u, x, xs, xs3);
+}
+
+/// The AVX-512 prefill form of packed_q4_0_group (C ≥ 2 activation rows, same order, same
+/// results): the C rows' int32 sums start from −8·Σx (a broadcast load, no ALU work) and take the
+/// 8 VPDPBUSD of a block in one chain, so a block costs each row 8 VPDPBUSD and 3 float
+/// operations (convert, d_w·d_x with the activation scale broadcast from memory, FMA), and the
+/// unpacked nibbles are shared by all C rows. All accumulators stay in registers (2·C + 10 zmm).
+template <int C>
+inline void packed_q4_0_rows(int64_t nb, const uint8_t* g, const uint8_t* x, size_t xs,
+                             const int32_t* xoff, float* y, size_t ys) {
+  static_assert(C >= 2 && 2 * C + 10 <= 32);
+  __m512 acc[C];
+#pragma GCC unroll 16
+  for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
+  const __m512i m = _mm512_set1_epi8(0x0F);
+  const size_t os = size_t(nb) * 2, os3 = 3 * os, xs3 = 3 * xs;
+  for (int64_t b = 0; b < nb; ++b, g += 288) {
+    __m512i u[8];  // u[q]: elements 4q..4q+3 of the 16 rows; u[q + 4]: elements 16+4q..16+4q+3
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; ++q) {
+      const __m512i v = _mm512_loadu_si512(g + 32 + 64 * q);
+      u[q] = _mm512_and_si512(v, m);
+      u[q + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m);
+    }
+    const __m512 dw = _mm512_maskz_cvtph_ps(kAll16, load256(g));
+    // The C rows' quants and offsets addressed from two bases each (row c at base + c·stride,
+    // the strides and 3·strides in registers): per-row pointers would take 2·C general
+    // registers, more than there are.
+    const uint8_t* xb = x + size_t(b) * sizeof(block_q8_0) + offsetof(block_q8_0, qs);
+    const int32_t* ob = xoff + size_t(b) * 2;
+    __asm__("" : "+r"(xb), "+r"(ob));  // (keeps the compiler from one induction variable per row)
+    const int32_t* orow[C];
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) {
+      orow[c] = c == 6                 ? ob + 2 * os3
+                : c % 2 == 1 && c >= 3 ? ob + os3 + size_t(c - 3) * os
+                                       : ob + size_t(c) * os;
+    }
+    // Row-interleaved, so the C chains of dependent VPDPBUSD (latency 4-5) overlap.
+    __m512i s[C];
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) s[c] = _mm512_set1_epi32(orow[c][0]);
+    dpbusd_rows<C, 0>(s, u, xb, xs, xs3);
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) {
+      float dx;
+      std::memcpy(&dx, orow[c] + 1, sizeof dx);
+      const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(dx));
+      acc[c] = _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(kAll16, s[c]), d, acc[c]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + size_t(c) * ys, acc[c]);
+}
+
+/// packed_q4_0_rows for the r ≤ C rows left over (r ≥ 2).
+template <int C>
+inline void packed_q4_0_rows_tail(int64_t r, int64_t nb, const uint8_t* g, const uint8_t* x,
+                                  size_t xs, const int32_t* xoff, float* y, size_t ys) {
+  if constexpr (C >= 2) {
+    if (r == C) return packed_q4_0_rows<C>(nb, g, x, xs, xoff, y, ys);
+    packed_q4_0_rows_tail<C - 1>(r, nb, g, x, xs, xoff, y, ys);
+  }
+}
+#endif
+
 /// One packed q8_0 group (16 rows, pack.h layout: quants stored + 128 as unsigned bytes) against
 /// C activation rows: y[c·ys + r]. The order of q8_0_q8_0_tile, lane by lane: 8 lanes of 4
 /// consecutive elements per row, lane = fma(d_w·d_x, Σ, lane), folded at the end as fold8. Each
-/// lane's sum starts from −128·Σ of its 4 activation quants (xoff, 8 per block) so that the
+/// lane's sum starts from −128·Σ of its 4 activation quants (xoff, 8 per block, then the block's
+/// activation scale as float bits) so that the
 /// unsigned products give Σ w·x exactly.
 #ifdef KVRUN_X86_VNNI
 template <int C>
@@ -446,10 +543,13 @@ inline void packed_q8_0_group(int64_t nb, const uint8_t* g, const uint8_t* x, si
     const V16 dw = load16_f16(reinterpret_cast<const uint16_t*>(g));
     I16 u[8];
     for (int i = 0; i < 8; ++i) u[i] = loadi16(g + 32 + 64 * i);
+#pragma GCC unroll 4
     for (int c = 0; c < C; ++c) {
       const block_q8_0& xb = block_at<block_q8_0>(x, xs, c, b);
-      const int32_t* off = xoff + (size_t(c) * size_t(nb) + size_t(b)) * 8;
-      const V16 d = mul16(dw, splatf16(h2f(xb.d)));
+      const int32_t* off = xoff + (size_t(c) * size_t(nb) + size_t(b)) * 9;
+      float dx;  // the block's activation scale, as float (pack_act_offsets)
+      std::memcpy(&dx, off + 8, sizeof dx);
+      const V16 d = mul16(dw, splatf16(dx));
       for (int i = 0; i < 8; ++i) {
         const V16 si = cvt16(dp16(splati16(off[i]), u[i], xb.qs + 4 * i));
         acc[c][i] = fma16(d, si, acc[c][i]);
@@ -941,10 +1041,10 @@ void packed_q8_0_q8_0(int64_t n, const void* wp, int64_t ngroups, const void* x,
     float* yg = y + gi * 16;
     int64_t j = 0;
     for (; j + kC <= nx; j += kC)
-      packed_q8_0_group<kC>(nb, g, xb + size_t(j) * xs, xs, xoff + j * nb * 8, yg + size_t(j) * ys,
+      packed_q8_0_group<kC>(nb, g, xb + size_t(j) * xs, xs, xoff + j * nb * 9, yg + size_t(j) * ys,
                             ys);
     for (; j < nx; ++j)
-      packed_q8_0_group<1>(nb, g, xb + size_t(j) * xs, xs, xoff + j * nb * 8, yg + size_t(j) * ys,
+      packed_q8_0_group<1>(nb, g, xb + size_t(j) * xs, xs, xoff + j * nb * 9, yg + size_t(j) * ys,
                            ys);
   }
 }
@@ -986,10 +1086,23 @@ void packed_q4_0_q8_0(int64_t n, const void* wp, int64_t ngroups, const void* x,
     const uint8_t* g = static_cast<const uint8_t*>(wp) + size_t(gi) * size_t(nb) * 288;
     float* yg = y + gi * 16;
     int64_t j = 0;
+#ifdef __AVX512F__
     for (; j + kC <= nx; j += kC)
-      packed_q4_0_group<kC>(nb, g, xb + size_t(j) * xs, xs, xoff + j * nb, yg + size_t(j) * ys, ys);
+      packed_q4_0_rows<kC>(nb, g, xb + size_t(j) * xs, xs, xoff + j * nb * 2, yg + size_t(j) * ys,
+                           ys);
+    if (nx - j >= 2) {  // the last 2..7 rows in one pass (one row: the decode form below)
+      packed_q4_0_rows_tail<kC - 1>(nx - j, nb, g, xb + size_t(j) * xs, xs, xoff + j * nb * 2,
+                                    yg + size_t(j) * ys, ys);
+      j = nx;
+    }
+#else
+    for (; j + kC <= nx; j += kC)
+      packed_q4_0_group<kC>(nb, g, xb + size_t(j) * xs, xs, xoff + j * nb * 2, yg + size_t(j) * ys,
+                            ys);
+#endif
     for (; j < nx; ++j)
-      packed_q4_0_group<1>(nb, g, xb + size_t(j) * xs, xs, xoff + j * nb, yg + size_t(j) * ys, ys);
+      packed_q4_0_group<1>(nb, g, xb + size_t(j) * xs, xs, xoff + j * nb * 2, yg + size_t(j) * ys,
+                           ys);
   }
 }
 
