@@ -40,19 +40,12 @@ template <DType T>
   }
 }
 
-/// out[k] = Σ lanes of t[k] for the W vectors t[0..W) (a transposing add tree: W − 1 adds).
-[[gnu::always_inline]] inline vf reduce_w(const float* t) {
-  vf v[W];
-#pragma GCC unroll 16
-  for (int k = 0; k < W; ++k) v[k] = ld_f32(t + k * W);
 #if KVRUN_FD_W == 16
-  vf a[8], b[4], c[2];
-#pragma GCC unroll 16
-  for (int k = 0; k < 8; ++k)
-    a[k] = __builtin_shufflevector(v[2 * k], v[2 * k + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19,
-                                   20, 21, 22, 23) +
-           __builtin_shufflevector(v[2 * k], v[2 * k + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26,
-                                   27, 28, 29, 30, 31);
+/// The sums of 16 positions from 8 vectors a[0..8), vector k holding 8 lane sums of position 2k
+/// (lanes 0–7) and of position 2k + 1 (lanes 8–15), each position's 8 lanes added as a 256-bit
+/// horizontal add (halves, then pairs): the last three levels of reduce_w's tree.
+[[gnu::always_inline]] inline vf fold_pairs(const vf* a) {
+  vf b[4], c[2];
 #pragma GCC unroll 16
   for (int k = 0; k < 4; ++k)
     b[k] = __builtin_shufflevector(a[2 * k], a[2 * k + 1], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19,
@@ -69,6 +62,23 @@ template <DType T>
                                  30) +
          __builtin_shufflevector(c[0], c[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29,
                                  31);
+}
+#endif
+
+/// out[k] = Σ lanes of t[k] for the W vectors t[0..W) (a transposing add tree: W − 1 adds).
+[[gnu::always_inline]] inline vf reduce_w(const float* t) {
+  vf v[W];
+#pragma GCC unroll 16
+  for (int k = 0; k < W; ++k) v[k] = ld_f32(t + k * W);
+#if KVRUN_FD_W == 16
+  vf a[8];
+#pragma GCC unroll 16
+  for (int k = 0; k < 8; ++k)
+    a[k] = __builtin_shufflevector(v[2 * k], v[2 * k + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19,
+                                   20, 21, 22, 23) +
+           __builtin_shufflevector(v[2 * k], v[2 * k + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26,
+                                   27, 28, 29, 30, 31);
+  return fold_pairs(a);
 #elif KVRUN_FD_W == 8
   vf a[4], b[2];
 #pragma GCC unroll 16
@@ -328,35 +338,9 @@ void scores_q8(const FlashDecodeBlock& a, int64_t r0) {
 }
 
 #if KVRUN_FD_W == 16
-/// The sums of 16 positions from 8 vectors t[0..8), vector k holding the 8 lane sums of
-/// positions 2k (lanes 0–7) and 2k + 1 (lanes 8–15): for each position the 256-bit horizontal
-/// add of scores_q8 (halves, then pairs), i.e. reduce_w's tree from its second level on (its
-/// first level adds the zero upper lanes of widen8, which changes no value).
-[[gnu::always_inline]] inline vf reduce_pairs(const float* t) {
-  vf a[8], b[4], c[2];
-#pragma GCC unroll 16
-  for (int k = 0; k < 8; ++k) a[k] = ld_f32(t + k * 16);
-#pragma GCC unroll 16
-  for (int k = 0; k < 4; ++k)
-    b[k] = __builtin_shufflevector(a[2 * k], a[2 * k + 1], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19,
-                                   24, 25, 26, 27) +
-           __builtin_shufflevector(a[2 * k], a[2 * k + 1], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22,
-                                   23, 28, 29, 30, 31);
-#pragma GCC unroll 16
-  for (int k = 0; k < 2; ++k)
-    c[k] = __builtin_shufflevector(b[2 * k], b[2 * k + 1], 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21,
-                                   24, 25, 28, 29) +
-           __builtin_shufflevector(b[2 * k], b[2 * k + 1], 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22,
-                                   23, 26, 27, 30, 31);
-  return __builtin_shufflevector(c[0], c[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28,
-                                 30) +
-         __builtin_shufflevector(c[0], c[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29,
-                                 31);
-}
-
 /// scores_q8 with two positions per 512-bit register: K blocks of positions j and j + 1 in the
 /// two halves (block_dot2 against the row's Q block in both), the same per-lane float
-/// operations, then reduce_pairs. Each score is bit-identical to scores_q8's (up to the sign of
+/// operations, then fold_pairs. Each score is bit-identical to scores_q8's (up to the sign of
 /// a zero sum), with half the integer dots, conversions and fused multiply-adds.
 template <DType KT, int R>
 void scores_q8_pairs(const FlashDecodeBlock& a, int64_t r0) {
@@ -403,7 +387,14 @@ void scores_q8_pairs(const FlashDecodeBlock& a, int64_t r0) {
       for (int r = 0; r < R; ++r) st_f32(t[r] + jp * 16, acc[r]);
     }
 #pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) st_f32(a.s + (r0 + r) * a.bsp + j0, reduce_pairs(t[r]));
+    for (int r = 0; r < R; ++r) {
+      vf v[8];
+#pragma GCC unroll 16
+      for (int k = 0; k < 8; ++k) v[k] = ld_f32(t[r] + k * 16);
+      // fold_pairs is reduce_w's tree from its second level on: its first level only adds the
+      // zero upper lanes of scores_q8's widen8, which changes no value.
+      st_f32(a.s + (r0 + r) * a.bsp + j0, fold_pairs(v));
+    }
   }
 }
 #endif

@@ -103,10 +103,10 @@ struct Call {
   bool v_direct;  ///< V is f16 or f32 and read in place (else decoded to the tile)
   bool batched;   ///< ≥ 2 query rows in the call (selects the exact scheme's gemm order)
   FlashDecodeFn decode;  ///< flash: the block kernel for small query tiles (flash_tile_decode)
-  /// flash: every tile takes flash_tile_decode, not only small ones: for a Q8_0 / Q4_0 K read
-  /// in place (flash_tile makes one block-dot call per query row and K row: filling 4096
-  /// positions of llama3.2-1b with q8_0 KV took 76 s with it, 47 s without) and an F16 K (42 →
-  /// 38 s), both under load from another process, so indicative
+  /// flash, with `decode` set: every tile takes flash_tile_decode, not only small ones: for a
+  /// Q8_0 / Q4_0 K read in place (flash_tile makes one block-dot call per query row and K row:
+  /// filling 4096 positions of llama3.2-1b with q8_0 KV took 76 s with it, 47 s without) and an
+  /// F16 K (42 → 38 s), both under load from another process, so indicative
   bool decode_tiles;
 };
 
@@ -493,16 +493,29 @@ inline void prefetch_rows(const uint8_t* p, int64_t stride, int64_t bytes, int64
   }
 }
 
-/// flash_tile for a small tile (at most kFlashSplitMaxQueries query tokens) of KV heads
-/// [hk0, hk1) with head_dim and head_dim_v multiples of 16: per block, one call of the decode
-/// kernel (flash_decode.h) for each of the heads in turn, which reads K and V in place (F32, F16,
-/// BF16, and Q8_0 / Q4_0 heads on block boundaries) and dots or accumulates every query row of
-/// the tile against each row; other types are decoded row by row into f32 first. Walking the
-/// heads inside the block loop reads each block's rows of those heads as one run of memory
-/// (rows hold all KV heads, so one head alone is a short piece every row stride, which the
-/// hardware prefetchers follow poorly). Q in K's dot type (see the file comment). Each head's
-/// rows are computed exactly as alone; results as flash_tile (out, or m, l, acc per row into
-/// `partial`; head hk0 + h at partial + h · part_stride floats).
+/// The first of a block's `n` rows of KV head hk as the decode kernel reads them: in place
+/// (`in_place`: the head's bytes inside the stored rows, row_bytes apart) or decoded to f32 into
+/// `tile` ([n][head_dim]).
+inline const uint8_t* head_rows(DType type, bool in_place, int64_t n_head_kv, int64_t head_dim,
+                                const uint8_t* block, int64_t row_bytes, int64_t hk, int64_t n,
+                                float* tile) {
+  if (in_place) return block + kv_head_offset(type, head_dim, hk);
+  for (int64_t j = 0; j < n; ++j)
+    kv_decode_head(type, n_head_kv, head_dim, block + j * row_bytes, hk, tile + j * head_dim);
+  return reinterpret_cast<const uint8_t*>(tile);
+}
+
+/// flash_tile for a tile of KV heads [hk0, hk1) (decode tiles of at most kFlashSplitMaxQueries
+/// query tokens; any tile with Call::decode_tiles) with head_dim and head_dim_v multiples of 16:
+/// per block, one call of the decode kernel (flash_decode.h) for each of the heads in turn,
+/// which reads K and V in place (F32, F16, BF16, and Q8_0 / Q4_0 heads on block boundaries,
+/// head_rows) and dots or accumulates every query row of the tile against each row; other
+/// types are decoded row by row into f32 first. Walking the heads inside the block loop reads
+/// each block's rows of those heads as one run of memory (rows hold all KV heads, so one head
+/// alone is a short piece every row stride, which the hardware prefetchers follow poorly). Q in K's
+/// dot type (see the file comment). Each head's rows are computed exactly as alone; results as
+/// flash_tile (out, or m, l, acc per row into `partial`; head hk0 + h at partial + h · part_stride
+/// floats).
 void flash_tile_decode(const Call& c, const PagedSeq& seq, int64_t i0, int64_t i1, int64_t hk0,
                        int64_t hk1, int64_t b_begin, int64_t b_end, const float* q, float* out,
                        float* partial, int64_t part_stride, Scratch& sc) {
@@ -600,22 +613,10 @@ void flash_tile_decode(const Call& c, const PagedSeq& seq, int64_t i0, int64_t i
     }
     for (int64_t h = 0; h < nh; ++h) {
       const int64_t hk = hk0 + h, r0 = h * rows;
-      if (k_in_place) {
-        fb.k = kb + kv_head_offset(kv.k_type, hd, hk);
-      } else {
-        for (int64_t j = 0; j < n; ++j)
-          kv_decode_head(kv.k_type, a.n_head_kv, hd, kb + j * kv.k_row_bytes, hk,
-                         sc.ktile.data() + j * hd);
-        fb.k = reinterpret_cast<const uint8_t*>(sc.ktile.data());
-      }
-      if (v_in_place) {
-        fb.v = vb + kv_head_offset(kv.v_type, hdv, hk);
-      } else {
-        for (int64_t j = 0; j < n; ++j)
-          kv_decode_head(kv.v_type, a.n_head_kv, hdv, vb + j * kv.v_row_bytes, hk,
-                         sc.vtile.data() + j * hdv);
-        fb.v = reinterpret_cast<const uint8_t*>(sc.vtile.data());
-      }
+      fb.k = head_rows(kv.k_type, k_in_place, a.n_head_kv, hd, kb, kv.k_row_bytes, hk, n,
+                       sc.ktile.data());
+      fb.v = head_rows(kv.v_type, v_in_place, a.n_head_kv, hdv, vb, kv.v_row_bytes, hk, n,
+                       sc.vtile.data());
       fb.q = sc.qf.data() + r0 * hd;
       if (q8) {
         fb.qx = sc.qi.data() + r0 * hd;
@@ -951,8 +952,7 @@ void paged_attention_at_level(ThreadPool& pool, CpuLevel level, const PagedKvLay
       kv.v_type == DType::F16 || kv.v_type == DType::F32,
       batched,
       a.head_dim % 16 == 0 && a.head_dim_v % 16 == 0 ? flash_decode_kernel(level) : nullptr,
-      a.head_dim % 16 == 0 && a.head_dim_v % 16 == 0 &&
-          (kv.k_type == DType::Q8_0 || kv.k_type == DType::Q4_0 || kv.k_type == DType::F16) &&
+      (kv.k_type == DType::Q8_0 || kv.k_type == DType::Q4_0 || kv.k_type == DType::F16) &&
           flash_decode_in_place(kv.k_type, a.head_dim)};
   if (p.flash) {
     flash_call(pool, c, seqs, n_seqs, q, out);
