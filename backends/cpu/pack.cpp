@@ -131,14 +131,12 @@ void pack_act_offsets(DType t, const void* act, size_t act_row, int64_t n, int64
         int32_t sum = 0;
         for (int i = 0; i < 32; ++i) sum += q[i];
         *out++ = -8 * sum;
-        const float d = fp16_to_f32(xb[b].d);
-        std::memcpy(out++, &d, sizeof d);
       } else {
         for (int i = 0; i < 8; ++i)
           *out++ = -128 * (q[4 * i] + q[4 * i + 1] + q[4 * i + 2] + q[4 * i + 3]);
-        const float d = fp16_to_f32(xb[b].d);
-        std::memcpy(out++, &d, sizeof d);
       }
+      const float d = fp16_to_f32(xb[b].d);  // then the block's scale, as float bits
+      std::memcpy(out++, &d, sizeof d);
     }
   }
 }

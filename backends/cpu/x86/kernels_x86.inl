@@ -527,8 +527,7 @@ inline void packed_q4_0_rows_tail(int64_t r, int64_t nb, const uint8_t* g, const
 /// C activation rows: y[c·ys + r]. The order of q8_0_q8_0_tile, lane by lane: 8 lanes of 4
 /// consecutive elements per row, lane = fma(d_w·d_x, Σ, lane), folded at the end as fold8. Each
 /// lane's sum starts from −128·Σ of its 4 activation quants (xoff, 8 per block, then the block's
-/// activation scale as float bits) so that the
-/// unsigned products give Σ w·x exactly.
+/// activation scale as float bits) so that the unsigned products give Σ w·x exactly.
 #ifdef KVRUN_X86_VNNI
 template <int C>
 inline void packed_q8_0_group(int64_t nb, const uint8_t* g, const uint8_t* x, size_t xs,
