@@ -1,6 +1,6 @@
 # KVRUN_CUDA_TESTS_ONLY=ON (scripts/gpu-check.sh): after ggml-like, the CPU backend and the CUDA
 # backend, build only the CUDA test executables (tests/test_cuda_*.cpp and *.cu), with GoogleTest
-# compiled from the source tree in KVRUN_GTEST_SOURCE (the script copies Debian's
+# compiled from the source tree in KVRUN_GTEST_SOURCE (cmake/gtest_source.cmake) (the script copies Debian's
 # /usr/src/googletest there), so the GPU machine needs nothing but CUDA, cmake and a C++
 # compiler. No PCRE2, ICU, libedit, xxhash,
 # httplib, CLI11 or nlohmann_json; the kvrun binary and the other tests are not built.
@@ -9,11 +9,7 @@ if(NOT TARGET kvrun_cuda)
 endif()
 set(KVRUN_GTEST_SOURCE "${CMAKE_SOURCE_DIR}/.gpu-deps/googletest" CACHE PATH
     "GoogleTest source tree (KVRUN_CUDA_TESTS_ONLY)")
-set(INSTALL_GTEST OFF CACHE BOOL "" FORCE)
-set(BUILD_GMOCK OFF CACHE BOOL "" FORCE)
-add_subdirectory(${KVRUN_GTEST_SOURCE} ${CMAKE_BINARY_DIR}/googletest EXCLUDE_FROM_ALL)
-enable_testing()
-include(GoogleTest)
+include(${CMAKE_SOURCE_DIR}/cmake/gtest_source.cmake)
 file(GLOB KVRUN_CUDA_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/test_cuda_*.cpp)
 foreach(src ${KVRUN_CUDA_TESTS})
   get_filename_component(name ${src} NAME_WE)
@@ -27,8 +23,4 @@ foreach(src ${KVRUN_CUDA_TESTS})
     KVRUN_BINARY="kvrun-not-built")
   gtest_discover_tests(${name} DISCOVERY_TIMEOUT 120)
 endforeach()
-if(NOT TARGET GTest::gtest)
-  add_library(GTest::gtest ALIAS gtest)
-  add_library(GTest::gtest_main ALIAS gtest_main)
-endif()
 include(${CMAKE_SOURCE_DIR}/cmake/cuda_host_tests.cmake)

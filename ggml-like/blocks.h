@@ -121,6 +121,19 @@ struct block_q6_K {
 };
 static_assert(sizeof(block_q6_K) == 210, "wrong q6_K block size");
 
+/// q4_K / q5_K: the 6-bit scale code `*sc` and min code `*m` of sub-block j (0..7) from the
+/// 12-byte `scales` packing (GGUF K-quants): j < 4 has sc = q[j] & 63, m = q[j+4] & 63; j ≥ 4
+/// has sc = (q[j+4] & 15) | (q[j−4] >> 6) << 4 and m = (q[j+4] >> 4) | (q[j] >> 6) << 4.
+inline void unpack_scale_min_k4(int j, const uint8_t* q, int* sc, int* m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4);
+    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
 /// Activation format paired with K-quant weights.
 struct block_q8_K {
   float d;

@@ -82,19 +82,7 @@ int round_clamp(float v, int lo, int hi) {
 
 // ---- shared scale packings ----
 
-/// q4_K / q5_K: unpacks the 6-bit scale code `*sc` and min code `*m` of sub-block j (0..7)
-/// from the 12-byte packing described at the top of the file.
-void unpack_scale_min_k4(int j, const uint8_t* q, int* sc, int* m) {
-  if (j < 4) {
-    *sc = q[j] & 63;
-    *m = q[j + 4] & 63;
-  } else {
-    *sc = (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4);
-    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
-
-/// Inverse of unpack_scale_min_k4: packs 8 scale codes and 8 min codes (each 0..63).
+/// Inverse of unpack_scale_min_k4 (blocks.h): packs 8 scale codes and 8 min codes (each 0..63).
 void pack_scale_min_k4(const int* sc, const int* m, uint8_t* q) {
   std::memset(q, 0, K_SCALE_SIZE);
   for (int j = 0; j < 4; ++j) {

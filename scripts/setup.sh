@@ -23,7 +23,12 @@ PACKAGES=(
   clang-format
   python3 python3-jinja2      # test oracle for chat templates
   tmux                        # REPL tests through a pseudo-terminal
+  googletest                  # GoogleTest's sources, for the AArch64 cross build
 )
+# The NEON kernels' tests on an x86-64 machine: a cross compiler and qemu (scripts/arm-check.sh).
+if [ "$(dpkg --print-architecture)" = amd64 ]; then
+  PACKAGES+=(g++-aarch64-linux-gnu qemu-user)
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

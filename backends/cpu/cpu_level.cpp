@@ -16,6 +16,8 @@ const char* cpu_level_name(CpuLevel level) {
       return "avx2";
     case CpuLevel::avx512:
       return "avx512";
+    case CpuLevel::neon:
+      return "neon";
   }
   return "scalar";
 }
@@ -31,15 +33,23 @@ bool cpu_level_supported(CpuLevel level) {
   switch (level) {
     case CpuLevel::scalar:
       return true;
-#if defined(__x86_64__)
     case CpuLevel::avx2:
+#if defined(__x86_64__)
       return f.avx2 && f.fma && f.f16c;
+#else
+      return false;  // no x86 kernels in this build
+#endif
     case CpuLevel::avx512:
+#if defined(__x86_64__)
       return f.avx2 && f.fma && f.f16c && f.avx512f && f.avx512bw && f.avx512vl && f.avx512_vnni;
 #else
-    default:
-      (void)f;
       return false;
+#endif
+    case CpuLevel::neon:
+#if defined(__aarch64__)
+      return f.neon;
+#else
+      return false;  // no NEON kernels in this build
 #endif
   }
   return false;
@@ -57,11 +67,11 @@ CpuLevel resolve_cpu_level(const char* env) {
   if (!env || !*env) return best;
   const std::optional<CpuLevel> want = parse_cpu_level(env);
   if (!want) {
-    std::fprintf(stderr, "kvrun: KVRUN_CPU=%s is not scalar, avx2 or avx512; using %s\n", env,
+    std::fprintf(stderr, "kvrun: KVRUN_CPU=%s is not scalar, avx2, avx512 or neon; using %s\n", env,
                  cpu_level_name(best));
     return best;
   }
-  if (*want <= best) return *want;
+  if (cpu_level_supported(*want)) return *want;
   std::fprintf(stderr, "kvrun: KVRUN_CPU=%s is not supported by this CPU; using %s\n", env,
                cpu_level_name(best));
   return best;

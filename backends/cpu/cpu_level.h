@@ -2,13 +2,17 @@
 //
 // One kvrun binary runs on any x86-64: the SIMD kernels live in their own translation units
 // (backends/cpu/x86/, compiled with -mavx2 / -mavx512* flags) and are only called after CPUID
-// says the CPU has the features. The level is the best the CPU supports unless the environment
-// variable KVRUN_CPU (scalar | avx2 | avx512) asks for a lower one, for tests and benchmarks.
+// says the CPU has the features. An AArch64 build has the NEON kernels (backends/cpu/arm/;
+// Advanced SIMD is part of every AArch64 CPU). The level is the best the CPU supports unless the
+// environment variable KVRUN_CPU (scalar | avx2 | avx512 | neon) asks for another supported one,
+// for tests and benchmarks.
 //
 // Levels and the features each requires:
-//   scalar  portable C++ (the reference kernels; the only level on non-x86 builds)
-//   avx2    AVX2 + FMA + F16C
+//   scalar  portable C++ (the reference kernels; every build has it)
+//   avx2    x86-64 with AVX2 + FMA + F16C
 //   avx512  the above + AVX512F/BW/VL + AVX512_VNNI
+//   neon    AArch64 (Armv8-A Advanced SIMD); only the f32/f16, q4_0 and q8_0 dots are SIMD there
+//           (backends/cpu/arm/kernels_neon.h), the other kernels are the scalar ones
 #pragma once
 
 #include <optional>
@@ -16,13 +20,14 @@
 
 namespace kvrun::cpu {
 
-/// A kernel level; higher values need more CPU features.
-enum class CpuLevel { scalar = 0, avx2 = 1, avx512 = 2 };
+/// A kernel level. On x86-64 a higher value needs more CPU features; neon is the AArch64 level.
+enum class CpuLevel { scalar = 0, avx2 = 1, avx512 = 2, neon = 3 };
 
-/// Every level, lowest first.
-inline constexpr CpuLevel kAllCpuLevels[] = {CpuLevel::scalar, CpuLevel::avx2, CpuLevel::avx512};
+/// Every level, in the order best_cpu_level prefers the later ones.
+inline constexpr CpuLevel kAllCpuLevels[] = {CpuLevel::scalar, CpuLevel::avx2, CpuLevel::avx512,
+                                             CpuLevel::neon};
 
-/// "scalar", "avx2" or "avx512".
+/// "scalar", "avx2", "avx512" or "neon".
 const char* cpu_level_name(CpuLevel level);
 
 /// The level named `name` (as cpu_level_name writes it), or nullopt.
@@ -31,12 +36,13 @@ std::optional<CpuLevel> parse_cpu_level(std::string_view name);
 /// True when this build has kernels for `level` and this CPU has its features.
 bool cpu_level_supported(CpuLevel level);
 
-/// The highest supported level.
+/// The last supported level of kAllCpuLevels (avx512, avx2 or scalar on x86-64; neon on
+/// AArch64).
 CpuLevel best_cpu_level();
 
-/// The level that KVRUN_CPU requests (`env`, may be null), capped to what is supported:
+/// The level that KVRUN_CPU requests (`env`, may be null) when this build and CPU support it;
 /// best_cpu_level() when env is null or empty; an unknown name or an unsupported level prints
-/// one warning to stderr and gives the best supported level not above the request.
+/// one warning to stderr and gives best_cpu_level().
 CpuLevel resolve_cpu_level(const char* env);
 
 /// The level the kernels use in this process: resolve_cpu_level(getenv("KVRUN_CPU")), computed

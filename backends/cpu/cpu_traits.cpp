@@ -7,6 +7,9 @@
 #if defined(__x86_64__)
 #include "cpu/x86/kernels_x86.h"
 #endif
+#if defined(__aarch64__)
+#include "cpu/arm/kernels_neon.h"
+#endif
 
 namespace kvrun::cpu {
 
@@ -104,6 +107,24 @@ std::array<Table, kLevels> build_tables() {
   KVRUN_APPLY_X86(tables[size_t(CpuLevel::avx512)], avx512);
   row_of(tables[size_t(CpuLevel::avx512)], DType::Q8_0).packed_tile = avx512::packed_q8_0_q8_0;
   row_of(tables[size_t(CpuLevel::avx512)], DType::Q6_K).packed_tile = avx512::packed_q6_K_q8_K;
+#endif
+#if defined(__aarch64__)
+  // NEON: the q8_0 / q8_K quantizers, the f32/f16 dots and the q4_0, q8_0, q4_K and q6_K dots
+  // (kernels_neon.h).
+  Table& t = tables[size_t(CpuLevel::neon)];
+  for (CpuTypeTraits& row : t) {
+    if (row.act_type == DType::Q8_0) row.act_from_float = neon::act_from_float_q8_0;
+    if (row.act_type == DType::Q8_K) row.act_from_float = neon::act_from_float_q8_K;
+  }
+  row_of(t, DType::F32).vec_dot = neon::vec_dot_f32;
+  row_of(t, DType::F32).gemm_dot = neon::gemm_dot_f32;
+  row_of(t, DType::F16).vec_dot = neon::vec_dot_f16;
+  row_of(t, DType::F16).gemm_dot = neon::gemm_dot_f16;
+  row_of(t, DType::Q4_0).vec_dot = neon::vec_dot_q4_0_q8_0;
+  row_of(t, DType::Q4_0).repack_dot = neon::repack_dot_q4_0_q8_0;
+  row_of(t, DType::Q8_0).vec_dot = neon::vec_dot_q8_0_q8_0;
+  row_of(t, DType::Q4_K).vec_dot = neon::vec_dot_q4_K_q8_K;
+  row_of(t, DType::Q6_K).vec_dot = neon::vec_dot_q6_K_q8_K;
 #endif
   return tables;
 }

@@ -9,6 +9,9 @@
 #if defined(__x86_64__)
 #include "cpu/x86/kernels_x86.h"
 #endif
+#if defined(__aarch64__)
+#include "cpu/arm/kernels_neon.h"
+#endif
 
 namespace kvrun::cpu {
 
@@ -56,6 +59,9 @@ constexpr OpKernels kAvx2 = {avx2::silu_mul, avx2::exp_blocks, avx2::rope_rotate
 constexpr OpKernels kAvx512 = {avx512::silu_mul, avx512::exp_blocks, avx512::rope_rotate,
                                avx512::f16_to_f32};
 #endif
+#if defined(__aarch64__)
+constexpr OpKernels kNeon = {neon::silu_mul, neon::exp_blocks, neon::rope_rotate, neon::f16_to_f32};
+#endif
 
 }  // namespace
 
@@ -63,6 +69,9 @@ const OpKernels& op_kernels(CpuLevel level) {
 #if defined(__x86_64__)
   if (level == CpuLevel::avx512) return kAvx512;
   if (level == CpuLevel::avx2) return kAvx2;
+#endif
+#if defined(__aarch64__)
+  if (level == CpuLevel::neon) return kNeon;
 #endif
   (void)level;
   return kScalar;

@@ -23,17 +23,6 @@ inline int dot_i8(const int8_t* a, const int8_t* b, int len) {
   return s;
 }
 
-/// q4_K / q5_K: 6-bit scale and min of sub-block j from the 12-byte packing.
-inline void scale_min_k4(int j, const uint8_t* q, int* sc, int* m) {
-  if (j < 4) {
-    *sc = q[j] & 63;
-    *m = q[j + 4] & 63;
-  } else {
-    *sc = (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4);
-    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
-
 /// q3_K: signed scale of sub-block s (6-bit code minus 32).
 inline int scale_q3(int s, const uint8_t* scales) {
   const int low = s < 8 ? (scales[s] & 0x0F) : (scales[s - 8] >> 4);
@@ -169,7 +158,7 @@ float vec_dot_q4_K_q8_K(int64_t n, const void* w, const void* x) {
   int sc[8], m[8];
   for (int64_t b = 0; b < n / QK_K; ++b) {
     for (int i = 0; i < QK_K; ++i) q[i] = int8_t(nibble(bw[b].qs, i));
-    for (int j = 0; j < 8; ++j) scale_min_k4(j, bw[b].scales, &sc[j], &m[j]);
+    for (int j = 0; j < 8; ++j) unpack_scale_min_k4(j, bw[b].scales, &sc[j], &m[j]);
     const float d = bx[b].d * fp16_lut(bw[b].d);
     const float dmin = -bx[b].d * fp16_lut(bw[b].dmin);
     for (int k = 0; k < 4; ++k) {
@@ -193,7 +182,7 @@ float vec_dot_q5_K_q8_K(int64_t n, const void* w, const void* x) {
   for (int64_t b = 0; b < n / QK_K; ++b) {
     for (int i = 0; i < QK_K; ++i)
       q[i] = int8_t(nibble(bw[b].qs, i) | (((bw[b].qh[i % 32] >> (i / 32)) & 1) << 4));
-    for (int j = 0; j < 8; ++j) scale_min_k4(j, bw[b].scales, &sc[j], &m[j]);
+    for (int j = 0; j < 8; ++j) unpack_scale_min_k4(j, bw[b].scales, &sc[j], &m[j]);
     const float d = bx[b].d * fp16_lut(bw[b].d);
     const float dmin = -bx[b].d * fp16_lut(bw[b].dmin);
     summs += dmin * float(min_sum(m, bx[b], 8));
