@@ -97,25 +97,6 @@ TEST_P(SimdTypes, ActivationQuantizerMatchesScalarBytes) {
 TEST(SimdTables, SimdKernelsAreWired) {
   for (CpuLevel level : simd_levels()) {
     const char* lv = cpu_level_name(level);
-    if (level == CpuLevel::neon) {  // the f32/f16, q4_0, q8_0, q4_K and q6_K dots
-      for (DType t : {DType::F32, DType::F16, DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
-        const CpuTypeTraits* ref = cpu_traits(t, CpuLevel::scalar);
-        const CpuTypeTraits* ct = cpu_traits(t, level);
-        EXPECT_NE(ct->vec_dot, ref->vec_dot) << lv << " " << traits(t).name;
-        if (t == DType::F32 || t == DType::F16) {
-          EXPECT_NE(ct->gemm_dot, ref->gemm_dot) << lv << " " << traits(t).name;
-        } else {
-          EXPECT_NE(ct->act_from_float, ref->act_from_float) << lv << " " << traits(t).name;
-        }
-      }
-      EXPECT_NE(cpu_traits(DType::Q4_0, level)->repack_dot,
-                cpu_traits(DType::Q4_0, CpuLevel::scalar)->repack_dot);
-      EXPECT_NE(op_kernels(level).silu_mul, op_kernels(CpuLevel::scalar).silu_mul);
-      EXPECT_NE(op_kernels(level).exp_blocks, op_kernels(CpuLevel::scalar).exp_blocks);
-      EXPECT_NE(op_kernels(level).rope_rotate, op_kernels(CpuLevel::scalar).rope_rotate);
-      EXPECT_NE(op_kernels(level).f16_to_f32, op_kernels(CpuLevel::scalar).f16_to_f32);
-      continue;
-    }
     for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType::Q5_0, DType::Q8_0,
                     DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
       const CpuTypeTraits* ref = cpu_traits(t, CpuLevel::scalar);

@@ -109,22 +109,33 @@ std::array<Table, kLevels> build_tables() {
   row_of(tables[size_t(CpuLevel::avx512)], DType::Q6_K).packed_tile = avx512::packed_q6_K_q8_K;
 #endif
 #if defined(__aarch64__)
-  // NEON: the q8_0 / q8_K quantizers, the f32/f16 dots and the q4_0, q8_0, q4_K and q6_K dots
-  // (kernels_neon.h).
+  // NEON (kernels_neon.h): the quantizers, dots and tiles; no packed kernels.
   Table& t = tables[size_t(CpuLevel::neon)];
   for (CpuTypeTraits& row : t) {
     if (row.act_type == DType::Q8_0) row.act_from_float = neon::act_from_float_q8_0;
     if (row.act_type == DType::Q8_K) row.act_from_float = neon::act_from_float_q8_K;
   }
-  row_of(t, DType::F32).vec_dot = neon::vec_dot_f32;
-  row_of(t, DType::F32).gemm_dot = neon::gemm_dot_f32;
-  row_of(t, DType::F16).vec_dot = neon::vec_dot_f16;
-  row_of(t, DType::F16).gemm_dot = neon::gemm_dot_f16;
-  row_of(t, DType::Q4_0).vec_dot = neon::vec_dot_q4_0_q8_0;
+  auto set = [&t](DType type, VecDotFn dot, DotTileFn tile) {
+    row_of(t, type).vec_dot = dot;
+    row_of(t, type).vec_dot_tile = tile;
+  };
+  set(DType::BF16, neon::vec_dot_bf16, nullptr);
+  set(DType::Q4_0, neon::vec_dot_q4_0_q8_0, neon::tile_q4_0_q8_0);
+  set(DType::Q5_0, neon::vec_dot_q5_0_q8_0, neon::tile_q5_0_q8_0);
+  set(DType::Q8_0, neon::vec_dot_q8_0_q8_0, neon::tile_q8_0_q8_0);
+  set(DType::Q4_K, neon::vec_dot_q4_K_q8_K, neon::tile_q4_K_q8_K);
+  set(DType::Q5_K, neon::vec_dot_q5_K_q8_K, neon::tile_q5_K_q8_K);
+  set(DType::Q6_K, neon::vec_dot_q6_K_q8_K, neon::tile_q6_K_q8_K);
   row_of(t, DType::Q4_0).repack_dot = neon::repack_dot_q4_0_q8_0;
-  row_of(t, DType::Q8_0).vec_dot = neon::vec_dot_q8_0_q8_0;
-  row_of(t, DType::Q4_K).vec_dot = neon::vec_dot_q4_K_q8_K;
-  row_of(t, DType::Q6_K).vec_dot = neon::vec_dot_q6_K_q8_K;
+  row_of(t, DType::Q4_0).repack_dot_tile = neon::tile_repack_q4_0_q8_0;
+  for (DType type : {DType::F32, DType::F16}) {
+    CpuTypeTraits& row = row_of(t, type);
+    const bool f32 = type == DType::F32;
+    row.vec_dot = f32 ? neon::vec_dot_f32 : neon::vec_dot_f16;
+    row.gemm_dot = f32 ? neon::gemm_dot_f32 : neon::gemm_dot_f16;
+    row.gemm_dot_tile = f32 ? neon::tile_gemm_f32 : neon::tile_gemm_f16;
+  }
+  row_of(t, DType::F16).act_from_float = neon::act_from_float_f16;
 #endif
   return tables;
 }
