@@ -8,13 +8,5 @@ set(KVRUN_GTEST_SOURCE "/usr/src/googletest" CACHE PATH
     "GoogleTest source tree (KVRUN_CPU_TESTS_ONLY)")
 include(${CMAKE_SOURCE_DIR}/cmake/gtest_source.cmake)
 foreach(name test_cpu_simd test_cpu_exp test_cpu_ops test_kv_row_codec test_paged_attention)
-  add_executable(${name} ${CMAKE_SOURCE_DIR}/tests/${name}.cpp)
-  target_include_directories(${name} PRIVATE ${CMAKE_SOURCE_DIR}/tests ${CMAKE_SOURCE_DIR})
-  target_link_libraries(${name} PRIVATE kvrun_cpu kvrun_ggml GTest::gtest GTest::gtest_main)
-  target_compile_options(${name} PRIVATE ${KVRUN_WARNINGS})
-  target_compile_definitions(${name} PRIVATE
-    KVRUN_FIXTURES_DEFAULT="${KVRUN_FIXTURES}"
-    KVRUN_TEST_DATA="${CMAKE_SOURCE_DIR}/tests/data"
-    KVRUN_BINARY="kvrun-not-built")
-  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 300)
+  kvrun_source_gtest(${name} ${CMAKE_SOURCE_DIR}/tests/${name}.cpp kvrun_cpu kvrun_ggml)
 endforeach()

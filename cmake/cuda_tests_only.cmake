@@ -13,14 +13,6 @@ include(${CMAKE_SOURCE_DIR}/cmake/gtest_source.cmake)
 file(GLOB KVRUN_CUDA_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/test_cuda_*.cpp)
 foreach(src ${KVRUN_CUDA_TESTS})
   get_filename_component(name ${src} NAME_WE)
-  add_executable(${name} ${src})
-  target_include_directories(${name} PRIVATE ${CMAKE_SOURCE_DIR}/tests ${CMAKE_SOURCE_DIR})
-  target_link_libraries(${name} PRIVATE kvrun_cuda kvrun_cpu kvrun_ggml gtest gtest_main)
-  target_compile_options(${name} PRIVATE ${KVRUN_WARNINGS})
-  target_compile_definitions(${name} PRIVATE
-    KVRUN_FIXTURES_DEFAULT="${KVRUN_FIXTURES}"
-    KVRUN_TEST_DATA="${CMAKE_SOURCE_DIR}/tests/data"
-    KVRUN_BINARY="kvrun-not-built")
-  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 120)
+  kvrun_source_gtest(${name} ${src} kvrun_cuda kvrun_cpu kvrun_ggml)
 endforeach()
 include(${CMAKE_SOURCE_DIR}/cmake/cuda_host_tests.cmake)

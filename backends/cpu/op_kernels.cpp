@@ -36,16 +36,7 @@ double exp_blocks_scalar(const float* x, float* y, int64_t n, float max) {
 }
 
 void rope_rotate_scalar(float* v, const float* cs, const float* sn, int64_t half, bool neox) {
-  for (int64_t i = 0; i < half; ++i) {
-    const int64_t i0 = neox ? i : 2 * i;
-    const int64_t i1 = neox ? i + half : 2 * i + 1;
-    const float x0 = v[i0], x1 = v[i1];
-    // llama.cpp's ggml_compute_forward_rope_f32 writes x0*cos - x1*sin and x0*sin + x1*cos;
-    // GCC contracts the first product of each into the add/sub (fmaddsub in the vector
-    // loop, FMA in scalar code). Checked bit for bit against ggml built with GCC 12.
-    v[i0] = std::fma(x0, cs[i], -(x1 * sn[i]));
-    v[i1] = std::fma(x0, sn[i], x1 * cs[i]);
-  }
+  for (int64_t i = 0; i < half; ++i) rope_rotate_pair(v, cs, sn, half, neox, i);
 }
 
 void f16_to_f32_scalar(const uint16_t* src, float* dst, int64_t n) {

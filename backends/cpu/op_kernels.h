@@ -4,6 +4,7 @@
 // kernel of backends/cpu/x86/, and every level gives bit-identical results.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "cpu/cpu_level.h"
@@ -25,6 +26,19 @@ using ExpBlocksFn = double (*)(const float* x, float* y, int64_t n, float max);
 /// (i0, i1) = (i, i + half) if neox else (2i, 2i + 1): v[i0] = fma(x0, cs[i], −(x1·sn[i])),
 /// v[i1] = fma(x0, sn[i], x1·cs[i]).
 using RopeRotateFn = void (*)(float* v, const float* cs, const float* sn, int64_t half, bool neox);
+
+/// RoPE's rotation of pair i of v as RopeRotateFn says (the scalar kernel, and the SIMD
+/// kernels' tails). llama.cpp's ggml_compute_forward_rope_f32 writes x0·cos − x1·sin and
+/// x0·sin + x1·cos; GCC contracts the first product of each into the add/sub (fmaddsub in the
+/// vector loop, FMA in scalar code), checked bit for bit against ggml built with GCC 12.
+inline void rope_rotate_pair(float* v, const float* cs, const float* sn, int64_t half, bool neox,
+                             int64_t i) {
+  const int64_t i0 = neox ? i : 2 * i;
+  const int64_t i1 = neox ? i + half : 2 * i + 1;
+  const float x0 = v[i0], x1 = v[i1];
+  v[i0] = std::fma(x0, cs[i], -(x1 * sn[i]));
+  v[i1] = std::fma(x0, sn[i], x1 * cs[i]);
+}
 
 /// dst[i] = the binary16 src[i] as a float, i < n (exact: every binary16 value is a float; F16C
 /// at the x86 levels, fp16_lut's table in the scalar one).

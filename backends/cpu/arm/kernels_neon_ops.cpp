@@ -8,6 +8,7 @@
 #include "cpu/arm/kernels_neon.h"
 #include "cpu/arm/neon_lanes.h"
 #include "cpu/fast_exp.h"
+#include "cpu/op_kernels.h"
 #include "fp16.h"
 
 namespace kvrun::cpu::neon {
@@ -87,13 +88,7 @@ void rope_rotate(float* v, const float* cs, const float* sn, int64_t half, bool 
       vst2q_f32(v + 2 * i, p);
     }
   }
-  for (; i < half; ++i) {
-    const int64_t i0 = neox ? i : 2 * i;
-    const int64_t i1 = neox ? i + half : 2 * i + 1;
-    const float x0 = v[i0], x1 = v[i1];
-    v[i0] = std::fma(x0, cs[i], -(x1 * sn[i]));
-    v[i1] = std::fma(x0, sn[i], x1 * cs[i]);
-  }
+  for (; i < half; ++i) rope_rotate_pair(v, cs, sn, half, neox, i);
 }
 
 void f16_to_f32(const uint16_t* src, float* dst, int64_t n) {

@@ -105,14 +105,9 @@ struct KBlock {
   float d, dmin;
 };
 
-/// q4_K: value i is the nibble of byte 32·(i/64) + i%32 (low for the first 32 of 64).
-inline void unpack(const block_q4_K& b, KBlock& k) {
-  for (int j = 0; j < 4; ++j)
-    for (int h = 0; h < 2; ++h) {
-      const uint8x16_t v = vld1q_u8(b.qs + 32 * j + 16 * h);
-      vst1q_u8(reinterpret_cast<uint8_t*>(k.q) + 64 * j + 16 * h, vandq_u8(v, vdupq_n_u8(0x0F)));
-      vst1q_u8(reinterpret_cast<uint8_t*>(k.q) + 64 * j + 32 + 16 * h, vshrq_n_u8(v, 4));
-    }
+/// q4_K / q5_K: the 6-bit scales (one per 32-value group, both lane halves) and mins, d, dmin.
+template <typename Block>
+inline void scales_mins(const Block& b, KBlock& k) {
   for (int j = 0; j < 8; ++j) {
     int sc, m;
     unpack_scale_min_k4(j, b.scales, &sc, &m);
@@ -121,6 +116,17 @@ inline void unpack(const block_q4_K& b, KBlock& k) {
   }
   k.d = fp16_to_f32(b.d);
   k.dmin = fp16_to_f32(b.dmin);
+}
+
+/// q4_K: value i is the nibble of byte 32·(i/64) + i%32 (low for the first 32 of 64).
+inline void unpack(const block_q4_K& b, KBlock& k) {
+  for (int j = 0; j < 4; ++j)
+    for (int h = 0; h < 2; ++h) {
+      const uint8x16_t v = vld1q_u8(b.qs + 32 * j + 16 * h);
+      vst1q_u8(reinterpret_cast<uint8_t*>(k.q) + 64 * j + 16 * h, vandq_u8(v, vdupq_n_u8(0x0F)));
+      vst1q_u8(reinterpret_cast<uint8_t*>(k.q) + 64 * j + 32 + 16 * h, vshrq_n_u8(v, 4));
+    }
+  scales_mins(b, k);
 }
 
 /// q5_K: q4_K's nibble | bit i/32 of qh[i % 32] << 4.
@@ -134,14 +140,7 @@ inline void unpack(const block_q5_K& b, KBlock& k) {
       vst1q_u8(reinterpret_cast<uint8_t*>(k.q) + 32 * j + 16 * h,
                vorrq_u8(nib, vshlq_n_u8(bit, 4)));
     }
-  for (int j = 0; j < 8; ++j) {
-    int sc, m;
-    unpack_scale_min_k4(j, b.scales, &sc, &m);
-    k.sc_lo[j] = k.sc_hi[j] = sc;
-    k.m[j] = m;
-  }
-  k.d = fp16_to_f32(b.d);
-  k.dmin = fp16_to_f32(b.dmin);
+  scales_mins(b, k);
 }
 
 /// q6_K: value i of half h = i/128 (r = i%128): low 4 bits from ql[64h + i%32 + 32·((r/32)&1)]
