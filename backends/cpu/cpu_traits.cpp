@@ -57,9 +57,10 @@ CpuTypeTraits& row_of(Table& t, DType type) {
   return t[0];  // not reached: every type set below is in kScalar
 }
 
-// The SIMD kernels of namespace NS over the scalar table `t`; activation converters change
-// with the activation type, so every weight type paired with q8_0 / q8_K gets the SIMD one.
-#define KVRUN_APPLY_X86(t, NS)                                                       \
+// The SIMD kernels of namespace NS (simd_kernels.h) over the scalar table `t`; activation
+// converters change with the activation type, so every weight type paired with q8_0 / q8_K gets the
+// SIMD one.
+#define KVRUN_APPLY_SIMD(t, NS)                                                      \
   do {                                                                               \
     for (CpuTypeTraits & row : t) {                                                  \
       if (row.act_type == DType::Q8_0) row.act_from_float = NS::act_from_float_q8_0; \
@@ -80,7 +81,6 @@ CpuTypeTraits& row_of(Table& t, DType type) {
     q4_0.vec_dot_tile = NS::tile_q4_0_q8_0;                                          \
     q4_0.repack_dot = NS::repack_dot_q4_0_q8_0;                                      \
     q4_0.repack_dot_tile = NS::tile_repack_q4_0_q8_0;                                \
-    q4_0.packed_tile = NS::packed_q4_0_q8_0;                                         \
     CpuTypeTraits& q5_0 = row_of(t, DType::Q5_0);                                    \
     q5_0.vec_dot = NS::vec_dot_q5_0_q8_0;                                            \
     q5_0.vec_dot_tile = NS::tile_q5_0_q8_0;                                          \
@@ -103,39 +103,15 @@ std::array<Table, kLevels> build_tables() {
   for (Table& t : tables)
     for (size_t i = 0; i < kTypes; ++i) t[i] = kScalar[i];
 #if defined(__x86_64__)
-  KVRUN_APPLY_X86(tables[size_t(CpuLevel::avx2)], avx2);
-  KVRUN_APPLY_X86(tables[size_t(CpuLevel::avx512)], avx512);
+  KVRUN_APPLY_SIMD(tables[size_t(CpuLevel::avx2)], avx2);
+  KVRUN_APPLY_SIMD(tables[size_t(CpuLevel::avx512)], avx512);
+  row_of(tables[size_t(CpuLevel::avx2)], DType::Q4_0).packed_tile = avx2::packed_q4_0_q8_0;
+  row_of(tables[size_t(CpuLevel::avx512)], DType::Q4_0).packed_tile = avx512::packed_q4_0_q8_0;
   row_of(tables[size_t(CpuLevel::avx512)], DType::Q8_0).packed_tile = avx512::packed_q8_0_q8_0;
   row_of(tables[size_t(CpuLevel::avx512)], DType::Q6_K).packed_tile = avx512::packed_q6_K_q8_K;
 #endif
 #if defined(__aarch64__)
-  // NEON (kernels_neon.h): the quantizers, dots and tiles; no packed kernels.
-  Table& t = tables[size_t(CpuLevel::neon)];
-  for (CpuTypeTraits& row : t) {
-    if (row.act_type == DType::Q8_0) row.act_from_float = neon::act_from_float_q8_0;
-    if (row.act_type == DType::Q8_K) row.act_from_float = neon::act_from_float_q8_K;
-  }
-  auto set = [&t](DType type, VecDotFn dot, DotTileFn tile) {
-    row_of(t, type).vec_dot = dot;
-    row_of(t, type).vec_dot_tile = tile;
-  };
-  set(DType::BF16, neon::vec_dot_bf16, nullptr);
-  set(DType::Q4_0, neon::vec_dot_q4_0_q8_0, neon::tile_q4_0_q8_0);
-  set(DType::Q5_0, neon::vec_dot_q5_0_q8_0, neon::tile_q5_0_q8_0);
-  set(DType::Q8_0, neon::vec_dot_q8_0_q8_0, neon::tile_q8_0_q8_0);
-  set(DType::Q4_K, neon::vec_dot_q4_K_q8_K, neon::tile_q4_K_q8_K);
-  set(DType::Q5_K, neon::vec_dot_q5_K_q8_K, neon::tile_q5_K_q8_K);
-  set(DType::Q6_K, neon::vec_dot_q6_K_q8_K, neon::tile_q6_K_q8_K);
-  row_of(t, DType::Q4_0).repack_dot = neon::repack_dot_q4_0_q8_0;
-  row_of(t, DType::Q4_0).repack_dot_tile = neon::tile_repack_q4_0_q8_0;
-  for (DType type : {DType::F32, DType::F16}) {
-    CpuTypeTraits& row = row_of(t, type);
-    const bool f32 = type == DType::F32;
-    row.vec_dot = f32 ? neon::vec_dot_f32 : neon::vec_dot_f16;
-    row.gemm_dot = f32 ? neon::gemm_dot_f32 : neon::gemm_dot_f16;
-    row.gemm_dot_tile = f32 ? neon::tile_gemm_f32 : neon::tile_gemm_f16;
-  }
-  row_of(t, DType::F16).act_from_float = neon::act_from_float_f16;
+  KVRUN_APPLY_SIMD(tables[size_t(CpuLevel::neon)], neon);  // no packed kernels (pack.h)
 #endif
   return tables;
 }

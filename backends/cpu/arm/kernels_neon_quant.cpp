@@ -224,68 +224,34 @@ constexpr int kKR = 2, kKC = 2;
 
 }  // namespace
 
-// The exported single-row dot and tile function of a tile kernel template.
-#define KVRUN_NEON_DOT_AND_TILE(dot_name, tile_name, kernel, blk, TR, TC)                       \
-  float dot_name(int64_t n, const void* w, const void* x) {                                     \
-    float y;                                                                                    \
-    kernel<1, 1>(n / blk, static_cast<const uint8_t*>(w), 0, static_cast<const uint8_t*>(x), 0, \
-                 &y, 0);                                                                        \
-    return y;                                                                                   \
-  }                                                                                             \
-  void tile_name(int64_t n, const void* w, size_t ws, int64_t nrows, const void* x, size_t xs,  \
-                 int64_t nx, float* y, size_t ys) {                                             \
-    for_tiles<TR, TC>(w, ws, nrows, x, xs, nx, y, ys,                                           \
-                      [&]<int R, int C>(const uint8_t* wr, const uint8_t* xr, float* yr) {      \
-                        kernel<R, C>(n / blk, wr, ws, xr, xs, yr, ys);                          \
-                      });                                                                       \
+// The exported single-row dot and tile function of the tile kernel template `kernel`
+// <R, C, the further template arguments>.
+#define KVRUN_NEON_DOT_AND_TILE(dot_name, tile_name, blk, TR, TC, kernel, ...)                 \
+  float dot_name(int64_t n, const void* w, const void* x) {                                    \
+    float y;                                                                                   \
+    kernel<1, 1, __VA_ARGS__>(n / blk, static_cast<const uint8_t*>(w), 0,                      \
+                              static_cast<const uint8_t*>(x), 0, &y, 0);                       \
+    return y;                                                                                  \
+  }                                                                                            \
+  void tile_name(int64_t n, const void* w, size_t ws, int64_t nrows, const void* x, size_t xs, \
+                 int64_t nx, float* y, size_t ys) {                                            \
+    for_tiles<TR, TC>(w, ws, nrows, x, xs, nx, y, ys,                                          \
+                      [&]<int R, int C>(const uint8_t* wr, const uint8_t* xr, float* yr) {     \
+                        kernel<R, C, __VA_ARGS__>(n / blk, wr, ws, xr, xs, yr, ys);            \
+                      });                                                                      \
   }
 
-namespace {
-template <int R, int C>
-void q4_0_tile(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* x, size_t xs, float* y,
-               size_t ys) {
-  legacy_tile<R, C, block_q4_0, false>(nb, w, ws, x, xs, y, ys);
-}
-template <int R, int C>
-void q5_0_tile(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* x, size_t xs, float* y,
-               size_t ys) {
-  legacy_tile<R, C, block_q5_0, false>(nb, w, ws, x, xs, y, ys);
-}
-template <int R, int C>
-void q8_0_tile(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* x, size_t xs, float* y,
-               size_t ys) {
-  legacy_tile<R, C, block_q8_0, false>(nb, w, ws, x, xs, y, ys);
-}
-template <int R, int C>
-void repack_q4_0_tile(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* x, size_t xs,
-                      float* y, size_t ys) {
-  legacy_tile<R, C, block_q4_0, true>(nb, w, ws, x, xs, y, ys);
-}
-template <int R, int C>
-void q4_K_tile(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* x, size_t xs, float* y,
-               size_t ys) {
-  k_tile<R, C, block_q4_K>(nb, w, ws, x, xs, y, ys);
-}
-template <int R, int C>
-void q5_K_tile(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* x, size_t xs, float* y,
-               size_t ys) {
-  k_tile<R, C, block_q5_K>(nb, w, ws, x, xs, y, ys);
-}
-template <int R, int C>
-void q6_K_tile(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* x, size_t xs, float* y,
-               size_t ys) {
-  k_tile<R, C, block_q6_K>(nb, w, ws, x, xs, y, ys);
-}
-}  // namespace
-
-KVRUN_NEON_DOT_AND_TILE(vec_dot_q4_0_q8_0, tile_q4_0_q8_0, q4_0_tile, 32, kLegacyR, kLegacyC)
-KVRUN_NEON_DOT_AND_TILE(vec_dot_q5_0_q8_0, tile_q5_0_q8_0, q5_0_tile, 32, kLegacyR, kLegacyC)
-KVRUN_NEON_DOT_AND_TILE(vec_dot_q8_0_q8_0, tile_q8_0_q8_0, q8_0_tile, 32, kLegacyR, kLegacyC)
-KVRUN_NEON_DOT_AND_TILE(repack_dot_q4_0_q8_0, tile_repack_q4_0_q8_0, repack_q4_0_tile, 32, kLegacyR,
-                        kLegacyC)
-KVRUN_NEON_DOT_AND_TILE(vec_dot_q4_K_q8_K, tile_q4_K_q8_K, q4_K_tile, QK_K, kKR, kKC)
-KVRUN_NEON_DOT_AND_TILE(vec_dot_q5_K_q8_K, tile_q5_K_q8_K, q5_K_tile, QK_K, kKR, kKC)
-KVRUN_NEON_DOT_AND_TILE(vec_dot_q6_K_q8_K, tile_q6_K_q8_K, q6_K_tile, QK_K, kKR, kKC)
+KVRUN_NEON_DOT_AND_TILE(vec_dot_q4_0_q8_0, tile_q4_0_q8_0, 32, kLegacyR, kLegacyC, legacy_tile,
+                        block_q4_0, false)
+KVRUN_NEON_DOT_AND_TILE(vec_dot_q5_0_q8_0, tile_q5_0_q8_0, 32, kLegacyR, kLegacyC, legacy_tile,
+                        block_q5_0, false)
+KVRUN_NEON_DOT_AND_TILE(vec_dot_q8_0_q8_0, tile_q8_0_q8_0, 32, kLegacyR, kLegacyC, legacy_tile,
+                        block_q8_0, false)
+KVRUN_NEON_DOT_AND_TILE(repack_dot_q4_0_q8_0, tile_repack_q4_0_q8_0, 32, kLegacyR, kLegacyC,
+                        legacy_tile, block_q4_0, true)
+KVRUN_NEON_DOT_AND_TILE(vec_dot_q4_K_q8_K, tile_q4_K_q8_K, QK_K, kKR, kKC, k_tile, block_q4_K)
+KVRUN_NEON_DOT_AND_TILE(vec_dot_q5_K_q8_K, tile_q5_K_q8_K, QK_K, kKR, kKC, k_tile, block_q5_K)
+KVRUN_NEON_DOT_AND_TILE(vec_dot_q6_K_q8_K, tile_q6_K_q8_K, QK_K, kKR, kKC, k_tile, block_q6_K)
 
 #undef KVRUN_NEON_DOT_AND_TILE
 
