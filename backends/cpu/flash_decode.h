@@ -1,6 +1,6 @@
 // flash_decode.h — the flash-attention block kernel for small query tiles (decode): one block of
 // one KV head's K/V rows, read in place in their cache type, against a few query rows at once.
-// Internal to paged_attention.cpp (and its tests through paged_attention_at_level).
+// Internal to paged_attention_decode.cpp (and its tests through paged_attention_at_level).
 //
 // Per block (FlashAttention-2's online softmax, Dao 2023): the scores of every query row against
 // every K row, each K row converted to f32 once in registers (F16C / integer widening) and dotted

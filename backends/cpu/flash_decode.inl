@@ -146,9 +146,9 @@ constexpr int G16 = 16 / W;  ///< vectors per 16 lanes
   return x > y ? x : y;
 }
 
-/// e^x for x ≤ 0 on W lanes: paged_attention.cpp's exp_nonpos (Cody–Waite reduction, degree-5
-/// polynomial of fast_exp.h's expf_lane, 2^n on the exponent bits) with every a · b + c fused,
-/// as GCC contracts that function on FMA targets; x < −87.3 gives 0.
+/// e^x for x ≤ 0 on W lanes: paged_attention_flash.cpp's exp_nonpos (Cody–Waite reduction,
+/// degree-5 polynomial of fast_exp.h's expf_lane, 2^n on the exponent bits) with every
+/// a · b + c fused, as GCC contracts that function on FMA targets; x < −87.3 gives 0.
 [[gnu::always_inline]] inline vf exp_nonpos_w(vf x) {
   const vf lo = splat(-87.3f);
   const vi under = x < lo;
