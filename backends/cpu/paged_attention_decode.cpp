@@ -112,11 +112,7 @@ void flash_tile_decode(const Call& c, const PagedSeq& seq, int64_t i0, int64_t i
           for (int64_t d = 0; d < hd; ++d) qf[d] = fp16_to_f32(f32_to_fp16(qf[d]));
         }
       }
-  sc.acc.assign(size_t(hrows * hdv), 0.0f);
-  sc.m.assign(size_t(hrows), -INFINITY);
-  sc.l.assign(size_t(hrows), 0.0f);
-  sc.nv.resize(size_t(rows));
-  sc.lo.resize(size_t(rows));
+  start_rows(sc, hrows, hdv);  // nv and lo: the `rows` of one head, shared by the heads
   sc.corr.resize(size_t(rows));
   sc.s.resize(size_t(rows * fb.bsp));
   fb.nv = sc.nv.data();
@@ -139,12 +135,7 @@ void flash_tile_decode(const Call& c, const PagedSeq& seq, int64_t i0, int64_t i
   const int64_t first = c.p.window > 0 ? std::max<int64_t>(0, seq.pos0 + i0 - c.p.window + 1) : 0;
   for (int64_t b = std::max(b_begin, first / bs); b < b_end && b * bs < end; ++b) {
     const int64_t n = std::min(bs, end - b * bs);
-    for (int64_t i = i0; i < i1; ++i)
-      for (int64_t g = 0; g < G; ++g) {
-        const int64_t r = (i - i0) * G + g;
-        sc.nv[size_t(r)] = std::min(n, seq.pos0 + i + 1 - b * bs);
-        sc.lo[size_t(r)] = c.p.window > 0 ? seq.pos0 + i - c.p.window + 1 - b * bs : 0;
-      }
+    visible_rows(c, seq, i0, i1, b * bs, n, sc);
     fb.n = n;
     const uint8_t* kb = kv.k_block(seq.block_table[b]);
     const uint8_t* vb = kv.v_block(seq.block_table[b]);

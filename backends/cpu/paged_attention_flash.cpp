@@ -189,7 +189,25 @@ void flash_block(int64_t rows, const int64_t* nv, const int64_t* lo, float softc
 
 }  // namespace
 
-// write_tile_rows and flash_tile: paged_attention_impl.h.
+// start_rows, visible_rows, write_tile_rows and flash_tile: paged_attention_impl.h.
+void start_rows(Scratch& sc, int64_t rows, int64_t acc_len) {
+  sc.acc.assign(size_t(rows * acc_len), 0.0f);
+  sc.m.assign(size_t(rows), -INFINITY);
+  sc.l.assign(size_t(rows), 0.0f);
+  sc.nv.resize(size_t(rows));
+  sc.lo.resize(size_t(rows));
+}
+
+void visible_rows(const Call& c, const PagedSeq& seq, int64_t i0, int64_t i1, int64_t p0, int64_t n,
+                  Scratch& sc) {
+  for (int64_t i = i0; i < i1; ++i)
+    for (int64_t g = 0; g < c.group; ++g) {
+      const int64_t r = (i - i0) * c.group + g;
+      sc.nv[size_t(r)] = std::min(n, seq.pos0 + i + 1 - p0);
+      sc.lo[size_t(r)] = c.p.window > 0 ? seq.pos0 + i - c.p.window + 1 - p0 : 0;
+    }
+}
+
 void write_tile_rows(const Call& c, const PagedSeq& seq, int64_t i0, int64_t i1, int64_t hk,
                      const float* acc_rows, const float* m, const float* l, int64_t lanes,
                      float* out, float* partial) {
@@ -243,10 +261,7 @@ void flash_tile(const Call& c, const PagedSeq& seq, int64_t i0, int64_t i1, int6
         for (int64_t d = 0; d < hd; ++d) qf[d] = fp16_lut(f32_to_fp16(qf[d]));
       }
     }
-  sc.acc.assign(size_t(rows * acc_len), 0.0f);
-  sc.m.assign(size_t(rows), -INFINITY);
-  sc.l.assign(size_t(rows), 0.0f);
-  sc.nv.resize(size_t(rows));
+  start_rows(sc, rows, acc_len);
   sc.s.resize(size_t(bsp));
   sc.krow.resize(size_t(std::max(hd, hdv)));
   sc.kt.assign(size_t(hd * bsp), 0.0f);
@@ -256,18 +271,13 @@ void flash_tile(const Call& c, const PagedSeq& seq, int64_t i0, int64_t i1, int6
   const int64_t end = seq.pos0 + i1;  // positions the last query of the tile sees
   // With a sliding window, the first query of the tile sees nothing before `first`.
   const int64_t first = c.p.window > 0 ? std::max<int64_t>(0, seq.pos0 + i0 - c.p.window + 1) : 0;
-  sc.lo.resize(size_t(rows));
   for (int64_t b = std::max(b_begin, first / bs); b < b_end && b * bs < end; ++b) {
     const int64_t n = std::min(bs, end - b * bs);
     const uint8_t* kb = kv.k_block(seq.block_table[b]);
     const uint8_t* vb = kv.v_block(seq.block_table[b]);
-    for (int64_t i = i0; i < i1; ++i)
-      for (int64_t g = 0; g < G; ++g) {
-        const int64_t r = (i - i0) * G + g;
-        sc.nv[size_t(r)] = std::min(n, seq.pos0 + i + 1 - b * bs);
-        sc.lo[size_t(r)] = c.p.window > 0 ? seq.pos0 + i - c.p.window + 1 - b * bs : 0;
-        if (sc.lo[size_t(r)] >= sc.nv[size_t(r)]) sc.nv[size_t(r)] = 0;  // all before the window
-      }
+    visible_rows(c, seq, i0, i1, b * bs, n, sc);
+    for (int64_t r = 0; r < rows; ++r)
+      if (sc.lo[size_t(r)] >= sc.nv[size_t(r)]) sc.nv[size_t(r)] = 0;  // all before the window
     if (direct) {
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t j = 0; j < sc.nv[size_t(r)]; ++j)

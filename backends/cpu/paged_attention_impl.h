@@ -66,6 +66,17 @@ struct Scratch {
 /// this (bsp).
 constexpr int64_t kLanes = 16;
 
+/// Starts the online-softmax state of `rows` query rows in `sc` (paged_attention_flash.cpp):
+/// acc ([rows][acc_len]) zero, running max m −inf, running sum l zero; nv and lo sized.
+void start_rows(Scratch& sc, int64_t rows, int64_t acc_len);
+
+/// For the block of `seq` whose first position is p0 and whose first n positions are stored:
+/// per query row r = (i − i0) · group + g of the tile [i0, i1), sc.nv[r] = the positions of the
+/// block it sees (causal) and sc.lo[r] = its first position inside the sliding window, relative
+/// to the block (0 without a window; may be negative, or ≥ nv[r] when the window starts later).
+void visible_rows(const Call& c, const PagedSeq& seq, int64_t i0, int64_t i1, int64_t p0, int64_t n,
+                  Scratch& sc);
+
 /// Writes the results of query rows [i0, i1) of `seq` for KV head hk from their running max m
 /// and sum l ([rows]) and accumulators acc_rows: out = acc / l, or for a segment of the blocks
 /// (`partial` not null) m, l and acc as they are, [rows][2 + head_dim_v]. `lanes` > 0: acc_rows
