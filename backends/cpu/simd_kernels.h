@@ -5,44 +5,22 @@
 // Levels may add kernels of their own (x86: the packed-weight kernels of pack.h).
 #pragma once
 
-#include <cstddef>
-#include <cstdint>
+#include <type_traits>
 
+#include "cpu/op_kernels.h"
+#include "cpu/vec_dot.h"
+
+// Each kernel is declared with the function type of its table entry (SiluMulFn, VecDotFn, …),
+// so a kernel set cannot drift from the signatures the tables hold.
 #define KVRUN_SIMD_KERNEL_DECLS                                                                    \
-  void silu_mul(const float* gate, const float* up, float* out, int64_t n);                        \
-  double exp_blocks(const float* x, float* y, int64_t n, float max);                               \
-  void rope_rotate(float* v, const float* cs, const float* sn, int64_t half, bool neox);           \
-  void f16_to_f32(const uint16_t* src, float* dst, int64_t n);                                     \
-  void act_from_float_f16(const float* src, void* dst, int64_t n);                                 \
-  void act_from_float_q8_0(const float* src, void* dst, int64_t n);                                \
-  void act_from_float_q8_K(const float* src, void* dst, int64_t n);                                \
-  float vec_dot_f32(int64_t n, const void* w, const void* x);                                      \
-  float vec_dot_f16(int64_t n, const void* w, const void* x);                                      \
-  float vec_dot_bf16(int64_t n, const void* w, const void* x);                                     \
-  float gemm_dot_f32(int64_t n, const void* w, const void* x);                                     \
-  float gemm_dot_f16(int64_t n, const void* w, const void* x);                                     \
-  float vec_dot_q4_0_q8_0(int64_t n, const void* w, const void* x);                                \
-  float vec_dot_q5_0_q8_0(int64_t n, const void* w, const void* x);                                \
-  float vec_dot_q8_0_q8_0(int64_t n, const void* w, const void* x);                                \
-  float repack_dot_q4_0_q8_0(int64_t n, const void* w, const void* x);                             \
-  float vec_dot_q4_K_q8_K(int64_t n, const void* w, const void* x);                                \
-  float vec_dot_q5_K_q8_K(int64_t n, const void* w, const void* x);                                \
-  float vec_dot_q6_K_q8_K(int64_t n, const void* w, const void* x);                                \
-  void tile_gemm_f32(int64_t n, const void* w, size_t ws, int64_t nrows, const void* x, size_t xs, \
-                     int64_t nx, float* y, size_t ys);                                             \
-  void tile_gemm_f16(int64_t n, const void* w, size_t ws, int64_t nrows, const void* x, size_t xs, \
-                     int64_t nx, float* y, size_t ys);                                             \
-  void tile_q4_0_q8_0(int64_t n, const void* w, size_t ws, int64_t nrows, const void* x,           \
-                      size_t xs, int64_t nx, float* y, size_t ys);                                 \
-  void tile_q5_0_q8_0(int64_t n, const void* w, size_t ws, int64_t nrows, const void* x,           \
-                      size_t xs, int64_t nx, float* y, size_t ys);                                 \
-  void tile_q8_0_q8_0(int64_t n, const void* w, size_t ws, int64_t nrows, const void* x,           \
-                      size_t xs, int64_t nx, float* y, size_t ys);                                 \
-  void tile_repack_q4_0_q8_0(int64_t n, const void* w, size_t ws, int64_t nrows, const void* x,    \
-                             size_t xs, int64_t nx, float* y, size_t ys);                          \
-  void tile_q4_K_q8_K(int64_t n, const void* w, size_t ws, int64_t nrows, const void* x,           \
-                      size_t xs, int64_t nx, float* y, size_t ys);                                 \
-  void tile_q5_K_q8_K(int64_t n, const void* w, size_t ws, int64_t nrows, const void* x,           \
-                      size_t xs, int64_t nx, float* y, size_t ys);                                 \
-  void tile_q6_K_q8_K(int64_t n, const void* w, size_t ws, int64_t nrows, const void* x,           \
-                      size_t xs, int64_t nx, float* y, size_t ys);
+  std::remove_pointer_t<SiluMulFn> silu_mul;                                                       \
+  std::remove_pointer_t<ExpBlocksFn> exp_blocks;                                                   \
+  std::remove_pointer_t<RopeRotateFn> rope_rotate;                                                 \
+  std::remove_pointer_t<F16ToF32Fn> f16_to_f32;                                                    \
+  std::remove_pointer_t<ActFromFloatFn> act_from_float_f16, act_from_float_q8_0,                   \
+      act_from_float_q8_K;                                                                         \
+  std::remove_pointer_t<VecDotFn> vec_dot_f32, vec_dot_f16, vec_dot_bf16, gemm_dot_f32,            \
+      gemm_dot_f16, vec_dot_q4_0_q8_0, vec_dot_q5_0_q8_0, vec_dot_q8_0_q8_0, repack_dot_q4_0_q8_0, \
+      vec_dot_q4_K_q8_K, vec_dot_q5_K_q8_K, vec_dot_q6_K_q8_K;                                     \
+  std::remove_pointer_t<DotTileFn> tile_gemm_f32, tile_gemm_f16, tile_q4_0_q8_0, tile_q5_0_q8_0,   \
+      tile_q8_0_q8_0, tile_repack_q4_0_q8_0, tile_q4_K_q8_K, tile_q5_K_q8_K, tile_q6_K_q8_K;

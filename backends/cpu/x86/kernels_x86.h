@@ -8,16 +8,10 @@
 
 #include "cpu/simd_kernels.h"
 
-#define KVRUN_X86_KERNEL_DECLS                                                                \
-  KVRUN_SIMD_KERNEL_DECLS                                                                     \
-  void packed_q4_0_q8_0(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs, \
-                        const int32_t* xoff, int64_t nx, float* y, size_t ys);                \
-  /* packed_q8_0_q8_0 is defined at the avx512 level only (it needs VNNI) */                  \
-  void packed_q8_0_q8_0(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs, \
-                        const int32_t* xoff, int64_t nx, float* y, size_t ys);                \
-  /* packed_q6_K_q8_K is defined at the avx512 level only (VNNI, zmm) */                      \
-  void packed_q6_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs, \
-                        const int32_t* xoff, int64_t nx, float* y, size_t ys);
+#define KVRUN_X86_KERNEL_DECLS                                                                 \
+  KVRUN_SIMD_KERNEL_DECLS                                                                      \
+  /* packed_q8_0_q8_0 and packed_q6_K_q8_K are defined at the avx512 level only (VNNI, zmm) */ \
+  std::remove_pointer_t<PackedTileFn> packed_q4_0_q8_0, packed_q8_0_q8_0, packed_q6_K_q8_K;
 
 namespace kvrun::cpu::avx2 {
 KVRUN_X86_KERNEL_DECLS
