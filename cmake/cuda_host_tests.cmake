@@ -12,9 +12,6 @@ foreach(src ${KVRUN_CUDA_HOST_TESTS})
                              ${CMAKE_SOURCE_DIR}/ggml-like)
   target_link_libraries(${name} PRIVATE kvrun_ggml GTest::gtest GTest::gtest_main)
   target_compile_options(${name} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra>)
-  target_compile_definitions(${name} PRIVATE
-    KVRUN_FIXTURES_DEFAULT="${KVRUN_FIXTURES}"
-    KVRUN_TEST_DATA="${CMAKE_SOURCE_DIR}/tests/data"
-    KVRUN_BINARY="kvrun-not-needed")
+  kvrun_test_definitions(${name} kvrun-not-needed)
   gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60)
 endforeach()

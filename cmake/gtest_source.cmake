@@ -24,9 +24,6 @@ function(kvrun_source_gtest name src)
   target_include_directories(${name} PRIVATE ${CMAKE_SOURCE_DIR}/tests ${CMAKE_SOURCE_DIR})
   target_link_libraries(${name} PRIVATE ${ARGN} GTest::gtest GTest::gtest_main)
   target_compile_options(${name} PRIVATE ${KVRUN_WARNINGS})
-  target_compile_definitions(${name} PRIVATE
-    KVRUN_FIXTURES_DEFAULT="${KVRUN_FIXTURES}"
-    KVRUN_TEST_DATA="${CMAKE_SOURCE_DIR}/tests/data"
-    KVRUN_BINARY="kvrun-not-built")
+  kvrun_test_definitions(${name} kvrun-not-built)
   gtest_discover_tests(${name} DISCOVERY_TIMEOUT 300)
 endfunction()
