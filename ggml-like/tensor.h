@@ -13,6 +13,8 @@
 
 namespace kvrun {
 
+class Device;  // backends/backend.h: where a tensor's bytes live
+
 constexpr int kMaxDims = 4;
 
 /// A view of typed data: never owns `data`. A 1-D tensor has ne = {n, 1, 1, 1}.
@@ -25,6 +27,9 @@ struct Tensor {
   /// the same values, 16 rows per group), or null. Not owned: whoever packed it (the model)
   /// keeps it alive as long as the view. Kernels that do not know the layout read `data`.
   const void* packed = nullptr;
+  /// The device whose memory `data` (and `packed`) are in (backends/backend.h); null: host
+  /// memory that no device owns (a mapped file, the heap).
+  Device* device = nullptr;
 
   /// A contiguous view of `data` with shape ne0 × ne1 × ne2 × ne3 (ne0 a multiple of the
   /// type's block size). Throws std::invalid_argument otherwise.

@@ -1,18 +1,10 @@
 // llama.cpp — llama-family weights and forward pass (see llama.h).
 #include "models/llama.h"
 
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <initializer_list>
 #include <string>
-
-#include "cpu/cpu_traits.h"
-#include "cpu/matmul.h"
-#include "cpu/ops.h"
-#include "cpu/pack.h"
 
 namespace kvrun {
 
@@ -44,33 +36,24 @@ Tensor get(const gguf::File& f, const std::string& name, int64_t ne0, int64_t ne
   return f.view(*info);
 }
 
-/// A matrix the CPU matmul can multiply by.
+/// A matrix the host's matmul can multiply by (every model runs on the host when -ngl is 0).
 Tensor get_matrix(const gguf::File& f, const std::string& name, int64_t ne0, int64_t ne1) {
   Tensor t = get(f, name, ne0, ne1);
-  if (!cpu::matmul_supports(t.type, ne0))
+  if (!cpu_device().supports(Op::kMatmul, t.type, DType::F32, ne0))
     throw ModelError("tensor " + name + " has type " + traits(t.type).name +
                      ", which the CPU matmul does not support");
   return t;
 }
 
-/// The matmuls of weights that read the same input: one call (activations converted once, one
-/// pool job) when they pair with the same activation type, else one call each.
-void matmul_shared_input(cpu::ThreadPool& pool, std::initializer_list<cpu::MatmulOut> outs,
-                         const float* x, int64_t n) {
-  const cpu::MatmulOut* o = outs.begin();
-  bool same = true;
-  for (const cpu::MatmulOut& e : outs)
-    same = same && cpu::cpu_traits(e.w->type)->act_type == cpu::cpu_traits(o->w->type)->act_type;
-  if (same) {
-    cpu::matmul_many(pool, o, int(outs.size()), x, n);
-    return;
-  }
-  for (const cpu::MatmulOut& e : outs) cpu::matmul(pool, *e.w, x, n, e.y);
+/// The matmuls of weights that read the same input (one backend call: the CPU converts the
+/// activations once when the weights pair with the same activation type).
+void matmul_shared_input(Backend& be, std::initializer_list<MatmulOut> outs, const float* x,
+                         int64_t n) {
+  be.matmul_many(outs.begin(), int(outs.size()), x, n);
 }
 
-void add_bias(float* y, const Tensor& bias, int64_t rows, int64_t cols) {
-  if (!bias.data) return;
-  for (int64_t r = 0; r < rows; ++r) cpu::add(y + r * cols, static_cast<float*>(bias.data), cols);
+void add_bias(Backend& be, float* y, const Tensor& bias, int64_t rows, int64_t cols) {
+  if (bias.data) be.add_row(y, bias, rows, cols);
 }
 
 }  // namespace
@@ -120,54 +103,127 @@ LlamaWeights load_llama_weights(const gguf::File& f, const Hparams& hp, const Ar
   return w;
 }
 
-size_t pack_llama_weights(LlamaWeights& w, bool release_mapped) {
-  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
-  size_t bytes = 0;
-  auto pack = [&](Tensor& t) {
-    if (!cpu::pack_supported(t)) return;
-    w.packed.push_back(cpu::pack_weight(t));
-    t.packed = w.packed.back().data();
-    bytes += w.packed.back().size();
-    // A tied token embedding still reads its rows through `data`: the lookup faults in the
-    // few pages it needs again (the mapping is read-only, so nothing is lost).
-    const uintptr_t b = uintptr_t(t.data), e = b + t.nb[1] * size_t(t.ne[1]);
-    const uintptr_t pb = (b + page - 1) / page * page, pe = e / page * page;
-    if (release_mapped && pe > pb) madvise(reinterpret_cast<void*>(pb), pe - pb, MADV_DONTNEED);
+Placement Placement::all_on(Device& host, int64_t n_layer) {
+  Placement p;
+  p.input = p.output = &host;
+  p.layers.assign(size_t(n_layer), &host);
+  p.kv.assign(size_t(n_layer), &host);
+  return p;
+}
+
+Placement Placement::split(Device& host, Device& gpu, int64_t n_layer, int64_t n_gpu,
+                           bool kv_offload) {
+  Placement p = all_on(host, n_layer);
+  for (int64_t il = std::max<int64_t>(0, n_layer - n_gpu); il < n_layer; ++il) {
+    p.layers[size_t(il)] = &gpu;
+    if (kv_offload) p.kv[size_t(il)] = &gpu;
+  }
+  if (n_gpu > n_layer) p.output = &gpu;
+  return p;
+}
+
+std::vector<Device*> Placement::devices() const {
+  std::vector<Device*> d{input};
+  auto add = [&](Device* x) {
+    if (std::find(d.begin(), d.end(), x) == d.end()) d.push_back(x);
   };
-  pack(w.output);
-  for (LlamaLayer& L : w.layers)
-    for (Tensor* t : {&L.wqkv, &L.wq, &L.wk, &L.wv, &L.wo, &L.ffn_gate, &L.ffn_up, &L.ffn_down})
-      pack(*t);
+  for (Device* x : layers) add(x);
+  for (Device* x : kv) add(x);
+  add(output);
+  return d;
+}
+
+size_t upload_llama_weights(LlamaWeights& w, const Placement& p, bool release_mapped) {
+  size_t bytes = 0;
+  auto up = [&](Tensor& t, Device& dev, const char* what) {
+    if (!t.data) return;
+    if (t.ne[1] > 1 && !dev.supports(Op::kMatmul, t.type, DType::F32, t.ne[0]))
+      throw ModelError(std::string(what) + " has type " + traits(t.type).name + ", which " +
+                       dev.name() + "'s matmul does not support");
+    std::unique_ptr<DeviceBuffer> b = dev.upload_weight(t, release_mapped);
+    if (!b) return;
+    bytes += b->size();
+    w.uploads.push_back(std::move(b));
+  };
+  Device& out = *p.output;
+  up(w.output_norm, out, "output_norm");
+  up(w.output, out, "output");
+  for (size_t il = 0; il < w.layers.size(); ++il) {
+    LlamaLayer& L = w.layers[il];
+    Device& dev = *p.layers[il];
+    for (Tensor* t : {&L.attn_norm, &L.wqkv, &L.wq, &L.wk, &L.wv, &L.bq, &L.bk, &L.bv, &L.q_norm,
+                      &L.k_norm, &L.wo, &L.attn_post_norm, &L.ffn_norm, &L.ffn_gate, &L.ffn_up,
+                      &L.ffn_down, &L.ffn_post_norm})
+      up(*t, dev, ("layer " + std::to_string(il) + " weight").c_str());
+  }
   return bytes;
 }
 
-LlamaScratch::LlamaScratch(const Hparams& hp, int64_t n)
-    : n_batch(n),
-      x(size_t(n * hp.n_embd)),
-      xn(size_t(n * hp.n_embd)),
-      q(size_t(n * hp.n_head * hp.head_dim)),
-      k(size_t(n * hp.n_head_kv * hp.head_dim)),
-      v(size_t(n * hp.n_head_kv * hp.head_dim_v)),
-      att(size_t(n * hp.n_head * hp.head_dim_v)),
-      proj(size_t(n * hp.n_embd)),
-      gate(size_t(n * hp.n_ff)),
-      up(size_t(n * hp.n_ff)),
-      pos(size_t(n)) {}
+LlamaScratch::LlamaScratch(const Hparams& hp, int64_t n, Device& dev) : n_batch(n), dev_(dev) {
+  auto alloc = [&](int64_t cols) {
+    bufs_.push_back(dev.alloc(size_t(n * cols) * sizeof(float), BufferUse::kActivations));
+    return static_cast<float*>(bufs_.back()->data());
+  };
+  x = alloc(hp.n_embd);
+  xn = alloc(hp.n_embd);
+  q = alloc(hp.n_head * hp.head_dim);
+  k = alloc(hp.n_head_kv * hp.head_dim);
+  v = alloc(hp.n_head_kv * hp.head_dim_v);
+  att = alloc(hp.n_head * hp.head_dim_v);
+  proj = alloc(hp.n_embd);
+  gate = alloc(hp.n_ff);
+  up = alloc(hp.n_ff);
+}
+
+float* LlamaScratch::grow(int which, int64_t n) {
+  std::unique_ptr<DeviceBuffer>& b = grown_[which];
+  if (!b || b->size() < size_t(n) * sizeof(float))
+    b = dev_.alloc(size_t(n) * sizeof(float), BufferUse::kActivations);
+  return static_cast<float*>(b->data());
+}
+
+struct LlamaExec::Part {
+  Device* dev;
+  std::unique_ptr<Backend> be;
+  std::unique_ptr<LlamaScratch> scratch;
+};
+
+LlamaExec::LlamaExec(const Hparams& hp, const Placement& p, int n_threads, int64_t n_batch)
+    : n_batch_(n_batch) {
+  for (Device* d : p.devices()) {
+    auto part = std::make_unique<Part>();
+    part->dev = d;
+    part->be = d->make_backend(n_threads);
+    part->scratch = std::make_unique<LlamaScratch>(hp, n_batch, *d);
+    parts_.push_back(std::move(part));
+  }
+}
+
+LlamaExec::~LlamaExec() = default;
+
+const LlamaExec::Part& LlamaExec::part(const Device* d) const {
+  for (const auto& p : parts_)
+    if (p->dev == d) return *p;
+  throw std::logic_error("LlamaExec: device " + d->name() + " is not in the placement");
+}
+
+Backend& LlamaExec::backend(const Device* d) const { return *part(d).be; }
+LlamaScratch& LlamaExec::scratch(const Device* d) const { return *part(d).scratch; }
+int LlamaExec::n_threads() const { return parts_.front()->be->n_threads(); }
+
+void LlamaExec::begin_step(const PageTable& pt) {
+  for (auto& p : parts_) p->be->begin_step(pt);
+}
 
 namespace {
 
-/// Copies columns [c0, c0 + n) of every row of src [rows, cols] to dst [rows, n].
-void copy_cols(const float* src, int64_t rows, int64_t cols, int64_t c0, int64_t n, float* dst) {
-  for (int64_t r = 0; r < rows; ++r) std::copy_n(src + r * cols + c0, n, dst + r * n);
-}
-
 /// The layer's RoPE: its base and scaling (gemma3's windowed layers differ) and frequency
 /// divisors (llama3 rope_freqs, or phi3's LongRoPE short/long by the context size).
-cpu::RopeConfig layer_rope(const Hparams& hp, const LlamaWeights& w, int64_t il, int64_t n_ctx) {
+RopeConfig layer_rope(const Hparams& hp, const LlamaWeights& w, int64_t il, int64_t n_ctx) {
   const RopeParams& r = hp.rope;
   const bool swa = hp.is_swa(il);
-  cpu::RopeConfig rc{r.n_rot, r.freq_base,   1.0f / r.scaling_factor,
-                     nullptr, r.attn_factor, w.spec.rope_neox};
+  RopeConfig rc{r.n_rot, r.freq_base,   1.0f / r.scaling_factor,
+                nullptr, r.attn_factor, w.spec.rope_neox};
   if (swa && r.freq_base_swa > 0) rc.freq_base = r.freq_base_swa;
   if (swa && r.freq_scale_swa > 0) rc.freq_scale = r.freq_scale_swa;
   const Tensor& ff = w.rope_freqs.data                                            ? w.rope_freqs
@@ -177,141 +233,142 @@ cpu::RopeConfig layer_rope(const Hparams& hp, const LlamaWeights& w, int64_t il,
   return rc;
 }
 
-/// x += attention sub-block of layer il over the batch's n rows.
-void attention_block(const Hparams& hp, const LlamaWeights& w, int64_t il, cpu::ThreadPool& pool,
-                     LlamaScratch& s, const LlamaBatch& b, int64_t n) {
+/// The KV store and paged attention of one layer: on the layer's backend `be`, or, when the
+/// layer's KV rows live on another device (-nkvo), on that device's backend `kv_be`, with Q, K
+/// and V copied there and the attention output copied back.
+void kv_attention(Backend& be, LlamaScratch& s, Backend& kv_be, LlamaScratch& kv_s,
+                  const KvLayer& kv, const PagedAttnParams& ap, int64_t n, int64_t nq, int64_t nk,
+                  int64_t nv) {
+  if (&kv_be == &be) {
+    be.kv_store(kv, ap, s.k, s.v);
+    be.paged_attention(kv, ap, s.q, s.att);
+    return;
+  }
+  const size_t f = sizeof(float);
+  kv_be.copy_from(be, s.q, kv_s.q, size_t(n * nq) * f);
+  kv_be.copy_from(be, s.k, kv_s.k, size_t(n * nk) * f);
+  kv_be.copy_from(be, s.v, kv_s.v, size_t(n * nv) * f);
+  kv_be.kv_store(kv, ap, kv_s.k, kv_s.v);
+  kv_be.paged_attention(kv, ap, kv_s.q, kv_s.att);
+  be.copy_from(kv_be, kv_s.att, s.att, size_t(n * (ap.attn.n_head * ap.attn.head_dim_v)) * f);
+}
+
+/// x += attention sub-block of layer il over the batch's n rows, on backend `be` (its KV store
+/// and attention on `kv_be`).
+void attention_block(const Hparams& hp, const LlamaWeights& w, int64_t il, Backend& be,
+                     LlamaScratch& s, Backend& kv_be, LlamaScratch& kv_s, const LlamaBatch& b,
+                     int64_t n) {
   const LlamaLayer& L = w.layers[size_t(il)];
   const ArchSpec& spec = w.spec;
   const int64_t d = hp.n_embd, nq = hp.n_head * hp.head_dim, nk = hp.n_head_kv * hp.head_dim;
   const int64_t nv = hp.n_head_kv * hp.head_dim_v;
-  float* x = s.x.data();
-  cpu::rms_norm(x, static_cast<float*>(L.attn_norm.data), s.xn.data(), n, d, hp.rms_eps);
+  be.rms_norm(s.x, &L.attn_norm, s.xn, n, d, hp.rms_eps);
   if (L.wqkv.data) {  // fused: one matmul, then the Q, K, V columns
-    s.fused.resize(size_t(n * (nq + nk + nv)));
-    cpu::matmul(pool, L.wqkv, s.xn.data(), n, s.fused.data());
-    copy_cols(s.fused.data(), n, nq + nk + nv, 0, nq, s.q.data());
-    copy_cols(s.fused.data(), n, nq + nk + nv, nq, nk, s.k.data());
-    copy_cols(s.fused.data(), n, nq + nk + nv, nq + nk, nv, s.v.data());
+    float* fused = s.grow(LlamaScratch::kFused, n * (nq + nk + nv));
+    be.matmul(L.wqkv, s.xn, n, fused);
+    be.copy_cols(fused, n, nq + nk + nv, 0, nq, s.q);
+    be.copy_cols(fused, n, nq + nk + nv, nq, nk, s.k);
+    be.copy_cols(fused, n, nq + nk + nv, nq + nk, nv, s.v);
   } else {
-    matmul_shared_input(pool, {{&L.wq, s.q.data()}, {&L.wk, s.k.data()}, {&L.wv, s.v.data()}},
-                        s.xn.data(), n);
-    add_bias(s.q.data(), L.bq, n, nq);
-    add_bias(s.k.data(), L.bk, n, nk);
-    add_bias(s.v.data(), L.bv, n, nv);
+    matmul_shared_input(be, {{&L.wq, s.q}, {&L.wk, s.k}, {&L.wv, s.v}}, s.xn, n);
+    add_bias(be, s.q, L.bq, n, nq);
+    add_bias(be, s.k, L.bk, n, nk);
+    add_bias(be, s.v, L.bv, n, nv);
   }
   if (L.q_norm.data) {  // per head, before RoPE
-    cpu::rms_norm(s.q.data(), static_cast<float*>(L.q_norm.data), s.q.data(), n * hp.n_head,
-                  hp.head_dim, hp.rms_eps);
-    cpu::rms_norm(s.k.data(), static_cast<float*>(L.k_norm.data), s.k.data(), n * hp.n_head_kv,
-                  hp.head_dim, hp.rms_eps);
+    be.rms_norm(s.q, &L.q_norm, s.q, n * hp.n_head, hp.head_dim, hp.rms_eps);
+    be.rms_norm(s.k, &L.k_norm, s.k, n * hp.n_head_kv, hp.head_dim, hp.rms_eps);
   }
-  const cpu::RopeConfig rc = layer_rope(hp, w, il, b.n_ctx);
-  cpu::rope(s.q.data(), n, hp.n_head, hp.head_dim, s.pos.data(), rc);
-  cpu::rope(s.k.data(), n, hp.n_head_kv, hp.head_dim, s.pos.data(), rc);
-  cpu::PagedAttnParams ap;
+  const RopeConfig rc = layer_rope(hp, w, il, b.n_ctx);
+  be.rope(s.q, n, hp.n_head, hp.head_dim, rc);
+  be.rope(s.k, n, hp.n_head_kv, hp.head_dim, rc);
+  PagedAttnParams ap;
   ap.attn = {hp.n_head, hp.n_head_kv, hp.head_dim, hp.head_dim_v,
              spec.attn_scale > 0 ? spec.attn_scale : 1.0f / std::sqrt(float(hp.head_dim))};
   if (spec.q_scale > 0) {
-    cpu::scale(s.q.data(), n * nq, spec.q_scale);
+    be.scale(s.q, n * nq, spec.q_scale);
     ap.attn.scale = 1.0f;
   }
   ap.flash = b.flash;
   ap.rotate = b.rotate;
   ap.window = hp.is_swa(il) ? hp.n_swa : 0;
   ap.softcap = hp.attn_softcap;
-  cpu::paged_kv_store(b.kv[il], ap, s.seqs.data(), b.n_seqs, s.k.data(), s.v.data());
-  cpu::paged_attention(pool, b.kv[il], ap, s.seqs.data(), b.n_seqs, s.q.data(), s.att.data());
-  cpu::matmul(pool, L.wo, s.att.data(), n, s.proj.data());
-  if (L.attn_post_norm.data)
-    cpu::rms_norm(s.proj.data(), static_cast<float*>(L.attn_post_norm.data), s.proj.data(), n, d,
-                  hp.rms_eps);
-  cpu::add(x, s.proj.data(), n * d);
+  kv_attention(be, s, kv_be, kv_s, b.kv[il], ap, n, nq, nk, nv);
+  be.matmul(L.wo, s.att, n, s.proj);
+  if (L.attn_post_norm.data) be.rms_norm(s.proj, &L.attn_post_norm, s.proj, n, d, hp.rms_eps);
+  be.add(s.x, s.proj, n * d);
 }
 
-/// x += feed-forward sub-block (SwiGLU or GeGLU) of layer il over n rows.
-void ffn_block(const Hparams& hp, const LlamaWeights& w, int64_t il, cpu::ThreadPool& pool,
-               LlamaScratch& s, int64_t n) {
+/// x += feed-forward sub-block (SwiGLU or GeGLU) of layer il over n rows, on backend `be`.
+void ffn_block(const Hparams& hp, const LlamaWeights& w, int64_t il, Backend& be, LlamaScratch& s,
+               int64_t n) {
   const LlamaLayer& L = w.layers[size_t(il)];
   const int64_t d = hp.n_embd, ff = hp.n_ff;
-  float* x = s.x.data();
-  cpu::rms_norm(x, static_cast<float*>(L.ffn_norm.data), s.xn.data(), n, d, hp.rms_eps);
+  be.rms_norm(s.x, &L.ffn_norm, s.xn, n, d, hp.rms_eps);
   if (L.ffn_gate.data) {
-    matmul_shared_input(pool, {{&L.ffn_gate, s.gate.data()}, {&L.ffn_up, s.up.data()}}, s.xn.data(),
-                        n);
+    matmul_shared_input(be, {{&L.ffn_gate, s.gate}, {&L.ffn_up, s.up}}, s.xn, n);
   } else {  // fused: gate columns first, then up
-    s.fused.resize(size_t(n * 2 * ff));
-    cpu::matmul(pool, L.ffn_up, s.xn.data(), n, s.fused.data());
-    copy_cols(s.fused.data(), n, 2 * ff, 0, ff, s.gate.data());
-    copy_cols(s.fused.data(), n, 2 * ff, ff, ff, s.up.data());
+    float* fused = s.grow(LlamaScratch::kFused, n * 2 * ff);
+    be.matmul(L.ffn_up, s.xn, n, fused);
+    be.copy_cols(fused, n, 2 * ff, 0, ff, s.gate);
+    be.copy_cols(fused, n, 2 * ff, ff, ff, s.up);
   }
-  if (w.spec.ffn == FfnAct::GeluTanh)
-    cpu::geglu(s.gate.data(), s.up.data(), s.gate.data(), n, ff);
-  else
-    cpu::swiglu(s.gate.data(), s.up.data(), s.gate.data(), n, ff);
-  cpu::matmul(pool, L.ffn_down, s.gate.data(), n, s.proj.data());
-  if (L.ffn_post_norm.data)
-    cpu::rms_norm(s.proj.data(), static_cast<float*>(L.ffn_post_norm.data), s.proj.data(), n, d,
-                  hp.rms_eps);
-  cpu::add(x, s.proj.data(), n * d);
+  be.glu(w.spec.ffn == FfnAct::GeluTanh ? GluKind::kGeGlu : GluKind::kSwiGlu, s.gate, s.up, s.gate,
+         n, ff);
+  be.matmul(L.ffn_down, s.gate, n, s.proj);
+  if (L.ffn_post_norm.data) be.rms_norm(s.proj, &L.ffn_post_norm, s.proj, n, d, hp.rms_eps);
+  be.add(s.x, s.proj, n * d);
 }
 
-/// Output norm, head and final soft-cap of the rows that want logits.
-void output_head(const Hparams& hp, const LlamaWeights& w, cpu::ThreadPool& pool, LlamaScratch& s,
-                 const LlamaBatch& b, int64_t n_out) {
-  const int64_t d = hp.n_embd, n_vocab = hp.n_vocab, n_seqs = b.n_seqs;
-  // Normalize the rows that need logits into consecutive rows of xn, one matmul for all of them.
-  int64_t row = 0;
-  for (int64_t i = 0; i < n_seqs; ++i) {
-    const LlamaSeqSlice& sl = b.seqs[i];
-    if (!sl.logits) continue;
-    const int64_t k = sl.all_logits ? sl.n_tokens : 1;
-    const float* src = s.x.data() + (s.seqs[size_t(i)].q0 + sl.n_tokens - k) * d;
-    cpu::rms_norm(src, static_cast<float*>(w.output_norm.data), s.xn.data() + row * d, k, d,
-                  hp.rms_eps);
-    row += k;
+/// Output norm, head and final soft-cap of b.out_rows, into b.logits (host).
+void output_head(const Hparams& hp, const LlamaWeights& w, Backend& be, LlamaScratch& s,
+                 const LlamaBatch& b) {
+  const int64_t d = hp.n_embd, n_vocab = hp.n_vocab, n_out = b.n_out;
+  // Normalize the wanted rows into consecutive rows of xn (runs of consecutive rows in one
+  // call), then one matmul for all of them.
+  for (int64_t i = 0; i < n_out;) {
+    int64_t j = i + 1;
+    while (j < n_out && b.out_rows[j] == b.out_rows[j - 1] + 1) ++j;
+    be.rms_norm(s.x + int64_t(b.out_rows[i]) * d, &w.output_norm, s.xn + i * d, j - i, d,
+                hp.rms_eps);
+    i = j;
   }
-  float* logits = n_seqs == 1 ? b.seqs[0].logits : nullptr;  // one slice: straight into it
-  if (!logits) {
-    s.logits.resize(size_t(n_out * n_vocab));
-    logits = s.logits.data();
-  }
-  cpu::matmul(pool, w.output, s.xn.data(), n_out, logits);
-  if (hp.final_softcap > 0) cpu::softcap(logits, n_out * n_vocab, hp.final_softcap);
-  if (n_seqs == 1) return;
-  row = 0;
-  for (int64_t i = 0; i < n_seqs; ++i) {
-    const LlamaSeqSlice& sl = b.seqs[i];
-    if (!sl.logits) continue;
-    const int64_t k = sl.all_logits ? sl.n_tokens : 1;
-    std::copy_n(s.logits.data() + row * n_vocab, k * n_vocab, sl.logits);
-    row += k;
-  }
+  const bool host = be.device().host_memory();
+  float* logits = host ? b.logits : s.grow(LlamaScratch::kLogits, n_out * n_vocab);
+  be.matmul(w.output, s.xn, n_out, logits);
+  if (hp.final_softcap > 0) be.softcap(logits, n_out * n_vocab, hp.final_softcap);
+  if (!host) be.download(b.logits, logits, size_t(n_out * n_vocab) * sizeof(float));
 }
 
 }  // namespace
 
-void llama_forward(const Hparams& hp, const LlamaWeights& w, cpu::ThreadPool& pool, LlamaScratch& s,
+void llama_forward(const Hparams& hp, const LlamaWeights& w, const Placement& p, LlamaExec& exec,
                    const LlamaBatch& b) {
-  s.seqs.resize(size_t(b.n_seqs));
-  int64_t n = 0, n_out = 0;  // rows, logit rows
-  for (int64_t i = 0; i < b.n_seqs; ++i) {
-    const LlamaSeqSlice& sl = b.seqs[i];
-    cpu::PagedSeq& seq = s.seqs[size_t(i)];
-    seq.block_table = sl.block_table;
-    seq.pos0 = sl.pos0;
-    seq.q0 = n;
-    seq.n_q = sl.n_tokens;
-    for (int64_t j = 0; j < sl.n_tokens; ++j) s.pos[size_t(n + j)] = int32_t(sl.pos0 + j);
-    n += sl.n_tokens;
-    if (sl.logits) n_out += sl.all_logits ? sl.n_tokens : 1;
-  }
-  cpu::get_rows(w.tok_embd, b.tokens, n, s.x.data());
-  if (w.spec.embd_scale) cpu::scale(s.x.data(), n * hp.n_embd, std::sqrt(float(hp.n_embd)));
+  const int64_t n = b.pt->n_tokens, d = hp.n_embd;
+  exec.begin_step(*b.pt);
+  const Device* cur = p.input;
+  Backend* be = &exec.backend(cur);
+  LlamaScratch* s = &exec.scratch(cur);
+  be->get_rows(w.tok_embd, b.tokens, n, s->x);
+  if (w.spec.embd_scale) be->scale(s->x, n * d, std::sqrt(float(d)));
+  // The residual stream moves to the next device once, where the placement changes.
+  auto move_to = [&](const Device* dev) {
+    if (dev == cur) return;
+    Backend& next = exec.backend(dev);
+    LlamaScratch& ns = exec.scratch(dev);
+    next.copy_from(*be, s->x, ns.x, size_t(n * d) * sizeof(float));
+    cur = dev, be = &next, s = &ns;
+  };
   for (int64_t il = 0; il < hp.n_layer; ++il) {
-    attention_block(hp, w, il, pool, s, b, n);
-    ffn_block(hp, w, il, pool, s, n);
+    move_to(p.layers[size_t(il)]);
+    const Device* kv_dev = p.kv[size_t(il)];
+    attention_block(hp, w, il, *be, *s, exec.backend(kv_dev), exec.scratch(kv_dev), b, n);
+    ffn_block(hp, w, il, *be, *s, n);
   }
-  if (n_out > 0) output_head(hp, w, pool, s, b, n_out);
+  if (b.n_out == 0) return;
+  move_to(p.output);
+  output_head(hp, w, *be, *s, b);
+  be->synchronize();
 }
 
 }  // namespace kvrun

@@ -18,10 +18,10 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
-#include "cpu/paged_attention.h"
-#include "cpu/thread_pool.h"
+#include "backend.h"
 #include "gguf.h"
 #include "models/arch.h"
 #include "models/hparams.h"
@@ -60,70 +60,112 @@ struct LlamaWeights {
   Tensor rope_long;    ///< {n_rot / 2} f32 LongRoPE divisors past n_ctx_orig (phi3), optional
   std::vector<LlamaLayer> layers;  ///< [n_layer]
   ArchSpec spec;                   ///< how the architecture runs the block
-  /// The packed copies (cpu/pack.h) the matrices' Tensor::packed point into.
-  std::vector<Buffer> packed;
+  /// The devices' copies of the weights (upload_llama_weights; for the CPU the packed layout)
+  /// that the tensors above point into.
+  std::vector<std::unique_ptr<DeviceBuffer>> uploads;
 };
 
-/// Finds and checks every tensor of `hp`'s model (architecture `spec`) in `file`. Throws ModelError
-/// naming a missing tensor, a tensor of the wrong shape, a norm/bias that is not f32, or a weight
-/// type the CPU matmul cannot use.
+/// Which device runs each part of the model, as llama.cpp's -ngl places layers: the token
+/// embedding lookup on the host, layers 0 … n_layer − n_gpu − 1 on the host and the last n_gpu
+/// on the GPU, the output norm and head on the GPU only when every layer is there
+/// (n_gpu > n_layer, as llama.cpp counts the output as one more layer).
+struct Placement {
+  Device* input = nullptr;      ///< token embedding rows
+  std::vector<Device*> layers;  ///< [n_layer] runs layer il
+  std::vector<Device*> kv;      ///< [n_layer] holds layer il's KV rows (-nkvo: the host)
+  Device* output = nullptr;     ///< output norm, head and soft-cap
+
+  /// Every part on `host`.
+  static Placement all_on(Device& host, int64_t n_layer);
+  /// The last `n_gpu` layers (and the output when n_gpu > n_layer) on `gpu`, the rest on `host`;
+  /// with !kv_offload the KV rows of GPU layers stay on the host (-nkvo).
+  static Placement split(Device& host, Device& gpu, int64_t n_layer, int64_t n_gpu,
+                         bool kv_offload);
+  /// The distinct devices, host first.
+  std::vector<Device*> devices() const;
+};
+
+/// Finds and checks every tensor of `hp`'s model (architecture `spec`) in `file` (host views into
+/// the mapping). Throws ModelError naming a missing tensor, a tensor of the wrong shape, a
+/// norm/bias that is not f32, or a weight type the CPU matmul cannot use.
 LlamaWeights load_llama_weights(const gguf::File& file, const Hparams& hp, const ArchSpec& spec);
 
-/// Packs every matrix of `w` that the CPU kernels of this process have a packed layout for
-/// (cpu/pack.h: q4_0 and q8_0 with a multiple of 16 rows at the avx2/avx512 levels) and points its
-/// Tensor::packed at the copy kept in w.packed. With `release_mapped` (only for weights in a
-/// read-only file mapping: on other memory MADV_DONTNEED would zero it) the mapped pages of a
-/// packed matrix are then given back to the kernel (madvise MADV_DONTNEED; the file's pages stay
-/// in the page cache and a later read of `data`, e.g. a tied token embedding's lookup, faults
-/// them in again), so the resident size does not double. Results are bit-identical with and
-/// without packing. Returns the bytes packed.
-size_t pack_llama_weights(LlamaWeights& w, bool release_mapped);
+/// Uploads every weight of `w` to the device `p` places it on (Device::upload_weight: the CPU
+/// packs the matrices its kernels have a packed layout for, cpu/pack.h; a GPU copies them into
+/// its memory) and keeps the copies in w.uploads. The token embedding stays a host view (the
+/// lookup runs on p.input). With `release_mapped` (only for weights in a read-only file
+/// mapping) the host pages no device reads any more are given back. Throws ModelError naming the
+/// tensor and device when a device does not support a weight's type. Results are bit-identical
+/// with and without packing. Returns the bytes uploaded.
+size_t upload_llama_weights(LlamaWeights& w, const Placement& p, bool release_mapped);
 
-/// Activation buffers for up to `n_batch` tokens, reused across calls.
-struct LlamaScratch {
-  LlamaScratch(const Hparams& hp, int64_t n_batch);
+/// Activation buffers for up to `n_batch` tokens in one device's memory, reused across calls.
+class LlamaScratch {
+ public:
+  LlamaScratch(const Hparams& hp, int64_t n_batch, Device& dev);
   int64_t n_batch;
-  std::vector<float> x;             ///< [n_batch, n_embd] residual stream
-  std::vector<float> xn;            ///< [n_batch, n_embd] normalized input of a sub-block
-  std::vector<float> q;             ///< [n_batch, n_head · head_dim]
-  std::vector<float> k;             ///< [n_batch, n_head_kv · head_dim]
-  std::vector<float> v;             ///< [n_batch, n_head_kv · head_dim_v]
-  std::vector<float> att;           ///< [n_batch, n_head · head_dim_v]
-  std::vector<float> proj;          ///< [n_batch, n_embd] output of attn_output / ffn_down
-  std::vector<float> gate;          ///< [n_batch, n_ff]
-  std::vector<float> up;            ///< [n_batch, n_ff]
-  std::vector<float> fused;         ///< [n_batch, nq + nk + nv] or [n_batch, 2·n_ff] (phi3)
-  std::vector<int32_t> pos;         ///< [n_batch]
-  std::vector<cpu::PagedSeq> seqs;  ///< [n_seqs] the attention's view of the batch
-  std::vector<float> logits;        ///< [n_out, n_vocab] when several slices ask for logits
+  float* x = nullptr;     ///< [n_batch, n_embd] residual stream
+  float* xn = nullptr;    ///< [n_batch, n_embd] normalized input of a sub-block
+  float* q = nullptr;     ///< [n_batch, n_head · head_dim]
+  float* k = nullptr;     ///< [n_batch, n_head_kv · head_dim]
+  float* v = nullptr;     ///< [n_batch, n_head_kv · head_dim_v]
+  float* att = nullptr;   ///< [n_batch, n_head · head_dim_v]
+  float* proj = nullptr;  ///< [n_batch, n_embd] output of attn_output / ffn_down
+  float* gate = nullptr;  ///< [n_batch, n_ff]
+  float* up = nullptr;    ///< [n_batch, n_ff]
+  /// `n` floats of the named growable buffer (the fused QKV / gate-up output of phi3, logits
+  /// rows), grown on first need and kept.
+  float* grow(int which, int64_t n);
+  static constexpr int kFused = 0, kLogits = 1;
+
+ private:
+  Device& dev_;
+  std::vector<std::unique_ptr<DeviceBuffer>> bufs_;
+  std::unique_ptr<DeviceBuffer> grown_[2];
 };
 
-/// One sequence's part of a batch: `n_tokens` consecutive rows of LlamaBatch::tokens (CSR
-/// style, as cpu::PagedSeq), at positions pos0 … pos0+n_tokens−1 of that sequence.
-struct LlamaSeqSlice {
-  const int32_t* block_table = nullptr;  ///< the sequence's blocks, reserved past pos0+n_tokens
-  int64_t pos0 = 0;                      ///< position of its first token; KV rows < pos0 filled
-  int64_t n_tokens = 0;                  ///< ≥ 1
-  float* logits = nullptr;  ///< [n_out, n_vocab] (n_out = n_tokens or 1), or null for none
-  bool all_logits = false;  ///< logits of every token of the slice instead of only the last
+/// The backends one engine runs a model's forward on (one per device of the placement, each with
+/// its scratch), owned by the engine (engine/step.h), so that two engines never share a stream.
+class LlamaExec {
+ public:
+  /// Backends with `n_threads` each (the CPU's; 0: physical cores) for `p`'s devices.
+  LlamaExec(const Hparams& hp, const Placement& p, int n_threads, int64_t n_batch);
+  ~LlamaExec();
+  /// The backend and scratch of device `d` (one of the placement's).
+  Backend& backend(const Device* d) const;
+  LlamaScratch& scratch(const Device* d) const;
+  /// Hands the step's page table to every backend.
+  void begin_step(const PageTable& pt);
+  int n_threads() const;
+  int64_t n_batch() const { return n_batch_; }
+
+ private:
+  struct Part;
+  std::vector<std::unique_ptr<Part>> parts_;
+  int64_t n_batch_;
+  const Part& part(const Device* d) const;
 };
 
-/// One forward call over a batch of tokens of one or more sequences.
+/// One forward call over the rows of a step: the tokens of one or more sequences as the page
+/// table describes them (row r of sequence i sits at position pt.pos[r]).
 struct LlamaBatch {
-  const int32_t* tokens = nullptr;        ///< [Σ seqs[i].n_tokens] ids in [0, n_vocab), by slice
-  const LlamaSeqSlice* seqs = nullptr;    ///< [n_seqs] slices in row order
-  int64_t n_seqs = 0;                     ///< ≥ 1; Σ n_tokens ≤ scratch.n_batch
-  const cpu::PagedKvLayer* kv = nullptr;  ///< [n_layer] paged KV storage of each layer
-  bool flash = false;                     ///< online softmax (see cpu::PagedAttnParams)
-  bool rotate = false;                    ///< K stored Hadamard-rotated (--kv-rotate)
+  const int32_t* tokens = nullptr;    ///< host [pt.n_tokens] ids in [0, n_vocab)
+  const PageTable* pt = nullptr;      ///< the step's rows and block tables
+  const int32_t* out_rows = nullptr;  ///< host [n_out] rows whose logits are wanted, ascending
+  int64_t n_out = 0;                  ///< may be 0
+  float* logits = nullptr;            ///< host [n_out, n_vocab] (written)
+  const KvLayer* kv = nullptr;        ///< [n_layer] paged KV storage of each layer
+  bool flash = false;                 ///< online softmax (see PagedAttnParams)
+  bool rotate = false;                ///< K stored Hadamard-rotated (--kv-rotate)
   int64_t n_ctx = 0;  ///< context per sequence; above rope.n_ctx_orig phi3 uses rope_long
 };
 
-/// Runs the batch through the model: writes K/V rows pos0 … pos0+n_tokens−1 of every slice's
-/// sequence in every layer and each slice's requested logits. The caller has reserved the blocks
-/// of positions < pos0 + n_tokens of each slice. A batch of one slice computes exactly what a
-/// single-sequence call did; with several slices the exact attention may sum in another order.
-void llama_forward(const Hparams& hp, const LlamaWeights& w, cpu::ThreadPool& pool, LlamaScratch& s,
+/// Runs the batch through the model on the placement's backends: writes the K/V rows of every
+/// row in every layer and the logits of out_rows. The residual stream is copied once at each
+/// device boundary. The caller has reserved the blocks of every row's position. A batch of one
+/// sequence computes exactly what a single-sequence call did; with several sequences the exact
+/// attention may sum in another order. pt.n_tokens ≤ exec.n_batch().
+void llama_forward(const Hparams& hp, const LlamaWeights& w, const Placement& p, LlamaExec& exec,
                    const LlamaBatch& b);
 
 }  // namespace kvrun

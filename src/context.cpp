@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <string>
 
-#include "cpu/cpu_info.h"
 #include "kv_layout.h"
 
 namespace kvrun {
@@ -37,7 +36,7 @@ std::unique_ptr<KvCache> make_context_cache(const Model& model, const ContextPar
     if (kp.mem_bytes == 0) kp.mem_bytes = whole;
     if (need_offload_size) kp.offload_max = whole;
   }
-  return std::make_unique<KvCache>(model.hparams(), kp);
+  return std::make_unique<KvCache>(model.hparams(), kp, model.placement().kv);
 }
 
 Context::Context(const Model& model, const ContextParams& params)
@@ -54,10 +53,15 @@ Context::Context(const Model& model, std::unique_ptr<KvCache> owned, KvCache* sh
       seq_(cache_),
       n_ctx_(checked_n_ctx(model, params)),
       n_batch_(std::min(checked_n_batch(params), n_ctx_)),
-      flash_(use_flash_attn(params.flash_attn)),
-      pool_(params.n_threads > 0 ? params.n_threads : cpu::physical_cores()) {
-  scratch_ = std::make_unique<LlamaScratch>(model.hparams(), n_batch_);
+      flash_(use_flash_attn(params.flash_attn)) {
   release_window_ = params.release_window_blocks ? model.hparams().all_swa_window() : 0;
+  StepParams sp;
+  sp.n_threads = params.n_threads;
+  sp.n_batch = n_batch_;
+  sp.flash = flash_;
+  sp.n_ctx = n_ctx_;
+  sp.release_window = release_window_;
+  step_ = std::make_unique<Step>(model, cache_, sp);
 }
 
 Context::~Context() = default;
@@ -89,35 +93,18 @@ std::span<const float> Context::eval(std::span<const int32_t> tokens, bool all_l
     if (id < 0 || id >= n_vocab)
       throw ContextError("eval: token id " + std::to_string(id) + " outside [0, " +
                          std::to_string(n_vocab) + ")");
-  const int64_t n_past0 = n_past();
   seq_.reserve(n);  // all blocks up front: a full pool throws here with nothing changed
-  const Hparams& hp = model_.hparams();
-  std::vector<cpu::PagedKvLayer> layers(size_t(hp.n_layer));
-  for (int64_t il = 0; il < hp.n_layer; ++il) layers[size_t(il)] = cache_.layer(il);
   logits_.resize(size_t((all_logits ? n : 1) * n_vocab));
   for (int64_t done = 0; done < n;) {
     const int64_t chunk = std::min(n_batch_, n - done);
     const bool last = done + chunk == n;
-    LlamaSeqSlice sl;
-    sl.block_table = seq_.block_table().data();
-    sl.pos0 = n_past0 + done;
-    sl.n_tokens = chunk;
-    sl.all_logits = all_logits;
-    sl.logits = all_logits ? logits_.data() + done * n_vocab : (last ? logits_.data() : nullptr);
-    LlamaBatch b;
-    b.tokens = tokens.data() + done;
-    b.seqs = &sl;
-    b.n_seqs = 1;
-    b.kv = layers.data();
-    b.flash = flash_;
-    b.rotate = cache_.params().rotate;
-    b.n_ctx = n_ctx_;
-    llama_forward(hp, model_.weights(), pool_, *scratch_, b);
-    seq_.commit(tokens.subspan(size_t(done), size_t(chunk)));
+    step_->clear();
+    step_->add(seq_, tokens.subspan(size_t(done), size_t(chunk)),
+               all_logits ? StepLogits::kAll : (last ? StepLogits::kLast : StepLogits::kNone));
+    step_->run();
+    const std::span<const float> out = step_->logits(0);
+    std::copy(out.begin(), out.end(), logits_.begin() + (all_logits ? done * n_vocab : 0));
     done += chunk;
-    // Sliding window on every layer: the next query (position n_past()) sees positions from
-    // n_past() − window + 1 on; blocks wholly before that go back to the pool.
-    if (release_window_ > 0) seq_.release_before(n_past() - release_window_ + 1);
   }
   return logits_;
 }

@@ -14,9 +14,9 @@
 #include <stdexcept>
 #include <vector>
 
-#include "cpu/thread_pool.h"
 #include "kv_cache.h"
 #include "model.h"
+#include "step.h"
 
 namespace kvrun {
 
@@ -26,7 +26,7 @@ class ContextError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// Which softmax the attention uses (cpu::PagedAttnParams::flash), as llama.cpp's -fa.
+/// Which softmax the attention uses (PagedAttnParams::flash), as llama.cpp's -fa.
 enum class FlashAttn {
   kAuto,  ///< kvrun's choice: flash (as llama.cpp's -fa auto on the CPU)
   kOn,    ///< online softmax (FlashAttention)
@@ -34,7 +34,7 @@ enum class FlashAttn {
 };
 
 /// Whether attention runs the flash scheme for the setting `fa` (kAuto and kOn: yes). The one
-/// rule every caller of llama_forward uses (Context, Scheduler).
+/// rule every engine step uses (Context, Scheduler).
 inline bool use_flash_attn(FlashAttn fa) { return fa != FlashAttn::kOff; }
 
 /// How to build a Context.
@@ -89,7 +89,7 @@ class Context {
 
   int64_t n_ctx() const { return n_ctx_; }
   int64_t n_batch() const { return n_batch_; }
-  int n_threads() const { return pool_.size(); }
+  int n_threads() const { return step_->n_threads(); }
   int64_t n_vocab() const { return model_.hparams().n_vocab; }
   bool flash() const { return flash_; }
   const Model& model() const { return model_; }
@@ -110,8 +110,7 @@ class Context {
   int64_t n_batch_;
   int64_t release_window_ = 0;  ///< window of an all-windowed model with release on, else 0
   bool flash_;
-  cpu::ThreadPool pool_;
-  std::unique_ptr<LlamaScratch> scratch_;
+  std::unique_ptr<Step> step_;
   std::vector<float> logits_;
 };
 

@@ -46,7 +46,7 @@ void write_context_state(std::ostream& out, const Context& ctx) {
   const auto& table = ctx.sequence().block_table();
   const int64_t n = ctx.n_past();
   for (int64_t il = 0; il < ctx.cache().n_layer(); ++il) {
-    const cpu::PagedKvLayer L = ctx.cache().layer(il);
+    const KvLayer L = ctx.cache().layer(il);
     for (int64_t pos = 0; pos < n; ++pos)
       out.write(reinterpret_cast<const char*>(row_at(L.k, table, L.block_size, L.k_row_bytes, pos)),
                 std::streamsize(L.k_row_bytes));
@@ -82,7 +82,7 @@ void read_context_state(std::istream& in, Context& ctx, std::span<const int32_t>
   const KvCache& cache = ctx.cache();
   std::vector<char> data;
   for (int64_t il = 0; il < cache.n_layer(); ++il) {
-    const cpu::PagedKvLayer L = cache.layer(il);
+    const KvLayer L = cache.layer(il);
     data.resize(data.size() + size_t((L.k_row_bytes + L.v_row_bytes) * int64_t(n)));
   }
   in.read(data.data(), std::streamsize(data.size()));
@@ -94,7 +94,7 @@ void read_context_state(std::istream& in, Context& ctx, std::span<const int32_t>
   const auto& table = seq.block_table();
   const char* p = data.data();
   for (int64_t il = 0; il < cache.n_layer(); ++il) {
-    const cpu::PagedKvLayer L = cache.layer(il);
+    const KvLayer L = cache.layer(il);
     for (int64_t pos = 0; pos < int64_t(n); ++pos, p += L.k_row_bytes)
       std::memcpy(row_at(L.k, table, L.block_size, L.k_row_bytes, pos), p, size_t(L.k_row_bytes));
     for (int64_t pos = 0; pos < int64_t(n); ++pos, p += L.v_row_bytes)

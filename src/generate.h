@@ -1,6 +1,7 @@
-// generate.h — the decode loop shared by `kvrun -p` and the chat REPL: feed new tokens, then
-// sample one token at a time until an end-of-generation token, the token limit, a full context
-// or an interrupt, streaming each piece of text as soon as it is complete UTF-8.
+// generate.h — the decode loop of one Context (`kvrun -p`, the chat REPL): feed new tokens, then
+// sample one token at a time through the shared per-token path (token_stream.h) until an
+// end-of-generation token, the token limit, a full context or an interrupt, streaming each piece
+// of text as soon as it is complete UTF-8.
 #pragma once
 
 #include <atomic>
@@ -14,20 +15,10 @@
 #include "context.h"
 #include "logprobs.h"
 #include "sampler.h"
+#include "token_stream.h"
 #include "tokenizer.h"
 
 namespace kvrun {
-
-/// Why generation stopped.
-enum class StopReason {
-  kEog,          ///< the model produced an end-of-generation token (not included in the output)
-  kLimit,        ///< n_predict tokens were generated
-  kContextFull,  ///< the context holds n_ctx tokens
-  kInterrupted,  ///< the interrupt flag was raised (Ctrl-C)
-};
-
-/// "eog", "limit", "context_full", "interrupted".
-const char* stop_reason_name(StopReason r);
 
 /// Options of one generate() call.
 struct GenerateParams {
@@ -51,7 +42,7 @@ struct GenerateResult {
   std::vector<int32_t> tokens;                   ///< generated ids (no EOG token)
   std::vector<std::vector<TokenLogprob>> probs;  ///< [n_gen][n_probs] when n_probs > 0
   std::string text;                              ///< the generated text
-  StopReason stop = StopReason::kLimit;
+  FinishReason stop = FinishReason::kLength;     ///< kEog, kLength, kContextFull or kCancelled
   GenerateTimings timings;
 };
 
@@ -65,18 +56,5 @@ using PieceSink = std::function<void(std::string_view piece)>;
 GenerateResult generate(Context& ctx, const Tokenizer& tok, Sampler& sampler,
                         std::span<const int32_t> input, const GenerateParams& params,
                         const PieceSink& sink, const std::atomic<bool>* interrupt = nullptr);
-
-/// Buffers bytes and releases the longest prefix that is complete UTF-8 (a multi-byte character
-/// split across tokens is held back until its last byte arrives).
-class Utf8Stream {
- public:
-  /// Appends `bytes`; returns what can be printed now.
-  std::string push(std::string_view bytes);
-  /// Whatever is still held (an incomplete sequence at the end of generation).
-  std::string flush();
-
- private:
-  std::string pending_;
-};
 
 }  // namespace kvrun

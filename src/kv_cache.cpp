@@ -106,8 +106,10 @@ struct KvCache::Impl {
   int64_t n_blocks = 0;  // n_fast + n_slow
   int64_t n_fast = 0;
   int64_t n_slow = 0;
-  uint8_t* base = nullptr;  // the fast tier's mapping
+  uint8_t* base = nullptr;  // the fast tier's mapping (layers on the host device)
   size_t map_bytes = 0;
+  std::vector<uint8_t*> layer_base;                   // [n_layer] fast-tier rows of each layer
+  std::vector<std::unique_ptr<DeviceBuffer>> device;  // rows of layers on other devices
   std::unique_ptr<OffloadFile> slow;  // the slow tier (null without --kv-offload-dir)
   std::vector<int32_t> slot_of;       // [n_blocks] block id → slot
   std::vector<int32_t> id_at;         // [n_blocks] slot → block id
@@ -123,7 +125,7 @@ struct KvCache::Impl {
   int64_t kb() const { return params.block_size * k_row; }  // K bytes of one block, one layer
   int64_t vb() const { return params.block_size * v_row; }
 
-  uint8_t* layer_k(int64_t il) const { return base + il * n_fast * (kb() + vb()); }
+  uint8_t* layer_k(int64_t il) const { return layer_base[size_t(il)]; }
   uint8_t* layer_v(int64_t il) const { return layer_k(il) + n_fast * kb(); }
   uint8_t* slow_k(int64_t il) const { return slow->data() + il * n_slow * (kb() + vb()); }
   uint8_t* slow_v(int64_t il) const { return slow_k(il) + n_slow * kb(); }
@@ -136,6 +138,22 @@ struct KvCache::Impl {
   }
 
   bool fast(int32_t id) const { return slot_of[size_t(id)] < n_fast; }
+
+  /// Points every layer's fast-tier rows into the host mapping (at the offsets of a single
+  /// mapping) or, for a layer placed on another device, into a buffer of that device.
+  void place_layers(const std::vector<Device*>& kv_devices) {
+    layer_base.resize(size_t(n_layer));
+    const size_t layer_bytes = size_t(n_fast * (kb() + vb()));
+    for (int64_t il = 0; il < n_layer; ++il) {
+      Device* d = kv_devices.empty() ? nullptr : kv_devices[size_t(il)];
+      if (!d || d == &cpu_device()) {
+        layer_base[size_t(il)] = base + size_t(il) * layer_bytes;
+        continue;
+      }
+      device.push_back(d->alloc(layer_bytes, BufferUse::kKv));
+      layer_base[size_t(il)] = static_cast<uint8_t*>(device.back()->data());
+    }
+  }
 
   /// Copies every layer's K and V rows of slot `src` to slot `dst`.
   void copy_slot(int64_t dst, int64_t src) {
@@ -226,8 +244,16 @@ struct KvCache::Impl {
   }
 };
 
-KvCache::KvCache(const Hparams& hp, const KvCacheParams& params) : impl_(std::make_unique<Impl>()) {
+KvCache::KvCache(const Hparams& hp, const KvCacheParams& params,
+                 const std::vector<Device*>& kv_devices)
+    : impl_(std::make_unique<Impl>()) {
   validate(hp, params);
+  if (!kv_devices.empty() && int64_t(kv_devices.size()) != hp.n_layer)
+    throw std::invalid_argument("KV cache: one device per layer expected");
+  for (const Device* d : kv_devices)
+    if (d && !d->host_memory())
+      throw std::invalid_argument("KV cache: rows on " + d->name() +
+                                  " (not host memory) are not supported yet");
   Impl& c = *impl_;
   c.params = params;
   c.n_layer = hp.n_layer;
@@ -263,6 +289,7 @@ KvCache::KvCache(const Hparams& hp, const KvCacheParams& params) : impl_(std::ma
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) throw std::bad_alloc();
   c.base = static_cast<uint8_t*>(p);
+  c.place_layers(kv_devices);
   c.pool = BlockPool(c.n_blocks);
   c.slot_of.resize(size_t(c.n_blocks));
   c.id_at.resize(size_t(c.n_blocks));
@@ -293,11 +320,11 @@ KvCache::~KvCache() {
 
 const KvCacheParams& KvCache::params() const { return impl_->params; }
 
-cpu::PagedKvLayer KvCache::layer(int64_t il) const {
+KvLayer KvCache::layer(int64_t il) const {
   const Impl& c = *impl_;
   if (il < 0 || il >= c.n_layer)
     throw std::out_of_range("KvCache::layer: layer " + std::to_string(il) + " out of range");
-  cpu::PagedKvLayer l;
+  KvLayer l;
   l.k_type = c.params.type_k;
   l.v_type = c.params.type_v;
   l.k_row_bytes = c.k_row;

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "backend.h"
 #include "block_pool.h"
-#include "cpu/paged_attention.h"
 #include "dtype.h"
 #include "models/hparams.h"
 #include "prefix_store.h"
@@ -77,14 +77,20 @@ class KvCache {
   /// Throws std::invalid_argument (a type that is not a KV cache type, block_size < 1, rotate
   /// with a head_dim that is not a power of two, a budget smaller than one block) or
   /// std::bad_alloc (the budget cannot be reserved).
-  KvCache(const Hparams& hp, const KvCacheParams& params);
+  /// `kv_devices` [n_layer] (Placement::kv) says where each layer's rows live: layers on the
+  /// host CPU device (or all, when empty) share one host mapping; a layer on another device gets
+  /// its rows from that device (Device::alloc, BufferUse::kKv). Throws std::invalid_argument
+  /// for a device whose memory the host cannot address (tiers, copy-on-write and the prefix
+  /// store copy rows with the host; a GPU's KV is the CUDA issue's).
+  KvCache(const Hparams& hp, const KvCacheParams& params,
+          const std::vector<Device*>& kv_devices = {});
   ~KvCache();
   KvCache(const KvCache&) = delete;
   KvCache& operator=(const KvCache&) = delete;
 
   const KvCacheParams& params() const;
   /// Layer `il`'s storage as the attention kernels see it.
-  cpu::PagedKvLayer layer(int64_t il) const;
+  KvLayer layer(int64_t il) const;
   int64_t n_layer() const;
   int64_t block_size() const;
   int64_t n_blocks() const;         ///< capacity

@@ -13,25 +13,45 @@
 
 namespace kvrun {
 
+/// Where a model runs (the -ngl / -dev / -nkvo flags, resolved to a device by the tools).
+struct ModelParams {
+  /// Layers on `gpu`, the last ones (llama.cpp's -ngl); more than n_layer also places the
+  /// output head there. 0: everything on the host CPU.
+  int64_t n_gpu_layers = 0;
+  /// The device of those layers; required when n_gpu_layers > 0. Must outlive the model.
+  Device* gpu = nullptr;
+  /// false (-nkvo): the KV rows and attention of GPU layers stay on the host.
+  bool kv_offload = true;
+};
+
 /// A model ready for Context. Movable (views stay valid: the mapping does not move).
 class Model {
  public:
   /// Maps and checks `path`. Throws gguf::GgufError (bad file), std::system_error (cannot
   /// open), or ModelError (unsupported architecture or RoPE scaling, missing/mis-shaped tensor).
-  static Model load(const std::string& path);
+  /// `mp` places the layers (default: all on the host CPU); the weights of every part are
+  /// uploaded to its device here (the CPU packs them), and a device that lacks a weight type
+  /// is a ModelError naming both.
+  static Model load(const std::string& path, const ModelParams& mp = {});
   /// Same from an already opened file (takes ownership).
-  static Model from_file(gguf::File file);
+  static Model from_file(gguf::File file, const ModelParams& mp = {});
 
   const gguf::File& file() const { return file_; }
   const Hparams& hparams() const { return hp_; }
   const LlamaWeights& weights() const { return weights_; }
+  /// Which device runs each part (and holds each layer's KV rows).
+  const Placement& placement() const { return placement_; }
 
  private:
-  Model(gguf::File file, Hparams hp, LlamaWeights w)
-      : file_(std::move(file)), hp_(std::move(hp)), weights_(std::move(w)) {}
+  Model(gguf::File file, Hparams hp, LlamaWeights w, Placement p)
+      : file_(std::move(file)),
+        hp_(std::move(hp)),
+        weights_(std::move(w)),
+        placement_(std::move(p)) {}
   gguf::File file_;
   Hparams hp_;
   LlamaWeights weights_;
+  Placement placement_;
 };
 
 }  // namespace kvrun

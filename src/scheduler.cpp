@@ -4,10 +4,6 @@
 #include <algorithm>
 #include <exception>
 
-#include "cpu/cpu_info.h"
-#include "generate.h"
-#include "stop_strings.h"
-
 namespace kvrun {
 namespace {
 
@@ -18,26 +14,6 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
 }
 
 }  // namespace
-
-const char* finish_reason_name(FinishReason r) {
-  switch (r) {
-    case FinishReason::kEog:
-      return "eog";
-    case FinishReason::kStopString:
-      return "stop";
-    case FinishReason::kLength:
-      return "length";
-    case FinishReason::kContextFull:
-      return "context_full";
-    case FinishReason::kCancelled:
-      return "cancelled";
-    case FinishReason::kTimeout:
-      return "timeout";
-    case FinishReason::kError:
-      return "error";
-  }
-  return "?";
-}
 
 // ---- Request ----
 
@@ -62,12 +38,12 @@ void Request::push(RequestEvent e) {
 // ---- Session ----
 
 struct Scheduler::Session {
-  Session(KvCache& cache, Pending&& pending)
+  Session(KvCache& cache, const Tokenizer& tok, Pending&& pending)
       : req(std::move(pending.req)),
         p(std::move(pending.params)),
         seq(cache),
         sampler(p.sampling),
-        stop(p.stop),
+        stream(tok, sampler, {p.n_predict, p.n_probs, p.ignore_eos, p.stop}),
         submitted(pending.submitted) {
     if (p.timeout_s > 0)
       deadline = submitted + std::chrono::duration_cast<Clock::duration>(
@@ -77,13 +53,11 @@ struct Scheduler::Session {
   RequestParams p;
   KvSequence seq;
   Sampler sampler;
-  Utf8Stream utf8;
-  StopMatcher stop;
+  TokenStream stream;       // sample → EOG → UTF-8 → stop strings → limits (token_stream.h)
   int64_t n_prefilled = 0;  // prompt tokens in the KV (cached ones included)
   int32_t next_token = -1;  // sampled, not yet evaluated
   bool prefill = true;
   bool done = false;
-  std::vector<float> logits;  // [n_vocab]
   RequestResult result;
   Clock::time_point submitted, started, first_token;
   std::optional<Clock::time_point> deadline;
@@ -93,19 +67,19 @@ struct Scheduler::Session {
 
 Scheduler::Scheduler(const Model& model, const Tokenizer& tok, KvCache& cache,
                      const SchedulerParams& p)
-    : model_(model),
-      tok_(tok),
-      cache_(cache),
-      params_(p),
-      pool_(p.n_threads > 0 ? p.n_threads : cpu::physical_cores()) {
+    : model_(model), tok_(tok), cache_(cache), params_(p) {
   if (p.n_ctx < 1) throw std::invalid_argument("scheduler: n_ctx must be at least 1");
   if (p.n_batch < 1) throw std::invalid_argument("scheduler: n_batch must be at least 1");
   if (p.n_parallel < 1) throw std::invalid_argument("scheduler: n_parallel must be at least 1");
   if (p.max_queue < 0) throw std::invalid_argument("scheduler: max_queue must be at least 0");
   flash_ = use_flash_attn(p.flash_attn);
-  const Hparams& hp = model.hparams();
-  for (int64_t il = 0; il < hp.n_layer; ++il) layers_.push_back(cache.layer(il));
-  scratch_ = std::make_unique<LlamaScratch>(hp, p.n_batch);
+  StepParams sp;
+  sp.n_threads = p.n_threads;
+  sp.n_batch = p.n_batch;
+  sp.flash = flash_;
+  sp.n_ctx = p.n_ctx;
+  sp.release_window = model.hparams().all_swa_window();
+  step_ = std::make_unique<Step>(model, cache, sp);
   publish_stats();
   worker_ = std::thread([this] { run(); });
 }
@@ -194,7 +168,7 @@ void Scheduler::run() {
     left.swap(queue_);
   }
   for (auto& p : left) {
-    Session s(cache_, std::move(p));
+    Session s(cache_, tok_, std::move(p));
     finish(s, FinishReason::kCancelled);
   }
   publish_stats();
@@ -211,11 +185,10 @@ void Scheduler::admit() {
     }
   }
   for (auto& p : start) {
-    auto s = std::make_unique<Session>(cache_, std::move(p));
+    auto s = std::make_unique<Session>(cache_, tok_, std::move(p));
     s->started = now;
     s->result.n_prompt = int64_t(s->p.prompt.size());
     s->result.queue_ms = ms_between(s->submitted, now);
-    s->logits.resize(size_t(model_.hparams().n_vocab));
     if (s->p.cache_prompt && cache_.params().prefix_cache)
       s->n_prefilled = s->seq.attach_prefix(s->p.prompt);
     s->result.n_cached = s->n_prefilled;
@@ -237,8 +210,8 @@ bool Scheduler::step() {
   // Decodes first (one token each), then prefill chunks within what is left of the budget.
   int64_t budget = params_.n_batch, n_decode = 0, n_prefill = 0;
   std::vector<Session*> in_batch;
-  std::vector<LlamaSeqSlice> slices;
-  std::vector<int32_t> tokens;
+  std::vector<int64_t> n_rows;  // rows of each session in the step
+  step_->clear();
   Session* waiting = nullptr;  // a prefill that found the pool full
   for (auto& s : active_) {
     if (s->done || s->prefill || budget == 0) continue;
@@ -248,9 +221,9 @@ bool Scheduler::step() {
       finish(*s, FinishReason::kError, "the KV cache is full (raise --kv-mem or lower -np)");
       continue;
     }
-    slices.push_back({s->seq.block_table().data(), s->seq.n_tokens(), 1, s->logits.data(), false});
-    tokens.push_back(s->next_token);
+    step_->add(s->seq, std::span<const int32_t>(&s->next_token, 1), StepLogits::kLast);
     in_batch.push_back(s.get());
+    n_rows.push_back(1);
     --budget;
     ++n_decode;
   }
@@ -264,45 +237,32 @@ bool Scheduler::step() {
       if (!waiting) waiting = s.get();
       continue;  // wait for blocks other sessions give back
     }
-    const bool last = n == left;
-    slices.push_back({s->seq.block_table().data(), s->seq.n_tokens(), n,
-                      last ? s->logits.data() : nullptr, false});
-    tokens.insert(tokens.end(), s->p.prompt.begin() + s->n_prefilled,
-                  s->p.prompt.begin() + s->n_prefilled + n);
+    const std::span<const int32_t> prompt(s->p.prompt);
+    step_->add(s->seq, prompt.subspan(size_t(s->n_prefilled), size_t(n)),
+               n == left ? StepLogits::kLast : StepLogits::kNone);
     in_batch.push_back(s.get());
+    n_rows.push_back(n);
     budget -= n;
     n_prefill += n;
   }
-  if (slices.empty()) {
+  if (in_batch.empty()) {
     if (waiting) finish(*waiting, FinishReason::kError, "the KV cache is full (raise --kv-mem)");
     return false;
   }
+  step_->run();
 
-  LlamaBatch b;
-  b.tokens = tokens.data();
-  b.seqs = slices.data();
-  b.n_seqs = int64_t(slices.size());
-  b.kv = layers_.data();
-  b.flash = flash_;
-  b.rotate = cache_.params().rotate;
-  b.n_ctx = params_.n_ctx;
-  llama_forward(model_.hparams(), model_.weights(), pool_, *scratch_, b);
-
-  size_t row = 0;
   for (size_t i = 0; i < in_batch.size(); ++i) {
     Session& s = *in_batch[i];
-    const int64_t n = slices[i].n_tokens;
-    s.seq.commit(std::span<const int32_t>(tokens.data() + row, size_t(n)));
-    // Sliding window on every layer: blocks before the next query's window go back to the pool.
-    if (const int64_t w = model_.hparams().all_swa_window(); w > 0)
-      s.seq.release_before(s.seq.n_tokens() - w + 1);
-    row += size_t(n);
     if (s.prefill) {
-      s.n_prefilled += n;
+      s.n_prefilled += n_rows[i];
       if (s.n_prefilled < int64_t(s.p.prompt.size())) continue;
       s.prefill = false;
+      if (s.p.n_predict == 0) {  // only the prompt (e.g. a client warming the cache)
+        finish(s, FinishReason::kLength);
+        continue;
+      }
     }
-    sample(s, s.logits);
+    sample(s, step_->logits(i));
   }
   const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
   const double total = double(n_decode + n_prefill);
@@ -321,48 +281,34 @@ void Scheduler::sample(Session& s, std::span<const float> logits) {
     r.ttft_ms = ms_between(s.submitted, now);
     r.prompt_ms = ms_between(s.started, now);
   }
-  TokenEvent ev;
-  if (s.p.n_probs > 0) ev.top = top_logprobs(logits, size_t(s.p.n_probs));
-  const int32_t id = s.sampler.sample(logits);
-  s.sampler.accept(id);
-  if (tok_.is_eog(id) && !s.p.ignore_eos) {
-    finish(s, FinishReason::kEog);
-    return;
+  TokenStep t = s.stream.next(logits, s.seq.n_tokens(), params_.n_ctx);
+  if (t.emitted) {
+    TokenEvent ev;
+    ev.id = t.id;
+    ev.text = std::move(t.text);
+    ev.logprob = t.logprob;
+    ev.top = std::move(t.top);
+    r.tokens.push_back(t.id);
+    ++counters_.n_generated_tokens;
+    r.text += ev.text;
+    s.req->push(RequestEvent{false, std::move(ev), {}});
   }
-  if (s.p.n_probs > 0) ev.logprob = log_softmax(logits)[size_t(id)];
-  ev.id = id;
-  r.tokens.push_back(id);
-  ++counters_.n_generated_tokens;
-  ev.text = s.stop.push(s.utf8.push(tok_.token_to_piece(id, false)));
-  r.text += ev.text;
-  s.req->push(RequestEvent{false, std::move(ev), {}});
-  if (s.stop.stopped())
-    finish(s, FinishReason::kStopString);
-  else if (s.p.n_predict >= 0 && int64_t(r.tokens.size()) >= s.p.n_predict)
-    finish(s, FinishReason::kLength);
-  else if (s.seq.n_tokens() >= params_.n_ctx)
-    finish(s, FinishReason::kContextFull);
+  if (t.finish)
+    finish(s, *t.finish);
   else
-    s.next_token = id;
+    s.next_token = t.id;
 }
 
 void Scheduler::finish(Session& s, FinishReason why, const std::string& error) {
   if (s.done) return;
   s.done = true;
   RequestResult& r = s.result;
-  r.finish = why;
   r.error = error;
-  if (why != FinishReason::kStopString && why != FinishReason::kError) {
-    std::string tail = s.stop.push(s.utf8.flush());
-    if (s.stop.stopped()) {
-      r.finish = FinishReason::kStopString;
-    } else {
-      tail += s.stop.flush();
-    }
-    r.text += tail;
-    r.tail = std::move(tail);
-  }
-  r.stop_word = s.stop.word();
+  std::string tail = s.stream.close(why);
+  r.finish = *s.stream.finish();
+  r.text += tail;
+  r.tail = std::move(tail);
+  r.stop_word = s.stream.stop_word();
   const auto now = Clock::now();
   if (s.first_token != Clock::time_point{}) r.gen_ms = ms_between(s.first_token, now);
   s.seq.clear();  // blocks back to the pool now

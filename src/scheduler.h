@@ -39,6 +39,8 @@
 #include "logprobs.h"
 #include "model.h"
 #include "sampler.h"
+#include "step.h"
+#include "token_stream.h"
 #include "tokenizer.h"
 
 namespace kvrun {
@@ -70,20 +72,6 @@ struct RequestParams {
   bool cache_prompt = true;       ///< take cached KV blocks of the prompt's prefix
   double timeout_s = 0;           ///< end the request after this many seconds (0: never)
 };
-
-/// Why a request ended.
-enum class FinishReason {
-  kEog,          ///< end-of-generation token
-  kStopString,   ///< a stop string appeared
-  kLength,       ///< n_predict tokens generated
-  kContextFull,  ///< the session holds n_ctx tokens
-  kCancelled,    ///< Request::cancel (client gone) or scheduler shutdown
-  kTimeout,      ///< timeout_s passed
-  kError,        ///< the request could not be served (e.g. KV cache full); see RequestResult
-};
-
-/// "eog", "stop", "length", "context_full", "cancelled", "timeout", "error".
-const char* finish_reason_name(FinishReason r);
 
 /// One generated token as streamed.
 struct TokenEvent {
@@ -218,11 +206,9 @@ class Scheduler {
 
   // Worker-thread state.
   std::vector<std::unique_ptr<Session>> active_;
-  SchedulerStats counters_;  // worker's running counters (copied into stats_)
-  std::vector<cpu::PagedKvLayer> layers_;
-  cpu::ThreadPool pool_;
-  std::unique_ptr<LlamaScratch> scratch_;
-  std::thread worker_;  // last: starts once everything above exists
+  SchedulerStats counters_;     // worker's running counters (copied into stats_)
+  std::unique_ptr<Step> step_;  // the batch builder and forward
+  std::thread worker_;          // last: starts once everything above exists
 };
 
 }  // namespace kvrun

@@ -262,6 +262,45 @@ TEST(Cli, MissingOrUnusableModelIsAnError) {
   EXPECT_EQ(count_of(r2.err, "\n"), 1u) << "one line: " << r2.err;
 }
 
+// Device flags (-ngl, -dev, --list-devices, -nkvo) are parsed and checked in every command; a
+// build without a GPU backend behind the seam refuses -ngl N > 0 with one line and exit 2.
+TEST(Cli, NglWithoutAGpuIsOneLineAndExit2InEveryCommand) {
+  const std::string m = " -m " + q(test::fixture(kModel).string());
+  const std::string bin = q(test::kvrun_binary());
+  for (const std::string& cmd :
+       {bin + m + " -p hi -n 1 -ngl 99", bin + m + " -p hi -n 1 -ngl all",
+        bin + m + " -p hi -n 1 -ngl 1 -dev CUDA0", bin + " serve" + m + " -ngl 99",
+        bin + " bench" + m + " -ngl 99", bin + " perplexity" + m + " -f /dev/null -ngl 99",
+        bin + " batch" + m + " -ngl 99 -i /dev/null -o /dev/null", bin + " info" + m + " -ngl 99",
+        bin + m + " -p hi -n 1 -ngl abc", bin + m + " -p hi -n 1 -ngl=-3"}) {
+    SCOPED_TRACE(cmd);
+    const auto r = test::run_command(cmd);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_EQ(r.out, "");
+    EXPECT_EQ(r.err.rfind("kvrun: -", 0), 0u) << r.err;  // names the flag: -ngl or -dev
+    EXPECT_EQ(count_of(r.err, "\n"), 1u) << "one line: " << r.err;
+  }
+}
+
+TEST(Cli, NglAutoAndZeroRunOnTheCpuAsWithout) {
+  const json ref = run_json("-p " + q(kPrompt) + " -n 8 --temp 0");
+  for (const char* flags : {"-ngl auto", "-ngl 0", "-ngl 0 -nkvo", "-ngl auto -dev none"}) {
+    const json j = run_json("-p " + q(kPrompt) + " -n 8 --temp 0 " + std::string(flags));
+    EXPECT_EQ(j["tokens"], ref["tokens"]) << flags;
+  }
+}
+
+TEST(Cli, ListDevicesSaysNoGpuAndExits0) {
+  const auto r = test::run_command(q(test::kvrun_binary()) + " --list-devices");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("no GPU devices"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("CPU"), std::string::npos) << r.out;
+  const auto s = test::run_command(q(test::kvrun_binary()) + " serve -m " +
+                                   q(test::fixture(kModel).string()) + " --list-devices");
+  EXPECT_EQ(s.exit_code, 0) << s.err;
+  EXPECT_EQ(s.out, r.out);
+}
+
 TEST(Cli, ChatTemplateListNamesTheFamilies) {
   const auto r = test::run_command(q(test::kvrun_binary()) + " --chat-template list");
   ASSERT_EQ(r.exit_code, 0) << r.err;

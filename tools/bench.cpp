@@ -338,7 +338,7 @@ void print_table(const BenchOptions& opt, const ModelFacts& mf, int n_threads,
 
 int cmd_bench(const BenchOptions& opt) {
   try {
-    const Model model = Model::load(opt.model);
+    const Model model = Model::load(opt.model, resolve_device_options(opt.kv.dev));
     const Tokenizer tok = Tokenizer::from_gguf(model.file());
     int n_threads = 0;
     // STREAM triad over 3 × 256 MiB (far past any last-level cache), best of 10, before the

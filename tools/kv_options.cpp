@@ -14,6 +14,7 @@
 namespace kvrun::tools {
 
 void add_kv_cache_options(CLI::App& app, KvCacheOptions& o) {
+  add_device_options(app, o.dev);
   const std::string types = "f32, f16, bf16, q8_0, q4_0, fp8 (= fp8_e4m3), fp8_e5m2, nvfp4";
   // CLI11 2.1 cannot declare "-ctk": main() rewrites it to the long form (rewrite_short_aliases).
   app.add_option("--cache-type-k", o.type_k, "(-ctk) K cache type: " + types)
@@ -49,10 +50,10 @@ void add_kv_cache_options(CLI::App& app, KvCacheOptions& o) {
 }
 
 void rewrite_short_aliases(int argc, char** argv) {
-  static const std::pair<const char*, const char*> kAliases[] = {{"-ctk", "--cache-type-k"},
-                                                                 {"-ctv", "--cache-type-v"},
-                                                                 {"-fa", "--flash-attn"},
-                                                                 {"-np", "--parallel"}};
+  static const std::pair<const char*, const char*> kAliases[] = {
+      {"-ctk", "--cache-type-k"},  {"-ctv", "--cache-type-v"}, {"-fa", "--flash-attn"},
+      {"-np", "--parallel"},       {"-ngl", "--n-gpu-layers"}, {"-dev", "--device"},
+      {"-nkvo", "--no-kv-offload"}};
   static std::vector<std::unique_ptr<char[]>> storage;  // rewritten "-ctk=T" strings
   for (int i = 1; i < argc; ++i) {
     for (const auto& [alias, full] : kAliases) {

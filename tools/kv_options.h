@@ -9,6 +9,7 @@
 #include <string>
 
 #include "context.h"
+#include "device_options.h"
 
 namespace kvrun::tools {
 
@@ -25,9 +26,10 @@ struct KvCacheOptions {
   std::string cache_dir_max = "8G";  ///< --kv-cache-dir-max SIZE
   std::string offload_dir;           ///< --kv-offload-dir DIR ("" = one tier)
   std::string offload_max;           ///< --kv-offload-max SIZE ("" = what the context needs)
+  DeviceOptions dev;                 ///< -ngl, -dev, --list-devices, -nkvo
 };
 
-/// Registers the options on `app`.
+/// Registers the options on `app` (the device options too).
 void add_kv_cache_options(CLI::App& app, KvCacheOptions& o);
 
 /// Fills params.kv and params.flash_attn from `o`; with --kv-cache-dir, params.kv.model_id is the

@@ -68,6 +68,7 @@ int main(int argc, char** argv) {
   info_cmd->add_option("--kv-mem", info.kv_mem,
                        "fast KV tier to plan against, e.g. 8G (default: this machine's available "
                        "memory less the weights)");
+  add_device_options(*info_cmd, info.dev);
 
   PerplexityOptions ppl;
   CLI::App* ppl_cmd = add_perplexity_command(app, ppl);
@@ -85,6 +86,24 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  }
+
+  // The device options of the command that runs: --list-devices, then one clear line (exit 2)
+  // for a placement this build or machine cannot honour, before any model is read.
+  const DeviceOptions& dev = info_cmd->parsed()    ? info.dev
+                             : ppl_cmd->parsed()   ? ppl.kv.dev
+                             : bench_cmd->parsed() ? bench.kv.dev
+                             : serve_cmd->parsed() ? serve.kv.dev
+                             : batch_cmd->parsed() ? batch.kv.dev
+                                                   : run.kv.dev;
+  if (dev.list_devices) return print_devices();
+  if (!synth_cmd->parsed()) {
+    try {
+      resolve_device_options(dev);
+    } catch (const DeviceOptionError& e) {
+      std::fprintf(stderr, "kvrun: %s\n", e.what());
+      return 2;
+    }
   }
 
   if (info_cmd->parsed()) return cmd_info(info);

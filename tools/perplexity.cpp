@@ -118,7 +118,7 @@ void print_json(const PerplexityOptions& opt, const Context& ctx, const Perplexi
 
 int run_perplexity(const PerplexityOptions& opt) {
   const std::string text = read_file(opt.text_file);
-  Model model = Model::load(opt.model);
+  Model model = Model::load(opt.model, resolve_device_options(opt.kv.dev));
   const Tokenizer tok = Tokenizer::from_gguf(model.file());
   const int64_t n_ctx = choose_n_ctx(opt, model.hparams());
   ContextParams cp;

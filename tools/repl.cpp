@@ -157,8 +157,8 @@ int run_repl(const RunOptions& opt, Loaded& l) {
         std::fwrite(piece.data(), 1, piece.size(), stdout);
         std::fflush(stdout);
       });
-      std::printf(r.stop == StopReason::kInterrupted ? "\n[stopped]\n" : "\n");
-      if (r.stop == StopReason::kContextFull)
+      std::printf(r.stop == FinishReason::kCancelled ? "\n[stopped]\n" : "\n");
+      if (r.stop == FinishReason::kContextFull)
         std::printf("[the context is full: /reset, or restart with a larger -c]\n");
       if (opt.verbose) print_timings(r.timings);
     } catch (const std::exception& e) {

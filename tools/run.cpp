@@ -19,13 +19,26 @@
 namespace kvrun::tools {
 namespace {
 
+/// The --json "stop" names of completion mode (documented in the README): "eog", "limit",
+/// "context_full", "interrupted".
+const char* cli_stop_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::kLength:
+      return "limit";
+    case FinishReason::kCancelled:
+      return "interrupted";
+    default:
+      return finish_reason_name(r);
+  }
+}
+
 nlohmann::ordered_json result_json(const Tokenizer& tok, const std::vector<int32_t>& prompt,
                                    const GenerateResult& r) {
   nlohmann::ordered_json j;
   j["prompt_tokens"] = prompt;
   j["tokens"] = r.tokens;
   j["text"] = r.text;
-  j["stop"] = stop_reason_name(r.stop);
+  j["stop"] = cli_stop_name(r.stop);
   j["timings"] = {{"prompt_n", r.timings.n_prompt},       {"prompt_ms", r.timings.prompt_ms},
                   {"prompt_tps", r.timings.prompt_tps()}, {"gen_n", r.timings.n_gen},
                   {"gen_ms", r.timings.gen_ms},           {"gen_tps", r.timings.gen_tps()}};

@@ -338,7 +338,7 @@ int cmd_serve(const ServeOptions& opt_in) {
   try {
     max_body = parse_size(opt.max_body);
     if (max_body < 1) throw std::invalid_argument("--max-body must be positive");
-    model = std::make_unique<Model>(Model::load(opt.model));
+    model = std::make_unique<Model>(Model::load(opt.model, resolve_device_options(opt.kv.dev)));
     tok = std::make_unique<Tokenizer>(Tokenizer::from_gguf(model->file()));
     opt.n_ctx = resolve_n_ctx(*model, opt.n_ctx);
     ContextParams cp;

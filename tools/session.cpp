@@ -74,7 +74,7 @@ std::optional<std::string> chat_family_for(const Model& model, const std::string
 }
 
 Loaded load(const RunOptions& opt) {
-  Model model = Model::load(opt.model);
+  Model model = Model::load(opt.model, resolve_device_options(opt.kv.dev));
   Tokenizer tok = Tokenizer::from_gguf(model.file());
   ContextParams cp;
   cp.n_ctx = resolve_n_ctx(model, opt.n_ctx);

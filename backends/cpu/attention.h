@@ -16,6 +16,7 @@
 
 #include <cstdint>
 
+#include "backend.h"
 #include "cpu/thread_pool.h"
 #include "dtype.h"
 
@@ -29,14 +30,8 @@ struct KvLayerView {
   int64_t n_ctx = 0;        ///< rows (positions) available
 };
 
-/// Shapes and scale of one attention call.
-struct AttnParams {
-  int64_t n_head = 0;      ///< query heads
-  int64_t n_head_kv = 0;   ///< KV heads; divides n_head
-  int64_t head_dim = 0;    ///< Q/K head size
-  int64_t head_dim_v = 0;  ///< V head size
-  float scale = 1;         ///< score scale, usually 1/sqrt(head_dim)
-};
+/// Shapes and scale of one attention call: the seam's (backend.h).
+using AttnParams = kvrun::AttnParams;
 
 /// Writes n_tokens K/V rows at positions pos0 … pos0+n_tokens−1, converting to kv.type.
 /// k: [n_tokens, n_head_kv · head_dim]; v: [n_tokens, n_head_kv · head_dim_v].

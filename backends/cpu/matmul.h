@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "backend.h"
 #include "cpu/cpu_level.h"
 #include "cpu/thread_pool.h"
 #include "tensor.h"
@@ -28,11 +29,8 @@ void matmul(ThreadPool& pool, const Tensor& w, const float* x, int64_t n, float*
 /// benchmarks.
 void matmul(ThreadPool& pool, const Tensor& w, const float* x, int64_t n, float* y, CpuLevel level);
 
-/// One weight of matmul_many and its output.
-struct MatmulOut {
-  const Tensor* w = nullptr;  ///< [m rows, k] as for matmul
-  float* y = nullptr;         ///< n rows of m floats (written)
-};
+/// One weight of matmul_many and its output: the seam's (backend.h).
+using MatmulOut = kvrun::MatmulOut;
 
 /// y_i = x · w_iᵀ for up to 8 weights sharing the input (Q/K/V, gate/up): the activations are
 /// converted once and one pool job covers every weight's rows, so the threads meet once instead

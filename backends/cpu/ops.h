@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "backend.h"
 #include "tensor.h"
 
 namespace kvrun::cpu {
@@ -16,16 +17,8 @@ namespace kvrun::cpu {
 /// x, y: [rows, cols]; y may equal x.
 void rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t cols, float eps);
 
-/// RoPE settings (RoFormer, Su et al. 2021).
-struct RopeConfig {
-  int64_t n_rot = 0;        ///< rotated dimensions per head (even, ≤ head_dim); the rest pass
-  float freq_base = 10000;  ///< θ_i = pos · freq_scale · base^(−2i/n_rot) / freq_factors[i]
-  float freq_scale = 1;     ///< linear position scaling (1 / rope.scaling.factor)
-  const float* freq_factors = nullptr;  ///< [n_rot/2] per-pair divisors (llama3 scaling) or null
-  float mscale = 1;   ///< cos and sin are multiplied by it (ggml's rope attn_factor; 1 = none)
-  bool neox = false;  ///< false: rotate adjacent pairs (x[2i], x[2i+1]) as llama does;
-                      ///< true: rotate (x[i], x[i + n_rot/2]) as GPT-NeoX / qwen2 do
-};
+/// RoPE settings: the seam's (backend.h).
+using RopeConfig = kvrun::RopeConfig;
 
 /// Rotates every head of x in place. θ_i is built by repeated multiplication with
 /// base^(−2/n_rot) in f32, as llama.cpp's rope cache does, so angles match it bit for bit. The

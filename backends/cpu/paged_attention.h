@@ -25,60 +25,14 @@
 
 namespace kvrun::cpu {
 
-/// One layer's K and V storage in the pool (does not own memory). Block ids (what block tables
-/// hold) map to storage slots: slot = slot_of[id] (the identity when slot_of is null). Slots
-/// below n_fast live in the fast tier at k / v, the others in the slow tier (the --kv-offload-dir
-/// file mapping) at k_slow / v_slow; a block is read where it lies. Slot s holds the rows of
-/// block_size consecutive positions: the K row of position j of the block at
-/// k_block(id) + j·k_row_bytes.
-struct PagedKvLayer {
-  DType k_type = DType::F16;         ///< K cache type
-  DType v_type = DType::F16;         ///< V cache type
-  int64_t k_row_bytes = 0;           ///< kv_row_bytes(k_type, n_head_kv, head_dim)
-  int64_t v_row_bytes = 0;           ///< kv_row_bytes(v_type, n_head_kv, head_dim_v)
-  int64_t block_size = 16;           ///< tokens per block
-  uint8_t* k = nullptr;              ///< fast tier: [n_fast][block_size][k_row_bytes]
-  uint8_t* v = nullptr;              ///< fast tier: [n_fast][block_size][v_row_bytes]
-  const int32_t* slot_of = nullptr;  ///< [n_blocks] block id → slot (null: slot = id)
-  int64_t n_fast = INT64_MAX;        ///< slots below this are in the fast tier
-  uint8_t* k_slow = nullptr;         ///< slow tier: [n_slow][block_size][k_row_bytes]
-  uint8_t* v_slow = nullptr;         ///< slow tier: [n_slow][block_size][v_row_bytes]
+/// One layer's K and V storage in the pool: the seam's KvLayer (backend.h).
+using PagedKvLayer = kvrun::KvLayer;
 
-  /// The slot holding block `id`.
-  int64_t slot(int32_t id) const { return slot_of ? slot_of[id] : id; }
-  /// First byte of block `id`'s K rows.
-  uint8_t* k_block(int32_t id) const {
-    const int64_t s = slot(id), kb = block_size * k_row_bytes;
-    return s < n_fast ? k + s * kb : k_slow + (s - n_fast) * kb;
-  }
-  /// First byte of block `id`'s V rows.
-  uint8_t* v_block(int32_t id) const {
-    const int64_t s = slot(id), vb = block_size * v_row_bytes;
-    return s < n_fast ? v + s * vb : v_slow + (s - n_fast) * vb;
-  }
-};
+/// Shapes and options of one paged attention call: the seam's (backend.h).
+using PagedAttnParams = kvrun::PagedAttnParams;
 
-/// Shapes and options of one paged attention call.
-struct PagedAttnParams {
-  AttnParams attn;      ///< n_head, n_head_kv, head_dim, head_dim_v, scale
-  bool flash = true;    ///< online softmax (true) or llama.cpp's exact non-flash softmax
-  bool rotate = false;  ///< K rows were stored Hadamard-rotated along head_dim; rotate Q too
-  /// Sliding window (0 = none): a query at position p sees only positions p − window < j ≤ p
-  /// (llama.cpp's KQ_mask_swa). Blocks wholly before the window are never read, so they may
-  /// have been returned to the pool.
-  int64_t window = 0;
-  /// Soft-capping of the scaled scores, s ← cap · tanh(s / cap) before the softmax (Gemma 2
-  /// report, §2; llama.cpp's attn_soft_cap); 0 = off.
-  float softcap = 0;
-};
-
-/// One sequence's part of a batch (CSR style: sequences own consecutive query rows).
-struct PagedSeq {
-  const int32_t* block_table = nullptr;  ///< [ceil((pos0 + n_q) / block_size)] physical ids
-  int64_t pos0 = 0;  ///< position of the sequence's first query token in this batch
-  int64_t q0 = 0;    ///< its first row in q / out / k / v
-  int64_t n_q = 0;   ///< its query rows; query i sits at position pos0 + i
-};
+/// One sequence's part of a batch: the seam's PagedSeq (backend.h).
+using PagedSeq = kvrun::PagedSeq;
 
 /// Encodes and writes the K and V rows of positions pos0 … pos0+n_q−1 of each sequence into its
 /// blocks (the caller has reserved them). With `rotate`, K is Hadamard-rotated per head first.

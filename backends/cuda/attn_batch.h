@@ -7,32 +7,19 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend.h"
 #include "cuda/cuda_context.h"
 #include "dtype.h"
 
 namespace kvrun::cuda {
 
-/// One sequence's rows in the step (the fields of cpu::PagedSeq): rows q0 … q0+n_q−1 are its
-/// tokens at positions pos0 … pos0+n_q−1.
-struct SeqRows {
-  const int32_t* block_table = nullptr;  ///< host [ceil((pos0 + n_q) / block_size)] block ids
-  int64_t pos0 = 0;
-  int64_t q0 = 0;
-  int64_t n_q = 0;
-};
+/// One sequence's rows in the step: the seam's PagedSeq (backend.h).
+using SeqRows = kvrun::PagedSeq;
 
-/// One layer's K and V storage in device memory: slot s holds the K rows of block_size
-/// consecutive positions at k + (s·block_size + j)·k_row_bytes (V likewise), rows in the KV
-/// cache format of ggml-like/kv_layout.h. Does not own memory.
-struct PagedKvLayer {
-  DType k_type = DType::F16;
-  DType v_type = DType::F16;
-  int64_t k_row_bytes = 0;  ///< kv_row_bytes(k_type, n_head_kv, head_dim)
-  int64_t v_row_bytes = 0;  ///< kv_row_bytes(v_type, n_head_kv, head_dim_v)
-  int64_t block_size = 16;  ///< tokens per block
-  uint8_t* k = nullptr;     ///< device [n_slots][block_size][k_row_bytes]
-  uint8_t* v = nullptr;     ///< device [n_slots][block_size][v_row_bytes]
-};
+/// One layer's K and V storage in device memory: the seam's KvLayer (backend.h) with k / v in
+/// device memory, slot s holding block_size rows (the device sees slots: AttnBatch maps ids).
+/// The slow-tier fields are unused here (the pinned-host tier is the CUDA issue's).
+using PagedKvLayer = kvrun::KvLayer;
 
 /// Attention shapes (cpu::AttnParams).
 struct AttnShape {
@@ -49,7 +36,7 @@ class AttnBatch {
  public:
   /// Builds and uploads the description of `n_seqs` sequences whose rows together are
   /// 0 … n_rows−1, each row exactly once. Block ids are mapped to storage slots with `slot_of`
-  /// (host [n_blocks] id → slot, as cpu::PagedKvLayer::slot_of; null: slot = id), so the device
+  /// (host [n_blocks] id → slot, as KvLayer::slot_of; null: slot = id), so the device
   /// sees slots. Throws std::invalid_argument when the rows do not tile 0 … n_rows−1 or a slot is
   /// negative, CudaError on failure.
   void set(Context& ctx, const SeqRows* seqs, int64_t n_seqs, int64_t block_size,

@@ -1,0 +1,279 @@
+// backend.h — the seam between the model/engine and the devices that run it.
+//
+// Three things, as ggml's ggml-backend.h arranges them (buffer → backend → device), far smaller:
+//  * Device: one piece of hardware and its memory (the CPU and host RAM; a GPU and its VRAM). It
+//    says which ops and types it supports (asked at load, so a model or KV type a device lacks is
+//    a clear error before anything runs), holds uploaded weights, allocates buffers and makes
+//    Backends. A Tensor view and a DeviceBuffer know the Device their bytes live on.
+//  * Backend: one Device plus one stream/queue of work (the CPU: a thread pool). It runs the ops
+//    a transformer block needs on activations in its device's memory: embedding rows, RMSNorm,
+//    matmul (one weight, or several sharing an input), RoPE, GLU, add, scale, soft-cap, the
+//    quantizing KV store, paged attention and copies (host ↔ device, and from another backend at
+//    a layer boundary). Ops run in the order issued; synchronize() waits for them.
+//  * The step's PageTable (FlashInfer's CSR paged_kv_t idea): built once per engine step on the
+//    host, handed to every backend of the step with begin_step(), read by every layer's KV store
+//    and attention.
+//
+// Models and the engine include this header only: they never call cpu:: or cuda:: functions and
+// never see how a backend stores weights or the KV cache. Activations are row-major f32 arrays in
+// the backend's memory; shapes are written [rows, cols]. Layout: docs/architecture.md.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dtype.h"
+#include "tensor.h"
+
+namespace kvrun {
+
+class Backend;
+
+/// The ops of the seam, for Device::supports.
+enum class Op {
+  kGetRows,         ///< embedding rows of a table of type a
+  kRmsNorm,         ///< RMSNorm with an f32 weight
+  kMatmul,          ///< y = x · wᵀ with w of type a
+  kRope,            ///< rotary position embedding
+  kGlu,             ///< SwiGLU / GeGLU
+  kAdd,             ///< y += x, and a row broadcast (bias)
+  kScale,           ///< x ·= s, and soft-capping
+  kKvStore,         ///< K rows in type a, V rows in type b
+  kPagedAttention,  ///< attention over K of type a and V of type b, read in place
+  kCopy,            ///< host ↔ device and backend ↔ backend copies
+};
+
+/// The name of `op` ("matmul", "paged_attention", …).
+const char* op_name(Op op);
+
+/// Which gated linear unit an FFN uses (Shazeer 2020, "GLU Variants Improve Transformer").
+enum class GluKind { kSwiGlu, kGeGlu };
+
+/// RoPE settings (RoFormer, Su et al. 2021).
+struct RopeConfig {
+  int64_t n_rot = 0;        ///< rotated dimensions per head (even, ≤ head_dim); the rest pass
+  float freq_base = 10000;  ///< θ_i = pos · freq_scale · base^(−2i/n_rot) / freq_factors[i]
+  float freq_scale = 1;     ///< linear position scaling (1 / rope.scaling.factor)
+  const float* freq_factors = nullptr;  ///< [n_rot/2] per-pair divisors (llama3 scaling) or null
+  float mscale = 1;   ///< cos and sin are multiplied by it (ggml's rope attn_factor; 1 = none)
+  bool neox = false;  ///< false: rotate adjacent pairs (x[2i], x[2i+1]) as llama does;
+                      ///< true: rotate (x[i], x[i + n_rot/2]) as GPT-NeoX / qwen2 do
+};
+
+/// Shapes and scale of one attention call.
+struct AttnParams {
+  int64_t n_head = 0;      ///< query heads
+  int64_t n_head_kv = 0;   ///< KV heads; divides n_head
+  int64_t head_dim = 0;    ///< Q/K head size
+  int64_t head_dim_v = 0;  ///< V head size
+  float scale = 1;         ///< score scale, usually 1/sqrt(head_dim)
+};
+
+/// Shapes and options of one paged attention call (and of the KV store before it).
+struct PagedAttnParams {
+  AttnParams attn;      ///< n_head, n_head_kv, head_dim, head_dim_v, scale
+  bool flash = true;    ///< online softmax (true) or llama.cpp's exact non-flash softmax
+  bool rotate = false;  ///< K rows are stored Hadamard-rotated along head_dim; rotate Q too
+  /// Sliding window (0 = none): a query at position p sees only positions p − window < j ≤ p
+  /// (llama.cpp's KQ_mask_swa). Blocks wholly before the window are never read, so they may
+  /// have been returned to the pool.
+  int64_t window = 0;
+  /// Soft-capping of the scaled scores, s ← cap · tanh(s / cap) before the softmax (Gemma 2
+  /// report, §2; llama.cpp's attn_soft_cap); 0 = off.
+  float softcap = 0;
+};
+
+/// One layer's K and V storage in the paged KV cache (does not own memory), in the memory of the
+/// layer's device. Block ids (what block tables hold) map to storage slots: slot = slot_of[id]
+/// (the identity when slot_of is null). Slots below n_fast live in the fast tier at k / v, the
+/// others in the slow tier (--kv-offload-dir) at k_slow / v_slow; a block is read where it lies.
+/// Slot s holds the rows of block_size consecutive positions: the K row of position j of the
+/// block at k_block(id) + j·k_row_bytes, in the KV cache format of ggml-like/kv_layout.h.
+struct KvLayer {
+  DType k_type = DType::F16;         ///< K cache type
+  DType v_type = DType::F16;         ///< V cache type
+  int64_t k_row_bytes = 0;           ///< kv_row_bytes(k_type, n_head_kv, head_dim)
+  int64_t v_row_bytes = 0;           ///< kv_row_bytes(v_type, n_head_kv, head_dim_v)
+  int64_t block_size = 16;           ///< tokens per block
+  uint8_t* k = nullptr;              ///< fast tier: [n_fast][block_size][k_row_bytes]
+  uint8_t* v = nullptr;              ///< fast tier: [n_fast][block_size][v_row_bytes]
+  const int32_t* slot_of = nullptr;  ///< host [n_blocks] block id → slot (null: slot = id)
+  int64_t n_fast = INT64_MAX;        ///< slots below this are in the fast tier
+  uint8_t* k_slow = nullptr;         ///< slow tier: [n_slow][block_size][k_row_bytes]
+  uint8_t* v_slow = nullptr;         ///< slow tier: [n_slow][block_size][v_row_bytes]
+
+  /// The slot holding block `id`.
+  int64_t slot(int32_t id) const { return slot_of ? slot_of[id] : id; }
+  /// First byte of block `id`'s K rows.
+  uint8_t* k_block(int32_t id) const {
+    const int64_t s = slot(id), kb = block_size * k_row_bytes;
+    return s < n_fast ? k + s * kb : k_slow + (s - n_fast) * kb;
+  }
+  /// First byte of block `id`'s V rows.
+  uint8_t* v_block(int32_t id) const {
+    const int64_t s = slot(id), vb = block_size * v_row_bytes;
+    return s < n_fast ? v + s * vb : v_slow + (s - n_fast) * vb;
+  }
+};
+
+/// One engine step's paged-KV description, CSR style (FlashInfer's paged_kv_t): sequence i owns
+/// query rows seq_indptr[i] … seq_indptr[i+1]−1 (its tokens, in position order) and the block
+/// table block_ids[block_indptr[i] … block_indptr[i+1]−1] (physical ids; −1 for blocks given
+/// back by a sliding window). Host memory; built once per step (engine/step.h) and handed to
+/// every backend of the step (Backend::begin_step), which keeps what its device needs.
+struct PageTable {
+  int64_t n_seqs = 0;                       ///< sequences in the step
+  int64_t n_tokens = 0;                     ///< rows in the step (= seq_indptr[n_seqs])
+  int64_t block_size = 16;                  ///< tokens per block
+  const int32_t* seq_indptr = nullptr;      ///< [n_seqs + 1] first query row of each sequence
+  const int32_t* block_indptr = nullptr;    ///< [n_seqs + 1] offset of each block table
+  const int32_t* block_ids = nullptr;       ///< the sequences' block tables, concatenated
+  const int32_t* last_block_len = nullptr;  ///< [n_seqs] rows used in the last block after the step
+  const int32_t* pos = nullptr;             ///< [n_tokens] position of each row
+  const int64_t* write_slot = nullptr;      ///< [n_tokens] block id · block_size + offset written
+};
+
+/// One sequence's rows of a step as the kernels walk them (the per-sequence view of a PageTable:
+/// sequence i has q0 = seq_indptr[i], n_q = seq_indptr[i+1] − q0, pos0 = pos[q0] and its block
+/// table at block_ids + block_indptr[i]): query rows q0 … q0+n_q−1 are its tokens at positions
+/// pos0 … pos0+n_q−1.
+struct PagedSeq {
+  const int32_t* block_table = nullptr;  ///< [ceil((pos0 + n_q) / block_size)] physical ids
+  int64_t pos0 = 0;  ///< position of the sequence's first query token in this batch
+  int64_t q0 = 0;    ///< its first row in q / out / k / v
+  int64_t n_q = 0;   ///< its query rows; query i sits at position pos0 + i
+};
+
+/// Memory on one device (weights, activations or KV rows). Owns it; frees it when destroyed.
+class DeviceBuffer {
+ public:
+  virtual ~DeviceBuffer() = default;
+  /// First byte (a device address: host-addressable only when device().host_memory()).
+  virtual void* data() const = 0;
+  /// Bytes.
+  virtual size_t size() const = 0;
+  /// The device the bytes live on.
+  virtual Device& device() const = 0;
+};
+
+/// What a buffer is for (a device may place them differently).
+enum class BufferUse {
+  kActivations,  ///< scratch of a step
+  kKv,           ///< KV rows: reserved as address space, touched as blocks are written
+};
+
+/// One device and its memory. Devices are created by the registry (devices() / cpu_device()) or,
+/// for tests, make_cpu_device(); they outlive every model and backend that refers to them.
+class Device {
+ public:
+  virtual ~Device() = default;
+  /// The name users pass to -dev: "CPU", "CUDA0", "Vulkan0".
+  virtual std::string name() const = 0;
+  /// One line for --list-devices (the hardware's name).
+  virtual std::string description() const = 0;
+  /// True when the device's memory is host memory (the CPU), so data pointers can be read by the
+  /// host directly.
+  virtual bool host_memory() const = 0;
+  /// Total and free memory in bytes (-1 when unknown).
+  virtual int64_t total_memory() const = 0;
+  virtual int64_t free_memory() const = 0;
+  /// True when `op` runs here for type a (the weight type of kMatmul / kGetRows, the K type of
+  /// kKvStore / kPagedAttention) and b (the V type of those two; ignored by the others), with
+  /// rows of `k` elements (kMatmul; 0: any). Asked at load: never a silent slow path.
+  virtual bool supports(Op op, DType a = DType::F32, DType b = DType::F32, int64_t k = 0) const = 0;
+  /// `bytes` of device memory. Throws std::bad_alloc (or the device's error) when it cannot.
+  virtual std::unique_ptr<DeviceBuffer> alloc(size_t bytes, BufferUse use) = 0;
+  /// Makes the weight matrix or vector `t` (a host view, e.g. into the mapped GGUF file) usable
+  /// by this device's ops and points `t` at the device's copy (t.data, t.packed, t.device). The
+  /// returned buffer holds the copy (null when the host bytes are used as they are); the caller
+  /// keeps it as long as `t`. With `release_mapped` the host pages of a read-only file mapping
+  /// that the device no longer reads may be given back. Throws ModelError-like
+  /// std::runtime_error when the type is not supported.
+  virtual std::unique_ptr<DeviceBuffer> upload_weight(Tensor& t, bool release_mapped) = 0;
+  /// A new stream of work on this device; `n_threads` for the CPU (0: its physical cores).
+  virtual std::unique_ptr<Backend> make_backend(int n_threads) = 0;
+};
+
+/// One output of Backend::matmul_many.
+struct MatmulOut {
+  const Tensor* w = nullptr;  ///< [m rows, k] weight on the backend's device
+  float* y = nullptr;         ///< [n, m] output (written)
+};
+
+/// One device + one stream: runs the ops of a transformer block. Every pointer argument is in
+/// the device's memory unless it says host. Not thread-safe: one engine thread issues its ops.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device& device() const = 0;
+  /// Threads the backend computes with (1 for a GPU stream).
+  virtual int n_threads() const = 0;
+
+  /// Takes the step's page table (host; valid until the next begin_step): later kv_store and
+  /// paged_attention calls read it, and positions() is its pos array in device memory.
+  virtual void begin_step(const PageTable& pt) = 0;
+  /// Device [n_tokens] positions of the current step's rows.
+  virtual const int32_t* positions() const = 0;
+
+  /// out[i] = row ids[i] of `table` in f32. ids: host [n]; out: [n, table.ne[0]]. Throws
+  /// std::out_of_range for an id outside the table.
+  virtual void get_rows(const Tensor& table, const int32_t* ids, int64_t n, float* out) = 0;
+  /// RMSNorm (Zhang & Sennrich 2019): y = x / sqrt(mean(x²) + eps) · w per row of `cols`.
+  /// x, y: [rows, cols] (y may equal x); w: [cols] f32 or null.
+  virtual void rms_norm(const float* x, const Tensor* w, float* y, int64_t rows, int64_t cols,
+                        float eps) = 0;
+  /// y[n, m] = x[n, k] · w[m, k]ᵀ with w in its stored type.
+  virtual void matmul(const Tensor& w, const float* x, int64_t n, float* y) = 0;
+  /// Several matmuls of one input (Q/K/V, gate/up): every output equal to matmul's.
+  virtual void matmul_many(const MatmulOut* outs, int n_outs, const float* x, int64_t n) = 0;
+  /// Rotates every head of x [n, n_heads · head_dim] in place at the step's positions().
+  virtual void rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim,
+                    const RopeConfig& cfg) = 0;
+  /// out = act(gate) · up per element, gate/up/out [rows, cols] (out may alias either).
+  virtual void glu(GluKind kind, const float* gate, const float* up, float* out, int64_t rows,
+                   int64_t cols) = 0;
+  /// y[i] += x[i] for i < n.
+  virtual void add(float* y, const float* x, int64_t n) = 0;
+  /// y[r, :] += row[:] for every r < rows (a bias). row: [cols] weight on the device.
+  virtual void add_row(float* y, const Tensor& row, int64_t rows, int64_t cols) = 0;
+  /// x[i] ·= s for i < n.
+  virtual void scale(float* x, int64_t n, float s) = 0;
+  /// x[i] = cap · tanh(x[i] / cap) for i < n (Gemma 2 report, §2).
+  virtual void softcap(float* x, int64_t n, float cap) = 0;
+  /// Copies columns [c0, c0 + n) of src [rows, cols] to dst [rows, n] (a fused QKV split).
+  virtual void copy_cols(const float* src, int64_t rows, int64_t cols, int64_t c0, int64_t n,
+                         float* dst) = 0;
+  /// Encodes and writes the step's K [n_tokens, n_head_kv · head_dim] and V rows into `kv` at
+  /// the page table's positions (blocks reserved by the caller).
+  virtual void kv_store(const KvLayer& kv, const PagedAttnParams& p, const float* k,
+                        const float* v) = 0;
+  /// Causal attention of the step's rows: out [n_tokens, n_head · head_dim_v] from q [n_tokens,
+  /// n_head · head_dim] over each row's sequence's positions 0 … pos (its window).
+  virtual void paged_attention(const KvLayer& kv, const PagedAttnParams& p, const float* q,
+                               float* out) = 0;
+  /// Host → device and device → host copies of `bytes`.
+  virtual void upload(void* dst, const void* host, size_t bytes) = 0;
+  virtual void download(void* host, const void* src, size_t bytes) = 0;
+  /// The layer-boundary copy: `bytes` at `src` in `from`'s memory to `dst` in this backend's.
+  /// Finishes `from`'s work first.
+  virtual void copy_from(Backend& from, const void* src, void* dst, size_t bytes) = 0;
+  /// Waits until every op issued so far has finished.
+  virtual void synchronize() = 0;
+};
+
+// ---- The registry: which devices this build and machine have ----
+
+/// The host CPU (always present; one per process).
+Device& cpu_device();
+/// A further CPU device instance with its own uploaded weights and buffers (named `name`), for
+/// tests that stand it in for a GPU. The caller owns it.
+std::unique_ptr<Device> make_cpu_device(const std::string& name);
+/// The GPU devices of this build on this machine (CUDA0, CUDA1, …; Vulkan0, …), in order.
+std::vector<Device*> gpu_devices();
+/// The GPU backends compiled into this binary ("CUDA", "Vulkan"); empty for a CPU-only build.
+std::vector<std::string> gpu_backends_built();
+
+}  // namespace kvrun

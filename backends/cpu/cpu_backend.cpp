@@ -1,0 +1,222 @@
+// cpu_backend.cpp — see cpu_backend.h.
+#include "cpu/cpu_backend.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cpu/cpu_info.h"
+#include "cpu/cpu_traits.h"
+#include "cpu/matmul.h"
+#include "cpu/ops.h"
+#include "cpu/pack.h"
+#include "cpu/paged_attention.h"
+#include "cpu/thread_pool.h"
+#include "kv_layout.h"
+
+namespace kvrun::cpu {
+namespace {
+
+/// Heap memory (activations, packed weights).
+class HeapBuffer final : public DeviceBuffer {
+ public:
+  HeapBuffer(Device& dev, kvrun::Buffer b) : dev_(dev), buf_(std::move(b)) {}
+  void* data() const override { return const_cast<void*>(buf_.data()); }
+  size_t size() const override { return buf_.size(); }
+  Device& device() const override { return dev_; }
+
+ private:
+  Device& dev_;
+  kvrun::Buffer buf_;
+};
+
+/// Address space reserved with mmap (KV rows): pages cost RAM only once written.
+class MappedBuffer final : public DeviceBuffer {
+ public:
+  MappedBuffer(Device& dev, size_t bytes) : dev_(dev), size_(bytes) {
+    void* p = mmap(nullptr, std::max<size_t>(bytes, 1), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    data_ = p;
+  }
+  ~MappedBuffer() override { munmap(data_, std::max<size_t>(size_, 1)); }
+  void* data() const override { return data_; }
+  size_t size() const override { return size_; }
+  Device& device() const override { return dev_; }
+
+ private:
+  Device& dev_;
+  void* data_ = nullptr;
+  size_t size_;
+};
+
+/// MemTotal / MemAvailable of /proc/meminfo in bytes (−1 when unreadable).
+int64_t meminfo_bytes(const std::string& key) {
+  std::ifstream f("/proc/meminfo");
+  std::string k;
+  int64_t kb = 0;
+  std::string unit;
+  while (f >> k >> kb >> unit)
+    if (k == key + ":") return kb * 1024;
+  return -1;
+}
+
+bool is_kv_type(DType t) {
+  return std::find(std::begin(kKvCacheTypes), std::end(kKvCacheTypes), t) !=
+         std::end(kKvCacheTypes);
+}
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend(Device& dev, int n_threads)
+      : dev_(dev), pool_(n_threads > 0 ? n_threads : physical_cores()) {}
+  Device& device() const override { return dev_; }
+  int n_threads() const override { return pool_.size(); }
+
+  void begin_step(const PageTable& pt) override {
+    pt_ = pt;
+    seqs_.resize(size_t(pt.n_seqs));
+    for (int64_t i = 0; i < pt.n_seqs; ++i) {
+      PagedSeq& s = seqs_[size_t(i)];
+      s.block_table = pt.block_ids + pt.block_indptr[i];
+      s.q0 = pt.seq_indptr[i];
+      s.n_q = pt.seq_indptr[i + 1] - pt.seq_indptr[i];
+      s.pos0 = s.n_q > 0 ? pt.pos[s.q0] : 0;
+    }
+  }
+  const int32_t* positions() const override { return pt_.pos; }
+
+  void get_rows(const Tensor& table, const int32_t* ids, int64_t n, float* out) override {
+    cpu::get_rows(table, ids, n, out);
+  }
+  void rms_norm(const float* x, const Tensor* w, float* y, int64_t rows, int64_t cols,
+                float eps) override {
+    cpu::rms_norm(x, w ? static_cast<const float*>(w->data) : nullptr, y, rows, cols, eps);
+  }
+  void matmul(const Tensor& w, const float* x, int64_t n, float* y) override {
+    cpu::matmul(pool_, w, x, n, y);
+  }
+  void matmul_many(const MatmulOut* outs, int n_outs, const float* x, int64_t n) override {
+    // One call (activations converted once, one pool job) when the weights pair with the same
+    // activation type, else one call each.
+    bool same = true;
+    for (int i = 1; i < n_outs; ++i)
+      same = same && cpu_traits(outs[i].w->type)->act_type == cpu_traits(outs[0].w->type)->act_type;
+    if (same) {
+      cpu::matmul_many(pool_, outs, n_outs, x, n);
+      return;
+    }
+    for (int i = 0; i < n_outs; ++i) cpu::matmul(pool_, *outs[i].w, x, n, outs[i].y);
+  }
+  void rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim,
+            const RopeConfig& cfg) override {
+    cpu::rope(x, n, n_heads, head_dim, pt_.pos, cfg);
+  }
+  void glu(GluKind kind, const float* gate, const float* up, float* out, int64_t rows,
+           int64_t cols) override {
+    if (kind == GluKind::kGeGlu)
+      cpu::geglu(gate, up, out, rows, cols);
+    else
+      cpu::swiglu(gate, up, out, rows, cols);
+  }
+  void add(float* y, const float* x, int64_t n) override { cpu::add(y, x, n); }
+  void add_row(float* y, const Tensor& row, int64_t rows, int64_t cols) override {
+    const float* b = static_cast<const float*>(row.data);
+    for (int64_t r = 0; r < rows; ++r) cpu::add(y + r * cols, b, cols);
+  }
+  void scale(float* x, int64_t n, float s) override { cpu::scale(x, n, s); }
+  void softcap(float* x, int64_t n, float cap) override { cpu::softcap(x, n, cap); }
+  void copy_cols(const float* src, int64_t rows, int64_t cols, int64_t c0, int64_t n,
+                 float* dst) override {
+    for (int64_t r = 0; r < rows; ++r) std::copy_n(src + r * cols + c0, n, dst + r * n);
+  }
+  void kv_store(const KvLayer& kv, const PagedAttnParams& p, const float* k,
+                const float* v) override {
+    paged_kv_store(kv, p, seqs_.data(), int64_t(seqs_.size()), k, v);
+  }
+  void paged_attention(const KvLayer& kv, const PagedAttnParams& p, const float* q,
+                       float* out) override {
+    cpu::paged_attention(pool_, kv, p, seqs_.data(), int64_t(seqs_.size()), q, out);
+  }
+  void upload(void* dst, const void* host, size_t bytes) override { std::memcpy(dst, host, bytes); }
+  void download(void* host, const void* src, size_t bytes) override {
+    std::memcpy(host, src, bytes);
+  }
+  void copy_from(Backend& from, const void* src, void* dst, size_t bytes) override {
+    from.download(dst, src, bytes);  // waits for `from` (a GPU stream) before its bytes
+  }
+  void synchronize() override {}  // every op returned finished
+
+ private:
+  Device& dev_;
+  ThreadPool pool_;
+  PageTable pt_;
+  std::vector<PagedSeq> seqs_;
+};
+
+class CpuDevice final : public Device {
+ public:
+  explicit CpuDevice(std::string name) : name_(std::move(name)) {}
+  std::string name() const override { return name_; }
+  std::string description() const override { return cpu_features_string(); }
+  bool host_memory() const override { return true; }
+  int64_t total_memory() const override { return meminfo_bytes("MemTotal"); }
+  int64_t free_memory() const override { return meminfo_bytes("MemAvailable"); }
+
+  bool supports(Op op, DType a, DType b, int64_t k) const override {
+    switch (op) {
+      case Op::kMatmul:
+        return k > 0 ? matmul_supports(a, k) : cpu_traits(a) != nullptr;
+      case Op::kGetRows:
+        return traits(a).to_float != nullptr;
+      case Op::kKvStore:
+      case Op::kPagedAttention:
+        return is_kv_type(a) && is_kv_type(b);
+      default:
+        return true;
+    }
+  }
+
+  std::unique_ptr<DeviceBuffer> alloc(size_t bytes, BufferUse use) override {
+    if (use == BufferUse::kKv) return std::make_unique<MappedBuffer>(*this, bytes);
+    return std::make_unique<HeapBuffer>(*this, kvrun::Buffer(bytes));
+  }
+
+  std::unique_ptr<DeviceBuffer> upload_weight(Tensor& t, bool release_mapped) override {
+    t.device = this;
+    if (!pack_supported(t)) return nullptr;
+    auto buf = std::make_unique<HeapBuffer>(*this, pack_weight(t));
+    t.packed = buf->data();
+    // A tied token embedding still reads its rows through `data`: the lookup faults in the few
+    // pages it needs again (the mapping is read-only, so nothing is lost).
+    if (release_mapped) {
+      const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+      const uintptr_t b = uintptr_t(t.data), e = b + t.nb[1] * size_t(t.ne[1]);
+      const uintptr_t pb = (b + page - 1) / page * page, pe = e / page * page;
+      if (pe > pb) madvise(reinterpret_cast<void*>(pb), pe - pb, MADV_DONTNEED);
+    }
+    return buf;
+  }
+
+  std::unique_ptr<Backend> make_backend(int n_threads) override {
+    return std::make_unique<CpuBackend>(*this, n_threads);
+  }
+
+ private:
+  std::string name_;
+};
+
+}  // namespace
+
+std::unique_ptr<Device> make_device(const std::string& name) {
+  return std::make_unique<CpuDevice>(name);
+}
+
+}  // namespace kvrun::cpu

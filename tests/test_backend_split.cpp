@@ -1,0 +1,250 @@
+// test_backend_split.cpp — the backend seam (backends/backend.h) with a model split across two
+// CPU device instances placed per layer, the second standing in for a GPU with its own uploaded
+// weights, activations and KV storage: logits must be bit-identical to the one-device run. This
+// exercises placement (-ngl's last-N-layers rule, the output head on the second device when N
+// exceeds the layer count), the residual stream's boundary copy, -nkvo (KV and attention of the
+// "GPU" layers back on the host) and per-layer KV storage, before any GPU exists.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend.h"
+#include "context.h"
+#include "scheduler.h"
+#include "synth.h"
+#include "test_util.h"
+#include "tokenizer.h"
+
+namespace kvrun {
+namespace {
+
+namespace fs = std::filesystem;
+
+/// A CPU device that counts the boundary copies its backends receive.
+class CountingDevice final : public Device {
+ public:
+  explicit CountingDevice(const std::string& name) : dev_(make_cpu_device(name)) {}
+  std::string name() const override { return dev_->name(); }
+  std::string description() const override { return "counting " + dev_->description(); }
+  bool host_memory() const override { return true; }
+  int64_t total_memory() const override { return dev_->total_memory(); }
+  int64_t free_memory() const override { return dev_->free_memory(); }
+  bool supports(Op op, DType a, DType b, int64_t k) const override {
+    return dev_->supports(op, a, b, k);
+  }
+  std::unique_ptr<DeviceBuffer> alloc(size_t bytes, BufferUse use) override {
+    if (use == BufferUse::kKv) ++kv_allocs;
+    return dev_->alloc(bytes, use);
+  }
+  std::unique_ptr<DeviceBuffer> upload_weight(Tensor& t, bool release_mapped) override {
+    auto b = dev_->upload_weight(t, release_mapped);
+    t.device = this;
+    ++uploads;
+    return b;
+  }
+  std::unique_ptr<Backend> make_backend(int n_threads) override;
+
+  int kv_allocs = 0;
+  int uploads = 0;
+  int64_t copies_in = 0;  ///< copy_from calls on this device's backends
+
+ private:
+  std::unique_ptr<Device> dev_;
+};
+
+/// Forwards every op to a CPU backend; counts the boundary copies into it.
+class CountingBackend final : public Backend {
+ public:
+  CountingBackend(CountingDevice& d, std::unique_ptr<Backend> be) : d_(d), be_(std::move(be)) {}
+  Device& device() const override { return d_; }
+  int n_threads() const override { return be_->n_threads(); }
+  void begin_step(const PageTable& pt) override { be_->begin_step(pt); }
+  const int32_t* positions() const override { return be_->positions(); }
+  void get_rows(const Tensor& t, const int32_t* ids, int64_t n, float* out) override {
+    be_->get_rows(t, ids, n, out);
+  }
+  void rms_norm(const float* x, const Tensor* w, float* y, int64_t r, int64_t c,
+                float eps) override {
+    be_->rms_norm(x, w, y, r, c, eps);
+  }
+  void matmul(const Tensor& w, const float* x, int64_t n, float* y) override {
+    be_->matmul(w, x, n, y);
+  }
+  void matmul_many(const MatmulOut* o, int n_o, const float* x, int64_t n) override {
+    be_->matmul_many(o, n_o, x, n);
+  }
+  void rope(float* x, int64_t n, int64_t h, int64_t hd, const RopeConfig& c) override {
+    be_->rope(x, n, h, hd, c);
+  }
+  void glu(GluKind k, const float* g, const float* u, float* o, int64_t r, int64_t c) override {
+    be_->glu(k, g, u, o, r, c);
+  }
+  void add(float* y, const float* x, int64_t n) override { be_->add(y, x, n); }
+  void add_row(float* y, const Tensor& row, int64_t r, int64_t c) override {
+    be_->add_row(y, row, r, c);
+  }
+  void scale(float* x, int64_t n, float s) override { be_->scale(x, n, s); }
+  void softcap(float* x, int64_t n, float cap) override { be_->softcap(x, n, cap); }
+  void copy_cols(const float* s, int64_t r, int64_t c, int64_t c0, int64_t n, float* d) override {
+    be_->copy_cols(s, r, c, c0, n, d);
+  }
+  void kv_store(const KvLayer& kv, const PagedAttnParams& p, const float* k,
+                const float* v) override {
+    be_->kv_store(kv, p, k, v);
+  }
+  void paged_attention(const KvLayer& kv, const PagedAttnParams& p, const float* q,
+                       float* out) override {
+    be_->paged_attention(kv, p, q, out);
+  }
+  void upload(void* d, const void* h, size_t n) override { be_->upload(d, h, n); }
+  void download(void* h, const void* s, size_t n) override { be_->download(h, s, n); }
+  void copy_from(Backend& from, const void* src, void* dst, size_t bytes) override {
+    ++d_.copies_in;
+    be_->copy_from(from, src, dst, bytes);
+  }
+  void synchronize() override { be_->synchronize(); }
+
+ private:
+  CountingDevice& d_;
+  std::unique_ptr<Backend> be_;
+};
+
+std::unique_ptr<Backend> CountingDevice::make_backend(int n_threads) {
+  return std::make_unique<CountingBackend>(*this, dev_->make_backend(n_threads));
+}
+
+/// Logits of every prompt token, then of 4 greedy decode steps, with `mp`'s placement.
+std::vector<float> run(const std::string& path, const ModelParams& mp, int64_t* n_layer = nullptr) {
+  const Model m = Model::load(path, mp);
+  if (n_layer) *n_layer = m.hparams().n_layer;
+  ContextParams cp;
+  cp.n_ctx = 64;
+  cp.n_batch = 8;  // several prefill chunks
+  cp.n_threads = 2;
+  cp.kv.block_size = 4;
+  Context ctx(m, cp);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 19; ++i) prompt.push_back(int32_t((i * 7 + 3) % m.hparams().n_vocab));
+  const std::span<const float> all = ctx.eval(prompt, true);
+  std::vector<float> out(all.begin(), all.end());
+  int32_t next = 0;
+  for (int step = 0; step < 4; ++step) {
+    const std::span<const float> lg = ctx.eval(std::span<const int32_t>(&next, 1));
+    out.insert(out.end(), lg.begin(), lg.end());
+    next = int32_t(std::max_element(lg.begin(), lg.end()) - lg.begin());
+  }
+  return out;
+}
+
+void expect_bit_identical(const std::vector<float>& a, const std::vector<float>& b,
+                          const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << what;
+}
+
+std::string synth(const test::TempDir& dir, const std::string& shape) {
+  SynthParams p;
+  p.shape = find_synth_shape(shape);
+  p.type = SynthFileType::Q8_0;
+  p.n_threads = 2;
+  p.out_path = (dir / (shape + ".gguf")).string();
+  write_synth_model(p);
+  return p.out_path;
+}
+
+/// Every placement of `path` on host + a counting second device gives the host-only logits.
+void check_splits(const std::string& path) {
+  int64_t n_layer = 0;
+  const std::vector<float> ref = run(path, {}, &n_layer);
+  ASSERT_GE(n_layer, 2);
+  for (int64_t n_gpu : {int64_t(1), n_layer - 1, n_layer, n_layer + 1}) {
+    for (bool kv_offload : {true, false}) {
+      CountingDevice gpu("CPU1");
+      ModelParams mp;
+      mp.n_gpu_layers = n_gpu;
+      mp.gpu = &gpu;
+      mp.kv_offload = kv_offload;
+      const std::string what =
+          path + " -ngl " + std::to_string(n_gpu) + (kv_offload ? "" : " -nkvo");
+      expect_bit_identical(run(path, mp), ref, what);
+      EXPECT_GT(gpu.uploads, 0) << what;
+      // KV rows of the layers on the second device live in its memory (one buffer per layer),
+      // or all on the host with -nkvo.
+      EXPECT_EQ(gpu.kv_allocs, kv_offload ? std::min(n_gpu, n_layer) : 0) << what;
+      // The residual stream crosses into the second device once per step when layers are split
+      // (n_gpu ≤ n_layer); with -nkvo, Q, K and V cross at every GPU layer besides.
+      EXPECT_GT(gpu.copies_in, 0) << what;
+    }
+  }
+}
+
+TEST(BackendSplit, StoriesFixtureBitIdenticalAcrossTwoCpuDevices) {
+  const fs::path model = test::fixture("models/stories260K-F32.gguf");
+  if (!fs::exists(model)) GTEST_SKIP() << "fixture missing: " << model;
+  check_splits(model.string());
+}
+
+TEST(BackendSplit, SyntheticArchitecturesBitIdenticalAcrossTwoCpuDevices) {
+  test::TempDir dir;
+  // Q/K/V biases (qwen2), fused QKV and gate/up (phi3), post-norms, GeGLU and soft-caps (gemma2).
+  for (const char* shape : {"tiny", "tiny-qwen2", "tiny-phi3", "tiny-gemma2"}) {
+    SCOPED_TRACE(shape);
+    check_splits(synth(dir, shape));
+  }
+}
+
+TEST(BackendSplit, PlacementFollowsNglAsLlamaCpp) {
+  Device& host = cpu_device();
+  const std::unique_ptr<Device> gpu = make_cpu_device("CPU1");
+  const Placement p = Placement::split(host, *gpu, 4, 2, true);
+  EXPECT_EQ(p.layers[0], &host);
+  EXPECT_EQ(p.layers[1], &host);
+  EXPECT_EQ(p.layers[2], gpu.get());
+  EXPECT_EQ(p.layers[3], gpu.get());
+  EXPECT_EQ(p.kv[3], gpu.get());
+  EXPECT_EQ(p.output, &host);  // the output goes to the GPU only past n_layer
+  EXPECT_EQ(p.input, &host);
+  const Placement all = Placement::split(host, *gpu, 4, 5, false);
+  EXPECT_EQ(all.output, gpu.get());
+  EXPECT_EQ(all.kv[0], &host);  // -nkvo
+  EXPECT_EQ(all.devices().size(), 2u);
+}
+
+TEST(BackendSplit, SchedulerStepMatchesContextOnASplitModel) {
+  const fs::path path = test::fixture("models/stories260K-F32.gguf");
+  if (!fs::exists(path)) GTEST_SKIP() << "fixture missing: " << path;
+  CountingDevice gpu("CPU1");
+  ModelParams mp;
+  mp.n_gpu_layers = 2;
+  mp.gpu = &gpu;
+  const Model split = Model::load(path.string(), mp);
+  const Model host = Model::load(path.string());
+  const Tokenizer tok = Tokenizer::from_gguf(host.file());
+  auto greedy = [&](const Model& m) {
+    KvCacheParams kp;
+    kp.mem_bytes = int64_t(4) << 20;
+    KvCache cache(m.hparams(), kp, m.placement().kv);
+    SchedulerParams sp;
+    sp.n_ctx = 128;
+    sp.n_threads = 2;
+    Scheduler sched(m, tok, cache, sp);
+    RequestParams rp;
+    rp.prompt = tok.tokenize("Once upon a time", true, false);
+    rp.n_predict = 12;
+    rp.sampling.temp = 0;
+    const std::shared_ptr<Request> req = sched.submit(rp);
+    for (int i = 0; i < 1000; ++i)
+      if (auto ev = req->next(std::chrono::milliseconds(100)); ev && ev->done)
+        return ev->result.tokens;
+    ADD_FAILURE() << "no final event";
+    return std::vector<int32_t>{};
+  };
+  const std::vector<int32_t> a = greedy(host), b = greedy(split);
+  EXPECT_EQ(a.size(), 12u);
+  EXPECT_EQ(a, b);
+}
+
+}  // namespace
+}  // namespace kvrun
