@@ -11,11 +11,11 @@
 #include <vector>
 
 #include "backend.h"
-#include "context.h"
-#include "scheduler.h"
-#include "synth.h"
+#include "engine/context.h"
+#include "engine/scheduler.h"
+#include "tools/synth/synth.h"
 #include "test_util.h"
-#include "tokenizer.h"
+#include "text/tokenizer.h"
 
 namespace kvrun {
 namespace {

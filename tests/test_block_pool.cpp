@@ -1,4 +1,4 @@
-// test_block_pool.cpp — the KV block allocator (src/block_pool.h): states, reference counts,
+// test_block_pool.cpp — the KV block allocator (src/kv/block_pool.h): states, reference counts,
 // the hash map, LRU eviction, checked against a straightforward reference model after every
 // operation of random operation mixes (fixed seeds).
 #include <gtest/gtest.h>
@@ -12,7 +12,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "block_pool.h"
+#include "kv/block_pool.h"
 
 namespace kvrun {
 namespace {

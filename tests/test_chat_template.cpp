@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "chat_template.h"
+#include "text/chat_template.h"
 #include "test_util.h"
 
 namespace kvrun {

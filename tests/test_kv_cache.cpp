@@ -1,4 +1,4 @@
-// test_kv_cache.cpp — the paged KV cache (src/kv_cache.h): memory math, parameter checks,
+// test_kv_cache.cpp — the paged KV cache (src/kv/kv_cache.h): memory math, parameter checks,
 // reserve/commit/truncate, prefix sharing, copy-on-write, KvCacheFull, and random mixes of
 // sessions that must give every block back. Row contents are checked through marker bytes
 // written into layer() storage, so sharing and copy-on-write are verified on the data itself.
@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "kv_cache.h"
+#include "kv/kv_cache.h"
 #include "kv_layout.h"
 
 namespace kvrun {

@@ -1,4 +1,4 @@
-// test_kv_offload.cpp — the KV cache's two tiers (src/kv_cache.h, src/kv_offload_file.h): the
+// test_kv_offload.cpp — the KV cache's two tiers (src/kv/kv_cache.h, src/kv/kv_offload_file.h): the
 // offload file (0600, removed on exit, stale files of killed processes removed at start), the
 // placement policy (cached prefix blocks dropped first, then the oldest blocks of the largest
 // sequence moved out, the decode window kept fast, blocks moving back when a session ends), and
@@ -22,9 +22,9 @@
 
 #include "cpu/paged_attention.h"
 #include "cpu/thread_pool.h"
-#include "kv_cache.h"
+#include "kv/kv_cache.h"
 #include "kv_layout.h"
-#include "kv_offload_file.h"
+#include "kv/kv_offload_file.h"
 #include "test_util.h"
 
 namespace kvrun {

@@ -1,4 +1,4 @@
-// test_perplexity.cpp — perplexity by llama-perplexity's method (src/perplexity.h) against the
+// test_perplexity.cpp — perplexity by llama-perplexity's method (src/eval/perplexity.h) against the
 // fixture table (fixtures README, "ppl/"), the KL divergence base file, and `kvrun perplexity`
 // end to end.
 #include <gtest/gtest.h>
@@ -8,11 +8,11 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 
-#include "context.h"
-#include "model.h"
-#include "perplexity.h"
+#include "engine/context.h"
+#include "engine/model.h"
+#include "eval/perplexity.h"
 #include "test_util.h"
-#include "tokenizer.h"
+#include "text/tokenizer.h"
 
 namespace kvrun {
 namespace {

@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "context.h"
-#include "model.h"
-#include "sampler.h"
+#include "engine/context.h"
+#include "engine/model.h"
+#include "engine/sampler.h"
 #include "test_util.h"
-#include "tokenizer.h"
+#include "text/tokenizer.h"
 
 namespace kvrun {
 namespace {

@@ -13,8 +13,8 @@
 #include <random>
 #include <vector>
 
-#include "kv_cache.h"
-#include "prefix_store.h"
+#include "kv/kv_cache.h"
+#include "kv/prefix_store.h"
 #include "test_util.h"
 
 namespace kvrun {

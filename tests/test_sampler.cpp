@@ -8,8 +8,8 @@
 #include <set>
 #include <vector>
 
-#include "logprobs.h"
-#include "sampler.h"
+#include "engine/logprobs.h"
+#include "engine/sampler.h"
 #include "test_util.h"
 
 namespace kvrun {

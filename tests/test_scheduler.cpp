@@ -1,4 +1,4 @@
-// test_scheduler.cpp — the continuous-batching engine without HTTP (src/scheduler.h) and the
+// test_scheduler.cpp — the continuous-batching engine without HTTP (src/engine/scheduler.h) and the
 // stop-string matcher: several greedy requests batched together against llama.cpp's
 // references, cancellation, a full KV pool, a full queue, bad prompts, and that every block
 // returns to the pool.
@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "kv_layout.h"
-#include "scheduler.h"
-#include "stop_strings.h"
+#include "engine/scheduler.h"
+#include "engine/stop_strings.h"
 #include "test_util.h"
 
 namespace kvrun {

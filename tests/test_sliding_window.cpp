@@ -14,14 +14,14 @@
 #include <string>
 #include <vector>
 
-#include "context.h"
-#include "kv_cache.h"
-#include "model.h"
-#include "model_info.h"
-#include "scheduler.h"
-#include "synth.h"
+#include "engine/context.h"
+#include "kv/kv_cache.h"
+#include "engine/model.h"
+#include "eval/model_info.h"
+#include "engine/scheduler.h"
+#include "tools/synth/synth.h"
 #include "test_util.h"
-#include "tokenizer.h"
+#include "text/tokenizer.h"
 
 namespace kvrun {
 namespace {

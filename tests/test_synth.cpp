@@ -1,4 +1,4 @@
-// test_synth.cpp — synthetic models (src/synth.h, `kvrun synth`): the shapes' parameter counts,
+// test_synth.cpp — synthetic models (tools/synth/synth.h, `kvrun synth`): the shapes' parameter counts,
 // the tensor plan and llama.cpp's type rules, files of the tiny shapes in every type (metadata,
 // tensor shapes/types, real quantization, weight statistics), determinism, the forward pass,
 // the vocabulary (minimal and copied), errors, and the CLI through the real binary.
@@ -17,17 +17,17 @@
 #include <utility>
 #include <vector>
 
-#include "context.h"
+#include "engine/context.h"
 #include "cpu/cpu_level.h"
 #include "gguf.h"
-#include "model.h"
+#include "engine/model.h"
 #include "models/hparams.h"
 #include "models/llama.h"
-#include "synth.h"
-#include "synth_random.h"
-#include "synth_vocab.h"
+#include "tools/synth/synth.h"
+#include "tools/synth/synth_random.h"
+#include "tools/synth/synth_vocab.h"
 #include "test_util.h"
-#include "tokenizer.h"
+#include "text/tokenizer.h"
 
 namespace kvrun {
 namespace {

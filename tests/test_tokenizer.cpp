@@ -14,9 +14,9 @@
 
 #include "ggml-like/gguf.h"
 #include "test_util.h"
-#include "tokenizer.h"
-#include "tokenizer_pretok.h"
-#include "unicode_util.h"
+#include "text/tokenizer.h"
+#include "text/tokenizer_pretok.h"
+#include "text/unicode_util.h"
 
 namespace kvrun {
 namespace {

@@ -1,5 +1,5 @@
 // batch.cpp — `kvrun batch`: summarizes many documents (JSON lines or a folder) through the
-// continuous-batching engine (src/batch_job.h), appending one JSON line per document to the
+// continuous-batching engine (tools/batch/batch_job.h), appending one JSON line per document to the
 // output as soon as it is done. A rerun with the same output skips the ids already there.
 #include <unistd.h>
 
@@ -10,9 +10,9 @@
 #include <filesystem>
 #include <memory>
 
-#include "batch_input.h"
-#include "batch_job.h"
-#include "batch_output.h"
+#include "tools/batch/batch_input.h"
+#include "tools/batch/batch_job.h"
+#include "tools/batch/batch_output.h"
 #include "commands.h"
 #include "session.h"
 

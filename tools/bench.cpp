@@ -24,13 +24,13 @@
 #include <stdexcept>
 
 #include "commands.h"
-#include "context.h"
+#include "engine/context.h"
 #include "cpu/cpu_info.h"
 #include "cpu/cpu_level.h"
 #include "kv_layout.h"
 #include "membw.h"
-#include "model.h"
-#include "tokenizer.h"
+#include "engine/model.h"
+#include "text/tokenizer.h"
 
 namespace kvrun::tools {
 

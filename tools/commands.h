@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "kv_options.h"
-#include "sampler.h"
+#include "engine/sampler.h"
 
 namespace kvrun::tools {
 
@@ -67,7 +67,7 @@ struct PerplexityOptions {
 /// Registers `kvrun perplexity` on `app`, parsing into `o`; returns the subcommand.
 CLI::App* add_perplexity_command(CLI::App& app, PerplexityOptions& o);
 
-/// `kvrun perplexity`: llama-perplexity's measurement (src/perplexity.h). Returns the exit code.
+/// `kvrun perplexity`: llama-perplexity's measurement (src/eval/perplexity.h). Returns the exit code.
 int cmd_perplexity(const PerplexityOptions& opt);
 
 /// Options of `kvrun bench`.
@@ -145,7 +145,7 @@ CLI::App* add_batch_command(CLI::App& app, BatchOptions& o);
 int cmd_batch(const BatchOptions& opt);
 /// Options of `kvrun synth`.
 struct SynthOptions {
-  std::string shape;         ///< --shape: a name from src/synth_shapes.h
+  std::string shape;         ///< --shape: a name from tools/synth/synth_shapes.h
   std::string type = "F16";  ///< --type: F32, F16, Q8_0, Q4_0, Q4_K, Q6_K
   std::string output;        ///< -o
   std::string vocab_from;    ///< --vocab-from: GGUF to copy tokenizer.* from ("" = minimal)
@@ -156,7 +156,7 @@ struct SynthOptions {
 /// Registers `kvrun synth` on `app`, parsing into `o`; returns the subcommand.
 CLI::App* add_synth_command(CLI::App& app, SynthOptions& o);
 
-/// `kvrun synth`: writes a synthetic GGUF (src/synth.h). Returns the exit code (1 on any error,
+/// `kvrun synth`: writes a synthetic GGUF (tools/synth/synth.h). Returns the exit code (1 on any error,
 /// with one line on stderr and no file left at the output path).
 int cmd_synth(const SynthOptions& opt);
 

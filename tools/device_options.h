@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "model.h"
+#include "engine/model.h"
 
 namespace kvrun::tools {
 

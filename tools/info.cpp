@@ -9,10 +9,10 @@
 #include "cpu/cpu_info.h"
 #include "cpu/cpu_level.h"
 #include "gguf.h"
-#include "kv_cache.h"
+#include "kv/kv_cache.h"
 #include "kv_layout.h"
 #include "kv_options.h"
-#include "model_info.h"
+#include "eval/model_info.h"
 #ifdef KVRUN_HAVE_CUDA
 #include "cuda/cuda_device.h"
 #endif

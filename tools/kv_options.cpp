@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "kv_layout.h"
-#include "prefix_store.h"
+#include "kv/prefix_store.h"
 
 namespace kvrun::tools {
 

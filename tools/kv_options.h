@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-#include "context.h"
+#include "engine/context.h"
 #include "device_options.h"
 
 namespace kvrun::tools {

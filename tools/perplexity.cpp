@@ -1,7 +1,7 @@
 // perplexity.cpp — `kvrun perplexity`: llama-perplexity's measurement of a text
-// (src/perplexity.h), with KL divergence against a saved base run. Also the command-line helpers
+// (src/eval/perplexity.h), with KL divergence against a saved base run. Also the command-line helpers
 // shared with `kvrun bench`: -ctk / -ctv.
-#include "perplexity.h"
+#include "eval/perplexity.h"
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -15,10 +15,10 @@
 #include <stdexcept>
 
 #include "commands.h"
-#include "context.h"
+#include "engine/context.h"
 #include "kv_layout.h"
-#include "model.h"
-#include "tokenizer.h"
+#include "engine/model.h"
+#include "text/tokenizer.h"
 
 namespace kvrun::tools {
 

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "chat_template.h"
+#include "text/chat_template.h"
 #include "kv_layout.h"
 #include "repl_state.h"
 

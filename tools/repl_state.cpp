@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
-#include "context_state.h"
+#include "engine/context_state.h"
 
 namespace kvrun::tools {
 namespace {

@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "chat_template.h"
-#include "generate.h"
-#include "sampler.h"
+#include "text/chat_template.h"
+#include "engine/generate.h"
+#include "engine/sampler.h"
 #include "session.h"
 
 namespace kvrun::tools {

@@ -11,7 +11,7 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 
-#include "chat_template.h"
+#include "text/chat_template.h"
 #include "commands.h"
 #include "repl.h"
 #include "session.h"

@@ -1,5 +1,5 @@
 // serve.cpp — `kvrun serve`: a local HTTP endpoint (cpp-httplib) in front of the
-// continuous-batching scheduler (src/scheduler.h). OpenAI-compatible /v1/completions,
+// continuous-batching scheduler (src/engine/scheduler.h). OpenAI-compatible /v1/completions,
 // /v1/chat/completions, /v1/models; llama.cpp-compatible /completion, /infill, /tokenize,
 // /detokenize, /health, /metrics, /slots. Requests and responses: docs/http-api.md.
 #include <httplib.h>
@@ -16,7 +16,7 @@
 #include <thread>
 
 #include "commands.h"
-#include "scheduler.h"
+#include "engine/scheduler.h"
 #include "serve_api.h"
 #include "session.h"
 

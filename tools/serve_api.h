@@ -1,6 +1,6 @@
 // serve_api.h — the JSON side of `kvrun serve`: request bodies of the OpenAI-compatible and
 // llama.cpp-compatible endpoints checked and turned into scheduler requests, and the response
-// objects (whole and streamed). No HTTP here (serve.cpp), no engine (src/scheduler.h).
+// objects (whole and streamed). No HTTP here (serve.cpp), no engine (src/engine/scheduler.h).
 // Field by field reference: docs/http-api.md.
 #pragma once
 
@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "chat_template.h"
-#include "scheduler.h"
-#include "tokenizer.h"
+#include "text/chat_template.h"
+#include "engine/scheduler.h"
+#include "text/tokenizer.h"
 
 namespace kvrun::tools {
 

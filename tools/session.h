@@ -7,12 +7,12 @@
 #include <optional>
 #include <string>
 
-#include "chat_template.h"
+#include "text/chat_template.h"
 #include "commands.h"
-#include "context.h"
-#include "generate.h"
-#include "model.h"
-#include "tokenizer.h"
+#include "engine/context.h"
+#include "engine/generate.h"
+#include "engine/model.h"
+#include "text/tokenizer.h"
 
 namespace kvrun::tools {
 

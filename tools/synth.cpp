@@ -1,6 +1,6 @@
 // synth.cpp — `kvrun synth --shape NAME --type T -o out.gguf [--vocab-from F] [--seed S]`:
-// writes a GGUF with random weights of a real model's shape (src/synth.h).
-#include "synth.h"
+// writes a GGUF with random weights of a real model's shape (tools/synth/synth.h).
+#include "tools/synth/synth.h"
 
 #include <unistd.h>
 

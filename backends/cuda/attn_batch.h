@@ -21,14 +21,10 @@ using SeqRows = kvrun::PagedSeq;
 /// The slow-tier fields are unused here (the pinned-host tier is the CUDA issue's).
 using PagedKvLayer = kvrun::KvLayer;
 
-/// Attention shapes (cpu::AttnParams).
-struct AttnShape {
-  int64_t n_head = 0;      ///< query heads
-  int64_t n_head_kv = 0;   ///< KV heads; divides n_head
-  int64_t head_dim = 0;    ///< Q/K head size
-  int64_t head_dim_v = 0;  ///< V head size
-  float scale = 1;         ///< score scale, usually 1/sqrt(head_dim)
-  bool rotate = false;     ///< --kv-rotate: K stored Hadamard-rotated along head_dim, Q rotated
+/// Attention shapes: the seam's AttnParams (n_head, n_head_kv, head_dim, head_dim_v, scale;
+/// flat aggregate initialization still works) and the --kv-rotate flag.
+struct AttnShape : kvrun::AttnParams {
+  bool rotate = false;  ///< --kv-rotate: K stored Hadamard-rotated along head_dim, Q rotated
 };
 
 /// The step's rows and page tables in device memory.

@@ -20,7 +20,7 @@
 #include "bench_util.h"
 #include "cpu/paged_attention.h"
 #include "cpu/thread_pool.h"
-#include "kv_cache.h"
+#include "kv/kv_cache.h"
 #include "kv_layout.h"
 
 namespace {

@@ -1,0 +1,112 @@
+// context.cpp — see context.h.
+#include "engine/context.h"
+
+#include <algorithm>
+#include <string>
+
+#include "kv_layout.h"
+
+namespace kvrun {
+namespace {
+
+int64_t checked_n_ctx(const Model& m, const ContextParams& p) {
+  const int64_t n = p.n_ctx > 0 ? p.n_ctx : m.hparams().n_ctx_train;
+  if (n < 1) throw ContextError("n_ctx must be at least 1");
+  return n;
+}
+
+int64_t checked_n_batch(const ContextParams& p) {
+  if (p.n_batch < 1) throw ContextError("n_batch must be at least 1");
+  return p.n_batch;
+}
+
+}  // namespace
+
+std::unique_ptr<KvCache> make_context_cache(const Model& model, const ContextParams& params) {
+  KvCacheParams kp = params.kv;
+  const bool need_offload_size = !kp.offload_dir.empty() && kp.offload_max == 0;
+  if (kp.mem_bytes == 0 || need_offload_size) {
+    const Hparams& hp = model.hparams();
+    const int64_t n_ctx = checked_n_ctx(model, params);
+    if (kp.block_size < 1) throw std::invalid_argument("KV block size must be at least 1");
+    const int64_t per_block =
+        kp.block_size * kv_bytes_per_token(kp.type_k, kp.type_v, hp.n_layer, hp.n_head_kv,
+                                           hp.head_dim, hp.head_dim_v);
+    const int64_t whole = (n_ctx + kp.block_size - 1) / kp.block_size * per_block;
+    if (kp.mem_bytes == 0) kp.mem_bytes = whole;
+    if (need_offload_size) kp.offload_max = whole;
+  }
+  return std::make_unique<KvCache>(model.hparams(), kp, model.placement().kv);
+}
+
+Context::Context(const Model& model, const ContextParams& params)
+    : Context(model, make_context_cache(model, params), nullptr, params) {}
+
+Context::Context(const Model& model, KvCache& cache, const ContextParams& params)
+    : Context(model, nullptr, &cache, params) {}
+
+Context::Context(const Model& model, std::unique_ptr<KvCache> owned, KvCache* shared,
+                 const ContextParams& params)
+    : model_(model),
+      owned_cache_(std::move(owned)),
+      cache_(owned_cache_ ? *owned_cache_ : *shared),
+      seq_(cache_),
+      n_ctx_(checked_n_ctx(model, params)),
+      n_batch_(std::min(checked_n_batch(params), n_ctx_)),
+      flash_(use_flash_attn(params.flash_attn)) {
+  release_window_ = params.release_window_blocks ? model.hparams().all_swa_window() : 0;
+  StepParams sp;
+  sp.n_threads = params.n_threads;
+  sp.n_batch = n_batch_;
+  sp.flash = flash_;
+  sp.n_ctx = n_ctx_;
+  sp.release_window = release_window_;
+  step_ = std::make_unique<Step>(model, cache_, sp);
+}
+
+Context::~Context() = default;
+
+void Context::truncate(int64_t n) {
+  if (n < 0 || n > n_past())
+    throw ContextError("truncate: " + std::to_string(n) + " outside [0, " +
+                       std::to_string(n_past()) + "]");
+  const int64_t bs = cache_.block_size();
+  if (release_window_ > 0 && seq_.n_released() > 0 &&
+      std::max<int64_t>(0, n - release_window_ + 1) / bs < seq_.n_released())
+    n = 0;  // the window of position n is partly gone: start over
+  seq_.truncate(n);
+}
+
+int64_t Context::reuse_prefix(std::span<const int32_t> tokens) {
+  if (n_past() != 0) throw ContextError("reuse_prefix needs an empty context");
+  const int64_t n = int64_t(tokens.size());
+  return seq_.attach_prefix(tokens.first(size_t(std::min(n, n_ctx_))));
+}
+
+std::span<const float> Context::eval(std::span<const int32_t> tokens, bool all_logits) {
+  const int64_t n = int64_t(tokens.size()), n_vocab = model_.hparams().n_vocab;
+  if (n == 0) throw ContextError("eval: no tokens");
+  if (n_past() + n > n_ctx())
+    throw ContextError("context overflow: " + std::to_string(n_past()) + " tokens held + " +
+                       std::to_string(n) + " new > n_ctx " + std::to_string(n_ctx()));
+  for (int32_t id : tokens)
+    if (id < 0 || id >= n_vocab)
+      throw ContextError("eval: token id " + std::to_string(id) + " outside [0, " +
+                         std::to_string(n_vocab) + ")");
+  seq_.reserve(n);  // all blocks up front: a full pool throws here with nothing changed
+  logits_.resize(size_t((all_logits ? n : 1) * n_vocab));
+  for (int64_t done = 0; done < n;) {
+    const int64_t chunk = std::min(n_batch_, n - done);
+    const bool last = done + chunk == n;
+    step_->clear();
+    step_->add(seq_, tokens.subspan(size_t(done), size_t(chunk)),
+               all_logits ? StepLogits::kAll : (last ? StepLogits::kLast : StepLogits::kNone));
+    step_->run();
+    const std::span<const float> out = step_->logits(0);
+    std::copy(out.begin(), out.end(), logits_.begin() + (all_logits ? done * n_vocab : 0));
+    done += chunk;
+  }
+  return logits_;
+}
+
+}  // namespace kvrun

@@ -1,0 +1,122 @@
+// context.h — one sequence's inference state: a Model, its block table in a paged KV cache,
+// scratch buffers and a thread pool; eval() feeds tokens and returns logits.
+//
+// Positions are implicit: the i-th token ever fed (since reset) sits at position i, so a call
+// continues where the previous one stopped. A prompt is processed in chunks of n_batch tokens
+// (prefill); a decode step is a call with one token. The context holds at most n_ctx tokens;
+// feeding more throws ContextError and leaves the state unchanged. KV blocks are taken from the
+// cache's pool as tokens arrive (docs/kv-cache.md); a full pool throws KvCacheFull.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <vector>
+
+#include "kv/kv_cache.h"
+#include "engine/model.h"
+#include "engine/step.h"
+
+namespace kvrun {
+
+/// A request the context cannot serve (overflow, bad token id, bad parameters).
+class ContextError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Which softmax the attention uses (PagedAttnParams::flash), as llama.cpp's -fa.
+enum class FlashAttn {
+  kAuto,  ///< kvrun's choice: flash (as llama.cpp's -fa auto on the CPU)
+  kOn,    ///< online softmax (FlashAttention)
+  kOff,   ///< exact softmax over a score buffer (llama.cpp's non-flash path, reproduced)
+};
+
+/// Whether attention runs the flash scheme for the setting `fa` (kAuto and kOn: yes). The one
+/// rule every engine step uses (Context, Scheduler).
+inline bool use_flash_attn(FlashAttn fa) { return fa != FlashAttn::kOff; }
+
+/// How to build a Context.
+struct ContextParams {
+  int64_t n_ctx = 0;      ///< positions held at most; 0 = the model's n_ctx_train
+  int64_t n_batch = 512;  ///< tokens per prefill chunk (≥ 1)
+  int n_threads = 0;      ///< worker threads; 0 = the machine's physical cores
+  FlashAttn flash_attn = FlashAttn::kAuto;
+  /// The KV cache of a Context that owns its own (the constructor without a KvCache). Its
+  /// budget, when 0, is what n_ctx tokens need (ceil(n_ctx / block_size) blocks).
+  KvCacheParams kv;
+  /// When every layer of the model attends within a sliding window (Hparams::n_swa; mistral
+  /// files with llama.attention.sliding_window, phi3): give blocks that leave the window back
+  /// to the pool after each eval, so the KV bytes held stop growing past the window. Off: keep
+  /// every block (what `kvrun bench` needs to truncate back to a depth).
+  bool release_window_blocks = true;
+};
+
+/// Inference state of one sequence over a Model (which must outlive it).
+class Context {
+ public:
+  /// A context with its own KV cache built from params.kv. Throws ContextError for n_batch < 1
+  /// or n_ctx < 1, std::invalid_argument for bad cache parameters.
+  Context(const Model& model, const ContextParams& params);
+  /// A context whose blocks come from `cache` (shared with other contexts; must outlive this
+  /// one); params.kv is ignored.
+  Context(const Model& model, KvCache& cache, const ContextParams& params);
+  ~Context();
+
+  /// Runs `tokens` at positions n_past() … n_past()+n−1 and returns the logits: [n_vocab] of the
+  /// last token, or with `all_logits` [n, n_vocab] (row i = token i). The span is valid until the
+  /// next eval. Throws ContextError when tokens is empty, an id is outside [0, n_vocab), or
+  /// n_past() + n > n_ctx() ("context overflow"); KvCacheFull when the pool has no room. On an
+  /// exception the state is unchanged.
+  std::span<const float> eval(std::span<const int32_t> tokens, bool all_logits = false);
+
+  /// With an empty context: takes the cached KV blocks of the longest full-block prefix of
+  /// `tokens` (prefix sharing), leaving at least one token to evaluate. Returns the tokens taken
+  /// (the new n_past()); the caller evaluates tokens[n_past() …]. 0 when nothing matches.
+  int64_t reuse_prefix(std::span<const int32_t> tokens);
+
+  /// Tokens held (the position of the next token).
+  int64_t n_past() const { return seq_.n_tokens(); }
+  /// Forgets tokens from position `n` on (0 ≤ n ≤ n_past()): the next eval continues at n —
+  /// or at 0 when the sliding window of position n needs blocks already given back
+  /// (ContextParams::release_window_blocks); callers continue from n_past().
+  void truncate(int64_t n);
+  /// The sliding window whose blocks this context gives back (0: none).
+  int64_t release_window() const { return release_window_; }
+  /// Forgets everything (truncate(0)) and gives the blocks back.
+  void reset() { truncate(0); }
+
+  int64_t n_ctx() const { return n_ctx_; }
+  int64_t n_batch() const { return n_batch_; }
+  int n_threads() const { return step_->n_threads(); }
+  int64_t n_vocab() const { return model_.hparams().n_vocab; }
+  bool flash() const { return flash_; }
+  const Model& model() const { return model_; }
+  KvCache& cache() { return cache_; }
+  const KvCache& cache() const { return cache_; }
+  /// This context's block table and tokens.
+  const KvSequence& sequence() const { return seq_; }
+  KvSequence& sequence() { return seq_; }
+
+ private:
+  Context(const Model& model, std::unique_ptr<KvCache> owned, KvCache* shared,
+          const ContextParams& params);
+  const Model& model_;
+  std::unique_ptr<KvCache> owned_cache_;
+  KvCache& cache_;
+  KvSequence seq_;
+  int64_t n_ctx_;
+  int64_t n_batch_;
+  int64_t release_window_ = 0;  ///< window of an all-windowed model with release on, else 0
+  bool flash_;
+  std::unique_ptr<Step> step_;
+  std::vector<float> logits_;
+};
+
+/// The KV cache a Context of `params` would own: params.kv with the budgets filled in (blocks for
+/// n_ctx tokens when params.kv.mem_bytes is 0, and for the slow tier when an offload directory
+/// is given without params.kv.offload_max). Throws as KvCache's constructor.
+std::unique_ptr<KvCache> make_context_cache(const Model& model, const ContextParams& params);
+
+}  // namespace kvrun

@@ -1,0 +1,29 @@
+// model.cpp — see model.h.
+#include "engine/model.h"
+
+#include <utility>
+
+namespace kvrun {
+
+Model Model::from_file(gguf::File file, const ModelParams& mp) {
+  Hparams hp = load_hparams(file);
+  const ArchSpec spec = configure_arch(file, hp);
+  const std::string& st = hp.rope.scaling_type;
+  if (st != "none" && st != "linear" && st != "llama3")
+    throw ModelError("rope scaling type '" + st + "' is not supported");
+  if (!(hp.rope.scaling_factor > 0.0f)) throw ModelError("rope.scaling.factor must be positive");
+  LlamaWeights w = load_llama_weights(file, hp, spec);
+  if (mp.n_gpu_layers > 0 && !mp.gpu)
+    throw ModelError("-ngl " + std::to_string(mp.n_gpu_layers) + " needs a GPU device");
+  Placement p = mp.n_gpu_layers > 0 ? Placement::split(cpu_device(), *mp.gpu, hp.n_layer,
+                                                       mp.n_gpu_layers, mp.kv_offload)
+                                    : Placement::all_on(cpu_device(), hp.n_layer);
+  upload_llama_weights(w, p, !file.path().empty());  // path() is empty for an in-memory image
+  return Model(std::move(file), std::move(hp), std::move(w), std::move(p));
+}
+
+Model Model::load(const std::string& path, const ModelParams& mp) {
+  return from_file(gguf::File::open(path), mp);
+}
+
+}  // namespace kvrun

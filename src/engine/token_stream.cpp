@@ -1,0 +1,99 @@
+// token_stream.cpp — see token_stream.h.
+#include "engine/token_stream.h"
+
+namespace kvrun {
+namespace {
+
+/// Length of the longest prefix of `s` that does not end inside a UTF-8 sequence.
+size_t complete_utf8_prefix(std::string_view s) {
+  // Look back at most 3 bytes for the lead byte of a sequence that is still incomplete.
+  const size_t n = s.size();
+  for (size_t back = 1; back <= 3 && back <= n; ++back) {
+    const auto c = static_cast<unsigned char>(s[n - back]);
+    if ((c & 0xC0) == 0x80) continue;  // continuation byte: keep looking for the lead
+    size_t need = 1;
+    if ((c & 0xE0) == 0xC0)
+      need = 2;
+    else if ((c & 0xF0) == 0xE0)
+      need = 3;
+    else if ((c & 0xF8) == 0xF0)
+      need = 4;
+    return need > back ? n - back : n;
+  }
+  return n;  // no lead byte in the last 3: invalid or complete, release it all
+}
+
+}  // namespace
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::kEog:
+      return "eog";
+    case FinishReason::kStopString:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kContextFull:
+      return "context_full";
+    case FinishReason::kCancelled:
+      return "cancelled";
+    case FinishReason::kTimeout:
+      return "timeout";
+    case FinishReason::kError:
+      return "error";
+  }
+  return "?";
+}
+
+std::string Utf8Stream::push(std::string_view bytes) {
+  pending_.append(bytes);
+  const size_t n = complete_utf8_prefix(pending_);
+  std::string out = pending_.substr(0, n);
+  pending_.erase(0, n);
+  return out;
+}
+
+std::string Utf8Stream::flush() {
+  std::string out;
+  out.swap(pending_);
+  return out;
+}
+
+TokenStream::TokenStream(const Tokenizer& tok, Sampler& sampler, TokenStreamParams params)
+    : tok_(tok), sampler_(sampler), p_(std::move(params)), stop_(p_.stop) {}
+
+TokenStep TokenStream::next(std::span<const float> logits, int64_t n_past, int64_t n_ctx) {
+  TokenStep t;
+  if (p_.n_probs > 0) t.top = top_logprobs(logits, size_t(p_.n_probs));
+  t.id = sampler_.sample(logits);
+  sampler_.accept(t.id);
+  if (tok_.is_eog(t.id) && !p_.ignore_eos) {
+    t.finish = finish_ = FinishReason::kEog;
+    return t;
+  }
+  if (p_.n_probs > 0) t.logprob = log_softmax(logits)[size_t(t.id)];
+  t.emitted = true;
+  ++n_gen_;
+  t.text = stop_.push(utf8_.push(tok_.token_to_piece(t.id, false)));
+  if (stop_.stopped())
+    t.finish = FinishReason::kStopString;
+  else if (p_.n_predict >= 0 && n_gen_ >= p_.n_predict)
+    t.finish = FinishReason::kLength;
+  else if (n_past >= n_ctx)
+    t.finish = FinishReason::kContextFull;
+  if (t.finish) finish_ = t.finish;
+  return t;
+}
+
+std::string TokenStream::close(FinishReason why) {
+  if (!finish_) finish_ = why;
+  if (*finish_ == FinishReason::kStopString || *finish_ == FinishReason::kError) return "";
+  std::string tail = stop_.push(utf8_.flush());
+  if (stop_.stopped())
+    finish_ = FinishReason::kStopString;
+  else
+    tail += stop_.flush();
+  return tail;
+}
+
+}  // namespace kvrun

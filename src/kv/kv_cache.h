@@ -1,0 +1,218 @@
+// kv_cache.h — the paged KV cache: the block pool's storage for every layer (KvCache) and one
+// session's block table (KvSequence). Design, memory math and invariants: docs/kv-cache.md.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "backend.h"
+#include "kv/block_pool.h"
+#include "dtype.h"
+#include "models/hparams.h"
+#include "kv/prefix_store.h"
+
+namespace kvrun {
+
+/// The pool has no block left for a session (every block is in use). Nothing was changed.
+class KvCacheFull : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// How to build a KvCache.
+struct KvCacheParams {
+  DType type_k = DType::F16;  ///< -ctk: any of kKvCacheTypes
+  DType type_v = DType::F16;  ///< -ctv: any of kKvCacheTypes
+  int64_t block_size = 16;    ///< --kv-block-size: tokens per block (≥ 1)
+  int64_t mem_bytes = 0;      ///< --kv-mem: pool budget in bytes (0: half the available RAM)
+  bool prefix_cache = true;   ///< false: --no-prefix-cache (no hashing, no reuse)
+  bool rotate = false;        ///< --kv-rotate: Hadamard-rotate K (and Q) along head_dim
+  /// --kv-cache-dir: persist full prefix blocks there and find them again in later processes
+  /// ("" = off; needs prefix_cache). See prefix_store.h.
+  std::string cache_dir;
+  int64_t cache_dir_max = int64_t(8) << 30;  ///< --kv-cache-dir-max: the directory's budget (bytes)
+  uint64_t model_id = 0;                     ///< model_file_id() of the model (with cache_dir)
+  /// --kv-offload-dir: the slow tier's file goes there ("" = no slow tier: a full fast tier is
+  /// KvCacheFull). See kv_offload_file.h.
+  std::string offload_dir;
+  /// --kv-offload-max: the slow tier's budget in bytes (0: the whole context, as mem_bytes for
+  /// make_context_cache; KvCache itself then takes 90% of the directory's free space, at most
+  /// 64 GiB).
+  int64_t offload_max = 0;
+};
+
+/// Where a KvCache's blocks are (docs/kv-cache.md, "Tiers"). Block counts; bytes are counts ×
+/// bytes_per_block().
+struct KvTierStats {
+  int64_t n_fast = 0;     ///< fast-tier capacity: --kv-mem ÷ bytes per block
+  int64_t n_slow = 0;     ///< slow-tier capacity: --kv-offload-max ÷ bytes per block (0: none)
+  int64_t used_fast = 0;  ///< used blocks (referenced by a sequence) in the fast tier
+  int64_t used_slow = 0;  ///< used blocks in the slow tier
+  int64_t moves_out = 0;  ///< blocks moved fast → slow so far
+  int64_t moves_in = 0;   ///< blocks moved slow → fast so far
+  int64_t dropped = 0;    ///< unreferenced prefix-cache blocks dropped to free a fast block
+  /// New blocks placed in the slow tier because every fast block was in a decode window.
+  int64_t placed_slow = 0;
+};
+
+class KvSequence;
+
+/// Pool + per-layer storage, shared by every session of a process. Storage is reserved as
+/// virtual memory (touched when written), so an unused budget costs no RAM.
+///
+/// Tiers: with an offload directory the pool has n_fast + n_slow blocks. Block ids are stable
+/// (block tables and prefix hashes never change when a block moves); a slot map says where each
+/// block's rows are. New blocks go to the fast tier; when it is full, the fast tier is made room
+/// in by dropping an unreferenced prefix-cache block, else by moving the oldest block of the
+/// largest sequence out (its last two blocks — the decode window and the block being written —
+/// stay). Blocks move back when a sequence shrinks or ends (rebalance). Attention reads every
+/// block where it lies, so the result is the same, bit for bit, as with one tier.
+class KvCache {
+ public:
+  /// Throws std::invalid_argument (a type that is not a KV cache type, block_size < 1, rotate
+  /// with a head_dim that is not a power of two, a budget smaller than one block) or
+  /// std::bad_alloc (the budget cannot be reserved).
+  /// `kv_devices` [n_layer] (Placement::kv) says where each layer's rows live: layers on the
+  /// host CPU device (or all, when empty) share one host mapping; a layer on another device gets
+  /// its rows from that device (Device::alloc, BufferUse::kKv). Throws std::invalid_argument
+  /// for a device whose memory the host cannot address (tiers, copy-on-write and the prefix
+  /// store copy rows with the host; a GPU's KV is the CUDA issue's).
+  KvCache(const Hparams& hp, const KvCacheParams& params,
+          const std::vector<Device*>& kv_devices = {});
+  ~KvCache();
+  KvCache(const KvCache&) = delete;
+  KvCache& operator=(const KvCache&) = delete;
+
+  const KvCacheParams& params() const;
+  /// Layer `il`'s storage as the attention kernels see it.
+  KvLayer layer(int64_t il) const;
+  int64_t n_layer() const;
+  int64_t block_size() const;
+  int64_t n_blocks() const;         ///< capacity
+  int64_t bytes_per_token() const;  ///< kv_bytes_per_token(type_k, type_v, ...)
+  int64_t bytes_per_block() const;  ///< block_size × bytes_per_token
+  BlockPool& pool();
+  const BlockPool& pool() const;
+  /// Copies block `src`'s rows (every layer, K and V) to block `dst` (copy-on-write).
+  void copy_block(int32_t dst, int32_t src);
+
+  /// Takes a block for new rows (ref 1) in the fast tier, making room there as the class
+  /// comment says; in the slow tier only when no fast block can be freed. nullopt when the pool
+  /// has no block left (nothing changed).
+  std::optional<int32_t> take_block();
+  /// pool().ref / pool().unref, keeping the per-tier counts. Sequences use these.
+  void ref_block(int32_t block);
+  void unref_block(int32_t block);
+  /// Moves used slow-tier blocks into unused fast blocks — the newest blocks of the smallest
+  /// sequences first — while both exist. Called when a sequence shrinks or ends.
+  void rebalance();
+  /// True when block `block`'s rows are in the fast tier.
+  bool in_fast_tier(int32_t block) const;
+  /// Capacities, use and move counters of the two tiers.
+  KvTierStats tier_stats() const;
+  /// The slow tier's file ("" without --kv-offload-dir).
+  std::string offload_path() const;
+  /// Tokens whose K/V were computed (prefill + decode) and tokens taken from the prefix cache
+  /// instead, over the cache's lifetime: counters for tests and /stats.
+  int64_t n_tokens_computed() const;
+  int64_t n_tokens_reused() const;
+  void add_computed(int64_t n);
+  void add_reused(int64_t n);
+
+  /// The persistent prefix cache (--kv-cache-dir), or null when off.
+  const PrefixStore* prefix_store() const;
+  /// Writes used block `block` (every layer's K and V rows) to the persistent prefix cache under
+  /// its chained hash, with its token ids; no-op without one.
+  void persist_block(int32_t block, uint64_t hash, std::span<const int32_t> tokens);
+  /// Fills block `block` from the persistent prefix cache; false (block untouched) on a miss or
+  /// an untrusted file, or without a cache.
+  bool restore_block(int32_t block, uint64_t hash, std::span<const int32_t> tokens);
+
+ private:
+  friend class KvSequence;  // registers itself (the victim policy reads the block tables)
+  void attach(KvSequence* seq);
+  void detach(KvSequence* seq);
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// MemAvailable from /proc/meminfo in bytes (what the machine can give without swapping); -1
+/// when it cannot be read. Half of it is KvCache's budget when none is given.
+int64_t mem_available_bytes();
+
+/// The prefix hash of one full block (docs/kv-cache.md, invariant 3): XXH3-64 of the parent
+/// block's hash (kKvRootHash for block 0), the K and V types and the block's token ids.
+uint64_t kv_block_hash(uint64_t parent, std::span<const int32_t> tokens, DType type_k,
+                       DType type_v);
+/// The parent hash of a sequence's first block.
+inline constexpr uint64_t kKvRootHash = 0x6b7672756e4b5630ull;  // "kvrunKV0"
+
+/// One session's logical → physical block table over a KvCache (which must outlive it). The
+/// destructor gives every block back.
+class KvSequence {
+ public:
+  explicit KvSequence(KvCache& cache);
+  ~KvSequence();
+  KvSequence(const KvSequence&) = delete;
+  KvSequence& operator=(const KvSequence&) = delete;
+
+  /// Tokens whose K/V the sequence holds (positions 0 … n_tokens()−1).
+  int64_t n_tokens() const;
+  /// [ceil(n_tokens / block_size)] physical block ids (more while a reserve() is pending); the
+  /// first n_released() are −1 (given back by release_before).
+  const std::vector<int32_t>& block_table() const;
+  /// Bytes of the blocks the table holds ((ceil(S / block_size) − n_released()) ×
+  /// bytes_per_block).
+  int64_t bytes_held() const;
+  /// Blocks of the table whose rows are in the cache's fast tier (the rest of bytes_held() is in
+  /// the slow tier: --kv-offload-dir).
+  int64_t n_fast_blocks() const;
+  /// Gives back to the pool every block wholly before position `pos` (sliding-window attention:
+  /// no later query reads them; the attention kernel never touches a block before its window).
+  /// Their table entries become −1; n_tokens(), tokens() and the prefix hashes are unchanged
+  /// (a released full block stays in the pool's prefix cache for other sequences). Returns the
+  /// number of blocks given back by this call.
+  int64_t release_before(int64_t pos);
+  /// Leading blocks given back by release_before (a truncate into them lowers it).
+  int64_t n_released() const { return n_released_; }
+
+  /// Makes positions n_tokens() … n_tokens()+n−1 writable: takes the blocks they need and copies
+  /// a shared partial last block first (copy-on-write). Throws KvCacheFull with nothing changed.
+  void reserve(int64_t n);
+  /// Declares those n positions written with `tokens` (their ids; size n): n_tokens() grows by n,
+  /// and blocks that became full get their prefix hash (when the prefix cache is on). Adds n to
+  /// the cache's computed counter. n may be less than reserved (the rest stays reserved).
+  void commit(std::span<const int32_t> tokens);
+  /// With n_tokens() == 0: takes the cached blocks matching the longest full-block prefix of
+  /// `tokens`, leaving at least the last token to compute — blocks in the pool first, then blocks
+  /// read from the persistent prefix cache (--kv-cache-dir) into free blocks; returns the tokens
+  /// reused (a multiple of block_size, 0 without a match or with the prefix cache off) and adds
+  /// them to the cache's reused counter. The sequence then holds those tokens (n_tokens() == the
+  /// return value).
+  int64_t attach_prefix(std::span<const int32_t> tokens);
+  /// Forgets positions n … n_tokens()−1 (0 ≤ n ≤ n_tokens()), giving back blocks past them and
+  /// any pending reservation (cancellation). A block left partial keeps its content (and its
+  /// hash in the pool, still valid for other holders); the next reserve() copies it first when
+  /// shared, or drops its hash when this sequence owns it alone. Throws std::logic_error when
+  /// position n − 1 is in a released block (n = 0 is always allowed).
+  void truncate(int64_t n);
+  /// truncate(0).
+  void clear();
+  /// The token ids at positions 0 … n_tokens()−1.
+  const std::vector<int32_t>& tokens() const;
+
+ private:
+  KvCache& cache_;
+  std::vector<int32_t> table_;
+  std::vector<int32_t> tokens_;
+  std::vector<uint64_t> hashes_;  // [full blocks] prefix hash chain
+  int64_t reserved_ = 0;          // positions reserved beyond n_tokens()
+  int64_t n_released_ = 0;        // leading table entries given back (−1)
+};
+
+}  // namespace kvrun

@@ -1,0 +1,174 @@
+// synth_shapes.cpp — the shapes table (see synth_shapes.h for the sources of the numbers).
+#include "tools/synth/synth_shapes.h"
+
+namespace kvrun {
+
+const std::vector<SynthShape>& synth_shapes() {
+  static const std::vector<SynthShape> kShapes = [] {
+    std::vector<SynthShape> v;
+    SynthShape s;
+
+    // tiny: a llama with everything llama3.2 has (GQA, llama3 rope scaling) but untied, so the
+    // output.weight path is covered too. Rows of 128 (attn/ffn_gate/up inputs) are not a
+    // multiple of 256; ffn_down rows (256) are.
+    s = {};
+    s.name = "tiny";
+    s.arch = "llama";
+    s.n_layer = 2;
+    s.n_embd = 128;
+    s.n_head = 2;
+    s.n_head_kv = 1;
+    s.head_dim = 64;
+    s.n_ff = 256;
+    s.n_vocab = 512;
+    s.n_ctx_train = 2048;
+    s.rope_theta = 500000;
+    s.rms_eps = 1e-5;
+    s.tied = false;
+    s.rope_scaling = {8.0, 1.0, 4.0, 256};
+    s.source = "kvrun test shape";
+    v.push_back(s);
+
+    // tiny-qwen2: qwen2 layout (QKV biases, tied embeddings); n_head · head_dim = n_embd as
+    // llama.cpp's qwen2 loader requires.
+    s = {};
+    s.name = "tiny-qwen2";
+    s.arch = "qwen2";
+    s.n_layer = 2;
+    s.n_embd = 128;
+    s.n_head = 2;
+    s.n_head_kv = 1;
+    s.head_dim = 64;
+    s.n_ff = 256;
+    s.n_vocab = 512;
+    s.n_ctx_train = 2048;
+    s.rope_theta = 1000000;
+    s.rms_eps = 1e-6;
+    s.tied = true;
+    s.qkv_bias = true;
+    s.source = "kvrun test shape";
+    v.push_back(s);
+
+    // The other architectures' tiny shapes: the common part, then what each adds.
+    auto tiny = [&](const char* name, const char* arch) {
+      s = {};
+      s.name = name;
+      s.arch = arch;
+      s.n_layer = 2;
+      s.n_embd = 128;
+      s.n_head = 2;
+      s.n_head_kv = 1;
+      s.head_dim = 64;
+      s.n_ff = 256;
+      s.n_vocab = 512;
+      s.n_ctx_train = 2048;
+      s.rope_theta = 1000000;
+      s.rms_eps = 1e-6;
+      s.source = "kvrun test shape";
+    };
+    tiny("tiny-qwen3", "qwen3");  // per-head Q/K RMSNorm, tied
+    s.tied = true;
+    s.qk_norm = true;
+    v.push_back(s);
+
+    tiny("tiny-mistral", "llama");  // Mistral: a llama file with a sliding window
+    s.rms_eps = 1e-5;
+    s.sliding_window = 64;
+    v.push_back(s);
+
+    // phi3: fused tensors, no tied output, LongRoPE of a 128k model, a window on every layer.
+    tiny("tiny-phi3", "phi3");
+    s.rope_theta = 10000;
+    s.rms_eps = 1e-5;
+    s.n_ctx_train = 131072;
+    s.fused = true;
+    s.sliding_window = 48;
+    s.longrope_n_ctx_orig = 4096;
+    v.push_back(s);
+
+    // gemma2: llama.cpp only runs 26, 42 or 46 layers (2B, 9B, 27B); even layers windowed.
+    tiny("tiny-gemma2", "gemma2");
+    s.n_layer = 26;
+    s.rope_theta = 10000;
+    s.tied = true;
+    s.post_norms = true;
+    s.sliding_window = 32;
+    s.attn_softcap = 2.0;
+    s.final_softcap = 3.0;
+    v.push_back(s);
+
+    // gemma3: 5 windowed layers (RoPE base 10000) then a global one (1e6, linear scaling 8).
+    tiny("tiny-gemma3", "gemma3");
+    s.n_layer = 6;
+    s.tied = true;
+    s.qk_norm = true;
+    s.post_norms = true;
+    s.sliding_window = 32;
+    s.linear_rope_factor = 8;
+    v.push_back(s);
+
+    s = {};
+    s.name = "llama3.2-1b";
+    s.arch = "llama";
+    s.n_layer = 16;
+    s.n_embd = 2048;
+    s.n_head = 32;
+    s.n_head_kv = 8;
+    s.head_dim = 64;
+    s.n_ff = 8192;
+    s.n_vocab = 128256;
+    s.n_ctx_train = 131072;
+    s.rope_theta = 500000;
+    s.rms_eps = 1e-5;
+    s.tied = true;
+    s.rope_scaling = {32.0, 1.0, 4.0, 8192};
+    s.source = "huggingface.co/meta-llama/Llama-3.2-1B config.json";
+    v.push_back(s);
+
+    s = {};
+    s.name = "llama3.1-8b";
+    s.arch = "llama";
+    s.n_layer = 32;
+    s.n_embd = 4096;
+    s.n_head = 32;
+    s.n_head_kv = 8;
+    s.head_dim = 128;
+    s.n_ff = 14336;
+    s.n_vocab = 128256;
+    s.n_ctx_train = 131072;
+    s.rope_theta = 500000;
+    s.rms_eps = 1e-5;
+    s.tied = false;
+    s.rope_scaling = {8.0, 1.0, 4.0, 8192};
+    s.source = "huggingface.co/meta-llama/Llama-3.1-8B config.json";
+    v.push_back(s);
+
+    s = {};
+    s.name = "qwen2.5-0.5b";
+    s.arch = "qwen2";
+    s.n_layer = 24;
+    s.n_embd = 896;
+    s.n_head = 14;
+    s.n_head_kv = 2;
+    s.head_dim = 64;
+    s.n_ff = 4864;
+    s.n_vocab = 151936;
+    s.n_ctx_train = 32768;
+    s.rope_theta = 1000000;
+    s.rms_eps = 1e-6;
+    s.tied = true;
+    s.qkv_bias = true;
+    s.source = "huggingface.co/Qwen/Qwen2.5-0.5B config.json";
+    v.push_back(s);
+    return v;
+  }();
+  return kShapes;
+}
+
+const SynthShape* find_synth_shape(std::string_view name) {
+  for (const SynthShape& s : synth_shapes())
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+}  // namespace kvrun
