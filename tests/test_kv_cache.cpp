@@ -17,6 +17,7 @@
 
 #include "kv/kv_cache.h"
 #include "kv_layout.h"
+#include "cpu/paged_attention.h"  // cpu::PagedKvLayer (the seam's KvLayer)
 
 namespace kvrun {
 namespace {

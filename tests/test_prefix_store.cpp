@@ -16,6 +16,7 @@
 #include "kv/kv_cache.h"
 #include "kv/prefix_store.h"
 #include "test_util.h"
+#include "cpu/paged_attention.h"  // cpu::PagedKvLayer (the seam's KvLayer)
 
 namespace kvrun {
 namespace {
