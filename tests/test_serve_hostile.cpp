@@ -140,7 +140,7 @@ TEST(ServeHostile, PiecesAndTextOfByteTokensAre200) {
 
 TEST(ServeHostile, ChunkedBodiesObeyMaxBody) {
   START_SERVER(srv, "-c", "128", "--max-body", "4K");
-  const std::string big = json{{"prompt", std::string(8000, 'a')}}.dump();
+  const std::string big = json{{"content", std::string(8000, 'a')}}.dump();
   std::string r = exchange(
       srv.port(), post_head("/tokenize", "Transfer-Encoding: chunked\r\n") + chunked(big, 1000));
   EXPECT_EQ(status_of(r), 413) << r;
@@ -180,8 +180,11 @@ TEST(ServeHostile, SlowClientsDoNotStarveHealth) {
     ASSERT_TRUE(slow.back()->ok());
     slow.back()->send("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ");
   }
-  for (int i = 0; i < 24; ++i)  // oversize Content-Length clients
-    exchange(srv.port(), post_head("/completion", "Content-Length: 5000000000\r\n") + "{");
+  for (int i = 0; i < 24; ++i) {  // oversize Content-Length clients, not reading the answer
+    slow.push_back(std::make_unique<RawConn>(srv.port()));
+    ASSERT_TRUE(slow.back()->ok());
+    slow.back()->send(post_head("/completion", "Content-Length: 5000000000\r\n") + "{");
+  }
   auto c = srv.client();
   c->set_read_timeout(10, 0);
   auto r = c->Get("/health");

@@ -217,50 +217,6 @@ struct Server {
         });
   }
 
-  void tokenize(const httplib::Request& req, httplib::Response& res) {
-    const json body = parse_body(req.body);
-    auto it = body.find("content");
-    if (it == body.end() || !it->is_string())
-      throw ApiError(400, "'content' must be a string", "content");
-    auto add = body.find("add_special");
-    if (add != body.end() && !add->is_boolean())
-      throw ApiError(400, "'add_special' must be a boolean", "add_special");
-    const bool add_special = add != body.end() && add->get<bool>();
-    auto pieces = body.find("with_pieces");
-    if (pieces != body.end() && !pieces->is_boolean())
-      throw ApiError(400, "'with_pieces' must be a boolean", "with_pieces");
-    const auto ids = tok.tokenize(it->get<std::string>(), add_special, true);
-    if (ids.size() > kMaxApiTokens)
-      throw ApiError(413, "the content is more than " + std::to_string(kMaxApiTokens) + " tokens",
-                     "content");
-    json tokens = json::array();
-    for (int32_t id : ids) {
-      if (pieces != body.end() && pieces->get<bool>())
-        tokens.push_back({{"id", id}, {"piece", piece_json(tok.token_to_piece(id, true))}});
-      else
-        tokens.push_back(id);
-    }
-    send_json(res, {{"tokens", tokens}});
-  }
-
-  void detokenize(const httplib::Request& req, httplib::Response& res) {
-    const json body = parse_body(req.body);
-    auto it = body.find("tokens");
-    if (it == body.end() || !it->is_array())
-      throw ApiError(400, "'tokens' must be an array of token ids", "tokens");
-    if (it->size() > kMaxApiTokens)
-      throw ApiError(413, "more than " + std::to_string(kMaxApiTokens) + " tokens", "tokens");
-    std::string text;
-    for (const auto& t : *it) {
-      if (!t.is_number_integer()) throw ApiError(400, "'tokens' must hold integers", "tokens");
-      const int64_t id = t.get<int64_t>();
-      if (id < 0 || id >= tok.n_vocab())
-        throw ApiError(400, "token id " + std::to_string(id) + " outside the vocabulary", "tokens");
-      text += tok.token_to_piece(int32_t(id), false);
-    }
-    send_json(res, {{"content", text}});
-  }
-
   /// GET /stats: request counters and where the KV cache's blocks are.
   void stats(httplib::Response& res) {
     const SchedulerStats s = sched.stats();
@@ -476,8 +432,12 @@ int cmd_serve(const ServeOptions& opt_in) {
            guarded([&](const auto& q, auto& r) { s.generate(q, r, Api::kLlamaCompletion); }));
   svr.Post("/infill",
            guarded([&](const auto& q, auto& r) { s.generate(q, r, Api::kLlamaCompletion); }));
-  svr.Post("/tokenize", guarded([&](const auto& q, auto& r) { s.tokenize(q, r); }));
-  svr.Post("/detokenize", guarded([&](const auto& q, auto& r) { s.detokenize(q, r); }));
+  svr.Post("/tokenize", guarded([&](const auto& q, auto& r) {
+             send_json(r, tokenize_response(parse_body(q.body), *tok));
+           }));
+  svr.Post("/detokenize", guarded([&](const auto& q, auto& r) {
+             send_json(r, detokenize_response(parse_body(q.body), *tok));
+           }));
   svr.Get("/health", [](const auto&, auto& r) { send_json(r, {{"status", "ok"}}); });
   svr.Get("/v1/models", [&](const auto&, auto& r) {
     send_json(

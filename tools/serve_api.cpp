@@ -569,6 +569,48 @@ std::vector<json> stream_end_json(const ApiRequest& r, const RequestResult& resu
   return out;
 }
 
+json tokenize_response(const json& body, const Tokenizer& tok) {
+  auto it = body.find("content");
+  if (it == body.end() || !it->is_string())
+    throw ApiError(400, "'content' must be a string", "content");
+  auto add = body.find("add_special");
+  if (add != body.end() && !add->is_boolean())
+    throw ApiError(400, "'add_special' must be a boolean", "add_special");
+  const bool add_special = add != body.end() && add->get<bool>();
+  auto pieces = body.find("with_pieces");
+  if (pieces != body.end() && !pieces->is_boolean())
+    throw ApiError(400, "'with_pieces' must be a boolean", "with_pieces");
+  const auto ids = tok.tokenize(it->get<std::string>(), add_special, true);
+  if (ids.size() > kMaxApiTokens)
+    throw ApiError(413, "the content is more than " + std::to_string(kMaxApiTokens) + " tokens",
+                   "content");
+  json tokens = json::array();
+  for (int32_t id : ids) {
+    if (pieces != body.end() && pieces->get<bool>())
+      tokens.push_back({{"id", id}, {"piece", piece_json(tok.token_to_piece(id, true))}});
+    else
+      tokens.push_back(id);
+  }
+  return {{"tokens", tokens}};
+}
+
+json detokenize_response(const json& body, const Tokenizer& tok) {
+  auto it = body.find("tokens");
+  if (it == body.end() || !it->is_array())
+    throw ApiError(400, "'tokens' must be an array of token ids", "tokens");
+  if (it->size() > kMaxApiTokens)
+    throw ApiError(413, "more than " + std::to_string(kMaxApiTokens) + " tokens", "tokens");
+  std::string text;
+  for (const auto& t : *it) {
+    if (!t.is_number_integer()) throw ApiError(400, "'tokens' must hold integers", "tokens");
+    const int64_t id = t.get<int64_t>();
+    if (id < 0 || id >= tok.n_vocab())
+      throw ApiError(400, "token id " + std::to_string(id) + " outside the vocabulary", "tokens");
+    text += tok.token_to_piece(int32_t(id), false);
+  }
+  return {{"content", text}};
+}
+
 std::optional<ApiError> result_error(const RequestResult& res) {
   if (res.finish == FinishReason::kTimeout)
     return ApiError(504, "the request took longer than --timeout", "", "timeout_error");

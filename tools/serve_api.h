@@ -110,6 +110,14 @@ std::vector<json> stream_end_json(const ApiRequest& r, const RequestResult& res,
 std::optional<json> stream_begin_json(const ApiRequest& r, const ApiContext& ctx,
                                       const std::string& id, int64_t created);
 
+/// POST /tokenize: {"content", "add_special", "with_pieces"} → {"tokens": [ids]} or
+/// {"tokens": [{"id", "piece"}]} (see piece_json). Throws ApiError 400 (wrong types), 413 (more
+/// than kMaxApiTokens tokens).
+json tokenize_response(const json& body, const Tokenizer& tok);
+/// POST /detokenize: {"tokens": [ids]} → {"content": text}; the text may end inside a UTF-8
+/// character (send it with to_wire). Throws ApiError 400 (not ids, outside the vocabulary), 413.
+json detokenize_response(const json& body, const Tokenizer& tok);
+
 /// The HTTP status and error object for a request that ended with timeout or error.
 std::optional<ApiError> result_error(const RequestResult& res);
 
