@@ -2,7 +2,8 @@
 """Soak a running `kvrun serve` on loopback (issue 26): concurrent streams, clients that hang up
 mid-stream, slow clients, and a /health prober on one kept-alive connection, for a bounded time.
 
-Reports RSS at start and end (from /proc/PID/status when --pid is given), p50/p99 of /health
+Reports RSS before the load, 30 s into it (after warm-up), at its end and at most (from
+/proc/PID/status when --pid is given), p50/p99 of /health
 latency and of the streams' time to first token, and the errors seen. Loopback only: the
 address is always 127.0.0.1. Standard library only.
 
@@ -147,7 +148,10 @@ def main():
                 for _ in range(a.slow)]
     for t in threads:
         t.start()
-    time.sleep(seconds)
+    t0, rss = time.monotonic(), []  # (seconds, kB) every 10 s
+    while time.monotonic() - t0 < seconds:
+        time.sleep(min(10, max(0, seconds - (time.monotonic() - t0))))
+        rss.append((round(time.monotonic() - t0), rss_kb(a.pid)))
     stop.set()
     for t in threads:
         t.join(timeout=90)
@@ -157,7 +161,10 @@ def main():
         errs[e] = errs.get(e, 0) + 1
     print(json.dumps({
         "seconds": seconds,
-        "rss_kb_start": rss0, "rss_kb_end": rss1,
+        "rss_kb_idle_before": rss0, "rss_kb_end": rss1,
+        # after warm-up (thread stacks, malloc arenas, prefix cache filled): the flatness check
+        "rss_kb_at_30s": next((k for t, k in rss if t >= 30), None),
+        "rss_kb_max": max((k for _, k in rss if k), default=None),
         "health_ms_p50": round(pct(stats.health_ms, 50), 2),
         "health_ms_p99": round(pct(stats.health_ms, 99), 2),
         "ttft_ms_p50": round(pct(stats.ttft_ms, 50), 2),

@@ -290,6 +290,60 @@ httplib::Server::Handler guarded(F f) {
   };
 }
 
+/// Registers every endpoint of `s` on `svr`, with the API-key check and the error objects.
+void add_routes(httplib::Server& svr, Server& s) {
+  svr.set_pre_routing_handler([&](const httplib::Request& req, httplib::Response& res) {
+    if (s.opt.api_key.empty() || req.path == "/health")
+      return httplib::Server::HandlerResponse::Unhandled;
+    if (req.get_header_value("Authorization") == "Bearer " + s.opt.api_key)
+      return httplib::Server::HandlerResponse::Unhandled;
+    send_error(res, ApiError(401, "invalid or missing API key (Authorization: Bearer KEY)", "",
+                             "authentication_error"));
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  svr.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    std::string msg = res.status == 413   ? "the request body is larger than --max-body"
+                      : res.status == 404 ? "no such endpoint"
+                                          : "HTTP error " + std::to_string(res.status);
+    send_error(res, ApiError(res.status, msg, "",
+                             res.status == 404 ? "not_found_error" : "invalid_request_error"));
+  });
+
+  svr.Post("/v1/completions",
+           guarded([&](const auto& q, auto& r) { s.generate(q, r, Api::kCompletions); }));
+  svr.Post("/v1/chat/completions",
+           guarded([&](const auto& q, auto& r) { s.generate(q, r, Api::kChat); }));
+  svr.Post("/completion",
+           guarded([&](const auto& q, auto& r) { s.generate(q, r, Api::kLlamaCompletion); }));
+  svr.Post("/completions",
+           guarded([&](const auto& q, auto& r) { s.generate(q, r, Api::kLlamaCompletion); }));
+  svr.Post("/infill",
+           guarded([&](const auto& q, auto& r) { s.generate(q, r, Api::kLlamaCompletion); }));
+  svr.Post("/tokenize", guarded([&](const auto& q, auto& r) {
+             send_json(r, tokenize_response(parse_body(q.body), s.tok));
+           }));
+  svr.Post("/detokenize", guarded([&](const auto& q, auto& r) {
+             send_json(r, detokenize_response(parse_body(q.body), s.tok));
+           }));
+  svr.Get("/health", [](const auto&, auto& r) { send_json(r, {{"status", "ok"}}); });
+  svr.Get("/v1/models", [&](const auto&, auto& r) {
+    send_json(
+        r, {{"object", "list"},
+            {"data",
+             json::array({{{"id", s.api.model_name},
+                           {"object", "model"},
+                           {"created", int64_t(std::time(nullptr))},
+                           {"owned_by", "kvrun"},
+                           {"meta", {{"n_ctx", s.opt.n_ctx}, {"n_vocab", s.tok.n_vocab()}}}}})}});
+  });
+  svr.Get("/metrics", [&](const auto&, auto& r) {
+    r.set_content(metrics_text(s.sched.stats(), s.cache), "text/plain; version=0.0.4");
+  });
+  svr.Get("/slots", [&](const auto&, auto& r) { s.slots(r); });
+  svr.Get("/stats", [&](const auto&, auto& r) { s.stats(r); });
+}
+
 /// The first SIGINT/SIGTERM cancels every generation (clients get their final chunk or a 503),
 /// ends every connection and stops the server; a second one exits at once. Returns when
 /// `finished` is set.
@@ -404,56 +458,7 @@ int cmd_serve(const ServeOptions& opt_in) {
   // A handler thread per connection, started on demand: slow clients do not starve the others.
   HardenedServer svr(limits, size_t(opt.n_parallel) + size_t(opt.max_queue) + 256);
 
-  svr.set_pre_routing_handler([&](const httplib::Request& req, httplib::Response& res) {
-    if (opt.api_key.empty() || req.path == "/health")
-      return httplib::Server::HandlerResponse::Unhandled;
-    if (req.get_header_value("Authorization") == "Bearer " + opt.api_key)
-      return httplib::Server::HandlerResponse::Unhandled;
-    send_error(res, ApiError(401, "invalid or missing API key (Authorization: Bearer KEY)", "",
-                             "authentication_error"));
-    return httplib::Server::HandlerResponse::Handled;
-  });
-  svr.set_error_handler([](const httplib::Request&, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    std::string msg = res.status == 413   ? "the request body is larger than --max-body"
-                      : res.status == 404 ? "no such endpoint"
-                                          : "HTTP error " + std::to_string(res.status);
-    send_error(res, ApiError(res.status, msg, "",
-                             res.status == 404 ? "not_found_error" : "invalid_request_error"));
-  });
-
-  svr.Post("/v1/completions",
-           guarded([&](const auto& q, auto& r) { s.generate(q, r, Api::kCompletions); }));
-  svr.Post("/v1/chat/completions",
-           guarded([&](const auto& q, auto& r) { s.generate(q, r, Api::kChat); }));
-  svr.Post("/completion",
-           guarded([&](const auto& q, auto& r) { s.generate(q, r, Api::kLlamaCompletion); }));
-  svr.Post("/completions",
-           guarded([&](const auto& q, auto& r) { s.generate(q, r, Api::kLlamaCompletion); }));
-  svr.Post("/infill",
-           guarded([&](const auto& q, auto& r) { s.generate(q, r, Api::kLlamaCompletion); }));
-  svr.Post("/tokenize", guarded([&](const auto& q, auto& r) {
-             send_json(r, tokenize_response(parse_body(q.body), *tok));
-           }));
-  svr.Post("/detokenize", guarded([&](const auto& q, auto& r) {
-             send_json(r, detokenize_response(parse_body(q.body), *tok));
-           }));
-  svr.Get("/health", [](const auto&, auto& r) { send_json(r, {{"status", "ok"}}); });
-  svr.Get("/v1/models", [&](const auto&, auto& r) {
-    send_json(
-        r,
-        {{"object", "list"},
-         {"data", json::array({{{"id", api.model_name},
-                                {"object", "model"},
-                                {"created", int64_t(std::time(nullptr))},
-                                {"owned_by", "kvrun"},
-                                {"meta", {{"n_ctx", opt.n_ctx}, {"n_vocab", tok->n_vocab()}}}}})}});
-  });
-  svr.Get("/metrics", [&](const auto&, auto& r) {
-    r.set_content(metrics_text(sched.stats(), *cache), "text/plain; version=0.0.4");
-  });
-  svr.Get("/slots", [&](const auto&, auto& r) { s.slots(r); });
-  svr.Get("/stats", [&](const auto&, auto& r) { s.stats(r); });
+  add_routes(svr, s);
 
   // httplib 0.11 listens with a backlog of 5 (compiled into the Debian library), too few for a
   // burst of clients connecting at once: keep the listening socket and raise it after bind.
