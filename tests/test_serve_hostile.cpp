@@ -144,12 +144,28 @@ TEST(ServeHostile, ChunkedBodiesObeyMaxBody) {
   std::string r = exchange(
       srv.port(), post_head("/tokenize", "Transfer-Encoding: chunked\r\n") + chunked(big, 1000));
   EXPECT_EQ(status_of(r), 413) << r;
-  // A chunked body within the limit is read like any other.
-  const std::string small = json{{"content", "The little dog"}}.dump();
-  r = exchange(srv.port(),
-               post_head("/tokenize", "Transfer-Encoding: chunked\r\n") + chunked(small, 5));
+  // A chunked body within the limit is read like any other, in chunks of any size.
+  const std::string small = json{{"content", "The little dog " + std::string(3000, 'a')}}.dump();
+  for (size_t chunk : {size_t(1), size_t(5), size_t(4096)}) {
+    r = exchange(srv.port(),
+                 post_head("/tokenize", "Transfer-Encoding: chunked\r\n") + chunked(small, chunk));
+    EXPECT_EQ(status_of(r), 200) << chunk << ": " << r;
+    EXPECT_TRUE(json::parse(body_of(r), nullptr, false).contains("tokens")) << r;
+  }
+  // The same bytes arriving in pieces cut inside the framing: between the CR and LF after
+  // the head, after a chunk's data, and inside a chunk-size line.
+  const std::string head = post_head("/tokenize", "Transfer-Encoding: chunked\r\n");
+  const std::string wire = head + chunked(small, 1);
+  RawConn split(srv.port());
+  size_t at = 0;
+  for (size_t cut : {head.size() - 1, head.size() + 5, head.size() + 7, wire.size() - 3}) {
+    split.send(wire.substr(at, cut - at));
+    at = cut;
+    std::this_thread::sleep_for(20ms);  // separate reads on the server, not a timing check
+  }
+  split.send(wire.substr(at));
+  r = split.read_all();
   EXPECT_EQ(status_of(r), 200) << r;
-  EXPECT_TRUE(json::parse(body_of(r), nullptr, false).contains("tokens")) << r;
   expect_clean_exit(srv);
 }
 

@@ -88,7 +88,20 @@ struct Conn {
   const HttpLimits& lim;
   const std::atomic<bool>& stopping;
   const std::atomic<int64_t>& stop_ms;
-  std::string in;
+  std::string buf;  // bytes read; those before `pos` are used
+  size_t pos = 0;
+
+  /// The bytes read but not used yet (pipelined requests, the rest of a body).
+  std::string_view in() const { return std::string_view(buf).substr(pos); }
+  /// Marks `n` bytes of in() used; compacts the buffer now and then (not per line: a body of
+  /// tiny chunks must not cost a move of the buffer per chunk).
+  void consume(size_t n) {
+    pos += n;
+    if (pos == buf.size() || pos > (size_t(64) << 10)) {
+      buf.erase(0, pos);
+      pos = 0;
+    }
+  }
 
   /// Polls for `events` until `deadline` (steady ms) in slices, watching the stop flag.
   Wait wait(short events, int64_t deadline, bool honour_stop = true) const {
@@ -107,10 +120,10 @@ struct Conn {
   Wait fill(int64_t deadline) {
     const Wait w = wait(POLLIN, deadline);
     if (w != Wait::kReady) return w;
-    char buf[16384];
-    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    char chunk[16384];
+    const ssize_t n = ::recv(fd, chunk, sizeof chunk, 0);
     if (n <= 0) return Wait::kError;
-    in.append(buf, size_t(n));
+    buf.append(chunk, size_t(n));
     return Wait::kReady;
   }
 
@@ -168,22 +181,24 @@ void send_refusal(const Conn& c, const Refusal& r) {
   c.write_all(msg.data(), msg.size());
 }
 
-/// Reads one head (up to and without the empty line) into `head`; nullopt-like via Refusal.
+/// Reads one head (up to the empty line, which is dropped) into `head`; false when there is
+/// none (closed, timed out, stopping; then `why` says what to answer, status 0: nothing).
 /// `first` is false while waiting for a keep-alive connection's next request.
 bool read_head(Conn& c, bool first, std::string& head, Refusal& why) {
   int64_t deadline = now_ms() + (first ? c.lim.head_timeout_ms : c.lim.idle_timeout_ms);
-  bool started = !c.in.empty();
-  for (;;) {
-    while (c.in.rfind("\r\n", 0) == 0) c.in.erase(0, 2);  // RFC 9112 §2.2: skip empty lines
-    const size_t end = c.in.find("\r\n\r\n");
+  bool started = !c.in().empty();
+  for (size_t scanned = 0;;) {
+    for (; c.in().substr(0, 2) == "\r\n"; scanned = 0) c.consume(2);  // RFC 9112 §2.2
+    const size_t end = c.in().find("\r\n\r\n", scanned);
     if (end != std::string::npos) {
       if (end + 2 > c.lim.max_head_bytes) break;
-      head = c.in.substr(0, end + 2);
-      c.in.erase(0, end + 4);
+      head = std::string(c.in().substr(0, end + 2));
+      c.consume(end + 4);
       return true;
     }
-    if (c.in.size() > c.lim.max_head_bytes) break;
-    if (!started && !c.in.empty()) {  // the idle wait is over: the head has its own deadline
+    if (c.in().size() > c.lim.max_head_bytes) break;
+    scanned = c.in().size() < 3 ? 0 : c.in().size() - 3;  // search only the new bytes next
+    if (!started && !c.in().empty()) {  // the idle wait is over: the head has its own deadline
       started = true;
       deadline = now_ms() + c.lim.head_timeout_ms;
     }
@@ -197,26 +212,26 @@ bool read_head(Conn& c, bool first, std::string& head, Refusal& why) {
 
 /// Takes `n` bytes of body from the connection into `body` by `deadline`.
 bool read_exact(Conn& c, size_t n, int64_t deadline, std::string& body, Refusal& why) {
-  while (c.in.size() < n) {
+  while (c.in().size() < n) {
     const Wait w = c.fill(deadline);
     if (w == Wait::kTimeout) why = {408, "the request body did not arrive in time"};
     if (w != Wait::kReady) return false;
   }
-  body.append(c.in, 0, n);
-  c.in.erase(0, n);
+  body.append(c.in().substr(0, n));
+  c.consume(n);
   return true;
 }
 
 /// Takes one CRLF-ended line (at most `max` bytes) from the connection.
 bool read_line(Conn& c, size_t max, int64_t deadline, std::string& line, Refusal& why) {
   for (;;) {
-    const size_t eol = c.in.find("\r\n");
+    const size_t eol = c.in().find("\r\n");
     if (eol != std::string::npos && eol <= max) {
-      line = c.in.substr(0, eol);
-      c.in.erase(0, eol + 2);
+      line = std::string(c.in().substr(0, eol));
+      c.consume(eol + 2);
       return true;
     }
-    if (eol != std::string::npos || c.in.size() > max) {
+    if (eol != std::string::npos || c.in().size() > max + 1) {  // + 1: a CR, its LF to come
       why = {400, "malformed chunked body (line too long)"};
       return false;
     }
@@ -433,7 +448,7 @@ void HardenedServer::begin_shutdown() {
 
 bool HardenedServer::process_and_close_socket(socket_t sock) {
   configure_client_socket(sock);
-  Conn c{sock, limits_, stopping_, stop_ms_, {}};
+  Conn c{sock, limits_, stopping_, stop_ms_, {}, 0};
   bool ok = true;
   for (size_t i = 0; i < limits_.max_requests_per_conn && !stopping_.load(); ++i) {
     std::string request;
