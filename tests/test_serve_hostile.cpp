@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -283,6 +284,46 @@ TEST(ServeHostile, AcceptedSocketsGetTcpNoDelay) {
   ::close(sfd);
   ::close(cfd);
   ::close(lfd);
+}
+
+/// TCP_NODELAY of this process's connected sockets whose local port is `port` (-1: none).
+int nodelay_of_connections_on(int port) {
+  int found = -1;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    const int fd = std::atoi(e.path().filename().c_str());
+    sockaddr_in local{}, peer{};
+    socklen_t len = sizeof local;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) != 0 ||
+        local.sin_family != AF_INET || ntohs(local.sin_port) != port)
+      continue;
+    len = sizeof peer;
+    if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0) continue;  // listening
+    int on = 0;
+    len = sizeof on;
+    if (getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, &len) == 0) found = on;
+  }
+  return found;
+}
+
+TEST(ServeHostile, HardenedServerConnectionsHaveTcpNoDelay) {
+  // In process: the handler looks at the server's end of its own connection.
+  tools::HardenedServer svr(tools::HttpLimits{}, 8);
+  std::atomic<int> port{0}, nodelay{-2};
+  svr.Get("/x", [&](const httplib::Request&, httplib::Response& res) {
+    nodelay = nodelay_of_connections_on(port);
+    res.set_content("ok", "text/plain");
+  });
+  port = svr.bind_to_any_port("127.0.0.1");
+  ASSERT_GT(port.load(), 0);
+  std::thread t([&] { svr.listen_after_bind(); });
+  httplib::Client c("127.0.0.1", port);
+  auto r = c.Get("/x");
+  svr.begin_shutdown();
+  svr.stop();
+  t.join();
+  ASSERT_TRUE(r) << httplib::to_string(r.error());
+  EXPECT_EQ(r->body, "ok");
+  EXPECT_EQ(nodelay.load(), 1) << "-1: no connection found";
 }
 
 TEST(ServeHostile, OneRequestsAllocationIsBounded) {
