@@ -3,21 +3,26 @@
 // /v1/chat/completions, /v1/models; llama.cpp-compatible /completion, /infill, /tokenize,
 // /detokenize, /health, /metrics, /slots. Requests and responses: docs/http-api.md.
 #include <httplib.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <sys/socket.h>
 
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
 #include "commands.h"
 #include "engine/scheduler.h"
 #include "serve_api.h"
+#include "serve_http.h"
 #include "session.h"
 
 namespace kvrun::tools {
@@ -27,15 +32,15 @@ using std::chrono::milliseconds;
 
 void send_error(httplib::Response& res, const ApiError& e) {
   res.status = e.status;
-  res.set_content(error_json(e.status, e.what(), e.type, e.param).dump(), "application/json");
+  res.set_content(to_wire(error_json(e.status, e.what(), e.type, e.param)), "application/json");
 }
 
 void send_json(httplib::Response& res, const json& j) {
-  res.set_content(j.dump(), "application/json");
+  res.set_content(to_wire(j), "application/json");
 }
 
 /// "data: {...}\n\n"
-std::string sse(const json& j) { return "data: " + j.dump() + "\n\n"; }
+std::string sse(const json& j) { return "data: " + to_wire(j) + "\n\n"; }
 
 /// Prometheus text exposition of the scheduler's counters and the KV pool.
 std::string metrics_text(const SchedulerStats& s, const KvCache& cache) {
@@ -95,12 +100,37 @@ std::string metrics_text(const SchedulerStats& s, const KvCache& cache) {
 
 /// Everything the handlers share.
 struct Server {
+  Server(const ServeOptions& o, const Tokenizer& t, Scheduler& s, const KvCache& c, ApiContext a)
+      : opt(o), tok(t), sched(s), cache(c), api(std::move(a)) {}
+
   const ServeOptions& opt;
   const Tokenizer& tok;
   Scheduler& sched;
   const KvCache& cache;
   ApiContext api;
   std::atomic<int64_t> next_id{1};
+  std::mutex live_mu;                              // guards live, stopping
+  std::map<int64_t, std::weak_ptr<Request>> live;  // generations in flight, by Request::id
+  bool stopping = false;
+
+  /// Registers a generation so that shutdown() can cancel it (at once when already stopping).
+  void track(const std::shared_ptr<Request>& h) {
+    std::lock_guard<std::mutex> lock(live_mu);
+    if (stopping) h->cancel();
+    live[h->id()] = h;
+  }
+  void untrack(int64_t id) {
+    std::lock_guard<std::mutex> lock(live_mu);
+    live.erase(id);
+  }
+  /// Cancels every generation in flight and every later one: each answers with its final
+  /// chunk or a 503 at the scheduler's next step.
+  void shutdown() {
+    std::lock_guard<std::mutex> lock(live_mu);
+    stopping = true;
+    for (auto& [id, w] : live)
+      if (auto h = w.lock()) h->cancel();
+  }
 
   std::string new_id(Api a) {
     return std::string(a == Api::kChat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
@@ -129,9 +159,15 @@ struct Server {
     } catch (const ContextError& e) {
       throw ApiError(400, e.what(), "prompt");
     }
+    track(handle);
     const std::string id = new_id(api_kind);
     const int64_t created = int64_t(std::time(nullptr));
     if (!ar.stream) {
+      struct Untrack {
+        Server& s;
+        int64_t id;
+        ~Untrack() { s.untrack(id); }
+      } untrack_at_end{*this, handle->id()};
       std::vector<TokenEvent> events;
       for (;;) {
         auto ev = handle->next(milliseconds(200));
@@ -175,46 +211,10 @@ struct Server {
             return true;
           }
         },
-        [handle](bool) { handle->cancel(); });  // no-op when it already ended
-  }
-
-  void tokenize(const httplib::Request& req, httplib::Response& res) {
-    const json body = parse_body(req.body);
-    auto it = body.find("content");
-    if (it == body.end() || !it->is_string())
-      throw ApiError(400, "'content' must be a string", "content");
-    auto add = body.find("add_special");
-    if (add != body.end() && !add->is_boolean())
-      throw ApiError(400, "'add_special' must be a boolean", "add_special");
-    const bool add_special = add != body.end() && add->get<bool>();
-    auto pieces = body.find("with_pieces");
-    if (pieces != body.end() && !pieces->is_boolean())
-      throw ApiError(400, "'with_pieces' must be a boolean", "with_pieces");
-    const auto ids = tok.tokenize(it->get<std::string>(), add_special, true);
-    json tokens = json::array();
-    for (int32_t id : ids) {
-      if (pieces != body.end() && pieces->get<bool>())
-        tokens.push_back({{"id", id}, {"piece", tok.token_to_piece(id, true)}});
-      else
-        tokens.push_back(id);
-    }
-    send_json(res, {{"tokens", tokens}});
-  }
-
-  void detokenize(const httplib::Request& req, httplib::Response& res) {
-    const json body = parse_body(req.body);
-    auto it = body.find("tokens");
-    if (it == body.end() || !it->is_array())
-      throw ApiError(400, "'tokens' must be an array of token ids", "tokens");
-    std::string text;
-    for (const auto& t : *it) {
-      if (!t.is_number_integer()) throw ApiError(400, "'tokens' must hold integers", "tokens");
-      const int64_t id = t.get<int64_t>();
-      if (id < 0 || id >= tok.n_vocab())
-        throw ApiError(400, "token id " + std::to_string(id) + " outside the vocabulary", "tokens");
-      text += tok.token_to_piece(int32_t(id), false);
-    }
-    send_json(res, {{"content", text}});
+        [this, handle](bool) {
+          handle->cancel();  // no-op when it already ended
+          untrack(handle->id());
+        });
   }
 
   /// GET /stats: request counters and where the KV cache's blocks are.
@@ -288,6 +288,82 @@ httplib::Server::Handler guarded(F f) {
                  ApiError(500, std::string("internal error: ") + e.what(), "", "server_error"));
     }
   };
+}
+
+/// Registers every endpoint of `s` on `svr`, with the API-key check and the error objects.
+void add_routes(httplib::Server& svr, Server& s) {
+  svr.set_pre_routing_handler([&](const httplib::Request& req, httplib::Response& res) {
+    if (s.opt.api_key.empty() || req.path == "/health")
+      return httplib::Server::HandlerResponse::Unhandled;
+    if (req.get_header_value("Authorization") == "Bearer " + s.opt.api_key)
+      return httplib::Server::HandlerResponse::Unhandled;
+    send_error(res, ApiError(401, "invalid or missing API key (Authorization: Bearer KEY)", "",
+                             "authentication_error"));
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  svr.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    std::string msg = res.status == 413   ? "the request body is larger than --max-body"
+                      : res.status == 404 ? "no such endpoint"
+                                          : "HTTP error " + std::to_string(res.status);
+    send_error(res, ApiError(res.status, msg, "",
+                             res.status == 404 ? "not_found_error" : "invalid_request_error"));
+  });
+
+  svr.Post("/v1/completions",
+           guarded([&](const auto& q, auto& r) { s.generate(q, r, Api::kCompletions); }));
+  svr.Post("/v1/chat/completions",
+           guarded([&](const auto& q, auto& r) { s.generate(q, r, Api::kChat); }));
+  svr.Post("/completion",
+           guarded([&](const auto& q, auto& r) { s.generate(q, r, Api::kLlamaCompletion); }));
+  svr.Post("/completions",
+           guarded([&](const auto& q, auto& r) { s.generate(q, r, Api::kLlamaCompletion); }));
+  svr.Post("/infill",
+           guarded([&](const auto& q, auto& r) { s.generate(q, r, Api::kLlamaCompletion); }));
+  svr.Post("/tokenize", guarded([&](const auto& q, auto& r) {
+             send_json(r, tokenize_response(parse_body(q.body), s.tok));
+           }));
+  svr.Post("/detokenize", guarded([&](const auto& q, auto& r) {
+             send_json(r, detokenize_response(parse_body(q.body), s.tok));
+           }));
+  svr.Get("/health", [](const auto&, auto& r) { send_json(r, {{"status", "ok"}}); });
+  svr.Get("/v1/models", [&](const auto&, auto& r) {
+    send_json(
+        r, {{"object", "list"},
+            {"data",
+             json::array({{{"id", s.api.model_name},
+                           {"object", "model"},
+                           {"created", int64_t(std::time(nullptr))},
+                           {"owned_by", "kvrun"},
+                           {"meta", {{"n_ctx", s.opt.n_ctx}, {"n_vocab", s.tok.n_vocab()}}}}})}});
+  });
+  svr.Get("/metrics", [&](const auto&, auto& r) {
+    r.set_content(metrics_text(s.sched.stats(), s.cache), "text/plain; version=0.0.4");
+  });
+  svr.Get("/slots", [&](const auto&, auto& r) { s.slots(r); });
+  svr.Get("/stats", [&](const auto&, auto& r) { s.stats(r); });
+}
+
+/// The first SIGINT/SIGTERM cancels every generation (clients get their final chunk or a 503),
+/// ends every connection and stops the server; a second one exits at once. Returns when
+/// `finished` is set.
+void stop_on_signals(const sigset_t& sigs, const std::atomic<bool>& finished, HardenedServer& svr,
+                     Server& s) {
+  const timespec slice{0, 100'000'000};
+  bool stopping = false;
+  while (!finished.load()) {
+    const int sig = sigtimedwait(&sigs, nullptr, &slice);
+    if (sig <= 0) continue;
+    if (stopping) {
+      std::fprintf(stderr, "kvrun: second signal, exiting now\n");
+      std::_Exit(128 + sig);
+    }
+    stopping = true;
+    std::fprintf(stderr, "kvrun: stopping (cancelling requests; a second signal exits now)\n");
+    s.shutdown();
+    svr.begin_shutdown();
+    svr.stop();
+  }
 }
 
 }  // namespace
@@ -371,62 +447,18 @@ int cmd_serve(const ServeOptions& opt_in) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
+  // Few malloc arenas: each handler thread would otherwise get its own (up to 8 per core), and
+  // every arena keeps the peak of the requests it served.
+  mallopt(M_ARENA_MAX, 4);
+
   Scheduler sched(*model, *tok, *cache, sp);
-  Server s{opt, *tok, sched, *cache, api, {}};
-  httplib::Server svr;
-  const int n_http = opt.n_parallel + opt.max_queue + 4;
-  svr.new_task_queue = [n_http] { return new httplib::ThreadPool(size_t(n_http)); };
-  svr.set_payload_max_length(size_t(max_body));
-  svr.set_read_timeout(30, 0);
-  svr.set_write_timeout(30, 0);
-  svr.set_keep_alive_max_count(1000);
+  Server s(opt, *tok, sched, *cache, api);
+  HttpLimits limits;
+  limits.max_body = max_body;
+  // A handler thread per connection, started on demand: slow clients do not starve the others.
+  HardenedServer svr(limits, size_t(opt.n_parallel) + size_t(opt.max_queue) + 256);
 
-  svr.set_pre_routing_handler([&](const httplib::Request& req, httplib::Response& res) {
-    if (opt.api_key.empty() || req.path == "/health")
-      return httplib::Server::HandlerResponse::Unhandled;
-    if (req.get_header_value("Authorization") == "Bearer " + opt.api_key)
-      return httplib::Server::HandlerResponse::Unhandled;
-    send_error(res, ApiError(401, "invalid or missing API key (Authorization: Bearer KEY)", "",
-                             "authentication_error"));
-    return httplib::Server::HandlerResponse::Handled;
-  });
-  svr.set_error_handler([](const httplib::Request&, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    std::string msg = res.status == 413   ? "the request body is larger than --max-body"
-                      : res.status == 404 ? "no such endpoint"
-                                          : "HTTP error " + std::to_string(res.status);
-    send_error(res, ApiError(res.status, msg, "",
-                             res.status == 404 ? "not_found_error" : "invalid_request_error"));
-  });
-
-  svr.Post("/v1/completions",
-           guarded([&](const auto& q, auto& r) { s.generate(q, r, Api::kCompletions); }));
-  svr.Post("/v1/chat/completions",
-           guarded([&](const auto& q, auto& r) { s.generate(q, r, Api::kChat); }));
-  svr.Post("/completion",
-           guarded([&](const auto& q, auto& r) { s.generate(q, r, Api::kLlamaCompletion); }));
-  svr.Post("/completions",
-           guarded([&](const auto& q, auto& r) { s.generate(q, r, Api::kLlamaCompletion); }));
-  svr.Post("/infill",
-           guarded([&](const auto& q, auto& r) { s.generate(q, r, Api::kLlamaCompletion); }));
-  svr.Post("/tokenize", guarded([&](const auto& q, auto& r) { s.tokenize(q, r); }));
-  svr.Post("/detokenize", guarded([&](const auto& q, auto& r) { s.detokenize(q, r); }));
-  svr.Get("/health", [](const auto&, auto& r) { send_json(r, {{"status", "ok"}}); });
-  svr.Get("/v1/models", [&](const auto&, auto& r) {
-    send_json(
-        r,
-        {{"object", "list"},
-         {"data", json::array({{{"id", api.model_name},
-                                {"object", "model"},
-                                {"created", int64_t(std::time(nullptr))},
-                                {"owned_by", "kvrun"},
-                                {"meta", {{"n_ctx", opt.n_ctx}, {"n_vocab", tok->n_vocab()}}}}})}});
-  });
-  svr.Get("/metrics", [&](const auto&, auto& r) {
-    r.set_content(metrics_text(sched.stats(), *cache), "text/plain; version=0.0.4");
-  });
-  svr.Get("/slots", [&](const auto&, auto& r) { s.slots(r); });
-  svr.Get("/stats", [&](const auto&, auto& r) { s.stats(r); });
+  add_routes(svr, s);
 
   // httplib 0.11 listens with a backlog of 5 (compiled into the Debian library), too few for a
   // burst of clients connecting at once: keep the listening socket and raise it after bind.
@@ -447,14 +479,10 @@ int cmd_serve(const ServeOptions& opt_in) {
   std::fprintf(stderr, "kvrun: listening on http://%s:%d\n", opt.host.c_str(), port);
   std::fflush(stderr);
 
-  std::thread stopper([&] {
-    int sig = 0;
-    sigwait(&sigs, &sig);
-    svr.stop();
-  });
+  std::atomic<bool> finished{false};
+  std::thread stopper([&] { stop_on_signals(sigs, finished, svr, s); });
   svr.listen_after_bind();
-  // Stopped (by a signal, or listening failed): wake the stopper if it still waits.
-  pthread_kill(stopper.native_handle(), SIGTERM);
+  finished = true;  // stopped (by a signal, or listening failed): the stopper returns
   stopper.join();
   std::fprintf(stderr, "kvrun: server stopped\n");
   return 0;

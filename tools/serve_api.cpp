@@ -217,6 +217,19 @@ json llama_probs(const std::vector<const TokenEvent*>& evs, const Tokenizer& tok
   return out;
 }
 
+/// `res` with its generated tokens dropped (ApiRequest::no_tokens): ended by the limit.
+RequestResult without_tokens(const RequestResult& res) {
+  RequestResult out = res;
+  out.tokens.clear();
+  out.text.clear();
+  out.tail.clear();
+  out.stop_word.clear();
+  if (out.finish == FinishReason::kEog || out.finish == FinishReason::kStopString ||
+      out.finish == FinishReason::kContextFull)
+    out.finish = FinishReason::kLength;
+  return out;
+}
+
 const char* stop_type(FinishReason f) {
   switch (f) {
     case FinishReason::kEog:
@@ -224,6 +237,7 @@ const char* stop_type(FinishReason f) {
     case FinishReason::kStopString:
       return "word";
     case FinishReason::kLength:
+    case FinishReason::kContextFull:
       return "limit";
     default:
       return "none";
@@ -239,8 +253,46 @@ json error_json(int status, const std::string& message, const std::string& type,
   return {{"error", e}};
 }
 
+std::string to_wire(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+bool is_valid_utf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    const size_t n = b < 0x80           ? 1
+                     : (b >> 5) == 0x6  ? 2
+                     : (b >> 4) == 0xE  ? 3
+                     : (b >> 3) == 0x1E ? 4
+                                        : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    uint32_t cp = n == 1 ? b : n == 2 ? (b & 0x1Fu) : n == 3 ? (b & 0x0Fu) : (b & 0x07u);
+    for (size_t k = 1; k < n; ++k) {
+      const auto c = static_cast<unsigned char>(s[i + k]);
+      if ((c & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (c & 0x3Fu);
+    }
+    static constexpr uint32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += n;
+  }
+  return true;
+}
+
+json piece_json(const std::string& piece) {
+  return is_valid_utf8(piece) ? json(piece) : bytes_of(piece);
+}
+
 json parse_body(const std::string& body) {
-  json j = json::parse(body, nullptr, false);
+  // Refuses deep nesting as the parser reaches it, before the rest of the body is built.
+  const json::parser_callback_t depth_check = [](int depth, json::parse_event_t ev, json&) {
+    if ((ev == json::parse_event_t::object_start || ev == json::parse_event_t::array_start) &&
+        depth >= kMaxJsonDepth)
+      throw ApiError(400, "the request body is nested deeper than " +
+                              std::to_string(kMaxJsonDepth) + " levels");
+    return true;
+  };
+  json j = json::parse(body, depth_check, false);
   if (j.is_discarded()) throw ApiError(400, "the request body is not valid JSON");
   if (!j.is_object()) throw ApiError(400, "the request body must be a JSON object");
   return j;
@@ -332,6 +384,10 @@ ApiRequest parse_llama_completion(const json& j, const ApiContext& ctx) {
   if (auto v = number(j, "repeat_penalty", 0, 100)) sp.repeat_penalty = float(*v);
   if (auto v = integer(j, "repeat_last_n", -1, 1 << 30)) sp.repeat_last_n = int32_t(*v);
   if (auto n = integer(j, "n_predict", -1, kMaxInt)) r.params.n_predict = *n;
+  if (r.params.n_predict == 0) {  // evaluate the prompt only (see ApiRequest::no_tokens)
+    r.no_tokens = true;
+    r.params.n_predict = 1;
+  }
   if (auto n = integer(j, "n_probs", 0, 100)) r.params.n_probs = int(*n);
   r.params.cache_prompt = boolean(j, "cache_prompt").value_or(true);
   r.params.ignore_eos = boolean(j, "ignore_eos").value_or(false);
@@ -372,11 +428,14 @@ ApiRequest parse_infill(const json& j, const ApiContext& ctx) {
   return parse_llama_completion(body, ctx);
 }
 
-json response_json(const ApiRequest& r, const RequestResult& res,
+json response_json(const ApiRequest& r, const RequestResult& result,
                    const std::vector<TokenEvent>& events, const ApiContext& ctx,
                    const std::string& id, int64_t created) {
+  RequestResult stripped;
+  const RequestResult& res = r.no_tokens ? (stripped = without_tokens(result)) : result;
   std::vector<const TokenEvent*> evs;
-  for (const auto& e : events) evs.push_back(&e);
+  if (!r.no_tokens)
+    for (const auto& e : events) evs.push_back(&e);
   switch (r.api) {
     case Api::kCompletions: {
       json choice = {{"index", 0}, {"text", res.text}};
@@ -434,6 +493,7 @@ std::optional<json> stream_chunk_json(const ApiRequest& r, const TokenEvent& ev,
                                       const ApiContext& ctx, const std::string& id,
                                       int64_t created) {
   const std::vector<const TokenEvent*> evs{&ev};
+  if (r.no_tokens) return std::nullopt;
   switch (r.api) {
     case Api::kCompletions: {
       if (ev.text.empty() && !r.logprobs) return std::nullopt;
@@ -467,8 +527,10 @@ std::optional<json> stream_chunk_json(const ApiRequest& r, const TokenEvent& ev,
   return std::nullopt;
 }
 
-std::vector<json> stream_end_json(const ApiRequest& r, const RequestResult& res,
+std::vector<json> stream_end_json(const ApiRequest& r, const RequestResult& result,
                                   const ApiContext& ctx, const std::string& id, int64_t created) {
+  RequestResult stripped;
+  const RequestResult& res = r.no_tokens ? (stripped = without_tokens(result)) : result;
   std::vector<json> out;
   switch (r.api) {
     case Api::kCompletions:
@@ -505,6 +567,48 @@ std::vector<json> stream_end_json(const ApiRequest& r, const RequestResult& res,
     }
   }
   return out;
+}
+
+json tokenize_response(const json& body, const Tokenizer& tok) {
+  auto it = body.find("content");
+  if (it == body.end() || !it->is_string())
+    throw ApiError(400, "'content' must be a string", "content");
+  auto add = body.find("add_special");
+  if (add != body.end() && !add->is_boolean())
+    throw ApiError(400, "'add_special' must be a boolean", "add_special");
+  const bool add_special = add != body.end() && add->get<bool>();
+  auto pieces = body.find("with_pieces");
+  if (pieces != body.end() && !pieces->is_boolean())
+    throw ApiError(400, "'with_pieces' must be a boolean", "with_pieces");
+  const auto ids = tok.tokenize(it->get<std::string>(), add_special, true);
+  if (ids.size() > kMaxApiTokens)
+    throw ApiError(413, "the content is more than " + std::to_string(kMaxApiTokens) + " tokens",
+                   "content");
+  json tokens = json::array();
+  for (int32_t id : ids) {
+    if (pieces != body.end() && pieces->get<bool>())
+      tokens.push_back({{"id", id}, {"piece", piece_json(tok.token_to_piece(id, true))}});
+    else
+      tokens.push_back(id);
+  }
+  return {{"tokens", tokens}};
+}
+
+json detokenize_response(const json& body, const Tokenizer& tok) {
+  auto it = body.find("tokens");
+  if (it == body.end() || !it->is_array())
+    throw ApiError(400, "'tokens' must be an array of token ids", "tokens");
+  if (it->size() > kMaxApiTokens)
+    throw ApiError(413, "more than " + std::to_string(kMaxApiTokens) + " tokens", "tokens");
+  std::string text;
+  for (const auto& t : *it) {
+    if (!t.is_number_integer()) throw ApiError(400, "'tokens' must hold integers", "tokens");
+    const int64_t id = t.get<int64_t>();
+    if (id < 0 || id >= tok.n_vocab())
+      throw ApiError(400, "token id " + std::to_string(id) + " outside the vocabulary", "tokens");
+    text += tok.token_to_piece(int32_t(id), false);
+  }
+  return {{"content", text}};
 }
 
 std::optional<ApiError> result_error(const RequestResult& res) {

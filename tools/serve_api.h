@@ -9,6 +9,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "text/chat_template.h"
@@ -58,9 +59,29 @@ struct ApiRequest {
   bool include_usage = false;  ///< OpenAI stream_options.include_usage
   bool logprobs = false;       ///< OpenAI: logprobs asked for
   bool return_tokens = false;  ///< llama.cpp: "tokens" in the response
+  /// llama.cpp n_predict 0: the prompt is evaluated (warming the prefix cache) but no token is
+  /// returned; the scheduler runs with n_predict 1 and the response drops that token.
+  bool no_tokens = false;
 };
 
-/// Parses a body as a JSON object; throws ApiError 400 (malformed JSON, not an object).
+/// Deepest nesting of arrays and objects a request body may have (else 400).
+constexpr int kMaxJsonDepth = 64;
+/// Most tokens /tokenize returns and /detokenize reads (else 413): bounds one request's memory.
+constexpr size_t kMaxApiTokens = size_t(1) << 18;
+
+/// `j` as sent on the wire: invalid UTF-8 in strings (a partial character of a byte token)
+/// becomes U+FFFD instead of throwing.
+std::string to_wire(const json& j);
+
+/// True when `s` is well-formed UTF-8 (no partial, overlong or surrogate sequences).
+bool is_valid_utf8(std::string_view s);
+
+/// A token's text for /tokenize's with_pieces: the piece as a string when it is valid UTF-8,
+/// else its bytes as an array of numbers (as llama-server does).
+json piece_json(const std::string& piece);
+
+/// Parses a body as a JSON object; throws ApiError 400 (malformed JSON, not an object, nested
+/// deeper than kMaxJsonDepth).
 json parse_body(const std::string& body);
 
 /// POST /v1/completions. Throws ApiError 400 for a wrong type, a value out of range, a
@@ -88,6 +109,14 @@ std::vector<json> stream_end_json(const ApiRequest& r, const RequestResult& res,
 /// The first chunk of a chat stream (the assistant role), or nullopt for other APIs.
 std::optional<json> stream_begin_json(const ApiRequest& r, const ApiContext& ctx,
                                       const std::string& id, int64_t created);
+
+/// POST /tokenize: {"content", "add_special", "with_pieces"} → {"tokens": [ids]} or
+/// {"tokens": [{"id", "piece"}]} (see piece_json). Throws ApiError 400 (wrong types), 413 (more
+/// than kMaxApiTokens tokens).
+json tokenize_response(const json& body, const Tokenizer& tok);
+/// POST /detokenize: {"tokens": [ids]} → {"content": text}; the text may end inside a UTF-8
+/// character (send it with to_wire). Throws ApiError 400 (not ids, outside the vocabulary), 413.
+json detokenize_response(const json& body, const Tokenizer& tok);
 
 /// The HTTP status and error object for a request that ended with timeout or error.
 std::optional<ApiError> result_error(const RequestResult& res);
