@@ -57,17 +57,23 @@ void pack_q6_K_block(const block_q6_K* const* src, uint8_t* dst) {
 
 }  // namespace
 
-bool pack_supported(const Tensor& w) {
+bool pack_supported(const Tensor& w) { return pack_supported(w, cpu_level()); }
+
+bool pack_supported(const Tensor& w, CpuLevel level) {
   if (!packable_type(w.type) || !w.data || w.ne[2] != 1 || w.ne[3] != 1) return false;
   const int64_t be = traits(w.type).block_elems;
   if (w.ne[0] % be != 0 || w.ne[1] % kPackRows != 0 || w.ne[1] == 0 || w.ne[0] == 0) return false;
   if (w.nb[1] != size_t(w.ne[0] / be) * traits(w.type).block_bytes) return false;
-  const CpuTypeTraits* ct = cpu_traits(w.type);
+  if (!cpu_level_supported(level)) return false;
+  const CpuTypeTraits* ct = cpu_traits(w.type, level);
   return ct && ct->packed_tile;
 }
 
-Buffer pack_weight(const Tensor& w) {
-  if (!pack_supported(w)) throw std::invalid_argument("pack_weight: this tensor cannot be packed");
+Buffer pack_weight(const Tensor& w) { return pack_weight(w, cpu_level()); }
+
+Buffer pack_weight(const Tensor& w, CpuLevel level) {
+  if (!pack_supported(w, level))
+    throw std::invalid_argument("pack_weight: this tensor cannot be packed");
   const int64_t nb = w.ne[0] / traits(w.type).block_elems, groups = w.ne[1] / kPackRows;
   const size_t gb = group_block_bytes(w.type);
   Buffer out(size_t(groups * nb) * gb);

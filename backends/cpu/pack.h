@@ -43,6 +43,7 @@
 
 #include <cstdint>
 
+#include "cpu/cpu_level.h"
 #include "tensor.h"
 
 namespace kvrun::cpu {
@@ -50,14 +51,24 @@ namespace kvrun::cpu {
 /// Rows per packed group.
 constexpr int64_t kPackRows = 16;
 
-/// True when `w` can be packed and the CPU kernels of the process's level have a packed kernel
-/// for its type: 2-D, contiguous rows, ne[1] % 16 == 0; q4_0 at the avx2 and avx512 levels,
-/// q8_0 and q6_K (ne[0] % 256 == 0) at avx512 (VNNI).
+/// True when `w` can be packed and the CPU kernels of the process's level (cpu_level()) have a
+/// packed kernel for its type: pack_supported(w, cpu_level()).
 bool pack_supported(const Tensor& w);
 
-/// The packed copy of `w` (layout above). Throws std::invalid_argument when !pack_supported(w),
-/// std::bad_alloc when memory runs out. The caller keeps the buffer and points w.packed at it.
+/// True when `w` can be packed and the kernels of `level` have a packed kernel for its type:
+/// 2-D, contiguous rows, ne[1] % 16 == 0; q4_0 at the avx2 and avx512 levels, q8_0 and q6_K
+/// (ne[0] % 256 == 0) at avx512 (VNNI). False for a level this build has no kernels for. The
+/// layout does not depend on the level: a matrix packed for one level is read by every level
+/// with a packed kernel for its type (and ignored by the others, which read the rows).
+bool pack_supported(const Tensor& w, CpuLevel level);
+
+/// The packed copy of `w` (layout above): pack_weight(w, cpu_level()).
 Buffer pack_weight(const Tensor& w);
+
+/// The packed copy of `w` (layout above). Throws std::invalid_argument when
+/// !pack_supported(w, level), std::bad_alloc when memory runs out. The caller keeps the buffer
+/// and points w.packed at it.
+Buffer pack_weight(const Tensor& w, CpuLevel level);
 
 /// Bytes of one packed 16-row group of a type-`t` matrix with rows of `k` elements.
 size_t packed_group_bytes(DType t, int64_t k);
