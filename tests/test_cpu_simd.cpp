@@ -137,6 +137,11 @@ TEST_P(SimdLevel, SimdKernelsAreWired) {
     EXPECT_NE(cpu_traits(t, level)->gemm_dot_tile, nullptr) << lv << " " << traits(t).name;
   }
   EXPECT_NE(cpu_traits(DType::Q4_0, level)->repack_dot_tile, nullptr) << lv;
+  // The packed kernels each level has (pack.h): q4_0 and q8_0 at avx2, those and q6_K at avx512.
+  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q6_K}) {
+    const bool want = (level == CpuLevel::avx2 && t != DType::Q6_K) || level == CpuLevel::avx512;
+    EXPECT_EQ(cpu_traits(t, level)->packed_tile != nullptr, want) << lv << " " << traits(t).name;
+  }
   EXPECT_NE(op_kernels(level).silu_mul, op_kernels(CpuLevel::scalar).silu_mul) << lv;
   EXPECT_NE(op_kernels(level).exp_blocks, op_kernels(CpuLevel::scalar).exp_blocks) << lv;
   EXPECT_NE(op_kernels(level).rope_rotate, op_kernels(CpuLevel::scalar).rope_rotate) << lv;

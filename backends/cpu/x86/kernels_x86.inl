@@ -564,6 +564,44 @@ inline void packed_q8_0_group(int64_t nb, const uint8_t* g, const uint8_t* x, si
 }
 #endif
 
+#ifndef KVRUN_X86_VNNI
+/// The avx2 form of packed_q8_0_group: rows 8·h .. 8·h+7 (h = half, 0 or 1) of one packed q8_0
+/// group against one activation row x (q8_0): y[8·h + r]. Same order, lane by lane: 8 float
+/// lanes per row (q8_0 lane i: elements 4i..4i+3 of each block), lane = fma(d_w·d_x, Σ, lane),
+/// fold8 at the end. Without VNNI the stored q + 128 would overflow VPMADDUBSW's int16 pair sums,
+/// so each 32-byte half-chunk is flipped back to signed q (XOR 0x80) and multiplied by the sign
+/// trick (|q| times x with q's sign): pair sums ≤ 2·128·127, exact, like q8_0_q8_0_tile. The
+/// 8 lane accumulators of one half fill half the 16 ymm registers (a whole group's 16 would
+/// spill), so a group is two passes over its blocks; the first streams the weights from memory
+/// (prefetched kPrefetchAhead ahead), the second finds them in cache.
+inline void packed_q8_0_half(int64_t nb, const uint8_t* g, int half, const uint8_t* x, float* y) {
+  __m256 acc[8];
+  for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
+  const __m256i flip = _mm256_set1_epi8(char(0x80)), ones = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < nb; ++b, g += 544) {
+    if (half == 0)
+      for (int l = 0; l < 544; l += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(g) + kPrefetchAhead + l, _MM_HINT_T0);
+    const block_q8_0& xb = block_at<block_q8_0>(x, 0, 0, b);
+    const __m256 dw =
+        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 16 * half)));
+    const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(h2f(xb.d)));
+    for (int i = 0; i < 8; ++i) {
+      const __m256i w = _mm256_xor_si256(load256(g + 32 + 64 * i + 32 * half), flip);
+      const __m256i xv = _mm256_broadcastd_epi32(_mm_loadu_si32(xb.qs + 4 * i));
+      const __m256i p = _mm256_madd_epi16(
+          _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xv, w)), ones);
+      acc[i] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[i]);
+    }
+  }
+  // fold8 per lane: (v0+v4 + v2+v6) + (v1+v5 + v3+v7)
+  __m256 t[4];
+  for (int i = 0; i < 4; ++i) t[i] = _mm256_add_ps(acc[i + 4], acc[i]);
+  _mm256_storeu_ps(y + 8 * half,
+                   _mm256_add_ps(_mm256_add_ps(t[0], t[2]), _mm256_add_ps(t[1], t[3])));
+}
+#endif
+
 /// One packed q6_K group (16 rows, pack.h layout) against C q8_K activation rows: y[c·ys + r].
 /// The order of vec_dot_q6_K_q8_K, lane by lane, a row per int32 / float lane: per super-block 8
 /// integer lanes (q6_K lane l: values 4l..4l+3 of each 32, each times the scale of its 16-value
@@ -1023,9 +1061,25 @@ KVRUN_X86_DOT_AND_TILE(vec_dot_q6_K_q8_K, tile_q6_K_q8_K, q6_K_q8_K_tile, QK_K, 
 
 #undef KVRUN_X86_DOT_AND_TILE
 
+#ifndef KVRUN_X86_VNNI
+// Without VNNI: each activation row, each half group (packed_q8_0_half); xoff is not needed
+// (the weights are flipped back to signed bytes).
+void packed_q8_0_q8_0(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
+                      const int32_t* /*xoff*/, int64_t nx, float* y, size_t ys) {
+  const int64_t nb = n / 32;
+  const uint8_t* xb = static_cast<const uint8_t*>(x);
+  for (int64_t gi = 0; gi < ngroups; ++gi) {
+    const uint8_t* g = static_cast<const uint8_t*>(wp) + size_t(gi) * size_t(nb) * 544;
+    for (int64_t j = 0; j < nx; ++j)
+      for (int half = 0; half < 2; ++half)
+        packed_q8_0_half(nb, g, half, xb + size_t(j) * xs, y + gi * 16 + size_t(j) * ys);
+  }
+}
+#endif
+
 #ifdef KVRUN_X86_VNNI
-// Only with VNNI: without it the unsigned × signed pairs go through int16, and (q + 128)·x pair
-// sums reach 2·255·127, past its range. (The avx2 level has no packed q8_0 kernel.)
+// With VNNI the unsigned × signed products need no int16 step ((q + 128)·x pair sums reach
+// 2·255·127, past VPMADDUBSW's range; the avx2 form above flips the bytes back instead).
 void packed_q8_0_q8_0(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
                       const int32_t* xoff, int64_t nx, float* y, size_t ys) {
 #ifdef __AVX512F__
