@@ -137,9 +137,9 @@ TEST_P(SimdLevel, SimdKernelsAreWired) {
     EXPECT_NE(cpu_traits(t, level)->gemm_dot_tile, nullptr) << lv << " " << traits(t).name;
   }
   EXPECT_NE(cpu_traits(DType::Q4_0, level)->repack_dot_tile, nullptr) << lv;
-  // The packed kernels each level has (pack.h): q4_0 and q8_0 at avx2, those and q6_K at avx512.
+  // The packed kernels each level has (pack.h): q4_0, q8_0 and q6_K at avx2 and avx512.
   for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q6_K}) {
-    const bool want = (level == CpuLevel::avx2 && t != DType::Q6_K) || level == CpuLevel::avx512;
+    const bool want = level == CpuLevel::avx2 || level == CpuLevel::avx512;
     EXPECT_EQ(cpu_traits(t, level)->packed_tile != nullptr, want) << lv << " " << traits(t).name;
   }
   EXPECT_NE(op_kernels(level).silu_mul, op_kernels(CpuLevel::scalar).silu_mul) << lv;
@@ -287,7 +287,7 @@ TEST_P(MatmulLevel, EqualsScalarDots) {
 // repacked order, q8_0 and q6_K: their lane order): one group and several, one block and many,
 // every activation-row tail of the kernels' passes (q4_0 at avx512: 8 rows per pass, then 2..7
 // in one pass or 1), and more threads than groups. A level without a packed kernel for the type
-// (scalar; q6_K at avx2) must ignore Tensor::packed and read the rows: there w.packed points at
+// (scalar) must ignore Tensor::packed and read the rows: there w.packed points at
 // junk. Every level this CPU has is checked whatever KVRUN_CPU says (pack_weight(w, level)).
 TEST_P(MatmulLevel, PackedWeightsEqualScalarDots) {
   const CpuLevel level = GetParam();

@@ -56,8 +56,8 @@ constexpr int64_t kPackRows = 16;
 bool pack_supported(const Tensor& w);
 
 /// True when `w` can be packed and the kernels of `level` have a packed kernel for its type:
-/// 2-D, contiguous rows, ne[1] % 16 == 0; q4_0 and q8_0 at the avx2 and avx512 levels, q6_K
-/// (ne[0] % 256 == 0) at avx512 (VNNI). False for a level this build has no kernels for. The
+/// 2-D, contiguous rows, ne[1] % 16 == 0; q4_0, q8_0 and q6_K (ne[0] % 256 == 0) at the avx2
+/// and avx512 levels. False for a level this build has no kernels for. The
 /// layout does not depend on the level: a matrix packed for one level is read by every level
 /// with a packed kernel for its type (and ignored by the others, which read the rows).
 bool pack_supported(const Tensor& w, CpuLevel level);

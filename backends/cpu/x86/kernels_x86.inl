@@ -672,6 +672,72 @@ inline void packed_q6_K_group(int64_t nb, const uint8_t* g, const uint8_t* x, si
 }
 #endif
 
+#ifndef KVRUN_X86_VNNI
+/// The 16-value sub-block j's scales of rows 8·half .. 8·half+7 of a packed q6_K super-block
+/// (pack.h layout), each int32 lane holding its scale as int16 in the low half and 0 in the
+/// high half (VPMADDWD by it multiplies an int32 within int16 range by the scale exactly).
+inline __m256i q6_K_half_scales(const uint8_t* g, int j, int half) {
+  const __m256i s = _mm256_cvtepi8_epi32(
+      _mm_loadl_epi64(reinterpret_cast<const __m128i*>(g + 32 + 16 * j + 8 * half)));
+  return _mm256_and_si256(s, _mm256_set1_epi32(0xFFFF));
+}
+
+/// Values 4i..4i+3 (i < 4) of sub-block `quad` (pack.h's 192-byte quad, at the half's 32-byte
+/// offset) of 8 rows, as u = q + 32 in 0..63.
+inline __m256i q6_K_half_values(const uint8_t* quad, int i) {
+  const __m256i m63 = _mm256_set1_epi8(0x3F), m15 = _mm256_set1_epi8(0x0F);
+  const __m256i m192 = _mm256_set1_epi8(char(0xC0));
+  if (i < 2) return _mm256_and_si256(load256(quad + 64 * i), m63);
+  const __m256i top = _mm256_srli_epi16(_mm256_and_si256(load256(quad + 64 * (i - 2)), m192), 2);
+  __m256i low = load256(quad + 128);
+  if (i == 3) low = _mm256_srli_epi16(low, 4);
+  return _mm256_or_si256(_mm256_and_si256(low, m15), top);
+}
+
+/// The avx2 form of packed_q6_K_group: rows 8·half .. 8·half+7 of one packed q6_K group against
+/// one q8_K activation row: y[8·half + r]. Same order as vec_dot_q6_K_q8_K, lane by lane: per
+/// super-block the 8 integer lanes (lane l = 4h + i: values 4i..4i+3 of sub-blocks 2·j2 + h,
+/// each Σ q·x times its sub-block's scale), then lane = fma(d_x·d_w, float(isum), lane), fold8 at
+/// the end. Σ q·x of 4 values is VPMADDUBSW/VPMADDWD of u = q + 32 (pair sums ≤ 2·63·128, int16)
+/// plus xoff's −32·Σx, within int16, so VPMADDWD by the zero-extended scale is exact. The lanes
+/// are finished one at a time (one integer accumulator live beside the 8 float lanes, which
+/// fill half the 16 ymm registers); the first half's pass prefetches kPrefetchAhead ahead.
+inline void packed_q6_K_half(int64_t nb, const uint8_t* g, int half, const uint8_t* x,
+                             const int32_t* xoff, float* y) {
+  __m256 acc[8];
+  for (int l = 0; l < 8; ++l) acc[l] = _mm256_setzero_ps();
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < nb; ++b, g += 3360, xoff += 64) {
+    if (half == 0)
+      for (int l = 0; l < 3360; l += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(g) + kPrefetchAhead + l, _MM_HINT_T0);
+    const block_q8_K& xb = block_at<block_q8_K>(x, 0, 0, b);
+    __m256i sc[16];
+    for (int j = 0; j < 16; ++j) sc[j] = q6_K_half_scales(g, j, half);
+    const __m256 dw =
+        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 16 * half)));
+    const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(xb.d));
+    for (int l = 0; l < 8; ++l) {
+      const int h = l / 4, i = l % 4;
+      __m256i lane = _mm256_setzero_si256();
+      for (int j2 = 0; j2 < 8; ++j2) {
+        const int j = 2 * j2 + h;
+        const __m256i u = q6_K_half_values(g + 288 + 192 * j + 32 * half, i);
+        const __m256i xv = _mm256_broadcastd_epi32(_mm_loadu_si32(xb.qs + 16 * j + 4 * i));
+        const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(u, xv), ones),
+                                           _mm256_set1_epi32(xoff[4 * j + i]));
+        lane = _mm256_add_epi32(lane, _mm256_madd_epi16(s, sc[j]));
+      }
+      acc[l] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lane), acc[l]);
+    }
+  }
+  __m256 t[4];
+  for (int i = 0; i < 4; ++i) t[i] = _mm256_add_ps(acc[i + 4], acc[i]);
+  _mm256_storeu_ps(y + 8 * half,
+                   _mm256_add_ps(_mm256_add_ps(t[0], t[2]), _mm256_add_ps(t[1], t[3])));
+}
+#endif
+
 // ---------------------------------------------------------------------------------------------
 // K-quants against q8_K
 // ---------------------------------------------------------------------------------------------
@@ -1077,6 +1143,22 @@ void packed_q8_0_q8_0(int64_t n, const void* wp, int64_t ngroups, const void* x,
 }
 #endif
 
+#ifndef KVRUN_X86_VNNI
+// Without VNNI: each activation row, each half group (packed_q6_K_half).
+void packed_q6_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
+                      const int32_t* xoff, int64_t nx, float* y, size_t ys) {
+  const int64_t nb = n / QK_K;
+  const uint8_t* xb = static_cast<const uint8_t*>(x);
+  for (int64_t gi = 0; gi < ngroups; ++gi) {
+    const uint8_t* g = static_cast<const uint8_t*>(wp) + size_t(gi) * size_t(nb) * 3360;
+    for (int64_t j = 0; j < nx; ++j)
+      for (int half = 0; half < 2; ++half)
+        packed_q6_K_half(nb, g, half, xb + size_t(j) * xs, xoff + j * nb * 64,
+                         y + gi * 16 + size_t(j) * ys);
+  }
+}
+#endif
+
 #ifdef KVRUN_X86_VNNI
 // With VNNI the unsigned × signed products need no int16 step ((q + 128)·x pair sums reach
 // 2·255·127, past VPMADDUBSW's range; the avx2 form above flips the bytes back instead).
@@ -1103,8 +1185,9 @@ void packed_q8_0_q8_0(int64_t n, const void* wp, int64_t ngroups, const void* x,
 }
 
 #ifdef __AVX512F__
-// AVX-512 only: the 16 int32 lanes of a q6_K pass are one zmm each (as ymm pairs, the 8 int
-// lanes per activation row would not fit the avx2 level's 16 registers).
+// The AVX-512 form: the 16 int32 lanes of a q6_K pass are one zmm each (as ymm pairs, the 8 int
+// lanes per activation row would not fit the avx2 level's 16 registers; packed_q6_K_half runs
+// 8 rows and one lane at a time instead).
 void packed_q6_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
                       const int32_t* xoff, int64_t nx, float* y, size_t ys) {
   constexpr int kC = 2;  // 16 int32 and 16 float lane accumulators per pass
