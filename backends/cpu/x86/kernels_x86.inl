@@ -695,46 +695,63 @@ inline __m256i q6_K_half_values(const uint8_t* quad, int i) {
 }
 
 /// The avx2 form of packed_q6_K_group: rows 8·half .. 8·half+7 of one packed q6_K group against
-/// one q8_K activation row: y[8·half + r]. Same order as vec_dot_q6_K_q8_K, lane by lane: per
-/// super-block the 8 integer lanes (lane l = 4h + i: values 4i..4i+3 of sub-blocks 2·j2 + h,
-/// each Σ q·x times its sub-block's scale), then lane = fma(d_x·d_w, float(isum), lane), fold8 at
-/// the end. Σ q·x of 4 values is VPMADDUBSW/VPMADDWD of u = q + 32 (pair sums ≤ 2·63·128, int16)
-/// plus xoff's −32·Σx, within int16, so VPMADDWD by the zero-extended scale is exact. The lanes
-/// are finished one at a time (one integer accumulator live beside the 8 float lanes, which
-/// fill half the 16 ymm registers); the first half's pass prefetches kPrefetchAhead ahead.
-inline void packed_q6_K_half(int64_t nb, const uint8_t* g, int half, const uint8_t* x,
-                             const int32_t* xoff, float* y) {
-  __m256 acc[8];
-  for (int l = 0; l < 8; ++l) acc[l] = _mm256_setzero_ps();
+/// C q8_K activation rows (xs bytes apart): y[c·ys + 8·half + r]. Same order as
+/// vec_dot_q6_K_q8_K, lane by lane: per super-block the 8 integer lanes (lane l = 4h + i: values
+/// 4i..4i+3 of sub-blocks 2·j2 + h, each Σ q·x times its sub-block's scale), then lane =
+/// fma(d_x·d_w, float(isum), lane), fold8 at the end. Σ q·x of 4 values is VPMADDUBSW/VPMADDWD
+/// of u = q + 32 (pair sums ≤ 2·63·128, int16) plus xoff's −32·Σx, within int16, so VPMADDWD by
+/// the zero-extended scale is exact. The lanes are finished one at a time (C integer
+/// accumulators live; the 8·C float lanes are touched once per lane and super-block, so they
+/// may live in memory), and each unpacked u serves the C rows. The decode form (C = 1) of the
+/// first half prefetches kPrefetchAhead ahead.
+template <int C>
+inline void packed_q6_K_half(int64_t nb, const uint8_t* g, int half, const uint8_t* x, size_t xs,
+                             const int32_t* xoff, float* y, size_t ys) {
+  __m256 acc[C][8];
+  for (int c = 0; c < C; ++c)
+    for (int l = 0; l < 8; ++l) acc[c][l] = _mm256_setzero_ps();
   const __m256i ones = _mm256_set1_epi16(1);
-  for (int64_t b = 0; b < nb; ++b, g += 3360, xoff += 64) {
-    if (half == 0)
+  for (int64_t b = 0; b < nb; ++b, g += 3360) {
+    if (C == 1 && half == 0)
       for (int l = 0; l < 3360; l += 64)
         _mm_prefetch(reinterpret_cast<const char*>(g) + kPrefetchAhead + l, _MM_HINT_T0);
-    const block_q8_K& xb = block_at<block_q8_K>(x, 0, 0, b);
     __m256i sc[16];
     for (int j = 0; j < 16; ++j) sc[j] = q6_K_half_scales(g, j, half);
     const __m256 dw =
         _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 16 * half)));
-    const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(xb.d));
+    __m256 d[C];
+    const int8_t* qx[C];
+    const int32_t* off[C];
+    for (int c = 0; c < C; ++c) {
+      const block_q8_K& xb = block_at<block_q8_K>(x, xs, c, b);
+      d[c] = _mm256_mul_ps(dw, _mm256_set1_ps(xb.d));
+      qx[c] = xb.qs;
+      off[c] = xoff + (size_t(c) * size_t(nb) + size_t(b)) * 64;
+    }
     for (int l = 0; l < 8; ++l) {
       const int h = l / 4, i = l % 4;
-      __m256i lane = _mm256_setzero_si256();
+      __m256i lane[C];
+      for (int c = 0; c < C; ++c) lane[c] = _mm256_setzero_si256();
       for (int j2 = 0; j2 < 8; ++j2) {
         const int j = 2 * j2 + h;
         const __m256i u = q6_K_half_values(g + 288 + 192 * j + 32 * half, i);
-        const __m256i xv = _mm256_broadcastd_epi32(_mm_loadu_si32(xb.qs + 16 * j + 4 * i));
-        const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(u, xv), ones),
-                                           _mm256_set1_epi32(xoff[4 * j + i]));
-        lane = _mm256_add_epi32(lane, _mm256_madd_epi16(s, sc[j]));
+        for (int c = 0; c < C; ++c) {
+          const __m256i xv = _mm256_broadcastd_epi32(_mm_loadu_si32(qx[c] + 16 * j + 4 * i));
+          const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(u, xv), ones),
+                                             _mm256_set1_epi32(off[c][4 * j + i]));
+          lane[c] = _mm256_add_epi32(lane[c], _mm256_madd_epi16(s, sc[j]));
+        }
       }
-      acc[l] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lane), acc[l]);
+      for (int c = 0; c < C; ++c)
+        acc[c][l] = _mm256_fmadd_ps(d[c], _mm256_cvtepi32_ps(lane[c]), acc[c][l]);
     }
   }
-  __m256 t[4];
-  for (int i = 0; i < 4; ++i) t[i] = _mm256_add_ps(acc[i + 4], acc[i]);
-  _mm256_storeu_ps(y + 8 * half,
-                   _mm256_add_ps(_mm256_add_ps(t[0], t[2]), _mm256_add_ps(t[1], t[3])));
+  for (int c = 0; c < C; ++c) {
+    __m256 t[4];
+    for (int i = 0; i < 4; ++i) t[i] = _mm256_add_ps(acc[c][i + 4], acc[c][i]);
+    _mm256_storeu_ps(y + size_t(c) * ys + 8 * half,
+                     _mm256_add_ps(_mm256_add_ps(t[0], t[2]), _mm256_add_ps(t[1], t[3])));
+  }
 }
 #endif
 
@@ -1144,17 +1161,24 @@ void packed_q8_0_q8_0(int64_t n, const void* wp, int64_t ngroups, const void* x,
 #endif
 
 #ifndef KVRUN_X86_VNNI
-// Without VNNI: each activation row, each half group (packed_q6_K_half).
+// Without VNNI: kC activation rows at a time, then one, each half group (packed_q6_K_half).
 void packed_q6_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
                       const int32_t* xoff, int64_t nx, float* y, size_t ys) {
+  constexpr int kC = 4;
   const int64_t nb = n / QK_K;
   const uint8_t* xb = static_cast<const uint8_t*>(x);
   for (int64_t gi = 0; gi < ngroups; ++gi) {
     const uint8_t* g = static_cast<const uint8_t*>(wp) + size_t(gi) * size_t(nb) * 3360;
-    for (int64_t j = 0; j < nx; ++j)
+    float* yg = y + gi * 16;
+    int64_t j = 0;
+    for (; j + kC <= nx; j += kC)
       for (int half = 0; half < 2; ++half)
-        packed_q6_K_half(nb, g, half, xb + size_t(j) * xs, xoff + j * nb * 64,
-                         y + gi * 16 + size_t(j) * ys);
+        packed_q6_K_half<kC>(nb, g, half, xb + size_t(j) * xs, xs, xoff + j * nb * 64,
+                             yg + size_t(j) * ys, ys);
+    for (; j < nx; ++j)
+      for (int half = 0; half < 2; ++half)
+        packed_q6_K_half<1>(nb, g, half, xb + size_t(j) * xs, xs, xoff + j * nb * 64,
+                            yg + size_t(j) * ys, ys);
   }
 }
 #endif
