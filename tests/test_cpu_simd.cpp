@@ -137,9 +137,10 @@ TEST_P(SimdLevel, SimdKernelsAreWired) {
     EXPECT_NE(cpu_traits(t, level)->gemm_dot_tile, nullptr) << lv << " " << traits(t).name;
   }
   EXPECT_NE(cpu_traits(DType::Q4_0, level)->repack_dot_tile, nullptr) << lv;
-  // The packed kernels each level has (pack.h): q4_0, q8_0 and q6_K at avx2 and avx512.
-  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q6_K}) {
-    const bool want = level == CpuLevel::avx2 || level == CpuLevel::avx512;
+  // The packed kernels each level has (pack.h): q4_0, q8_0 and q6_K at avx2 and avx512, q4_K at
+  // avx2.
+  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+    const bool want = level == CpuLevel::avx2 || (level == CpuLevel::avx512 && t != DType::Q4_K);
     EXPECT_EQ(cpu_traits(t, level)->packed_tile != nullptr, want) << lv << " " << traits(t).name;
   }
   EXPECT_NE(op_kernels(level).silu_mul, op_kernels(CpuLevel::scalar).silu_mul) << lv;
@@ -284,20 +285,21 @@ TEST_P(MatmulLevel, EqualsScalarDots) {
 
 // Weights packed at load (pack.h: 16 rows interleaved) give, at a level with a packed kernel for
 // their type, the float of the scalar dot of the unpacked rows for every output (q4_0: the
-// repacked order, q8_0 and q6_K: their lane order): one group and several, one block and many,
-// every activation-row tail of the kernels' passes (q4_0 at avx512: 8 rows per pass, then 2..7
-// in one pass or 1), and more threads than groups. A level without a packed kernel for the type
-// (scalar) must ignore Tensor::packed and read the rows: there w.packed points at
-// junk. Every level this CPU has is checked whatever KVRUN_CPU says (pack_weight(w, level)).
+// repacked order, q8_0, q4_K and q6_K: their lane order): one group and several, one block and
+// many, every activation-row tail of the kernels' passes (q4_0 at avx512: 8 rows per pass,
+// then 2..7 in one pass or 1), and more threads than groups. A level without a packed kernel for
+// the type (scalar) must ignore Tensor::packed and read the rows: there w.packed points at junk.
+// Every level this CPU has is checked whatever KVRUN_CPU says (pack_weight(w, level)).
 TEST_P(MatmulLevel, PackedWeightsEqualScalarDots) {
   const CpuLevel level = GetParam();
   int checked = 0, zeros = 0;
   std::string unpacked;  // types this level has no packed kernel for
-  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q6_K}) {
+  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
     const CpuTypeTraits* ref = cpu_traits(t, CpuLevel::scalar);
     const VecDotFn dot = t == DType::Q4_0 ? ref->repack_dot : ref->vec_dot;
-    const std::vector<int64_t> ks = t == DType::Q6_K ? std::vector<int64_t>{256, 512, 2048}
-                                                     : std::vector<int64_t>{32, 96, 2048};
+    const bool k_quant = t == DType::Q4_K || t == DType::Q6_K;
+    const std::vector<int64_t> ks =
+        k_quant ? std::vector<int64_t>{256, 512, 2048} : std::vector<int64_t>{32, 96, 2048};
     for (int64_t k : ks)
       for (int64_t m : {int64_t(16), int64_t(48)}) {
         const auto wf = varied_floats(size_t(m * k), 11 + uint32_t(k + m));

@@ -19,12 +19,29 @@ size_t group_block_bytes(DType t) {
       return size_t(kPackRows) * sizeof(block_q4_0);
     case DType::Q8_0:
       return size_t(kPackRows) * sizeof(block_q8_0);
+    case DType::Q4_K:
+      return size_t(kPackRows) * sizeof(block_q4_K);
     default:
       return size_t(kPackRows) * sizeof(block_q6_K);
   }
 }
 
-bool packable_type(DType t) { return t == DType::Q4_0 || t == DType::Q8_0 || t == DType::Q6_K; }
+bool packable_type(DType t) {
+  return t == DType::Q4_0 || t == DType::Q8_0 || t == DType::Q4_K || t == DType::Q6_K;
+}
+
+/// One q4_K super-block of 16 rows (pack.h layout) from row r's block src[r].
+void pack_q4_K_block(const block_q4_K* const* src, uint8_t* dst) {
+  for (int r = 0; r < kPackRows; ++r) {
+    const block_q4_K& b = *src[r];
+    std::memcpy(dst + 2 * r, &b.d, 2);
+    std::memcpy(dst + 32 + 2 * r, &b.dmin, 2);
+    for (int t = 0; t < K_SCALE_SIZE; ++t) dst[64 + 16 * t + r] = b.scales[t];
+    for (int j2 = 0; j2 < 4; ++j2)
+      for (int i = 0; i < 8; ++i)
+        std::memcpy(dst + 256 + 64 * (8 * j2 + i) + 4 * r, b.qs + 32 * j2 + 4 * i, 4);
+  }
+}
 
 /// Value i (0..255) of a q6_K block as stored, q + 32 in 0..63 (GGUF bit layout; the same
 /// unpacking as vec_dot_q6_K_q8_K).
@@ -80,6 +97,13 @@ Buffer pack_weight(const Tensor& w, CpuLevel level) {
   uint8_t* dst = static_cast<uint8_t*>(out.data());
   for (int64_t g = 0; g < groups; ++g)
     for (int64_t b = 0; b < nb; ++b, dst += gb) {
+      if (w.type == DType::Q4_K) {
+        const block_q4_K* src[kPackRows];
+        for (int64_t r = 0; r < kPackRows; ++r)
+          src[r] = static_cast<const block_q4_K*>(w.row(g * kPackRows + r)) + b;
+        pack_q4_K_block(src, dst);
+        continue;
+      }
       if (w.type == DType::Q6_K) {
         const block_q6_K* src[kPackRows];
         for (int64_t r = 0; r < kPackRows; ++r)
@@ -109,11 +133,13 @@ size_t packed_group_bytes(DType t, int64_t k) {
 }
 
 int64_t pack_act_offsets_per_row(DType t, int64_t k) {
+  if (t == DType::Q4_K) return 0;  // its kernel reads q8_K's bsums
   return t == DType::Q4_0 ? k / 16 : t == DType::Q8_0 ? k / 32 * 9 : k / 4;
 }
 
 void pack_act_offsets(DType t, const void* act, size_t act_row, int64_t n, int64_t k,
                       int32_t* out) {
+  if (t == DType::Q4_K) return;
   if (t == DType::Q6_K) {
     // −32 · Σ of each 4 consecutive activation quants (the +32 of the stored q6_K values).
     for (int64_t j = 0; j < n; ++j) {

@@ -38,7 +38,20 @@
 // sum), a value within int16, and VPDPWSSD multiplies it by the row's scale into the lane's
 // int32 sum exactly. Bit-identical to vec_dot_q6_K_q8_K.
 //
-// The packed copy is the same size as the original (18 or 34 bytes per 32 weights, 210 per 256).
+// A q4_K matrix (k a multiple of 256) is packed in 2304-byte super-blocks (16 × q4_K's 144):
+//   bytes    0 ..   31: the 16 rows' f16 d (row r at 2·r); bytes 32 .. 63: their f16 dmin;
+//   bytes   64 ..  255: the 12 packed scale/min bytes, byte t of row r at 64 + 16·t + r (the
+//                       kernel unpacks the 6-bit scales and mins of 16 rows with byte vectors);
+//   bytes  256 .. 2303: 32 chunks of 64 bytes, chunk 8·j2 + i holding bytes 4i..4i+3 of row r's
+//                       qs[32·j2 .. 32·j2+31] at 4·r: low nibbles are values 4i..4i+3 of
+//                       sub-block 2·j2, high nibbles those of sub-block 2·j2+1 (GGUF q4_K order).
+// So one 32-byte half-chunk gives 8 rows' values of q4_K lane i (llama.cpp's AVX2 lane: values
+// 4i..4i+3 of each 32) for two sub-blocks; the kernel keeps vec_dot_q4_K_q8_K's order (8 main
+// lanes, 4 min lanes; vec_dot_k.cpp), so it is bit-identical. Its xoff is empty: the min term
+// uses q8_K's bsums.
+//
+// The packed copy is the same size as the original (18 or 34 bytes per 32 weights, 144 or 210 per
+// 256).
 #pragma once
 
 #include <cstdint>
@@ -57,9 +70,9 @@ bool pack_supported(const Tensor& w);
 
 /// True when `w` can be packed and the kernels of `level` have a packed kernel for its type:
 /// 2-D, contiguous rows, ne[1] % 16 == 0; q4_0, q8_0 and q6_K (ne[0] % 256 == 0) at the avx2
-/// and avx512 levels. False for a level this build has no kernels for. The
-/// layout does not depend on the level: a matrix packed for one level is read by every level
-/// with a packed kernel for its type (and ignored by the others, which read the rows).
+/// and avx512 levels, q4_K (ne[0] % 256 == 0) at avx2. False for a level this build has no kernels
+/// for. The layout does not depend on the level: a matrix packed for one level is read by every
+/// level with a packed kernel for its type (and ignored by the others, which read the rows).
 bool pack_supported(const Tensor& w, CpuLevel level);
 
 /// The packed copy of `w` (layout above): pack_weight(w, cpu_level()).
@@ -75,7 +88,7 @@ size_t packed_group_bytes(DType t, int64_t k);
 
 /// int32 offsets per activation row that the packed kernel of type `t` needs (k/16 for q4_0: an
 /// offset and the scale as float bits per block; 9·k/32 for q8_0: 8 offsets and the scale; k/4
-/// for q6_K).
+/// for q6_K; none for q4_K).
 int64_t pack_act_offsets_per_row(DType t, int64_t k);
 
 /// The offsets of `n` activation rows (q8_0 for q4_0/q8_0, q8_K for q6_K; act_row bytes apart,
