@@ -18,6 +18,8 @@
 // of 64 bytes, chunk i holding quants 4i..4i+3 of each row stored as q + 128 (unsigned bytes,
 // so VPDPBUSD can multiply them by signed activations; the 128·Σx this adds is taken off, see
 // pack_act_offsets). Its dot keeps q8_0's lane order (vec_dot.h), so it too is bit-identical.
+// (The avx2 level, without VNNI, flips each 32 bytes back to signed q with one XOR and uses the
+// sign trick instead; it does not read the offsets.)
 //
 // A q6_K matrix (k a multiple of 256) is packed in 3360-byte super-blocks (16 rows × 256
 // values, exactly 16 × q6_K's 210 bytes, so no more memory traffic than the plain rows):
