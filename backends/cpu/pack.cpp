@@ -72,6 +72,17 @@ void pack_q6_K_block(const block_q6_K* const* src, uint8_t* dst) {
   }
 }
 
+/// Super-block b of rows 16·g .. 16·g+15 of `w` packed into dst by `pack` (pack_q4_K_block,
+/// pack_q6_K_block).
+template <typename Block>
+void pack_super_block(const Tensor& w, int64_t g, int64_t b,
+                      void (*pack)(const Block* const*, uint8_t*), uint8_t* dst) {
+  const Block* src[kPackRows];
+  for (int64_t r = 0; r < kPackRows; ++r)
+    src[r] = static_cast<const Block*>(w.row(g * kPackRows + r)) + b;
+  pack(src, dst);
+}
+
 }  // namespace
 
 bool pack_supported(const Tensor& w) { return pack_supported(w, cpu_level()); }
@@ -98,17 +109,11 @@ Buffer pack_weight(const Tensor& w, CpuLevel level) {
   for (int64_t g = 0; g < groups; ++g)
     for (int64_t b = 0; b < nb; ++b, dst += gb) {
       if (w.type == DType::Q4_K) {
-        const block_q4_K* src[kPackRows];
-        for (int64_t r = 0; r < kPackRows; ++r)
-          src[r] = static_cast<const block_q4_K*>(w.row(g * kPackRows + r)) + b;
-        pack_q4_K_block(src, dst);
+        pack_super_block<block_q4_K>(w, g, b, pack_q4_K_block, dst);
         continue;
       }
       if (w.type == DType::Q6_K) {
-        const block_q6_K* src[kPackRows];
-        for (int64_t r = 0; r < kPackRows; ++r)
-          src[r] = static_cast<const block_q6_K*>(w.row(g * kPackRows + r)) + b;
-        pack_q6_K_block(src, dst);
+        pack_super_block<block_q6_K>(w, g, b, pack_q6_K_block, dst);
         continue;
       }
       for (int64_t r = 0; r < kPackRows; ++r) {
