@@ -19,6 +19,7 @@
 
 #include "engine/context.h"
 #include "cpu/cpu_level.h"
+#include "cpu/cpu_traits.h"
 #include "gguf.h"
 #include "engine/model.h"
 #include "models/hparams.h"
@@ -404,23 +405,47 @@ std::string q(const std::string& s) {
   return out + "'";
 }
 
+/// The greedy tokens and logprobs of the kvrun binary on `path` at KVRUN_CPU=`level` equal
+/// those at KVRUN_CPU=scalar, exactly (every level is bit-identical; scalar packs nothing).
+void expect_binary_level_equals_scalar(const fs::path& path, const std::string& level) {
+  const std::string cmd = q(test::kvrun_binary()) + " -m " + q(path.string()) +
+                          " -p 'Hello there' -n 12 --temp 0 --ignore-eos --n-probs 3 --json -t 2";
+  const auto simd = test::run_command(level.empty() ? cmd : "KVRUN_CPU=" + level + " " + cmd);
+  const auto scalar = test::run_command("KVRUN_CPU=scalar " + cmd);
+  ASSERT_EQ(simd.exit_code, 0) << simd.err;
+  ASSERT_EQ(scalar.exit_code, 0) << scalar.err;
+  nlohmann::json a_out = nlohmann::json::parse(simd.out), b_out = nlohmann::json::parse(scalar.out);
+  ASSERT_EQ(a_out["tokens"].size(), 12u);
+  EXPECT_EQ(a_out["tokens"], b_out["tokens"]);
+  EXPECT_EQ(a_out["probs"], b_out["probs"]);  // the logprobs' doubles, exactly
+}
+
+/// The files PackedWeights* test: Q4_0 and Q8_0, and a tied embedding (tiny-qwen2: output is
+/// token_embd, whose rows the embedding lookup reads again after its pages were given back).
+constexpr std::pair<const char*, SynthFileType> kPackedFiles[] = {
+    {"tiny", SynthFileType::Q4_0},
+    {"tiny", SynthFileType::Q8_0},
+    {"tiny-qwen2", SynthFileType::Q8_0}};
+
 // Packing at load (cpu/pack.h) changes no output: a model loaded from its file (packed, mapped
 // pages given back) and from an in-memory image (packed, memory kept) give bit-identical logits,
-// and the binary gives the same greedy tokens and logprobs at its SIMD level (packed) as with
-// KVRUN_CPU=scalar (no packed kernels, nothing packed; every level is bit-identical). Q4_0 and
-// Q8_0, and a tied embedding (tiny-qwen2: output is token_embd, whose rows the embedding lookup
-// reads again after its pages were given back).
+// and the binary gives the same greedy tokens and logprobs at the process's level (KVRUN_CPU or
+// the CPU's best) as with KVRUN_CPU=scalar. A weight is packed exactly when the process's level
+// has a packed kernel for its type (cpu_traits(t)->packed_tile; pack.h lists them per level), so
+// the test holds on an AVX2-only CPU, an AVX-512 one and under KVRUN_CPU=scalar alike.
 TEST(SynthFile, PackedWeightsChangeNoOutput) {
   test::TempDir dir;
-  for (const auto& [name, type] :
-       {std::pair{"tiny", SynthFileType::Q4_0}, std::pair{"tiny", SynthFileType::Q8_0},
-        std::pair{"tiny-qwen2", SynthFileType::Q8_0}}) {
-    SCOPED_TRACE(std::string(name) + " " + synth_file_type_name(type));
+  const char* lv = cpu::cpu_level_name(cpu::cpu_level());
+  for (const auto& [name, type] : kPackedFiles) {
+    SCOPED_TRACE(std::string(name) + " " + synth_file_type_name(type) + " at " + lv);
     const fs::path path = make(dir, name, type);
     const Model m = Model::load(path.string());
-    if (cpu::cpu_level() != cpu::CpuLevel::scalar) {
-      EXPECT_NE(m.weights().layers[0].ffn_down.packed, nullptr) << "not packed";
-    }
+    const Tensor& down = m.weights().layers[0].ffn_down;
+    const cpu::CpuTypeTraits* ct = cpu::cpu_traits(down.type);
+    ASSERT_NE(ct, nullptr);
+    EXPECT_EQ(down.packed != nullptr, ct->packed_tile != nullptr)
+        << (ct->packed_tile ? "not packed although " : "packed although no ") << "packed "
+        << traits(down.type).name << " kernel at " << lv;
     std::ifstream in(path, std::ios::binary);
     const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), {});
     const Model mem = Model::from_file(gguf::File::from_memory(bytes.data(), bytes.size()));
@@ -429,20 +454,30 @@ TEST(SynthFile, PackedWeightsChangeNoOutput) {
     const std::vector<float> a = last_logits(m, prompt), b = last_logits(mem, prompt);
     ASSERT_EQ(a.size(), b.size());
     EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
-
-    const std::string cmd = q(test::kvrun_binary()) + " -m " + q(path.string()) +
-                            " -p 'Hello there' -n 12 --temp 0 --ignore-eos --n-probs 3 --json -t 2";
-    const auto simd = test::run_command(cmd);
-    const auto scalar = test::run_command("KVRUN_CPU=scalar " + cmd);
-    ASSERT_EQ(simd.exit_code, 0) << simd.err;
-    ASSERT_EQ(scalar.exit_code, 0) << scalar.err;
-    nlohmann::json a_out = nlohmann::json::parse(simd.out),
-                   b_out = nlohmann::json::parse(scalar.out);
-    ASSERT_EQ(a_out["tokens"].size(), 12u);
-    EXPECT_EQ(a_out["tokens"], b_out["tokens"]);
-    EXPECT_EQ(a_out["probs"], b_out["probs"]);  // the logprobs' doubles, exactly
+    expect_binary_level_equals_scalar(path, "");
   }
 }
+
+// The binary at each SIMD level (KVRUN_CPU=avx2, avx512: weights packed where that level has a
+// packed kernel) gives the greedy tokens and logprobs of KVRUN_CPU=scalar, exactly. A level this
+// CPU lacks is skipped by name.
+class SynthFileLevel : public ::testing::TestWithParam<cpu::CpuLevel> {};
+
+TEST_P(SynthFileLevel, PackedWeightsGiveScalarTokens) {
+  const cpu::CpuLevel level = GetParam();
+  const std::string lv = cpu::cpu_level_name(level);
+  if (!cpu::cpu_level_supported(level)) GTEST_SKIP() << lv << ": this CPU or build lacks it";
+  test::TempDir dir;
+  for (const auto& [name, type] : kPackedFiles) {
+    SCOPED_TRACE(std::string(name) + " " + synth_file_type_name(type) + " at " + lv);
+    expect_binary_level_equals_scalar(make(dir, name, type), lv);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(SimdLevels, SynthFileLevel,
+                         ::testing::Values(cpu::CpuLevel::avx2, cpu::CpuLevel::avx512,
+                                           cpu::CpuLevel::neon),
+                         [](const auto& info) { return cpu::cpu_level_name(info.param); });
 
 // ---- vocabulary -----------------------------------------------------------------------------
 

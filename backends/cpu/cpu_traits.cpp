@@ -106,6 +106,9 @@ std::array<Table, kLevels> build_tables() {
   KVRUN_APPLY_SIMD(tables[size_t(CpuLevel::avx2)], avx2);
   KVRUN_APPLY_SIMD(tables[size_t(CpuLevel::avx512)], avx512);
   row_of(tables[size_t(CpuLevel::avx2)], DType::Q4_0).packed_tile = avx2::packed_q4_0_q8_0;
+  row_of(tables[size_t(CpuLevel::avx2)], DType::Q8_0).packed_tile = avx2::packed_q8_0_q8_0;
+  row_of(tables[size_t(CpuLevel::avx2)], DType::Q4_K).packed_tile = avx2::packed_q4_K_q8_K;
+  row_of(tables[size_t(CpuLevel::avx2)], DType::Q6_K).packed_tile = avx2::packed_q6_K_q8_K;
   row_of(tables[size_t(CpuLevel::avx512)], DType::Q4_0).packed_tile = avx512::packed_q4_0_q8_0;
   row_of(tables[size_t(CpuLevel::avx512)], DType::Q8_0).packed_tile = avx512::packed_q8_0_q8_0;
   row_of(tables[size_t(CpuLevel::avx512)], DType::Q6_K).packed_tile = avx512::packed_q6_K_q8_K;

@@ -19,12 +19,29 @@ size_t group_block_bytes(DType t) {
       return size_t(kPackRows) * sizeof(block_q4_0);
     case DType::Q8_0:
       return size_t(kPackRows) * sizeof(block_q8_0);
+    case DType::Q4_K:
+      return size_t(kPackRows) * sizeof(block_q4_K);
     default:
       return size_t(kPackRows) * sizeof(block_q6_K);
   }
 }
 
-bool packable_type(DType t) { return t == DType::Q4_0 || t == DType::Q8_0 || t == DType::Q6_K; }
+bool packable_type(DType t) {
+  return t == DType::Q4_0 || t == DType::Q8_0 || t == DType::Q4_K || t == DType::Q6_K;
+}
+
+/// One q4_K super-block of 16 rows (pack.h layout) from row r's block src[r].
+void pack_q4_K_block(const block_q4_K* const* src, uint8_t* dst) {
+  for (int r = 0; r < kPackRows; ++r) {
+    const block_q4_K& b = *src[r];
+    std::memcpy(dst + 2 * r, &b.d, 2);
+    std::memcpy(dst + 32 + 2 * r, &b.dmin, 2);
+    for (int t = 0; t < K_SCALE_SIZE; ++t) dst[64 + 16 * t + r] = b.scales[t];
+    for (int j2 = 0; j2 < 4; ++j2)
+      for (int i = 0; i < 8; ++i)
+        std::memcpy(dst + 256 + 64 * (8 * j2 + i) + 4 * r, b.qs + 32 * j2 + 4 * i, 4);
+  }
+}
 
 /// Value i (0..255) of a q6_K block as stored, q + 32 in 0..63 (GGUF bit layout; the same
 /// unpacking as vec_dot_q6_K_q8_K).
@@ -55,30 +72,48 @@ void pack_q6_K_block(const block_q6_K* const* src, uint8_t* dst) {
   }
 }
 
+/// Super-block b of rows 16·g .. 16·g+15 of `w` packed into dst by `pack` (pack_q4_K_block,
+/// pack_q6_K_block).
+template <typename Block>
+void pack_super_block(const Tensor& w, int64_t g, int64_t b,
+                      void (*pack)(const Block* const*, uint8_t*), uint8_t* dst) {
+  const Block* src[kPackRows];
+  for (int64_t r = 0; r < kPackRows; ++r)
+    src[r] = static_cast<const Block*>(w.row(g * kPackRows + r)) + b;
+  pack(src, dst);
+}
+
 }  // namespace
 
-bool pack_supported(const Tensor& w) {
+bool pack_supported(const Tensor& w) { return pack_supported(w, cpu_level()); }
+
+bool pack_supported(const Tensor& w, CpuLevel level) {
   if (!packable_type(w.type) || !w.data || w.ne[2] != 1 || w.ne[3] != 1) return false;
   const int64_t be = traits(w.type).block_elems;
   if (w.ne[0] % be != 0 || w.ne[1] % kPackRows != 0 || w.ne[1] == 0 || w.ne[0] == 0) return false;
   if (w.nb[1] != size_t(w.ne[0] / be) * traits(w.type).block_bytes) return false;
-  const CpuTypeTraits* ct = cpu_traits(w.type);
+  if (!cpu_level_supported(level)) return false;
+  const CpuTypeTraits* ct = cpu_traits(w.type, level);
   return ct && ct->packed_tile;
 }
 
-Buffer pack_weight(const Tensor& w) {
-  if (!pack_supported(w)) throw std::invalid_argument("pack_weight: this tensor cannot be packed");
+Buffer pack_weight(const Tensor& w) { return pack_weight(w, cpu_level()); }
+
+Buffer pack_weight(const Tensor& w, CpuLevel level) {
+  if (!pack_supported(w, level))
+    throw std::invalid_argument("pack_weight: this tensor cannot be packed");
   const int64_t nb = w.ne[0] / traits(w.type).block_elems, groups = w.ne[1] / kPackRows;
   const size_t gb = group_block_bytes(w.type);
   Buffer out(size_t(groups * nb) * gb);
   uint8_t* dst = static_cast<uint8_t*>(out.data());
   for (int64_t g = 0; g < groups; ++g)
     for (int64_t b = 0; b < nb; ++b, dst += gb) {
+      if (w.type == DType::Q4_K) {
+        pack_super_block<block_q4_K>(w, g, b, pack_q4_K_block, dst);
+        continue;
+      }
       if (w.type == DType::Q6_K) {
-        const block_q6_K* src[kPackRows];
-        for (int64_t r = 0; r < kPackRows; ++r)
-          src[r] = static_cast<const block_q6_K*>(w.row(g * kPackRows + r)) + b;
-        pack_q6_K_block(src, dst);
+        pack_super_block<block_q6_K>(w, g, b, pack_q6_K_block, dst);
         continue;
       }
       for (int64_t r = 0; r < kPackRows; ++r) {
@@ -103,11 +138,13 @@ size_t packed_group_bytes(DType t, int64_t k) {
 }
 
 int64_t pack_act_offsets_per_row(DType t, int64_t k) {
+  if (t == DType::Q4_K) return 0;  // its kernel reads q8_K's bsums
   return t == DType::Q4_0 ? k / 16 : t == DType::Q8_0 ? k / 32 * 9 : k / 4;
 }
 
 void pack_act_offsets(DType t, const void* act, size_t act_row, int64_t n, int64_t k,
                       int32_t* out) {
+  if (t == DType::Q4_K) return;
   if (t == DType::Q6_K) {
     // −32 · Σ of each 4 consecutive activation quants (the +32 of the stored q6_K values).
     for (int64_t j = 0; j < n; ++j) {

@@ -18,6 +18,8 @@
 // of 64 bytes, chunk i holding quants 4i..4i+3 of each row stored as q + 128 (unsigned bytes,
 // so VPDPBUSD can multiply them by signed activations; the 128·Σx this adds is taken off, see
 // pack_act_offsets). Its dot keeps q8_0's lane order (vec_dot.h), so it too is bit-identical.
+// (The avx2 level, without VNNI, flips each 32 bytes back to signed q with one XOR and uses the
+// sign trick instead; it does not read the offsets.)
 //
 // A q6_K matrix (k a multiple of 256) is packed in 3360-byte super-blocks (16 rows × 256
 // values, exactly 16 × q6_K's 210 bytes, so no more memory traffic than the plain rows):
@@ -38,11 +40,25 @@
 // sum), a value within int16, and VPDPWSSD multiplies it by the row's scale into the lane's
 // int32 sum exactly. Bit-identical to vec_dot_q6_K_q8_K.
 //
-// The packed copy is the same size as the original (18 or 34 bytes per 32 weights, 210 per 256).
+// A q4_K matrix (k a multiple of 256) is packed in 2304-byte super-blocks (16 × q4_K's 144):
+//   bytes    0 ..   31: the 16 rows' f16 d (row r at 2·r); bytes 32 .. 63: their f16 dmin;
+//   bytes   64 ..  255: the 12 packed scale/min bytes, byte t of row r at 64 + 16·t + r (the
+//                       kernel unpacks the 6-bit scales and mins of 16 rows with byte vectors);
+//   bytes  256 .. 2303: 32 chunks of 64 bytes, chunk 8·j2 + i holding bytes 4i..4i+3 of row r's
+//                       qs[32·j2 .. 32·j2+31] at 4·r: low nibbles are values 4i..4i+3 of
+//                       sub-block 2·j2, high nibbles those of sub-block 2·j2+1 (GGUF q4_K order).
+// So one 32-byte half-chunk gives 8 rows' values of q4_K lane i (llama.cpp's AVX2 lane: values
+// 4i..4i+3 of each 32) for two sub-blocks; the kernel keeps vec_dot_q4_K_q8_K's order (8 main
+// lanes, 4 min lanes; vec_dot_k.cpp), so it is bit-identical. Its xoff is empty: the min term
+// uses q8_K's bsums.
+//
+// The packed copy is the same size as the original (18 or 34 bytes per 32 weights, 144 or 210 per
+// 256).
 #pragma once
 
 #include <cstdint>
 
+#include "cpu/cpu_level.h"
 #include "tensor.h"
 
 namespace kvrun::cpu {
@@ -50,21 +66,31 @@ namespace kvrun::cpu {
 /// Rows per packed group.
 constexpr int64_t kPackRows = 16;
 
-/// True when `w` can be packed and the CPU kernels of the process's level have a packed kernel
-/// for its type: 2-D, contiguous rows, ne[1] % 16 == 0; q4_0 at the avx2 and avx512 levels,
-/// q8_0 and q6_K (ne[0] % 256 == 0) at avx512 (VNNI).
+/// True when `w` can be packed and the CPU kernels of the process's level (cpu_level()) have a
+/// packed kernel for its type: pack_supported(w, cpu_level()).
 bool pack_supported(const Tensor& w);
 
-/// The packed copy of `w` (layout above). Throws std::invalid_argument when !pack_supported(w),
-/// std::bad_alloc when memory runs out. The caller keeps the buffer and points w.packed at it.
+/// True when `w` can be packed and the kernels of `level` have a packed kernel for its type:
+/// 2-D, contiguous rows, ne[1] % 16 == 0; q4_0, q8_0 and q6_K (ne[0] % 256 == 0) at the avx2
+/// and avx512 levels, q4_K (ne[0] % 256 == 0) at avx2. False for a level this build has no kernels
+/// for. The layout does not depend on the level: a matrix packed for one level is read by every
+/// level with a packed kernel for its type (and ignored by the others, which read the rows).
+bool pack_supported(const Tensor& w, CpuLevel level);
+
+/// The packed copy of `w` (layout above): pack_weight(w, cpu_level()).
 Buffer pack_weight(const Tensor& w);
+
+/// The packed copy of `w` (layout above). Throws std::invalid_argument when
+/// !pack_supported(w, level), std::bad_alloc when memory runs out. The caller keeps the buffer
+/// and points w.packed at it.
+Buffer pack_weight(const Tensor& w, CpuLevel level);
 
 /// Bytes of one packed 16-row group of a type-`t` matrix with rows of `k` elements.
 size_t packed_group_bytes(DType t, int64_t k);
 
 /// int32 offsets per activation row that the packed kernel of type `t` needs (k/16 for q4_0: an
 /// offset and the scale as float bits per block; 9·k/32 for q8_0: 8 offsets and the scale; k/4
-/// for q6_K).
+/// for q6_K; none for q4_K).
 int64_t pack_act_offsets_per_row(DType t, int64_t k);
 
 /// The offsets of `n` activation rows (q8_0 for q4_0/q8_0, q8_K for q6_K; act_row bytes apart,

@@ -61,7 +61,7 @@ void BM_Matmul(benchmark::State& state, DType t, CpuLevel level, int64_t m, int6
   kvrun::Tensor wt = kvrun::Tensor::contiguous(t, const_cast<uint8_t*>(w.data()), k, m);
   kvrun::Buffer pw;
   if (packed) {  // as the model loader does (the packed copy is the same size)
-    pw = kvrun::cpu::pack_weight(wt);
+    pw = kvrun::cpu::pack_weight(wt, level);
     wt.packed = pw.data();
   }
   const std::vector<float> x = random_floats(size_t(n * k), 2);
@@ -137,14 +137,14 @@ void register_all() {
         }
         // Weights packed at load (pack.h), where this level has a packed kernel for the type.
         const kvrun::cpu::CpuTypeTraits* ct = kvrun::cpu::cpu_traits(t, level);
-        if (level == kvrun::cpu::cpu_level() && ct && ct->packed_tile)
+        if (ct && ct->packed_tile)
           for (const Shape& s : shapes) {
             auto* b = benchmark::RegisterBenchmark(
                 ("matmul/" + tn + "/" + lv + "-packed/" + s.name + "/n1" + th).c_str(), BM_Matmul,
                 t, level, s.m, s.k, int64_t(1), threads, true);
             if (threads == 2) b->UseRealTime();
           }
-        if (level == kvrun::cpu::cpu_level() && ct && ct->packed_tile) {
+        if (ct && ct->packed_tile) {
           auto* b = benchmark::RegisterBenchmark(
               ("matmul/" + tn + "/" + lv + "-packed/attn_q_2048x2048/n512" + th).c_str(), BM_Matmul,
               t, level, int64_t(2048), int64_t(2048), int64_t(512), threads, true);

@@ -8,10 +8,11 @@
 
 #include "cpu/simd_kernels.h"
 
-#define KVRUN_X86_KERNEL_DECLS                                                                 \
-  KVRUN_SIMD_KERNEL_DECLS                                                                      \
-  /* packed_q8_0_q8_0 and packed_q6_K_q8_K are defined at the avx512 level only (VNNI, zmm) */ \
-  std::remove_pointer_t<PackedTileFn> packed_q4_0_q8_0, packed_q8_0_q8_0, packed_q6_K_q8_K;
+#define KVRUN_X86_KERNEL_DECLS                                                              \
+  KVRUN_SIMD_KERNEL_DECLS                                                                   \
+  /* packed_q4_K_q8_K is defined at the avx2 level only */                                  \
+  std::remove_pointer_t<PackedTileFn> packed_q4_0_q8_0, packed_q8_0_q8_0, packed_q4_K_q8_K, \
+      packed_q6_K_q8_K;
 
 namespace kvrun::cpu::avx2 {
 KVRUN_X86_KERNEL_DECLS

@@ -1023,9 +1023,13 @@ KVRUN_X86_DOT_AND_TILE(vec_dot_q6_K_q8_K, tile_q6_K_q8_K, q6_K_q8_K_tile, QK_K, 
 
 #undef KVRUN_X86_DOT_AND_TILE
 
+#ifndef KVRUN_X86_VNNI
+#include "cpu/x86/packed_avx2.inl"
+#endif
+
 #ifdef KVRUN_X86_VNNI
-// Only with VNNI: without it the unsigned × signed pairs go through int16, and (q + 128)·x pair
-// sums reach 2·255·127, past its range. (The avx2 level has no packed q8_0 kernel.)
+// With VNNI the unsigned × signed products need no int16 step ((q + 128)·x pair sums reach
+// 2·255·127, past VPMADDUBSW's range; the avx2 form, packed_avx2.inl, flips the bytes back).
 void packed_q8_0_q8_0(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
                       const int32_t* xoff, int64_t nx, float* y, size_t ys) {
 #ifdef __AVX512F__
@@ -1049,8 +1053,9 @@ void packed_q8_0_q8_0(int64_t n, const void* wp, int64_t ngroups, const void* x,
 }
 
 #ifdef __AVX512F__
-// AVX-512 only: the 16 int32 lanes of a q6_K pass are one zmm each (as ymm pairs, the 8 int
-// lanes per activation row would not fit the avx2 level's 16 registers).
+// The AVX-512 form: the 16 int32 lanes of a q6_K pass are one zmm each (as ymm pairs, the 8 int
+// lanes per activation row would not fit the avx2 level's 16 registers; packed_q6_K_half runs
+// 8 rows and one lane at a time instead).
 void packed_q6_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
                       const int32_t* xoff, int64_t nx, float* y, size_t ys) {
   constexpr int kC = 2;  // 16 int32 and 16 float lane accumulators per pass

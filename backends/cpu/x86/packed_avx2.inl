@@ -1,0 +1,292 @@
+// packed_avx2.inl — the packed-weight kernels (pack.h layouts) of the avx2 level: q8_0, q4_K and
+// q6_K. Included by kernels_x86.inl inside namespace kvrun::cpu::KVRUN_SIMD_NS when the level has
+// no VNNI (the avx512 level has its own forms there; packed q4_0 is shared). Same rules as
+// kernels_x86.inl: every kernel gives the floats of its scalar reference bit for bit.
+//
+// Common shape: 8 rows (one ymm of int32 / float lanes, a row per lane) of a 16-row group per
+// pass, "half" 0 or 1; the scalar code's 8 float lanes per row are 8 ymm accumulators, so a
+// whole group (16) would not fit the 16 ymm registers. A group is two passes over its blocks:
+// the first streams the weights from memory (prefetched kPrefetchAhead ahead in the decode
+// form), the second finds them in cache.
+#ifndef KVRUN_SIMD_NS
+#error "included by kernels_x86.inl only"
+#endif
+
+namespace {
+
+/// The avx2 form of packed_q8_0_group: rows 8·h .. 8·h+7 (h = half, 0 or 1) of one packed q8_0
+/// group against one activation row x (q8_0): y[8·h + r]. Same order, lane by lane: 8 float
+/// lanes per row (q8_0 lane i: elements 4i..4i+3 of each block), lane = fma(d_w·d_x, Σ, lane),
+/// fold8 at the end. Without VNNI the stored q + 128 would overflow VPMADDUBSW's int16 pair sums,
+/// so each 32-byte half-chunk is flipped back to signed q (XOR 0x80) and multiplied by the sign
+/// trick (|q| times x with q's sign): pair sums ≤ 2·128·127, exact, like q8_0_q8_0_tile. The
+/// 8 lane accumulators of one half fill half the 16 ymm registers (a whole group's 16 would
+/// spill), so a group is two passes over its blocks; the first streams the weights from memory
+/// (prefetched kPrefetchAhead ahead), the second finds them in cache.
+inline void packed_q8_0_half(int64_t nb, const uint8_t* g, int half, const uint8_t* x, float* y) {
+  __m256 acc[8];
+  for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
+  const __m256i flip = _mm256_set1_epi8(char(0x80)), ones = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < nb; ++b, g += 544) {
+    if (half == 0)
+      for (int l = 0; l < 544; l += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(g) + kPrefetchAhead + l, _MM_HINT_T0);
+    const block_q8_0& xb = block_at<block_q8_0>(x, 0, 0, b);
+    const __m256 dw =
+        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 16 * half)));
+    const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(h2f(xb.d)));
+    for (int i = 0; i < 8; ++i) {
+      const __m256i w = _mm256_xor_si256(load256(g + 32 + 64 * i + 32 * half), flip);
+      const __m256i xv = _mm256_broadcastd_epi32(_mm_loadu_si32(xb.qs + 4 * i));
+      const __m256i p = _mm256_madd_epi16(
+          _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xv, w)), ones);
+      acc[i] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[i]);
+    }
+  }
+  // fold8 per lane: (v0+v4 + v2+v6) + (v1+v5 + v3+v7)
+  __m256 t[4];
+  for (int i = 0; i < 4; ++i) t[i] = _mm256_add_ps(acc[i + 4], acc[i]);
+  _mm256_storeu_ps(y + 8 * half,
+                   _mm256_add_ps(_mm256_add_ps(t[0], t[2]), _mm256_add_ps(t[1], t[3])));
+}
+
+/// The 16-value sub-block j's scales of rows 8·half .. 8·half+7 of a packed q6_K super-block
+/// (pack.h layout), each int32 lane holding its scale as int16 in the low half and 0 in the
+/// high half (VPMADDWD by it multiplies an int32 within int16 range by the scale exactly).
+inline __m256i q6_K_half_scales(const uint8_t* g, int j, int half) {
+  const __m256i s = _mm256_cvtepi8_epi32(
+      _mm_loadl_epi64(reinterpret_cast<const __m128i*>(g + 32 + 16 * j + 8 * half)));
+  return _mm256_and_si256(s, _mm256_set1_epi32(0xFFFF));
+}
+
+/// Values 4i..4i+3 (i < 4) of sub-block `quad` (pack.h's 192-byte quad, at the half's 32-byte
+/// offset) of 8 rows, as u = q + 32 in 0..63.
+inline __m256i q6_K_half_values(const uint8_t* quad, int i) {
+  const __m256i m63 = _mm256_set1_epi8(0x3F), m15 = _mm256_set1_epi8(0x0F);
+  const __m256i m192 = _mm256_set1_epi8(char(0xC0));
+  if (i < 2) return _mm256_and_si256(load256(quad + 64 * i), m63);
+  const __m256i top = _mm256_srli_epi16(_mm256_and_si256(load256(quad + 64 * (i - 2)), m192), 2);
+  __m256i low = load256(quad + 128);
+  if (i == 3) low = _mm256_srli_epi16(low, 4);
+  return _mm256_or_si256(_mm256_and_si256(low, m15), top);
+}
+
+/// The avx2 form of packed_q6_K_group: rows 8·half .. 8·half+7 of one packed q6_K group against
+/// C q8_K activation rows (xs bytes apart): y[c·ys + 8·half + r]. Same order as
+/// vec_dot_q6_K_q8_K, lane by lane: per super-block the 8 integer lanes (lane l = 4h + i: values
+/// 4i..4i+3 of sub-blocks 2·j2 + h, each Σ q·x times its sub-block's scale), then lane =
+/// fma(d_x·d_w, float(isum), lane), fold8 at the end. Σ q·x of 4 values is VPMADDUBSW/VPMADDWD
+/// of u = q + 32 (pair sums ≤ 2·63·128, int16) plus xoff's −32·Σx, within int16, so VPMADDWD by
+/// the zero-extended scale is exact. The lanes are finished one at a time (C integer
+/// accumulators live; the 8·C float lanes are touched once per lane and super-block, so they
+/// may live in memory), and each unpacked u serves the C rows. The decode form (C = 1) of the
+/// first half prefetches kPrefetchAhead ahead.
+template <int C>
+inline void packed_q6_K_half(int64_t nb, const uint8_t* g, int half, const uint8_t* x, size_t xs,
+                             const int32_t* xoff, float* y, size_t ys) {
+  __m256 acc[C][8];
+  for (int c = 0; c < C; ++c)
+    for (int l = 0; l < 8; ++l) acc[c][l] = _mm256_setzero_ps();
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < nb; ++b, g += 3360) {
+    if (C == 1 && half == 0)
+      for (int l = 0; l < 3360; l += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(g) + kPrefetchAhead + l, _MM_HINT_T0);
+    __m256i sc[16];
+    for (int j = 0; j < 16; ++j) sc[j] = q6_K_half_scales(g, j, half);
+    const __m256 dw =
+        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 16 * half)));
+    __m256 d[C];
+    const int8_t* qx[C];
+    const int32_t* off[C];
+    for (int c = 0; c < C; ++c) {
+      const block_q8_K& xb = block_at<block_q8_K>(x, xs, c, b);
+      d[c] = _mm256_mul_ps(dw, _mm256_set1_ps(xb.d));
+      qx[c] = xb.qs;
+      off[c] = xoff + (size_t(c) * size_t(nb) + size_t(b)) * 64;
+    }
+    for (int l = 0; l < 8; ++l) {
+      const int h = l / 4, i = l % 4;
+      __m256i lane[C];
+      for (int c = 0; c < C; ++c) lane[c] = _mm256_setzero_si256();
+      for (int j2 = 0; j2 < 8; ++j2) {
+        const int j = 2 * j2 + h;
+        const __m256i u = q6_K_half_values(g + 288 + 192 * j + 32 * half, i);
+        for (int c = 0; c < C; ++c) {
+          const __m256i xv = _mm256_broadcastd_epi32(_mm_loadu_si32(qx[c] + 16 * j + 4 * i));
+          const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(u, xv), ones),
+                                             _mm256_set1_epi32(off[c][4 * j + i]));
+          lane[c] = _mm256_add_epi32(lane[c], _mm256_madd_epi16(s, sc[j]));
+        }
+      }
+      for (int c = 0; c < C; ++c)
+        acc[c][l] = _mm256_fmadd_ps(d[c], _mm256_cvtepi32_ps(lane[c]), acc[c][l]);
+    }
+  }
+  for (int c = 0; c < C; ++c) {
+    __m256 t[4];
+    for (int i = 0; i < 4; ++i) t[i] = _mm256_add_ps(acc[c][i + 4], acc[c][i]);
+    _mm256_storeu_ps(y + size_t(c) * ys + 8 * half,
+                     _mm256_add_ps(_mm256_add_ps(t[0], t[2]), _mm256_add_ps(t[1], t[3])));
+  }
+}
+
+/// The 6-bit scales (sc[j]) and mins (mn[j]) of the 8 sub-blocks of rows 8·half .. 8·half+7 of
+/// a packed q4_K super-block (pack.h), each int32 lane holding its row's value in both int16
+/// halves (VPMADDWD of two int16 by it multiplies their sum by it). The unpacking of
+/// scales_mins_k4, on byte vectors: sub-block j < 4 has sc = q[j] & 63, m = q[j+4] & 63; j ≥ 4
+/// has sc = (q[j+4] & 15) | (q[j−4] >> 6) << 4 and m = (q[j+4] >> 4) | (q[j] >> 6) << 4.
+inline void q4_K_half_scales(const uint8_t* g, int half, __m256i* sc, __m256i* mn) {
+  __m128i q[12];
+  for (int t = 0; t < 12; ++t)
+    q[t] = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(g + 64 + 16 * t + 8 * half));
+  const __m128i m63 = _mm_set1_epi8(0x3F), m15 = _mm_set1_epi8(0x0F), m48 = _mm_set1_epi8(0x30);
+  const auto pair = [](__m128i bytes) {
+    const __m256i v = _mm256_cvtepu8_epi32(bytes);
+    return _mm256_or_si256(v, _mm256_slli_epi32(v, 16));
+  };
+  for (int j = 0; j < 4; ++j) {
+    sc[j] = pair(_mm_and_si128(q[j], m63));
+    mn[j] = pair(_mm_and_si128(q[j + 4], m63));
+    const __m128i s =
+        _mm_or_si128(_mm_and_si128(q[j + 8], m15), _mm_and_si128(_mm_srli_epi16(q[j], 2), m48));
+    const __m128i m = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(q[j + 8], 4), m15),
+                                   _mm_and_si128(_mm_srli_epi16(q[j + 4], 2), m48));
+    sc[j + 4] = pair(s);
+    mn[j + 4] = pair(m);
+  }
+}
+
+/// The avx2 packed q4_K kernel: rows 8·half .. 8·half+7 of one packed q4_K group (pack.h)
+/// against C q8_K activation rows (xs bytes apart): y[c·ys + 8·half + r]. The order of
+/// vec_dot_q4_K_q8_K, a row per lane: per super-block the 4 min lanes (lane k: m_2k·Σx(2k) +
+/// m_2k+1·Σx(2k+1) from bsums, one VPMADDWD of int16 pairs, then fma(−d_x·d_min, ·, lane)) and
+/// the 8 main lanes (lane i: Σ_j sc_j · Σ of values 4i..4i+3 of sub-block j times x; VPMADDUBSW
+/// pair sums ≤ 2·15·128, then VPMADDWD by sc in both halves gives sc·Σ of 4 exactly), each
+/// lane = fma(d_x·d_w, float(isum), lane); at the end fold8(main) + ((m0 + m2) + (m1 + m3)).
+/// Lanes one at a time (C integer accumulators; the float lanes may live in memory), each
+/// unpacked nibble vector serving the C rows; the decode form of the first half prefetches.
+template <int C>
+inline void packed_q4_K_half(int64_t nb, const uint8_t* g, int half, const uint8_t* x, size_t xs,
+                             float* y, size_t ys) {
+  __m256 acc[C][8], acc_m[C][4];
+  for (int c = 0; c < C; ++c) {
+    for (int l = 0; l < 8; ++l) acc[c][l] = _mm256_setzero_ps();
+    for (int k = 0; k < 4; ++k) acc_m[c][k] = _mm256_setzero_ps();
+  }
+  const __m256i m15 = _mm256_set1_epi8(0x0F);
+  for (int64_t b = 0; b < nb; ++b, g += 2304) {
+    if (C == 1 && half == 0)
+      for (int l = 0; l < 2304; l += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(g) + kPrefetchAhead + l, _MM_HINT_T0);
+    __m256i sc[8], mn[8];
+    q4_K_half_scales(g, half, sc, mn);
+    const __m256 dw =
+        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 16 * half)));
+    const __m256 dminw =
+        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 32 + 16 * half)));
+    __m256 d[C];
+    const int8_t* qx[C];
+    for (int c = 0; c < C; ++c) {
+      const block_q8_K& xb = block_at<block_q8_K>(x, xs, c, b);
+      d[c] = _mm256_mul_ps(dw, _mm256_set1_ps(xb.d));
+      // −d_x·d_min: the scalar −x.d · dmin, the same float (negation is exact).
+      const __m256 dmin = _mm256_mul_ps(dminw, _mm256_set1_ps(-xb.d));
+      qx[c] = xb.qs;
+      for (int k = 0; k < 4; ++k) {
+        const int s0 = xb.bsums[4 * k] + xb.bsums[4 * k + 1];
+        const int s1 = xb.bsums[4 * k + 2] + xb.bsums[4 * k + 3];
+        const __m256i spair =
+            _mm256_set1_epi32(int32_t((uint32_t(s0) & 0xFFFF) | (uint32_t(s1) << 16)));
+        // lane: m_2k·s0 + m_2k+1·s1 (m_2k in the low int16 half, m_2k+1 in the high one)
+        const __m256i mpair = _mm256_blend_epi16(mn[2 * k], mn[2 * k + 1], 0xAA);
+        acc_m[c][k] =
+            _mm256_fmadd_ps(dmin, _mm256_cvtepi32_ps(_mm256_madd_epi16(mpair, spair)), acc_m[c][k]);
+      }
+    }
+    for (int i = 0; i < 8; ++i) {
+      __m256i lane[C];
+      for (int c = 0; c < C; ++c) lane[c] = _mm256_setzero_si256();
+      for (int j2 = 0; j2 < 4; ++j2) {
+        const __m256i q = load256(g + 256 + 64 * (8 * j2 + i) + 32 * half);
+        const __m256i lo = _mm256_and_si256(q, m15);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m15);
+        for (int c = 0; c < C; ++c) {
+          const int8_t* xq = qx[c] + 64 * j2 + 4 * i;
+          const __m256i x0 = _mm256_broadcastd_epi32(_mm_loadu_si32(xq));
+          const __m256i x1 = _mm256_broadcastd_epi32(_mm_loadu_si32(xq + 32));
+          const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), sc[2 * j2]);
+          const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), sc[2 * j2 + 1]);
+          lane[c] = _mm256_add_epi32(lane[c], _mm256_add_epi32(p0, p1));
+        }
+      }
+      for (int c = 0; c < C; ++c)
+        acc[c][i] = _mm256_fmadd_ps(d[c], _mm256_cvtepi32_ps(lane[c]), acc[c][i]);
+    }
+  }
+  for (int c = 0; c < C; ++c) {
+    __m256 t[4];
+    for (int i = 0; i < 4; ++i) t[i] = _mm256_add_ps(acc[c][i + 4], acc[c][i]);
+    const __m256 main = _mm256_add_ps(_mm256_add_ps(t[0], t[2]), _mm256_add_ps(t[1], t[3]));
+    const __m256 mins = _mm256_add_ps(_mm256_add_ps(acc_m[c][0], acc_m[c][2]),
+                                      _mm256_add_ps(acc_m[c][1], acc_m[c][3]));
+    _mm256_storeu_ps(y + size_t(c) * ys + 8 * half, _mm256_add_ps(main, mins));
+  }
+}
+
+}  // namespace
+
+// Without VNNI: each activation row, each half group (packed_q8_0_half); xoff is not needed
+// (the weights are flipped back to signed bytes).
+void packed_q8_0_q8_0(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
+                      const int32_t* /*xoff*/, int64_t nx, float* y, size_t ys) {
+  const int64_t nb = n / 32;
+  const uint8_t* xb = static_cast<const uint8_t*>(x);
+  for (int64_t gi = 0; gi < ngroups; ++gi) {
+    const uint8_t* g = static_cast<const uint8_t*>(wp) + size_t(gi) * size_t(nb) * 544;
+    for (int64_t j = 0; j < nx; ++j)
+      for (int half = 0; half < 2; ++half)
+        packed_q8_0_half(nb, g, half, xb + size_t(j) * xs, y + gi * 16 + size_t(j) * ys);
+  }
+}
+
+// Without VNNI: kC activation rows at a time, then one, each half group (packed_q6_K_half).
+void packed_q6_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
+                      const int32_t* xoff, int64_t nx, float* y, size_t ys) {
+  constexpr int kC = 4;
+  const int64_t nb = n / QK_K;
+  const uint8_t* xb = static_cast<const uint8_t*>(x);
+  for (int64_t gi = 0; gi < ngroups; ++gi) {
+    const uint8_t* g = static_cast<const uint8_t*>(wp) + size_t(gi) * size_t(nb) * 3360;
+    float* yg = y + gi * 16;
+    int64_t j = 0;
+    for (; j + kC <= nx; j += kC)
+      for (int half = 0; half < 2; ++half)
+        packed_q6_K_half<kC>(nb, g, half, xb + size_t(j) * xs, xs, xoff + j * nb * 64,
+                             yg + size_t(j) * ys, ys);
+    for (; j < nx; ++j)
+      for (int half = 0; half < 2; ++half)
+        packed_q6_K_half<1>(nb, g, half, xb + size_t(j) * xs, xs, xoff + j * nb * 64,
+                            yg + size_t(j) * ys, ys);
+  }
+}
+
+// The avx2 level only: kC activation rows at a time, then one, each half group
+// (packed_q4_K_half). xoff is not used.
+void packed_q4_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
+                      const int32_t* /*xoff*/, int64_t nx, float* y, size_t ys) {
+  constexpr int kC = 4;
+  const int64_t nb = n / QK_K;
+  const uint8_t* xb = static_cast<const uint8_t*>(x);
+  for (int64_t gi = 0; gi < ngroups; ++gi) {
+    const uint8_t* g = static_cast<const uint8_t*>(wp) + size_t(gi) * size_t(nb) * 2304;
+    float* yg = y + gi * 16;
+    int64_t j = 0;
+    for (; j + kC <= nx; j += kC)
+      for (int half = 0; half < 2; ++half)
+        packed_q4_K_half<kC>(nb, g, half, xb + size_t(j) * xs, xs, yg + size_t(j) * ys, ys);
+    for (; j < nx; ++j)
+      for (int half = 0; half < 2; ++half)
+        packed_q4_K_half<1>(nb, g, half, xb + size_t(j) * xs, xs, yg + size_t(j) * ys, ys);
+  }
+}
