@@ -52,6 +52,13 @@ class Dict {
   Value* find(std::string_view key);
   /// Sets `key` (kept at its position when present, appended otherwise).
   void set(const std::string& key, Value v);
+  /// Sets a key of any kind (dict literals may have int keys, as in Python); a string key is
+  /// the same as set(string).
+  void set_key(const Value& key, Value v);
+  /// Entry `i`'s key as written: a string, or the int/float/bool/none of a literal.
+  Value key_at(size_t i) const;
+  /// The string a key is stored under (the string itself, or a marked repr for other kinds).
+  static std::string canonical(const Value& key);
   /// Removes `key`; returns whether it was present.
   bool erase(std::string_view key);
   /// The entries in insertion order.
@@ -61,6 +68,7 @@ class Dict {
 
  private:
   std::vector<std::pair<std::string, Value>> items_;
+  std::vector<std::shared_ptr<Value>> keys_;  // non-string keys (null for string keys)
 };
 
 /// A template value: undefined, none, bool, int, float, string, list, dict or callable. Lists and
@@ -82,6 +90,11 @@ class Value {
   static Value none();
   /// A new list holding `items`.
   static Value list(std::vector<Value> items = {});
+  /// A string marked safe (jinja2's Markup, from the `safe` filter): `+` with a plain string
+  /// HTML-escapes the plain operand, as Markup.__add__ does.
+  static Value markup(std::string s);
+  /// A new tuple (a list that Python's repr() writes in parentheses).
+  static Value tuple(std::vector<Value> items);
   /// A new dict holding `d`; `is_namespace` marks a namespace() object.
   static Value dict(Dict d = {}, bool is_namespace = false);
   /// A callable; `name` is used in messages.
@@ -99,6 +112,8 @@ class Value {
   bool is_dict() const { return kind_ == Kind::kDict; }            ///< dict or namespace?
   bool is_function() const { return kind_ == Kind::kFunction; }    ///< callable?
   bool is_namespace() const { return is_dict() && namespace_; }    ///< namespace() object?
+  bool is_tuple() const { return is_list() && namespace_; }        ///< a tuple (a list kind)?
+  bool is_markup() const { return is_string() && namespace_; }     ///< a Markup string?
 
   bool as_bool() const { return int_ != 0; }          ///< the bool (kBool)
   int64_t as_int() const { return int_; }             ///< the int (kInt, kBool)
@@ -120,7 +135,7 @@ class Value {
 
  private:
   Kind kind_ = Kind::kUndefined;
-  bool namespace_ = false;
+  bool namespace_ = false;  // a namespace() dict, a tuple list, or a Markup string
   int64_t int_ = 0;
   double float_ = 0;
   std::string str_;
@@ -146,6 +161,7 @@ struct JsonOptions {
   std::string item_sep = ", ";       ///< between items (", " or "," with indent)
   std::string key_sep = ": ";        ///< between a key and its value
   bool sort_keys = false;            ///< sort dict keys
+  bool ensure_ascii = false;         ///< write non-ASCII as \\uXXXX escapes
 };
 
 /// Python's json.dumps(v, ensure_ascii=False, ...) of a value; throws JinjaError (line 0) for

@@ -192,7 +192,7 @@ Value list_method(const Value& self, const std::string& name) {
 Value dict_method(const Value& self, const std::string& name) {
   if (name == "get")
     return bind(self, name, [](const Value& d, CallArgs& a) {
-      const Value* v = d.as_dict().find(a.get(0, "key").str());
+      const Value* v = d.as_dict().find(Dict::canonical(a.get(0, "key")));
       if (v) return *v;
       const Value dflt = a.get(1, "default");
       return dflt.is_undefined() ? Value::none() : dflt;
@@ -200,13 +200,17 @@ Value dict_method(const Value& self, const std::string& name) {
   if (name == "items" || name == "keys" || name == "values")
     return bind(self, name, [name](const Value& d, CallArgs&) {
       std::vector<Value> out;
-      for (const auto& [k, v] : d.as_dict().items())
-        out.push_back(name == "items" ? Value::list({Value(k), v}) : name == "keys" ? Value(k) : v);
+      const Dict& dict = d.as_dict();
+      for (size_t i = 0; i < dict.size(); ++i) {
+        const Value k = dict.key_at(i);
+        const Value& v = dict.items()[i].second;
+        out.push_back(name == "items" ? Value::tuple({k, v}) : name == "keys" ? k : v);
+      }
       return Value::list(std::move(out));
     });
   if (name == "pop")
     return bind(self, name, [](const Value& d, CallArgs& a) {
-      const std::string k = a.get(0, "key").str();
+      const std::string k = Dict::canonical(a.get(0, "key"));
       const Value* v = d.as_dict().find(k);
       if (!v) {
         if (a.get(1, "default").is_undefined()) bad("KeyError: " + k);

@@ -283,13 +283,13 @@ Value Evaluator::eval_inner(const Expr& e, Scope* s) {
     case Expr::K::kList: {
       std::vector<Value> items;
       for (const ExprPtr& k : e.kids) items.push_back(eval(*k, s));
-      return Value::list(std::move(items));
+      return e.name == "tuple" ? Value::tuple(std::move(items)) : Value::list(std::move(items));
     }
     case Expr::K::kDict: {
       Dict d;
       for (size_t i = 0; i + 1 < e.kids.size(); i += 2) {
         const Value k = eval(*e.kids[i], s);
-        d.set(k.str(), eval(*e.kids[i + 1], s));
+        d.set_key(k, eval(*e.kids[i + 1], s));
       }
       return Value::dict(std::move(d));
     }

@@ -33,7 +33,7 @@ Value attr_path(const Value& v, const std::string& path) {
 
 Value f_length(const Value& v, CallArgs&) { return Value(length(v)); }
 Value f_string(const Value& v, CallArgs&) { return Value(v.str()); }
-Value f_safe(const Value& v, CallArgs&) { return v; }
+Value f_safe(const Value& v, CallArgs&) { return Value::markup(v.str()); }
 Value f_upper(const Value& v, CallArgs&) { return Value(str_upper(v.str())); }
 Value f_lower(const Value& v, CallArgs&) { return Value(str_lower(v.str())); }
 Value f_capitalize(const Value& v, CallArgs&) { return Value(str_capitalize(v.str())); }
@@ -47,7 +47,7 @@ Value f_trim(const Value& v, CallArgs& a) {
 
 Value f_tojson(const Value& v, CallArgs& a) {
   JsonOptions o;
-  if (a.get(0, "ensure_ascii").truthy()) bad("tojson: ensure_ascii=True is not supported");
+  o.ensure_ascii = a.get(0, "ensure_ascii").truthy();
   const Value indent = a.get(1, "indent");
   if (indent.is_int()) {
     o.indent = static_cast<int>(std::clamp<int64_t>(indent.as_int(), 0, 64));
@@ -79,7 +79,8 @@ Value f_items(const Value& v, CallArgs&) {
   std::vector<Value> out;
   if (v.is_undefined()) return Value::list();
   if (!v.is_dict()) bad("items: can only get items from a mapping, not " + v.type_name());
-  for (const auto& [k, x] : v.as_dict().items()) out.push_back(Value::list({Value(k), x}));
+  const Dict& d = v.as_dict();
+  for (size_t i = 0; i < d.size(); ++i) out.push_back(Value::tuple({d.key_at(i), d.items()[i].second}));
   return Value::list(std::move(out));
 }
 
@@ -214,6 +215,7 @@ Value f_unique(const Value& v, CallArgs& a) {
 
 Value f_map(const Value& v, CallArgs& a) {
   std::vector<Value> out;
+  if (!v.truthy()) return Value::list();  // Jinja's map skips an empty or false input
   for (const auto& [k, x] : a.keyword)
     if (k == "attribute") {
       const Value dflt = a.get(99, "default");
@@ -244,6 +246,7 @@ Value select_impl(const Value& v, CallArgs& a, bool by_attr, bool want) {
   CallArgs targs;
   targs.positional.assign(a.positional.begin() + next, a.positional.end());
   std::vector<Value> out;
+  if (!v.truthy()) return Value::list();  // Jinja's select/reject skip a false input
   for (const Value& item : iterate(v)) {
     const Value x = by_attr ? attr_path(item, attr) : item;
     const bool ok = test.empty() ? x.truthy() : apply_test(test, x, targs);
@@ -270,8 +273,14 @@ Value f_reverse(const Value& v, CallArgs&) {
 }
 
 Value f_escape(const Value& v, CallArgs&) {
+  return v.is_markup() ? v : Value::markup(html_escape(v.str()));
+}
+
+}  // namespace
+
+std::string html_escape(const std::string& s) {
   std::string out;
-  for (char c : v.str()) {
+  for (char c : s) {
     switch (c) {
       case '&': out += "&amp;"; break;
       case '<': out += "&lt;"; break;
@@ -281,8 +290,10 @@ Value f_escape(const Value& v, CallArgs&) {
       default: out += c;
     }
   }
-  return Value(out);
+  return out;
 }
+
+namespace {
 
 Value f_round(const Value& v, CallArgs& a) {
   if (!v.is_number()) bad("round: expected a number");

@@ -49,7 +49,7 @@ struct Expr {
   enum class K {
     kLiteral,  ///< `value`
     kName,     ///< variable `name`
-    kList,     ///< list/tuple literal: kids
+    kList,     ///< list literal: kids (name "tuple" for a tuple)
     kDict,     ///< dict literal: kids = k0, v0, k1, v1, ...
     kAttr,     ///< kids[0].name
     kItem,     ///< kids[0][kids[1]]
@@ -117,6 +117,8 @@ Value get_method(const Value& obj, const std::string& name);
 /// The engine's globals: raise_exception, strftime_now, namespace, range, dict.
 Dict make_globals();
 
+/// markupsafe's escape(): & < > " ' as HTML entities.
+std::string html_escape(const std::string& s);
 /// Python `a op b` for + - * / // % ** and comparisons; throws JinjaError (line 0).
 Value binary_op(const std::string& op, const Value& a, const Value& b);
 /// Python `a < b` ordering for numbers, strings and lists; throws when not comparable.

@@ -154,6 +154,15 @@ class Lexer {
       ++e;
       while (e < src_.size() && std::isdigit(static_cast<unsigned char>(src_[e]))) ++e;
     }
+    if (e < src_.size() && (src_[e] == 'e' || src_[e] == 'E')) {  // exponent: 1e20, 2.5e-4
+      size_t x = e + 1;
+      if (x < src_.size() && (src_[x] == '+' || src_[x] == '-')) ++x;
+      if (x < src_.size() && std::isdigit(static_cast<unsigned char>(src_[x]))) {
+        is_float = true;
+        e = x;
+        while (e < src_.size() && std::isdigit(static_cast<unsigned char>(src_[e]))) ++e;
+      }
+    }
     std::string text;
     for (size_t i = pos_; i < e; ++i)
       if (src_[i] != '_') text += src_[i];

@@ -91,7 +91,11 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
     if (a.is_float() || b.is_float()) return float_op(op, a.as_float(), b.as_float());
     return int_op(op, a.as_int(), b.as_int());
   }
-  if (op == "+" && a.is_string() && b.is_string()) return Value(a.as_string() + b.as_string());
+  if (op == "+" && a.is_string() && b.is_string()) {
+    if (!a.is_markup() && !b.is_markup()) return Value(a.as_string() + b.as_string());
+    return Value::markup((a.is_markup() ? a.as_string() : html_escape(a.as_string())) +
+                         (b.is_markup() ? b.as_string() : html_escape(b.as_string())));
+  }
   if (op == "+" && a.is_list() && b.is_list()) {
     std::vector<Value> out = a.as_list();
     out.insert(out.end(), b.as_list().begin(), b.as_list().end());
@@ -136,7 +140,7 @@ bool contains(const Value& haystack, const Value& needle) {
       if (values_equal(v, needle)) return true;
     return false;
   }
-  if (haystack.is_dict()) return needle.is_string() && haystack.as_dict().find(needle.as_string());
+  if (haystack.is_dict()) return haystack.as_dict().find(Dict::canonical(needle)) != nullptr;
   if (haystack.is_undefined()) return false;
   throw JinjaError("argument of type '" + haystack.type_name() + "' is not iterable", 0);
 }
@@ -157,7 +161,7 @@ std::vector<Value> iterate(const Value& v) {
   std::vector<Value> out;
   if (v.is_list()) return v.as_list();
   if (v.is_dict() && !v.is_namespace()) {
-    for (const auto& [k, x] : v.as_dict().items()) out.emplace_back(k);
+    for (size_t i = 0; i < v.as_dict().size(); ++i) out.push_back(v.as_dict().key_at(i));
     return out;
   }
   if (v.is_string()) {
@@ -182,7 +186,7 @@ int64_t length(const Value& v) {
 
 Value get_item(const Value& v, const Value& key) {
   if (v.is_dict()) {
-    if (const Value* x = v.as_dict().find(key.str())) return *x;
+    if (const Value* x = v.as_dict().find(Dict::canonical(key))) return *x;
     return key.is_string() ? get_method(v, key.as_string()) : Value();
   }
   if ((v.is_list() || v.is_string()) && (key.is_int() || key.is_bool())) {

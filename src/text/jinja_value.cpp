@@ -29,11 +29,26 @@ void Dict::set(const std::string& key, Value v) {
     return;
   }
   items_.emplace_back(key, std::move(v));
+  keys_.emplace_back();
 }
+
+std::string Dict::canonical(const Value& key) {
+  return key.is_string() ? key.as_string() : "\x01" + key.repr();
+}
+
+void Dict::set_key(const Value& key, Value v) {
+  const std::string k = canonical(key);
+  const bool fresh = !find(k);
+  set(k, std::move(v));
+  if (fresh && !key.is_string()) keys_.back() = std::make_shared<Value>(key);
+}
+
+Value Dict::key_at(size_t i) const { return keys_[i] ? *keys_[i] : Value(items_[i].first); }
 
 bool Dict::erase(std::string_view key) {
   for (auto it = items_.begin(); it != items_.end(); ++it)
     if (it->first == key) {
+      keys_.erase(keys_.begin() + (it - items_.begin()));
       items_.erase(it);
       return true;
     }
@@ -52,6 +67,18 @@ Value Value::list(std::vector<Value> items) {
   Value v;
   v.kind_ = Kind::kList;
   v.list_ = std::make_shared<std::vector<Value>>(std::move(items));
+  return v;
+}
+
+Value Value::markup(std::string s) {
+  Value v(std::move(s));
+  v.namespace_ = true;
+  return v;
+}
+
+Value Value::tuple(std::vector<Value> items) {
+  Value v = list(std::move(items));
+  v.namespace_ = true;
   return v;
 }
 
@@ -165,17 +192,15 @@ std::string Value::repr() const {
     case Kind::kFloat: return float_repr(float_);
     case Kind::kString: return string_repr(str_);
     case Kind::kList: {
-      std::string out = "[";
+      std::string out = namespace_ ? "(" : "[";
       for (size_t i = 0; i < list_->size(); ++i) out += (i ? ", " : "") + (*list_)[i].repr();
+      if (namespace_) return out + (list_->size() == 1 ? ",)" : ")");
       return out + "]";
     }
     case Kind::kDict: {
       std::string out = namespace_ ? "<Namespace {" : "{";
-      bool first = true;
-      for (const auto& [k, v] : dict_->items()) {
-        out += (first ? "" : ", ") + string_repr(k) + ": " + v.repr();
-        first = false;
-      }
+      for (size_t i = 0; i < dict_->size(); ++i)
+        out += (i ? ", " : "") + dict_->key_at(i).repr() + ": " + dict_->items()[i].second.repr();
       return out + (namespace_ ? "}>" : "}");
     }
     case Kind::kFunction: return "<function " + str_ + ">";
@@ -242,9 +267,31 @@ Value CallArgs::get(size_t i, std::string_view name) const {
 
 namespace {
 
-void json_string(const std::string& s, std::string& out) {
+/// Appends \\uXXXX escapes (a surrogate pair above U+FFFF) of the UTF-8 sequence at s[*i].
+void json_escape_utf8(const std::string& s, size_t* i, std::string& out) {
+  const auto c = static_cast<unsigned char>(s[*i]);
+  const int n = (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+  uint32_t cp = n == 1 ? c : n == 2 ? (c & 0x1f) : n == 3 ? (c & 0x0f) : (c & 0x07);
+  for (int k = 1; k < n && *i + k < s.size(); ++k) cp = (cp << 6) | (s[*i + k] & 0x3f);
+  *i += n - 1;
+  char b[16];
+  if (cp >= 0x10000) {
+    cp -= 0x10000;
+    std::snprintf(b, sizeof b, "\\u%04x\\u%04x", 0xd800 + (cp >> 10), 0xdc00 + (cp & 0x3ff));
+  } else {
+    std::snprintf(b, sizeof b, "\\u%04x", cp);
+  }
+  out += b;
+}
+
+void json_string(const std::string& s, std::string& out, bool ascii) {
   out += '"';
-  for (unsigned char c : s) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (ascii && c >= 0x80) {
+      json_escape_utf8(s, &i, out);
+      continue;
+    }
     switch (c) {
       case '"': out += "\\\""; break;
       case '\\': out += "\\\\"; break;
@@ -279,7 +326,7 @@ void json_value(const Value& v, const JsonOptions& o, int level, std::string& ou
       out += std::isnan(d) ? "NaN" : std::isinf(d) ? (d < 0 ? "-Infinity" : "Infinity") : v.repr();
       return;
     }
-    case Value::Kind::kString: json_string(v.as_string(), out); return;
+    case Value::Kind::kString: json_string(v.as_string(), out, o.ensure_ascii); return;
     case Value::Kind::kList: {
       const auto& items = v.as_list();
       if (items.empty()) {
@@ -296,7 +343,16 @@ void json_value(const Value& v, const JsonOptions& o, int level, std::string& ou
     }
     case Value::Kind::kDict: {
       if (v.is_namespace()) break;
-      auto entries = v.as_dict().items();
+      std::vector<std::pair<std::string, Value>> entries;
+      const Dict& d = v.as_dict();
+      for (size_t i = 0; i < d.size(); ++i) {
+        const Value k = d.key_at(i);
+        if (!k.is_string() && !k.is_number() && !k.is_none())
+          throw JinjaError("keys must be str, int, float, bool or None", 0);
+        entries.emplace_back(k.is_none() ? "null" : k.is_bool() ? (k.as_bool() ? "true" : "false")
+                                                                : k.str(),
+                             d.items()[i].second);
+      }
       if (entries.empty()) {
         out += "{}";
         return;
@@ -307,7 +363,7 @@ void json_value(const Value& v, const JsonOptions& o, int level, std::string& ou
       out += "{";
       for (size_t i = 0; i < entries.size(); ++i) {
         out += i ? o.item_sep + nl : nl;
-        json_string(entries[i].first, out);
+        json_string(entries[i].first, out, o.ensure_ascii);
         out += o.key_sep;
         json_value(entries[i].second, o, level + 1, out);
       }
