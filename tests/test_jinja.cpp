@@ -2,9 +2,8 @@
 // oracle (tests/data/render_jinja.py run by /usr/bin/python3 with Debian's python3-jinja2):
 // every chat template in ../shared/fixtures/templates/ rendered for a set of conversations,
 // small feature templates, and the engine's errors (with template lines) on malformed input.
-#include <nlohmann/json.hpp>
-
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "test_util.h"
@@ -25,12 +24,18 @@ constexpr const char* kToday = "2025-03-07";
 /// A JSON value as an engine Value (key order kept).
 Value to_value(const json& j) {
   switch (j.type()) {
-    case json::value_t::null: return Value::none();
-    case json::value_t::boolean: return Value(j.get<bool>());
-    case json::value_t::number_integer: return Value(j.get<int64_t>());
-    case json::value_t::number_unsigned: return Value(static_cast<int64_t>(j.get<uint64_t>()));
-    case json::value_t::number_float: return Value(j.get<double>());
-    case json::value_t::string: return Value(j.get<std::string>());
+    case json::value_t::null:
+      return Value::none();
+    case json::value_t::boolean:
+      return Value(j.get<bool>());
+    case json::value_t::number_integer:
+      return Value(j.get<int64_t>());
+    case json::value_t::number_unsigned:
+      return Value(static_cast<int64_t>(j.get<uint64_t>()));
+    case json::value_t::number_float:
+      return Value(j.get<double>());
+    case json::value_t::string:
+      return Value(j.get<std::string>());
     case json::value_t::array: {
       std::vector<Value> items;
       for (const json& x : j) items.push_back(to_value(x));
@@ -41,7 +46,8 @@ Value to_value(const json& j) {
       for (auto it = j.begin(); it != j.end(); ++it) d.set(it.key(), to_value(it.value()));
       return Value::dict(std::move(d));
     }
-    default: return Value();
+    default:
+      return Value();
   }
 }
 
@@ -83,7 +89,9 @@ json tools_json() {
   ])");
 }
 
-json msg(const char* role, const std::string& content) { return {{"role", role}, {"content", content}}; }
+json msg(const char* role, const std::string& content) {
+  return {{"role", role}, {"content", content}};
+}
 
 json tool_call_turn() {
   return json::parse(R"({"role": "assistant", "content": "", "tool_calls": [
@@ -97,8 +105,8 @@ json tool_result(const char* id, const char* name, const char* content) {
 
 /// The conversations every fixture template is rendered with: name → context.
 std::vector<std::pair<std::string, json>> conversations() {
-  const json base = {{"bos_token", "<s>"}, {"eos_token", "</s>"}, {"tools", nullptr},
-                     {"__now__", kToday}};
+  const json base = {
+      {"bos_token", "<s>"}, {"eos_token", "</s>"}, {"tools", nullptr}, {"__now__", kToday}};
   auto ctx = [&](json messages, bool gen) {
     json c = base;
     c["messages"] = std::move(messages);
@@ -108,10 +116,10 @@ std::vector<std::pair<std::string, json>> conversations() {
   std::vector<std::pair<std::string, json>> out;
   out.emplace_back("user_only", ctx(json::array({msg("user", "Hello!")}), true));
   out.emplace_back("user_only_no_gen", ctx(json::array({msg("user", "Hello!")}), false));
-  out.emplace_back("system_user",
-                   ctx(json::array({msg("system", "You are a helpful assistant."),
-                                    msg("user", "What is 2+2?")}),
-                       true));
+  out.emplace_back(
+      "system_user",
+      ctx(json::array({msg("system", "You are a helpful assistant."), msg("user", "What is 2+2?")}),
+          true));
   const json multi = json::array({msg("system", "Be brief."), msg("user", "Hi"),
                                   msg("assistant", "Hello! How can I help?"),
                                   msg("user", "Tell me a \"joke\" about caf\u00e9s\n please.")});
@@ -119,9 +127,9 @@ std::vector<std::pair<std::string, json>> conversations() {
   json multi_done = multi;
   multi_done.push_back(msg("assistant", "  Why did the caf\u00e9 close? It ran out of beans.  "));
   out.emplace_back("multi_turn_ends_assistant", ctx(multi_done, false));
-  out.emplace_back("no_system_multi",
-                   ctx(json::array({msg("user", "A"), msg("assistant", "B"), msg("user", "C")}),
-                       true));
+  out.emplace_back(
+      "no_system_multi",
+      ctx(json::array({msg("user", "A"), msg("assistant", "B"), msg("user", "C")}), true));
   json with_tools = ctx(json::array({msg("user", "What's the weather in Paris?")}), true);
   with_tools["tools"] = tools_json();
   out.emplace_back("tools", with_tools);
@@ -137,12 +145,12 @@ std::vector<std::pair<std::string, json>> conversations() {
   json think_off = ctx(json::array({msg("user", "Quick: capital of France?")}), true);
   think_off["enable_thinking"] = false;
   out.emplace_back("thinking_off", think_off);
-  json think_on = ctx(json::array({msg("user", "Q1"),
-                                   {{"role", "assistant"},
-                                    {"content", "A1"},
-                                    {"reasoning_content", "Let me think."}},
-                                   msg("user", "Q2")}),
-                      true);
+  json think_on =
+      ctx(json::array(
+              {msg("user", "Q1"),
+               {{"role", "assistant"}, {"content", "A1"}, {"reasoning_content", "Let me think."}},
+               msg("user", "Q2")}),
+          true);
   think_on["enable_thinking"] = true;
   out.emplace_back("thinking_on", think_on);
   return out;
@@ -168,8 +176,8 @@ std::vector<Outcome> oracle(const std::string& source, const std::vector<json>& 
   std::ofstream(dir / "t.jinja", std::ios::binary) << source;
   std::ofstream(dir / "c.json", std::ios::binary) << json(contexts).dump();
   const std::string cmd = "/usr/bin/python3 '" + test::test_data("render_jinja.py").string() +
-                          "' '" + (dir / "t.jinja").string() + "' '" +
-                          (dir / "c.json").string() + "'";
+                          "' '" + (dir / "t.jinja").string() + "' '" + (dir / "c.json").string() +
+                          "'";
   const auto r = test::run_command(cmd);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   std::vector<Outcome> out;
@@ -282,7 +290,8 @@ namespace {
 const std::vector<std::string> kFeatureTemplates = {
     "{% for x in xs %}{{ loop.index }}/{{ loop.index0 }}/{{ loop.revindex }}/{{ loop.first }}/"
     "{{ loop.last }}/{{ loop.length }}/{{ loop.previtem }}/{{ loop.nextitem }};{% endfor %}",
-    "{% for x in [] %}a{% else %}empty{% endfor %}|{% for x in xs if x is odd %}{{ x }}{% endfor %}",
+    "{% for x in [] %}a{% else %}empty{% endfor %}|{% for x in xs if x is odd %}{{ x }}{% endfor "
+    "%}",
     "{% for x in xs %}{% if x == 2 %}{% continue %}{% endif %}{% if x > 3 %}{% break %}{% endif %}"
     "{{ x }}{% endfor %}",
     "{{ xs[1:] }} {{ xs[:-1] }} {{ xs[::2] }} {{ xs[::-1] }} {{ s[1:4] }} {{ s[-3:] }} {{ u[1:] }}",
@@ -303,7 +312,8 @@ const std::vector<std::string> kFeatureTemplates = {
     "{% for k, v in d | dictsort %}{{ k }}={{ v }};{% endfor %}{% for k, v in d.items() %}{{ k }}"
     "{% endfor %}{{ d.keys() | list }}{{ d.values() | list }}{{ d.get('x', 'dflt') }}",
     "{{ missing | default('D') }} {{ '' | default('E', true) }} {{ missing is defined }} "
-    "{{ none is none }} {{ s is string }} {{ d is mapping }} {{ xs is iterable }} {{ 1 is number }}",
+    "{{ none is none }} {{ s is string }} {{ d is mapping }} {{ xs is iterable }} {{ 1 is number "
+    "}}",
     "{{ xs is sequence }} {{ 2 in xs }} {{ 'ell' in s }} {{ 'a' not in d }} {{ 'a' in d }} "
     "{{ 3 is divisibleby 3 }} {{ s is eq 'hello' }} {{ true is sameas true }}",
     "{{ s.startswith('he') }} {{ s.endswith(('x', 'lo')) }} {{ '  a b  '.strip() }}|"
@@ -392,6 +402,12 @@ TEST(Jinja, ErrorsNameTheTemplateLine) {
       {"{{ {} | tojson(indent='x') }}", 1, "indent"},
       {"{{ 9223372036854775807 + 1 }}", 1, "overflow"},
       {"{% set x.y = 1 %}", 1, "non-namespace"},
+      {"{% set x = [] %}{% set _ = x.append(x) %}\n{{ x }}", 2, "nested too deeply"},
+      {"{% set x = [] %}{% set _ = x.append(x) %}\n{{ x == [x] }}", 2, "nested too deeply"},
+      {"{% set x = [] %}{% set _ = x.append(x) %}\n{{ x | tojson }}", 2, "nested too deeply"},
+      {"{% for x in 5 %}{% endfor %}", 1, "not iterable"},
+      {"{{ 'a' < 1 }}", 1, "not supported"},
+      {"{{ [1, 2][1:2:0] }}", 1, "step cannot be zero"},
   };
   for (const Case& c : cases) {
     const std::optional<JinjaError> e = error_of(c.source);

@@ -78,14 +78,14 @@ class Value {
   /// The kinds of value.
   enum class Kind { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kDict, kFunction };
 
-  Value() = default;  ///< undefined
-  Value(bool b) : kind_(Kind::kBool), int_(b) {}                                // NOLINT
-  Value(int v) : kind_(Kind::kInt), int_(v) {}                                  // NOLINT
-  Value(int64_t v) : kind_(Kind::kInt), int_(v) {}                              // NOLINT
-  Value(double v) : kind_(Kind::kFloat), float_(v) {}                           // NOLINT
-  Value(std::string s) : kind_(Kind::kString), str_(std::move(s)) {}           // NOLINT
-  Value(const char* s) : kind_(Kind::kString), str_(s) {}                       // NOLINT
-  Value(std::string_view s) : kind_(Kind::kString), str_(s) {}                  // NOLINT
+  Value() = default;                                                  ///< undefined
+  Value(bool b) : kind_(Kind::kBool), int_(b) {}                      // NOLINT
+  Value(int v) : kind_(Kind::kInt), int_(v) {}                        // NOLINT
+  Value(int64_t v) : kind_(Kind::kInt), int_(v) {}                    // NOLINT
+  Value(double v) : kind_(Kind::kFloat), float_(v) {}                 // NOLINT
+  Value(std::string s) : kind_(Kind::kString), str_(std::move(s)) {}  // NOLINT
+  Value(const char* s) : kind_(Kind::kString), str_(s) {}             // NOLINT
+  Value(std::string_view s) : kind_(Kind::kString), str_(s) {}        // NOLINT
   /// Python's None.
   static Value none();
   /// A new list holding `items`.
@@ -100,28 +100,28 @@ class Value {
   /// A callable; `name` is used in messages.
   static Value function(Function f, std::string name = "function");
 
-  Kind kind() const { return kind_; }  ///< the value's kind
-  bool is_undefined() const { return kind_ == Kind::kUndefined; }  ///< undefined?
-  bool is_none() const { return kind_ == Kind::kNone; }            ///< none?
-  bool is_bool() const { return kind_ == Kind::kBool; }            ///< bool?
-  bool is_int() const { return kind_ == Kind::kInt; }              ///< int (not bool)?
-  bool is_float() const { return kind_ == Kind::kFloat; }          ///< float?
+  Kind kind() const { return kind_; }                                     ///< the value's kind
+  bool is_undefined() const { return kind_ == Kind::kUndefined; }         ///< undefined?
+  bool is_none() const { return kind_ == Kind::kNone; }                   ///< none?
+  bool is_bool() const { return kind_ == Kind::kBool; }                   ///< bool?
+  bool is_int() const { return kind_ == Kind::kInt; }                     ///< int (not bool)?
+  bool is_float() const { return kind_ == Kind::kFloat; }                 ///< float?
   bool is_number() const { return is_int() || is_float() || is_bool(); }  ///< Python Number?
-  bool is_string() const { return kind_ == Kind::kString; }        ///< string?
-  bool is_list() const { return kind_ == Kind::kList; }            ///< list?
-  bool is_dict() const { return kind_ == Kind::kDict; }            ///< dict or namespace?
-  bool is_function() const { return kind_ == Kind::kFunction; }    ///< callable?
-  bool is_namespace() const { return is_dict() && namespace_; }    ///< namespace() object?
-  bool is_tuple() const { return is_list() && namespace_; }        ///< a tuple (a list kind)?
-  bool is_markup() const { return is_string() && namespace_; }     ///< a Markup string?
+  bool is_string() const { return kind_ == Kind::kString; }               ///< string?
+  bool is_list() const { return kind_ == Kind::kList; }                   ///< list?
+  bool is_dict() const { return kind_ == Kind::kDict; }                   ///< dict or namespace?
+  bool is_function() const { return kind_ == Kind::kFunction; }           ///< callable?
+  bool is_namespace() const { return is_dict() && namespace_; }           ///< namespace() object?
+  bool is_tuple() const { return is_list() && namespace_; }     ///< a tuple (a list kind)?
+  bool is_markup() const { return is_string() && namespace_; }  ///< a Markup string?
 
-  bool as_bool() const { return int_ != 0; }          ///< the bool (kBool)
-  int64_t as_int() const { return int_; }             ///< the int (kInt, kBool)
-  double as_float() const;                            ///< int, bool or float as double
-  const std::string& as_string() const { return str_; }  ///< the string (kString)
-  std::vector<Value>& as_list() const { return *list_; }  ///< the list (kList)
-  Dict& as_dict() const { return *dict_; }                ///< the dict (kDict)
-  const Function& as_function() const { return *fn_; }    ///< the callable (kFunction)
+  bool as_bool() const { return int_ != 0; }                 ///< the bool (kBool)
+  int64_t as_int() const { return int_; }                    ///< the int (kInt, kBool)
+  double as_float() const;                                   ///< int, bool or float as double
+  const std::string& as_string() const { return str_; }      ///< the string (kString)
+  std::vector<Value>& as_list() const { return *list_; }     ///< the list (kList)
+  Dict& as_dict() const { return *dict_; }                   ///< the dict (kDict)
+  const Function& as_function() const { return *fn_; }       ///< the callable (kFunction)
   const std::string& function_name() const { return str_; }  ///< name of a callable
 
   /// Python truthiness (undefined is false).
@@ -149,7 +149,7 @@ bool values_equal(const Value& a, const Value& b);
 
 /// Arguments of a call: positional, then keyword in the order written.
 struct CallArgs {
-  std::vector<Value> positional;                        ///< positional arguments
+  std::vector<Value> positional;                       ///< positional arguments
   std::vector<std::pair<std::string, Value>> keyword;  ///< keyword arguments
   /// Argument `i` or keyword `name`, or undefined when neither was given.
   Value get(size_t i, std::string_view name) const;
@@ -157,11 +157,11 @@ struct CallArgs {
 
 /// Options of json.dumps as `tojson` takes them.
 struct JsonOptions {
-  int indent = -1;                   ///< < 0: one line
-  std::string item_sep = ", ";       ///< between items (", " or "," with indent)
-  std::string key_sep = ": ";        ///< between a key and its value
-  bool sort_keys = false;            ///< sort dict keys
-  bool ensure_ascii = false;         ///< write non-ASCII as \\uXXXX escapes
+  int indent = -1;              ///< < 0: one line
+  std::string item_sep = ", ";  ///< between items (", " or "," with indent)
+  std::string key_sep = ": ";   ///< between a key and its value
+  bool sort_keys = false;       ///< sort dict keys
+  bool ensure_ascii = false;    ///< write non-ASCII as \\uXXXX escapes
 };
 
 /// Python's json.dumps(v, ensure_ascii=False, ...) of a value; throws JinjaError (line 0) for

@@ -71,11 +71,12 @@ bool apply_test(const std::string& name, const Value& v, CallArgs& a) {
 
 bool is_test(const std::string& name) {
   static const char* const kTests[] = {
-      "defined", "undefined", "none",   "string",  "mapping", "iterable", "sequence", "number",
-      "integer", "float",     "boolean", "true",   "false",   "callable", "lower",    "upper",
-      "equalto", "eq",        "==",     "ne",      "!=",      "lt",       "lessthan", "<",
-      "gt",      "greaterthan", ">",    "le",      "<=",      "ge",       ">=",       "in",
-      "sameas",  "odd",       "even",   "divisibleby", "filter", "test"};
+      "defined",     "undefined", "none",    "string",  "mapping",     "iterable", "sequence",
+      "number",      "integer",   "float",   "boolean", "true",        "false",    "callable",
+      "lower",       "upper",     "equalto", "eq",      "==",          "ne",       "!=",
+      "lt",          "lessthan",  "<",       "gt",      "greaterthan", ">",        "le",
+      "<=",          "ge",        ">=",      "in",      "sameas",      "odd",      "even",
+      "divisibleby", "filter",    "test"};
   for (const char* t : kTests)
     if (name == t) return true;
   return false;
@@ -101,7 +102,8 @@ bool affix(const std::string& s, const Value& what, bool prefix) {
     if (!x.is_string()) bad("startswith/endswith: expected a string");
     const std::string& p = x.as_string();
     if (p.size() > s.size()) return false;
-    return prefix ? s.compare(0, p.size(), p) == 0 : s.compare(s.size() - p.size(), p.size(), p) == 0;
+    return prefix ? s.compare(0, p.size(), p) == 0
+                  : s.compare(s.size() - p.size(), p.size(), p) == 0;
   };
   if (what.is_list()) {
     for (const Value& x : what.as_list())
@@ -118,10 +120,18 @@ Value string_method(const Value& self, const std::string& name) {
     return Value(str_strip(s.as_string(), chars, name != "rstrip", name != "lstrip"));
   };
   if (name == "strip" || name == "lstrip" || name == "rstrip") return bind(self, name, strip);
-  if (name == "upper") return bind(self, name, [](const Value& s, CallArgs&) { return Value(str_upper(s.as_string())); });
-  if (name == "lower") return bind(self, name, [](const Value& s, CallArgs&) { return Value(str_lower(s.as_string())); });
-  if (name == "title") return bind(self, name, [](const Value& s, CallArgs&) { return Value(str_title(s.as_string())); });
-  if (name == "capitalize") return bind(self, name, [](const Value& s, CallArgs&) { return Value(str_capitalize(s.as_string())); });
+  if (name == "upper")
+    return bind(self, name,
+                [](const Value& s, CallArgs&) { return Value(str_upper(s.as_string())); });
+  if (name == "lower")
+    return bind(self, name,
+                [](const Value& s, CallArgs&) { return Value(str_lower(s.as_string())); });
+  if (name == "title")
+    return bind(self, name,
+                [](const Value& s, CallArgs&) { return Value(str_title(s.as_string())); });
+  if (name == "capitalize")
+    return bind(self, name,
+                [](const Value& s, CallArgs&) { return Value(str_capitalize(s.as_string())); });
   if (name == "startswith" || name == "endswith")
     return bind(self, name, [name](const Value& s, CallArgs& a) {
       return Value(affix(s.as_string(), a.get(0, "prefix"), name == "startswith"));
@@ -132,7 +142,8 @@ Value string_method(const Value& self, const std::string& name) {
       const Value max = a.get(1, "maxsplit");
       const int64_t m = max.is_int() ? max.as_int() : -1;
       if (sep.is_string() && sep.as_string().empty()) bad("empty separator");
-      if (name == "rsplit" && sep.is_string()) return list_of(str_rsplit(s.as_string(), sep.as_string(), m));
+      if (name == "rsplit" && sep.is_string())
+        return list_of(str_rsplit(s.as_string(), sep.as_string(), m));
       return list_of(str_split(s.as_string(), sep.is_string() ? &sep.as_string() : nullptr, m));
     });
   if (name == "replace")
@@ -237,7 +248,8 @@ Value range(CallArgs& a) {
   for (const Value& v : a.positional)
     if (!v.is_int()) bad("range: arguments must be integers");
   int64_t start = 0, stop = 0, step = 1;
-  if (a.positional.size() == 1) stop = a.positional[0].as_int();
+  if (a.positional.size() == 1)
+    stop = a.positional[0].as_int();
   else if (a.positional.size() >= 2) {
     start = a.positional[0].as_int();
     stop = a.positional[1].as_int();
@@ -275,9 +287,9 @@ Value get_method(const Value& obj, const std::string& name) {
 
 Dict make_globals() {
   Dict g;
-  g.set("raise_exception", Value::function(
-                               [](CallArgs& a) -> Value { bad(a.get(0, "message").str()); },
-                               "raise_exception"));
+  g.set("raise_exception",
+        Value::function([](CallArgs& a) -> Value { bad(a.get(0, "message").str()); },
+                        "raise_exception"));
   g.set("strftime_now", Value::function(strftime_now, "strftime_now"));
   g.set("range", Value::function(range, "range"));
   g.set("namespace", Value::function([](CallArgs& a) { return make_dict(a, true); }, "namespace"));

@@ -1,7 +1,5 @@
 // jinja_eval.cpp — the evaluator: runs the syntax tree against a context (scopes, loops, macros,
 // call blocks) and the public Template/JinjaError entry points.
-#include <map>
-
 #include "text/jinja_impl.h"
 
 namespace kvrun::jinja {
@@ -67,16 +65,24 @@ class Evaluator {
 
   Flow exec_inner(const Node& n, Scope* s, std::string& out) {
     switch (n.kind) {
-      case Node::K::kBody: return exec_body(n, s, out);
-      case Node::K::kText: out += n.text; return Flow::kNormal;
-      case Node::K::kOutput: out += eval(*n.expr, s).str(); return Flow::kNormal;
+      case Node::K::kBody:
+        return exec_body(n, s, out);
+      case Node::K::kText:
+        out += n.text;
+        return Flow::kNormal;
+      case Node::K::kOutput:
+        out += eval(*n.expr, s).str();
+        return Flow::kNormal;
       case Node::K::kIf:
         for (size_t i = 0; i < n.bodies.size(); ++i)
           if (i >= n.conds.size() || eval(*n.conds[i], s).truthy())
             return exec(*n.bodies[i], s, out);
         return Flow::kNormal;
-      case Node::K::kFor: return exec_for(n, s, out);
-      case Node::K::kSet: exec_set(n, s); return Flow::kNormal;
+      case Node::K::kFor:
+        return exec_for(n, s, out);
+      case Node::K::kSet:
+        exec_set(n, s);
+        return Flow::kNormal;
       case Node::K::kSetBlock: {
         std::string text;
         exec(*n.body, s, text);
@@ -85,9 +91,11 @@ class Evaluator {
         s->vars.set(n.targets[0], v);
         return Flow::kNormal;
       }
-      case Node::K::kMacro: s->vars.set(n.text, make_macro(n, s, nullptr)); return Flow::kNormal;
+      case Node::K::kMacro:
+        s->vars.set(n.text, make_macro(n, s));
+        return Flow::kNormal;
       case Node::K::kCallBlock: {
-        const Value caller = make_macro(n, s, nullptr);
+        const Value caller = make_macro(n, s);
         out += call(*n.expr, s, &caller).str();
         return Flow::kNormal;
       }
@@ -97,8 +105,10 @@ class Evaluator {
         out += filter_block(*n.expr, Value(text), s).str();
         return Flow::kNormal;
       }
-      case Node::K::kBreak: return Flow::kBreak;
-      case Node::K::kContinue: return Flow::kContinue;
+      case Node::K::kBreak:
+        return Flow::kBreak;
+      case Node::K::kContinue:
+        return Flow::kContinue;
     }
     return Flow::kNormal;
   }
@@ -127,8 +137,7 @@ class Evaluator {
     if (n.attr.empty()) return bind_targets(n.targets, v, s);
     const Value ns = lookup(n.targets[0], s);
     if (!ns.is_namespace())
-      throw JinjaError("cannot assign attribute on non-namespace object '" + n.targets[0] + "'",
-                       0);
+      throw JinjaError("cannot assign attribute on non-namespace object '" + n.targets[0] + "'", 0);
     ns.as_dict().set(n.attr, v);
   }
 
@@ -176,7 +185,7 @@ class Evaluator {
   }
 
   /// A callable running the macro (or call-block caller) `n` defined in scope `s`.
-  Value make_macro(const Node& n, Scope* s, const Value* /*unused*/) {
+  Value make_macro(const Node& n, Scope* s) {
     const Node* node = &n;
     Scope* defining = n.kind == Node::K::kCallBlock ? s : root_;
     return Value::function(
@@ -218,9 +227,10 @@ class Evaluator {
     for (const auto& [k, v] : e.keyword) args.keyword.emplace_back(k, eval(*v, s));
     if (caller) args.keyword.emplace_back("caller", *caller);
     if (!fn.is_function()) {
-      const std::string what = e.kids[0]->kind == Expr::K::kName ? "'" + e.kids[0]->name + "'"
-                                                                  : "'" + fn.type_name() + "'";
-      throw JinjaError(what + (fn.is_undefined() ? " is undefined" : " object is not callable"),
+      const std::string& what =
+          e.kids[0]->kind == Expr::K::kName ? e.kids[0]->name : fn.type_name();
+      throw JinjaError(std::string("'").append(what).append(
+                           fn.is_undefined() ? "' is undefined" : "' object is not callable"),
                        0);
     }
     return fn.as_function()(args);
@@ -278,8 +288,10 @@ class Evaluator {
 
 Value Evaluator::eval_inner(const Expr& e, Scope* s) {
   switch (e.kind) {
-    case Expr::K::kLiteral: return e.value;
-    case Expr::K::kName: return lookup(e.name, s);
+    case Expr::K::kLiteral:
+      return e.value;
+    case Expr::K::kName:
+      return lookup(e.name, s);
     case Expr::K::kList: {
       std::vector<Value> items;
       for (const ExprPtr& k : e.kids) items.push_back(eval(*k, s));
@@ -293,7 +305,8 @@ Value Evaluator::eval_inner(const Expr& e, Scope* s) {
       }
       return Value::dict(std::move(d));
     }
-    case Expr::K::kAttr: return eval_attr(e, s);
+    case Expr::K::kAttr:
+      return eval_attr(e, s);
     case Expr::K::kItem: {
       const Value obj = eval(*e.kids[0], s);
       if (obj.is_undefined()) throw JinjaError(undefined_name(*e.kids[0]) + " is undefined", 0);
@@ -306,7 +319,8 @@ Value Evaluator::eval_inner(const Expr& e, Scope* s) {
         if (e.kids[i + 1]) b[i] = eval(*e.kids[i + 1], s);
       return slice(obj, b[0], b[1], b[2]);
     }
-    case Expr::K::kCall: return call(e, s, nullptr);
+    case Expr::K::kCall:
+      return call(e, s, nullptr);
     case Expr::K::kFilter: {
       const Value input = eval(*e.kids[0], s);
       CallArgs args = eval_args(e, s);
@@ -324,7 +338,8 @@ Value Evaluator::eval_inner(const Expr& e, Scope* s) {
       if (e.name == "+") return v.is_bool() ? Value(v.as_int()) : v;
       return v.is_float() ? Value(-v.as_float()) : Value(-v.as_int());
     }
-    case Expr::K::kBinary: return eval_binary(e, s);
+    case Expr::K::kBinary:
+      return eval_binary(e, s);
     case Expr::K::kCond:
       if (eval(*e.kids[0], s).truthy()) return eval(*e.kids[1], s);
       return e.kids[2] ? eval(*e.kids[2], s) : Value();
@@ -342,6 +357,7 @@ Template Template::parse(std::string_view source) {
 }
 
 std::string Template::render(const Dict& context) const {
+  if (!root_) throw JinjaError("render() of a template that was not parsed", 0);
   detail::Scope globals{detail::make_globals(), nullptr};
   for (const auto& [k, v] : context.items()) globals.vars.set(k, v);
   detail::Scope root{{}, &globals};

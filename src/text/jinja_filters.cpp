@@ -80,7 +80,8 @@ Value f_items(const Value& v, CallArgs&) {
   if (v.is_undefined()) return Value::list();
   if (!v.is_dict()) bad("items: can only get items from a mapping, not " + v.type_name());
   const Dict& d = v.as_dict();
-  for (size_t i = 0; i < d.size(); ++i) out.push_back(Value::tuple({d.key_at(i), d.items()[i].second}));
+  for (size_t i = 0; i < d.size(); ++i)
+    out.push_back(Value::tuple({d.key_at(i), d.items()[i].second}));
   return Value::list(std::move(out));
 }
 
@@ -205,7 +206,8 @@ Value f_unique(const Value& v, CallArgs& a) {
   std::vector<Value> seen;
   for (const Value& x : iterate(v)) {
     const Value k = sort_key(attr.is_undefined() ? x : attr_path(x, attr.str()), cs);
-    if (std::none_of(seen.begin(), seen.end(), [&](const Value& s) { return values_equal(s, k); })) {
+    if (std::none_of(seen.begin(), seen.end(),
+                     [&](const Value& s) { return values_equal(s, k); })) {
       seen.push_back(k);
       out.push_back(x);
     }
@@ -229,7 +231,8 @@ Value f_map(const Value& v, CallArgs& a) {
   CallArgs rest;
   rest.positional.assign(a.positional.begin() + 1, a.positional.end());
   rest.keyword = a.keyword;
-  for (const Value& item : iterate(v)) out.push_back(apply_filter(a.positional[0].str(), item, rest));
+  for (const Value& item : iterate(v))
+    out.push_back(apply_filter(a.positional[0].str(), item, rest));
   return Value::list(std::move(out));
 }
 
@@ -282,12 +285,23 @@ std::string html_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -304,17 +318,39 @@ Value f_round(const Value& v, CallArgs& a) {
 
 const std::map<std::string, FilterFn>& filters() {
   static const std::map<std::string, FilterFn> m = {
-      {"length", f_length},   {"count", f_length},       {"string", f_string},
-      {"safe", f_safe},       {"upper", f_upper},        {"lower", f_lower},
-      {"capitalize", f_capitalize}, {"title", f_title},  {"list", f_list},
-      {"trim", f_trim},       {"tojson", f_tojson},      {"default", f_default},
-      {"d", f_default},       {"items", f_items},        {"join", f_join},
-      {"first", f_first},     {"last", f_last},          {"replace", f_replace},
-      {"int", f_int},         {"float", f_float},        {"abs", f_abs},
-      {"indent", f_indent},   {"sort", f_sort},          {"dictsort", f_dictsort},
-      {"unique", f_unique},   {"map", f_map},            {"select", f_select},
-      {"reject", f_reject},   {"selectattr", f_selectattr}, {"rejectattr", f_rejectattr},
-      {"reverse", f_reverse}, {"escape", f_escape},      {"e", f_escape},
+      {"length", f_length},
+      {"count", f_length},
+      {"string", f_string},
+      {"safe", f_safe},
+      {"upper", f_upper},
+      {"lower", f_lower},
+      {"capitalize", f_capitalize},
+      {"title", f_title},
+      {"list", f_list},
+      {"trim", f_trim},
+      {"tojson", f_tojson},
+      {"default", f_default},
+      {"d", f_default},
+      {"items", f_items},
+      {"join", f_join},
+      {"first", f_first},
+      {"last", f_last},
+      {"replace", f_replace},
+      {"int", f_int},
+      {"float", f_float},
+      {"abs", f_abs},
+      {"indent", f_indent},
+      {"sort", f_sort},
+      {"dictsort", f_dictsort},
+      {"unique", f_unique},
+      {"map", f_map},
+      {"select", f_select},
+      {"reject", f_reject},
+      {"selectattr", f_selectattr},
+      {"rejectattr", f_rejectattr},
+      {"reverse", f_reverse},
+      {"escape", f_escape},
+      {"e", f_escape},
       {"round", f_round},
   };
   return m;

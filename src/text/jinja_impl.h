@@ -117,6 +117,16 @@ Value get_method(const Value& obj, const std::string& name);
 /// The engine's globals: raise_exception, strftime_now, namespace, range, dict.
 Dict make_globals();
 
+/// Bounds the recursion of repr(), equality and ordering over nested values (a list that
+/// contains itself through append): throws JinjaError past 256 levels.
+class NestingGuard {
+ public:
+  NestingGuard();
+  ~NestingGuard();
+  NestingGuard(const NestingGuard&) = delete;
+  NestingGuard& operator=(const NestingGuard&) = delete;
+};
+
 /// markupsafe's escape(): & < > " ' as HTML entities.
 std::string html_escape(const std::string& s);
 /// Python `a op b` for + - * / // % ** and comparisons; throws JinjaError (line 0).

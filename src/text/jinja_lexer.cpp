@@ -16,7 +16,7 @@ class Lexer {
   explicit Lexer(std::string_view src) : src_(src) {}
 
   std::vector<Token> run() {
-    bool lstrip_next = false;  // the previous tag ended with "-": strip leading whitespace
+    bool lstrip_next = false;   // the previous tag ended with "-": strip leading whitespace
     bool trim_newline = false;  // the previous tag was a block/comment: drop one newline
     while (pos_ < src_.size()) {
       const size_t open = find_tag(pos_);
@@ -97,8 +97,7 @@ class Lexer {
     while (true) {
       while (pos_ < src_.size() && is_space(src_[pos_])) line_ += src_[pos_++] == '\n';
       if (pos_ >= src_.size())
-        throw JinjaError(std::string("unterminated ") + (block ? "{%" : "{{") + " tag",
-                         start_line);
+        throw JinjaError(std::string("unterminated ") + (block ? "{%" : "{{") + " tag", start_line);
       const char c = src_[pos_];
       if ((c == '-' || c == '+') && pos_ + 2 < src_.size() && src_[pos_ + 1] == close &&
           src_[pos_ + 2] == '}') {
@@ -119,8 +118,8 @@ class Lexer {
     const char c = src_[pos_];
     if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
       size_t e = pos_;
-      while (e < src_.size() && (std::isalnum(static_cast<unsigned char>(src_[e])) ||
-                                 src_[e] == '_'))
+      while (e < src_.size() &&
+             (std::isalnum(static_cast<unsigned char>(src_[e])) || src_[e] == '_'))
         ++e;
       out_.push_back({Tok::kName, std::string(src_.substr(pos_, e - pos_)), line_});
       pos_ = e;
@@ -129,9 +128,9 @@ class Lexer {
     } else if (c == '"' || c == '\'') {
       lex_string(c);
     } else {
-      static const char* const kOps[] = {"//", "**", "==", "!=", "<=", ">=", "+", "-", "*", "/",
-                                         "%",  "~",  "<",  ">",  "=",  "(",  ")", "[", "]", "{",
-                                         "}",  ",",  ".",  ":",  "|"};
+      static const char* const kOps[] = {"//", "**", "==", "!=", "<=", ">=", "+", "-", "*",
+                                         "/",  "%",  "~",  "<",  ">",  "=",  "(", ")", "[",
+                                         "]",  "{",  "}",  ",",  ".",  ":",  "|"};
       for (const char* op : kOps) {
         const std::string_view o(op);
         if (src_.substr(pos_, o.size()) == o) {
@@ -149,7 +148,8 @@ class Lexer {
     bool is_float = false;
     while (e < src_.size() && (std::isdigit(static_cast<unsigned char>(src_[e])) || src_[e] == '_'))
       ++e;
-    if (e + 1 < src_.size() && src_[e] == '.' && std::isdigit(static_cast<unsigned char>(src_[e + 1]))) {
+    if (e + 1 < src_.size() && src_[e] == '.' &&
+        std::isdigit(static_cast<unsigned char>(src_[e + 1]))) {
       is_float = true;
       ++e;
       while (e < src_.size() && std::isdigit(static_cast<unsigned char>(src_[e]))) ++e;
@@ -185,14 +185,31 @@ class Lexer {
       }
       const char n = src_[++i];
       switch (n) {
-        case 'n': value += '\n'; break;
-        case 't': value += '\t'; break;
-        case 'r': value += '\r'; break;
-        case '\\': value += '\\'; break;
-        case '\'': value += '\''; break;
-        case '"': value += '"'; break;
-        case '\n': ++line_; break;
-        default: value += '\\'; value += n; break;
+        case 'n':
+          value += '\n';
+          break;
+        case 't':
+          value += '\t';
+          break;
+        case 'r':
+          value += '\r';
+          break;
+        case '\\':
+          value += '\\';
+          break;
+        case '\'':
+          value += '\'';
+          break;
+        case '"':
+          value += '"';
+          break;
+        case '\n':
+          ++line_;
+          break;
+        default:
+          value += '\\';
+          value += n;
+          break;
       }
     }
     out_.push_back({Tok::kString, value, start_line});

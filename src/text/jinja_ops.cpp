@@ -20,9 +20,12 @@ constexpr size_t kMaxRepeat = 16u << 20;  // longest result of str * n / list * 
 Value int_op(const std::string& op, int64_t x, int64_t y) {
   int64_t r = 0;
   bool overflow = false;
-  if (op == "+") overflow = __builtin_add_overflow(x, y, &r);
-  else if (op == "-") overflow = __builtin_sub_overflow(x, y, &r);
-  else if (op == "*") overflow = __builtin_mul_overflow(x, y, &r);
+  if (op == "+")
+    overflow = __builtin_add_overflow(x, y, &r);
+  else if (op == "-")
+    overflow = __builtin_sub_overflow(x, y, &r);
+  else if (op == "*")
+    overflow = __builtin_mul_overflow(x, y, &r);
   else if (op == "//" || op == "%") {
     if (y == 0) throw JinjaError("integer division or modulo by zero", 0);
     if (x == INT64_MIN && y == -1) throw JinjaError("integer overflow", 0);
@@ -64,8 +67,7 @@ Value repeat(const Value& seq, int64_t n) {
     return Value(out);
   }
   std::vector<Value> out;
-  for (int64_t i = 0; i < n; ++i)
-    out.insert(out.end(), seq.as_list().begin(), seq.as_list().end());
+  for (int64_t i = 0; i < n; ++i) out.insert(out.end(), seq.as_list().begin(), seq.as_list().end());
   return Value::list(std::move(out));
 }
 
@@ -109,6 +111,7 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
 }
 
 bool less_than(const Value& a, const Value& b) {
+  const NestingGuard guard;
   if (a.is_number() && b.is_number()) {
     if (a.is_float() || b.is_float()) return a.as_float() < b.as_float();
     return a.as_int() < b.as_int();
@@ -123,9 +126,9 @@ bool less_than(const Value& a, const Value& b) {
     }
     return x.size() < y.size();
   }
-  throw JinjaError("'<' not supported between instances of '" + a.type_name() + "' and '" +
-                       b.type_name() + "'",
-                   0);
+  throw JinjaError(
+      "'<' not supported between instances of '" + a.type_name() + "' and '" + b.type_name() + "'",
+      0);
 }
 
 bool contains(const Value& haystack, const Value& needle) {
@@ -191,8 +194,8 @@ Value get_item(const Value& v, const Value& key) {
   }
   if ((v.is_list() || v.is_string()) && (key.is_int() || key.is_bool())) {
     size_t i = 0;
-    if (v.is_list()) return norm_index(key.as_int(), v.as_list().size(), &i) ? v.as_list()[i]
-                                                                             : Value();
+    if (v.is_list())
+      return norm_index(key.as_int(), v.as_list().size(), &i) ? v.as_list()[i] : Value();
     const std::vector<std::string> chars = utf8_chars(v.as_string());
     return norm_index(key.as_int(), chars.size(), &i) ? Value(chars[i]) : Value();
   }
@@ -202,9 +205,12 @@ Value get_item(const Value& v, const Value& key) {
 
 Value slice(const Value& v, const Value& start, const Value& stop, const Value& step) {
   std::vector<Value> items;
-  if (v.is_list()) items = v.as_list();
-  else if (v.is_string()) items = iterate(v);
-  else throw JinjaError("'" + v.type_name() + "' object is not subscriptable", 0);
+  if (v.is_list())
+    items = v.as_list();
+  else if (v.is_string())
+    items = iterate(v);
+  else
+    throw JinjaError("'" + v.type_name() + "' object is not subscriptable", 0);
   auto bound = [](const Value& b, const char* what) -> std::optional<int64_t> {
     if (b.is_undefined() || b.is_none()) return std::nullopt;
     if (!b.is_int() && !b.is_bool())

@@ -33,13 +33,20 @@ class Parser {
   [[noreturn]] void fail(const std::string& msg) const { throw JinjaError(msg, cur().line); }
   std::string describe(const Token& t) const {
     switch (t.type) {
-      case Tok::kEof: return "end of template";
-      case Tok::kVarEnd: return "'}}'";
-      case Tok::kBlockEnd: return "'%}'";
-      case Tok::kBlockBegin: return "'{%'";
-      case Tok::kVarBegin: return "'{{'";
-      case Tok::kText: return "template text";
-      default: return "'" + t.text + "'";
+      case Tok::kEof:
+        return "end of template";
+      case Tok::kVarEnd:
+        return "'}}'";
+      case Tok::kBlockEnd:
+        return "'%}'";
+      case Tok::kBlockBegin:
+        return "'{%'";
+      case Tok::kVarBegin:
+        return "'{{'";
+      case Tok::kText:
+        return "template text";
+      default:
+        return "'" + t.text + "'";
     }
   }
   void expect_op(const char* op) {
@@ -350,9 +357,9 @@ class Parser {
     ExprPtr e = parse_math1();
     while (true) {
       const int line = cur().line;
-      if (cur().type == Tok::kOp && (cur().text == "==" || cur().text == "!=" ||
-                                     cur().text == "<" || cur().text == ">" ||
-                                     cur().text == "<=" || cur().text == ">=")) {
+      if (cur().type == Tok::kOp &&
+          (cur().text == "==" || cur().text == "!=" || cur().text == "<" || cur().text == ">" ||
+           cur().text == "<=" || cur().text == ">=")) {
         const std::string op = next().text;
         e = binary(op, e, parse_math1(), line);
       } else if (is_name("in")) {
@@ -433,9 +440,12 @@ ExprPtr Parser::parse_primary() {
   switch (tk.type) {
     case Tok::kName: {
       next();
-      if (tk.text == "true" || tk.text == "True") lit->value = Value(true);
-      else if (tk.text == "false" || tk.text == "False") lit->value = Value(false);
-      else if (tk.text == "none" || tk.text == "None") lit->value = Value::none();
+      if (tk.text == "true" || tk.text == "True")
+        lit->value = Value(true);
+      else if (tk.text == "false" || tk.text == "False")
+        lit->value = Value(false);
+      else if (tk.text == "none" || tk.text == "None")
+        lit->value = Value::none();
       else {
         auto n = make(Expr::K::kName, tk.line);
         n->name = tk.text;
@@ -461,7 +471,8 @@ ExprPtr Parser::parse_primary() {
       next();
       lit->value = Value(std::strtod(tk.text.c_str(), nullptr));
       return lit;
-    default: break;
+    default:
+      break;
   }
   if (is_op("(")) {
     next();
@@ -577,7 +588,7 @@ ExprPtr Parser::parse_filters(ExprPtr e, bool leading_pipe) {
       f->name = expect_name();
       while (is_op(".")) {  // dotted filter names are not used by chat templates
         next();
-        f->name += "." + expect_name();
+        f->name.append(".").append(expect_name());
       }
       f->kids.push_back(e);
       if (is_op("(")) parse_call_args(f.get());

@@ -80,8 +80,7 @@ std::string str_replace(const std::string& s, const std::string& from, const std
   return out;
 }
 
-std::vector<std::string> str_split(const std::string& s, const std::string* sep,
-                                   int64_t maxsplit) {
+std::vector<std::string> str_split(const std::string& s, const std::string* sep, int64_t maxsplit) {
   std::vector<std::string> out;
   if (sep) {
     size_t pos = 0;

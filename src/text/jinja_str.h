@@ -25,8 +25,7 @@ std::string str_replace(const std::string& s, const std::string& from, const std
 /// str.split(sep, maxsplit); `sep` null splits on runs of whitespace.
 std::vector<std::string> str_split(const std::string& s, const std::string* sep, int64_t maxsplit);
 /// str.rsplit(sep, maxsplit) with an explicit separator.
-std::vector<std::string> str_rsplit(const std::string& s, const std::string& sep,
-                                    int64_t maxsplit);
+std::vector<std::string> str_rsplit(const std::string& s, const std::string& sep, int64_t maxsplit);
 /// str.splitlines() (\n, \r\n and \r).
 std::vector<std::string> str_splitlines(const std::string& s);
 /// int(s) for a decimal integer (optional sign, underscores between digits not accepted).

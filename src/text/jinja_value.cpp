@@ -9,6 +9,23 @@
 
 namespace kvrun::jinja {
 
+namespace detail {
+
+namespace {
+thread_local int nesting = 0;
+}  // namespace
+
+NestingGuard::NestingGuard() {
+  if (++nesting > 256) {
+    --nesting;
+    throw JinjaError("value nested too deeply (or containing itself)", 0);
+  }
+}
+
+NestingGuard::~NestingGuard() { --nesting; }
+
+}  // namespace detail
+
 // ---- Dict ----
 
 const Value* Dict::find(std::string_view key) const {
@@ -33,7 +50,7 @@ void Dict::set(const std::string& key, Value v) {
 }
 
 std::string Dict::canonical(const Value& key) {
-  return key.is_string() ? key.as_string() : "\x01" + key.repr();
+  return key.is_string() ? key.as_string() : std::string("\x01").append(key.repr());
 }
 
 void Dict::set_key(const Value& key, Value v) {
@@ -103,14 +120,21 @@ double Value::as_float() const { return kind_ == Kind::kFloat ? float_ : double(
 bool Value::truthy() const {
   switch (kind_) {
     case Kind::kUndefined:
-    case Kind::kNone: return false;
+    case Kind::kNone:
+      return false;
     case Kind::kBool:
-    case Kind::kInt: return int_ != 0;
-    case Kind::kFloat: return float_ != 0.0;
-    case Kind::kString: return !str_.empty();
-    case Kind::kList: return !list_->empty();
-    case Kind::kDict: return namespace_ || dict_->size() > 0;
-    case Kind::kFunction: return true;
+    case Kind::kInt:
+      return int_ != 0;
+    case Kind::kFloat:
+      return float_ != 0.0;
+    case Kind::kString:
+      return !str_.empty();
+    case Kind::kList:
+      return !list_->empty();
+    case Kind::kDict:
+      return namespace_ || dict_->size() > 0;
+    case Kind::kFunction:
+      return true;
   }
   return false;
 }
@@ -157,11 +181,16 @@ std::string string_repr(const std::string& s) {
   const char q = has_single && !has_double ? '"' : '\'';
   std::string out(1, q);
   for (unsigned char c : s) {
-    if (c == '\\') out += "\\\\";
-    else if (c == static_cast<unsigned char>(q)) out += std::string("\\") + q;
-    else if (c == '\n') out += "\\n";
-    else if (c == '\r') out += "\\r";
-    else if (c == '\t') out += "\\t";
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == static_cast<unsigned char>(q))
+      out += std::string("\\") + q;
+    else if (c == '\n')
+      out += "\\n";
+    else if (c == '\r')
+      out += "\\r";
+    else if (c == '\t')
+      out += "\\t";
     else if (c < 0x20 || c == 0x7f) {
       char b[8];
       std::snprintf(b, sizeof b, "\\x%02x", c);
@@ -177,20 +206,30 @@ std::string string_repr(const std::string& s) {
 
 std::string Value::str() const {
   switch (kind_) {
-    case Kind::kUndefined: return "";
-    case Kind::kString: return str_;
-    default: return repr();
+    case Kind::kUndefined:
+      return "";
+    case Kind::kString:
+      return str_;
+    default:
+      return repr();
   }
 }
 
 std::string Value::repr() const {
+  const detail::NestingGuard guard;
   switch (kind_) {
-    case Kind::kUndefined: return "Undefined";
-    case Kind::kNone: return "None";
-    case Kind::kBool: return int_ ? "True" : "False";
-    case Kind::kInt: return std::to_string(int_);
-    case Kind::kFloat: return float_repr(float_);
-    case Kind::kString: return string_repr(str_);
+    case Kind::kUndefined:
+      return "Undefined";
+    case Kind::kNone:
+      return "None";
+    case Kind::kBool:
+      return int_ ? "True" : "False";
+    case Kind::kInt:
+      return std::to_string(int_);
+    case Kind::kFloat:
+      return float_repr(float_);
+    case Kind::kString:
+      return string_repr(str_);
     case Kind::kList: {
       std::string out = namespace_ ? "(" : "[";
       for (size_t i = 0; i < list_->size(); ++i) out += (i ? ", " : "") + (*list_)[i].repr();
@@ -203,27 +242,38 @@ std::string Value::repr() const {
         out += (i ? ", " : "") + dict_->key_at(i).repr() + ": " + dict_->items()[i].second.repr();
       return out + (namespace_ ? "}>" : "}");
     }
-    case Kind::kFunction: return "<function " + str_ + ">";
+    case Kind::kFunction:
+      return "<function " + str_ + ">";
   }
   return "";
 }
 
 std::string Value::type_name() const {
   switch (kind_) {
-    case Kind::kUndefined: return "Undefined";
-    case Kind::kNone: return "NoneType";
-    case Kind::kBool: return "bool";
-    case Kind::kInt: return "int";
-    case Kind::kFloat: return "float";
-    case Kind::kString: return "str";
-    case Kind::kList: return "list";
-    case Kind::kDict: return namespace_ ? "Namespace" : "dict";
-    case Kind::kFunction: return "function";
+    case Kind::kUndefined:
+      return "Undefined";
+    case Kind::kNone:
+      return "NoneType";
+    case Kind::kBool:
+      return "bool";
+    case Kind::kInt:
+      return "int";
+    case Kind::kFloat:
+      return "float";
+    case Kind::kString:
+      return "str";
+    case Kind::kList:
+      return "list";
+    case Kind::kDict:
+      return namespace_ ? "Namespace" : "dict";
+    case Kind::kFunction:
+      return "function";
   }
   return "";
 }
 
 bool values_equal(const Value& a, const Value& b) {
+  const detail::NestingGuard guard;
   if (a.is_number() && b.is_number()) {
     if (a.is_float() || b.is_float()) return a.as_float() == b.as_float();
     return a.as_int() == b.as_int();
@@ -231,8 +281,10 @@ bool values_equal(const Value& a, const Value& b) {
   if (a.kind() != b.kind()) return false;
   switch (a.kind()) {
     case Value::Kind::kUndefined:
-    case Value::Kind::kNone: return true;
-    case Value::Kind::kString: return a.as_string() == b.as_string();
+    case Value::Kind::kNone:
+      return true;
+    case Value::Kind::kString:
+      return a.as_string() == b.as_string();
     case Value::Kind::kList: {
       const auto& x = a.as_list();
       const auto& y = b.as_list();
@@ -251,8 +303,10 @@ bool values_equal(const Value& a, const Value& b) {
       }
       return true;
     }
-    case Value::Kind::kFunction: return &a.as_function() == &b.as_function();
-    default: return false;
+    case Value::Kind::kFunction:
+      return &a.as_function() == &b.as_function();
+    default:
+      return false;
   }
 }
 
@@ -293,13 +347,27 @@ void json_string(const std::string& s, std::string& out, bool ascii) {
       continue;
     }
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
       default:
         if (c < 0x20) {
           char b[8];
@@ -318,15 +386,23 @@ void json_value(const Value& v, const JsonOptions& o, int level, std::string& ou
   const std::string nl = o.indent >= 0 ? "\n" + std::string((level + 1) * o.indent, ' ') : "";
   const std::string close_nl = o.indent >= 0 ? "\n" + std::string(level * o.indent, ' ') : "";
   switch (v.kind()) {
-    case Value::Kind::kNone: out += "null"; return;
-    case Value::Kind::kBool: out += v.as_bool() ? "true" : "false"; return;
-    case Value::Kind::kInt: out += std::to_string(v.as_int()); return;
+    case Value::Kind::kNone:
+      out += "null";
+      return;
+    case Value::Kind::kBool:
+      out += v.as_bool() ? "true" : "false";
+      return;
+    case Value::Kind::kInt:
+      out += std::to_string(v.as_int());
+      return;
     case Value::Kind::kFloat: {
       const double d = v.as_float();
       out += std::isnan(d) ? "NaN" : std::isinf(d) ? (d < 0 ? "-Infinity" : "Infinity") : v.repr();
       return;
     }
-    case Value::Kind::kString: json_string(v.as_string(), out, o.ensure_ascii); return;
+    case Value::Kind::kString:
+      json_string(v.as_string(), out, o.ensure_ascii);
+      return;
     case Value::Kind::kList: {
       const auto& items = v.as_list();
       if (items.empty()) {
@@ -349,8 +425,9 @@ void json_value(const Value& v, const JsonOptions& o, int level, std::string& ou
         const Value k = d.key_at(i);
         if (!k.is_string() && !k.is_number() && !k.is_none())
           throw JinjaError("keys must be str, int, float, bool or None", 0);
-        entries.emplace_back(k.is_none() ? "null" : k.is_bool() ? (k.as_bool() ? "true" : "false")
-                                                                : k.str(),
+        entries.emplace_back(k.is_none()   ? "null"
+                             : k.is_bool() ? (k.as_bool() ? "true" : "false")
+                                           : k.str(),
                              d.items()[i].second);
       }
       if (entries.empty()) {
@@ -370,7 +447,8 @@ void json_value(const Value& v, const JsonOptions& o, int level, std::string& ou
       out += close_nl + "}";
       return;
     }
-    default: break;
+    default:
+      break;
   }
   throw JinjaError("Object of type " + v.type_name() + " is not JSON serializable", 0);
 }
