@@ -13,9 +13,9 @@
 #include "backend.h"
 #include "engine/context.h"
 #include "engine/scheduler.h"
-#include "tools/synth/synth.h"
 #include "test_util.h"
 #include "text/tokenizer.h"
+#include "tools/synth/synth.h"
 
 namespace kvrun {
 namespace {
@@ -32,6 +32,9 @@ class CountingDevice final : public Device {
   int64_t total_memory() const override { return dev_->total_memory(); }
   int64_t free_memory() const override { return dev_->free_memory(); }
   bool supports(Op op, DType a, DType b, int64_t k) const override {
+    if (refuse_q4_0_kv && (op == Op::kKvStore || op == Op::kPagedAttention) &&
+        (a == DType::Q4_0 || b == DType::Q4_0))
+      return false;
     return dev_->supports(op, a, b, k);
   }
   std::unique_ptr<DeviceBuffer> alloc(size_t bytes, BufferUse use) override {
@@ -46,6 +49,7 @@ class CountingDevice final : public Device {
   }
   std::unique_ptr<Backend> make_backend(int n_threads) override;
 
+  bool refuse_q4_0_kv = false;  ///< stands in for a device without q4_0 KV kernels
   int kv_allocs = 0;
   int uploads = 0;
   int64_t copies_in = 0;  ///< copy_from calls on this device's backends
@@ -210,6 +214,31 @@ TEST(BackendSplit, PlacementFollowsNglAsLlamaCpp) {
   EXPECT_EQ(all.output, gpu.get());
   EXPECT_EQ(all.kv[0], &host);  // -nkvo
   EXPECT_EQ(all.devices().size(), 2u);
+}
+
+TEST(BackendSplit, KvTypeTheDeviceLacksIsRefusedBeforeAnythingRuns) {
+  const fs::path path = test::fixture("models/stories260K-F32.gguf");
+  if (!fs::exists(path)) GTEST_SKIP() << "fixture missing: " << path;
+  CountingDevice gpu("CPU1");
+  gpu.refuse_q4_0_kv = true;
+  ModelParams mp;
+  mp.n_gpu_layers = 1;
+  mp.gpu = &gpu;
+  const Model m = Model::load(path.string(), mp);
+  ContextParams cp;
+  cp.n_ctx = 32;
+  cp.kv.type_k = DType::Q4_0;
+  try {
+    Context ctx(m, cp);
+    ADD_FAILURE() << "a q4_0 K cache on a device without it was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("CPU1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("q4_0"), std::string::npos) << e.what();
+  }
+  cp.kv.type_k = DType::Q8_0;  // what it has runs
+  Context ok(m, cp);
+  const int32_t tok[2] = {1, 2};
+  EXPECT_EQ(ok.eval(tok).size(), size_t(m.hparams().n_vocab));
 }
 
 TEST(BackendSplit, SchedulerStepMatchesContextOnASplitModel) {

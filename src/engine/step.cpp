@@ -4,13 +4,24 @@
 #include <stdexcept>
 #include <string>
 
+#include "kv_layout.h"
+
 namespace kvrun {
 
 Step::Step(const Model& model, KvCache& cache, const StepParams& params)
     : model_(model), cache_(cache), params_(params) {
   if (params.n_batch < 1) throw std::invalid_argument("n_batch must be at least 1");
   const Hparams& hp = model.hparams();
-  for (int64_t il = 0; il < hp.n_layer; ++il) layers_.push_back(cache.layer(il));
+  const KvCacheParams& kp = cache.params();
+  for (int64_t il = 0; il < hp.n_layer; ++il) {
+    // Asked before anything runs: a device without these KV types is an error, never a slow path.
+    Device& d = *model.placement().kv[size_t(il)];
+    if (!d.supports(Op::kKvStore, kp.type_k, kp.type_v) ||
+        !d.supports(Op::kPagedAttention, kp.type_k, kp.type_v))
+      throw std::invalid_argument(d.name() + " has no paged attention over K " +
+                                  kv_type_name(kp.type_k) + " / V " + kv_type_name(kp.type_v));
+    layers_.push_back(cache.layer(il));
+  }
   exec_ = std::make_unique<LlamaExec>(hp, model.placement(), params.n_threads, params.n_batch);
 }
 
