@@ -45,8 +45,9 @@ class GenerationTracker(jinja2.ext.Extension):
         return caller()
 
 
-def make_environment(now):
-    """A sandboxed environment with the globals and filters transformers provides."""
+def make_environment(now, generation=True):
+    """A sandboxed environment with the globals and filters transformers provides; with
+    `generation`, the {% generation %} tag of assistant-mask templates too."""
 
     def raise_exception(message):
         raise jinja2.exceptions.TemplateError(message)
@@ -59,7 +60,8 @@ def make_environment(now):
         return now.strftime(fmt)
 
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[GenerationTracker, jinja2.ext.loopcontrols])
+                                        extensions=([GenerationTracker] if generation else []) +
+                                        [jinja2.ext.loopcontrols])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now

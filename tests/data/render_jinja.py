@@ -14,34 +14,12 @@ import datetime
 import json
 import sys
 
-try:
-    import jinja2
-    import jinja2.ext
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-except ImportError:
-    sys.stderr.write("jinja2 is not installed (apt-get install python3-jinja2)\n")
-    sys.exit(4)
-
+import render_chat_template  # the same directory: the oracle environment (exits 4 without jinja2)
 
 def make_environment(now):
-    """The sandboxed environment, filters and globals of transformers' chat templates."""
-
-    def raise_exception(message):
-        raise jinja2.exceptions.TemplateError(message)
-
-    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
-                          sort_keys=sort_keys)
-
-    def strftime_now(fmt):
-        return now.strftime(fmt)
-
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[jinja2.ext.loopcontrols])
-    env.filters["tojson"] = tojson
-    env.globals["raise_exception"] = raise_exception
-    env.globals["strftime_now"] = strftime_now
-    return env
+    """transformers' environment (render_chat_template.py) without the generation tag, which
+    kvrun's engine does not implement."""
+    return render_chat_template.make_environment(now, generation=False)
 
 
 def main():
