@@ -215,5 +215,50 @@ TEST(Info, TruncatedFixtureIsAOneLineError) {
   expect_one_line_error(path, "truncated inside the metadata");
 }
 
+// A download cut mid-data (issue 24): the header parses, the data section is short. info
+// reports what the header says, then fails naming how many of the bytes are there; a file cut
+// where its data section begins is a metadata-only file and stays a success.
+TEST(Info, CutMidDataSaysTruncatedAndFails) {
+  KVRUN_REQUIRE_FIXTURE("models/stories260K-F32.gguf");
+  test::TempDir dir;
+  const auto src = test::fixture("models/stories260K-F32.gguf");
+  const gguf::File full = gguf::File::open(src.string());
+  int64_t needed = 0;
+  for (const gguf::TensorInfo& t : full.tensors())
+    needed = std::max<int64_t>(needed, int64_t(t.offset + t.n_bytes));
+  const int64_t data_offset = int64_t(full.data_offset());
+  std::ifstream in(src, std::ios::binary);
+  std::vector<char> bytes(size_t(data_offset + needed / 2));
+  in.read(bytes.data(), std::streamsize(bytes.size()));
+  const auto path = (dir / "cut.gguf").string();
+  std::ofstream(path, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
+
+  const std::string want =
+      "truncated: " + std::to_string(needed / 2) + " of " + std::to_string(needed) + " bytes";
+  auto r = test::run_command(test::kvrun_binary() + " info -m '" + path + "'");
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.err.find(want), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("TRUNCATED"), std::string::npos) << r.out;
+  auto rj = test::run_command(test::kvrun_binary() + " info -m '" + path + "' --json");
+  EXPECT_EQ(rj.exit_code, 1);
+  const json j = json::parse(rj.out);
+  EXPECT_EQ(j["truncated"], true);
+  EXPECT_EQ(j["has_weights"], false);
+  EXPECT_EQ(j["data_bytes_present"], needed / 2);
+  EXPECT_EQ(j["data_bytes_needed"], needed);
+
+  // Cut exactly at the data section: metadata only, a success.
+  const auto meta = (dir / "meta.gguf").string();
+  std::ofstream(meta, std::ios::binary).write(bytes.data(), std::streamsize(data_offset));
+  const json m = info_json(meta);
+  EXPECT_EQ(m["truncated"], false);
+  EXPECT_EQ(m["data_bytes_present"], 0);
+  // The complete file: not truncated, every byte present.
+  const json c = info_json(src.string());
+  EXPECT_EQ(c["truncated"], false);
+  EXPECT_EQ(c["has_weights"], true);
+  EXPECT_GE(c["data_bytes_present"].get<int64_t>(), needed);
+}
+
 }  // namespace
 }  // namespace kvrun

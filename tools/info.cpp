@@ -8,11 +8,11 @@
 #include "commands.h"
 #include "cpu/cpu_info.h"
 #include "cpu/cpu_level.h"
+#include "eval/model_info.h"
 #include "gguf.h"
 #include "kv/kv_cache.h"
 #include "kv_layout.h"
 #include "kv_options.h"
-#include "eval/model_info.h"
 #ifdef KVRUN_HAVE_CUDA
 #include "cuda/cuda_device.h"
 #endif
@@ -49,6 +49,9 @@ nlohmann::ordered_json to_json(const ModelInfo& mi) {
   j["n_tensors"] = mi.n_tensors;
   j["weight_bytes"] = mi.weight_bytes;
   j["has_weights"] = mi.has_weights;
+  j["truncated"] = mi.truncated();
+  j["data_bytes_needed"] = mi.data_bytes_needed;
+  j["data_bytes_present"] = mi.data_bytes_present;
   j["n_ctx"] = mi.n_ctx;
   nlohmann::ordered_json kv = nlohmann::ordered_json::object();
   for (const KvSizeEntry& e : mi.kv)
@@ -86,7 +89,9 @@ void print_text(const ModelInfo& mi, const std::string& fast_source) {
   if (hp.rope.has_freq_factors) std::printf(", rope_freqs tensor");
   std::printf("\nweights      %lld tensors, %lld bytes (%s)%s\n", (long long)mi.n_tensors,
               (long long)mi.weight_bytes, format_bytes(mi.weight_bytes).c_str(),
-              mi.has_weights || mi.n_tensors == 0 ? "" : " — metadata only, no tensor data");
+              mi.has_weights || mi.n_tensors == 0 ? ""
+              : mi.truncated()                    ? " — TRUNCATED, see below"
+                                                  : " — metadata only, no tensor data");
   for (const QuantMixEntry& e : mi.quant_mix)
     std::printf("  %-8s %5lld tensors %14lld bytes  %5.1f%%\n", traits(e.type).name,
                 (long long)e.n_tensors, (long long)e.bytes,
@@ -142,6 +147,16 @@ int cmd_info(const InfoOptions& opt) {
       std::printf("%s\n", to_json(mi).dump(2).c_str());
     else
       print_text(mi, fast_source);
+    if (mi.truncated()) {
+      // A download cut mid-data: the report above is what the header promises, but the file
+      // cannot be loaded (kvrun -m refuses it), so say so and fail.
+      std::fprintf(stderr,
+                   "kvrun: error: %s: truncated: %lld of %lld bytes of tensor data (the file "
+                   "ends early; download it again)\n",
+                   opt.model.c_str(), (long long)mi.data_bytes_present,
+                   (long long)mi.data_bytes_needed);
+      return 1;
+    }
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kvrun: error: %s: %s\n", opt.model.c_str(), e.what());

@@ -33,7 +33,10 @@ ModelInfo describe_model(const gguf::File& file, int64_t n_ctx, int64_t block_si
     mi.n_tensors++;
     mi.weight_bytes += int64_t(t.n_bytes);
     all_data = all_data && t.data != nullptr;
+    mi.data_bytes_needed = std::max(mi.data_bytes_needed, int64_t(t.offset + t.n_bytes));
   }
+  if (file.file_size() > file.data_offset())
+    mi.data_bytes_present = int64_t(file.file_size() - file.data_offset());
   mi.has_weights = mi.n_tensors > 0 && all_data;
   size_t n_types = 0;
   const DType* types = all_dtypes(&n_types);

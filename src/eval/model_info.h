@@ -40,8 +40,18 @@ struct ModelInfo {
   std::vector<QuantMixEntry> quant_mix;  ///< by dtype, in traits-table order
   int64_t n_tensors = 0;
   int64_t weight_bytes = 0;  ///< sum of all tensor data bytes
-  bool has_weights = false;  ///< false for a metadata-only file
-  int64_t n_ctx = 0;         ///< the context length the KV table is for
+  bool has_weights = false;  ///< false for a metadata-only or truncated file
+  /// Bytes the data section must have: the end of the last tensor's data (offset + size).
+  int64_t data_bytes_needed = 0;
+  /// Bytes of data section the file has: file size − data offset (0 when it ends before it).
+  int64_t data_bytes_present = 0;
+  /// A download cut mid-data: some but not all of the data section is there (0 < present <
+  /// needed). A file that ends where its data section begins is a metadata-only file instead
+  /// (written on purpose by tools and tests, e.g. the 70B shape in docs/formats.md).
+  bool truncated() const {
+    return data_bytes_present > 0 && data_bytes_present < data_bytes_needed;
+  }
+  int64_t n_ctx = 0;  ///< the context length the KV table is for
   /// Positions whose K/V a sequence holds at most: n_ctx, or for a model whose every layer is
   /// windowed (Hparams::all_swa_window) the blocks of one window with its partial ends,
   /// min(n_ctx, (ceil((n_swa − 1) / block_size) + 1) × block_size).
