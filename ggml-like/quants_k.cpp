@@ -68,17 +68,10 @@
 
 #include "fp16.h"
 #include "quants.h"
+#include "quants_k_search.h"
 
 namespace kvrun {
 namespace {
-
-/// round(v) (half away from zero) clamped to [lo, hi]; NaN gives lo.
-int round_clamp(float v, int lo, int hi) {
-  v = std::round(v);
-  if (!(v >= static_cast<float>(lo))) return lo;
-  if (v > static_cast<float>(hi)) return hi;
-  return static_cast<int>(v);
-}
 
 // ---- shared scale packings ----
 
@@ -128,20 +121,28 @@ inline int q6_ql_shift(int i) { return (i % 128) < 64 ? 0 : 4; }
 inline int q6_qh_byte(int i) { return 32 * (i / 128) + i % 32; }
 inline int q6_qh_shift(int i) { return 2 * ((i % 128) / 32); }
 
-// ---- per-sub-block fitting (kvrun's own) ----
+}  // namespace
 
-/// Fit of x ≈ scale * q + offset for one sub-block; `err` is the squared error.
-struct Fit {
-  float scale = 0.0f;
-  float offset = 0.0f;
-  double err = 0.0;
-};
+// ---- per-sub-block fitting (kvrun's own; declared in quants_k_search.h) ----
+
+namespace kquants {
+
+// The searches below are where quantizing spends its time (kvrun synth writes billions of
+// values). On x86-64 they are also compiled for AVX2 (no FMA: the same roundings) and picked at
+// load time; the code and its results are the same at both levels.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define KVRUN_SEARCH_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define KVRUN_SEARCH_CLONES
+#endif
 
 /// Symmetric fit x ≈ scale * q with integer q in [qlo, qhi] (qlo = -qhi - 1). Candidate inverse
 /// scales map the largest-magnitude element near either end of the range; for each, q is
 /// rounded and the scale refit by least squares (scale = Σxq / Σqq). Returns the best scale
-/// (may be negative; 0 for an all-zero sub-block).
-float fit_symmetric(const float* x, int n, int qlo, int qhi) {
+/// (may be negative; 0 for an all-zero sub-block). The candidates are evaluated side by side
+/// (one pass over x, one accumulator set per candidate, each summed in element order), which
+/// gives the same sums as one pass per candidate at a fraction of the latency.
+KVRUN_SEARCH_CLONES float fit_symmetric(const float* x, int n, int qlo, int qhi) {
   float amax = 0.0f;  // signed value of largest magnitude
   double sxx = 0.0;
   for (int i = 0; i < n; ++i) {
@@ -149,48 +150,46 @@ float fit_symmetric(const float* x, int n, int qlo, int qhi) {
     sxx += double(x[i]) * x[i];
   }
   if (amax == 0.0f) return 0.0f;
-  float best_scale = 0.0f;
-  double best_err = sxx;
+  float iscale[2 * kLanes] = {};
+  int n_cand = 0;
   for (int side = 0; side < 2; ++side) {
     const float end = side == 0 ? float(qlo) : float(qhi);
     for (int t = -10; t <= 10; ++t) {
       const float target = end + (end < 0 ? -0.1f : 0.1f) * float(t);
       if (target == 0.0f || (target < 0) != (end < 0)) continue;
-      const float iscale = target / amax;
-      double sxq = 0.0, sqq = 0.0;
-      for (int i = 0; i < n; ++i) {
-        const int q = round_clamp(iscale * x[i], qlo, qhi);
-        sxq += double(x[i]) * q;
-        sqq += double(q) * q;
-      }
-      if (sqq == 0.0) continue;
-      const double err = sxx - sxq * sxq / sqq;
-      if (err < best_err) {
-        best_err = err;
-        best_scale = float(sxq / sqq);
-      }
+      iscale[n_cand++] = target / amax;
+    }
+  }
+  double sxq[2 * kLanes] = {};
+  int sqq[2 * kLanes] = {};  // a sum of integers: exact, as the double sum it stands for
+  for (int i = 0; i < n; ++i) {
+    const double xi = x[i];
+    for (int c = 0; c < 2 * kLanes; ++c) {
+      const int q = round_clamp(iscale[c] * x[i], qlo, qhi);
+      sxq[c] += xi * q;
+      sqq[c] += q * q;
+    }
+  }
+  float best_scale = 0.0f;
+  double best_err = sxx;
+  for (int c = 0; c < n_cand; ++c) {
+    if (sqq[c] == 0) continue;
+    const double err = sxx - sxq[c] * sxq[c] / double(sqq[c]);
+    if (err < best_err) {
+      best_err = err;
+      best_scale = float(sxq[c] / double(sqq[c]));
     }
   }
   return best_scale;
 }
 
-/// Squared error of x ≈ scale * q + offset with q = round((x - offset) / scale) in [0, qmax].
-double affine_error(const float* x, int n, int qmax, float scale, float offset) {
-  const float iscale = scale != 0.0f ? 1.0f / scale : 0.0f;
-  double err = 0.0;
-  for (int i = 0; i < n; ++i) {
-    const int q = round_clamp((x[i] - offset) * iscale, 0, qmax);
-    const double e = double(x[i]) - (double(scale) * q + offset);
-    err += e * e;
-  }
-  return err;
-}
-
 /// Affine fit x ≈ scale * q + offset with q in [0, qmax], scale >= 0 and the offset's sign
 /// constrained: `offset_sign` > 0 means offset >= 0, otherwise offset <= 0. Candidate inverse
 /// scales spread [lo, hi] over qmax ± 1 steps; each candidate's q are refit by 2x2 least
-/// squares (with the offset pinned to 0 when the free fit breaks the sign constraint).
-Fit fit_affine(const float* x, int n, int qmax, int offset_sign) {
+/// squares (with the offset pinned to 0 when the free fit breaks the sign constraint), and the
+/// refit is scored by the squared error of re-rounding x against it. As in fit_symmetric, the
+/// candidates are evaluated side by side, each sum in element order.
+KVRUN_SEARCH_CLONES Fit fit_affine(const float* x, int n, int qmax, int offset_sign) {
   double sx = 0.0, sxx = 0.0;
   float xmin = x[0], xmax = x[0];
   for (int i = 0; i < n; ++i) {
@@ -205,29 +204,66 @@ Fit fit_affine(const float* x, int n, int qmax, int offset_sign) {
   best.err = sxx - 2.0 * best.offset * sx + double(best.offset) * best.offset * n;
   const float lo = offset_sign > 0 ? std::fmax(xmin, 0.0f) : std::fmin(xmin, 0.0f);
   if (!(xmax > lo)) return best;
-  for (int t = -10; t <= 10; ++t) {
-    const float iscale = (float(qmax) + 0.1f * float(t)) / (xmax - lo);
-    double sq = 0.0, sqq = 0.0, sxq = 0.0;
-    for (int i = 0; i < n; ++i) {
-      const int q = round_clamp((x[i] - lo) * iscale, 0, qmax);
-      sq += q;
-      sqq += double(q) * q;
-      sxq += double(x[i]) * q;
+  constexpr int kC = kLanes;
+  float iscale[kC] = {};
+  for (int c = 0; c < kSearchSteps; ++c)
+    iscale[c] = (float(qmax) + 0.1f * float(c - 10)) / (xmax - lo);
+  int isq[kC] = {}, isqq[kC] = {};  // sums of integers: exact, as the double sums they stand for
+  double sxq[kC] = {};
+  for (int i = 0; i < n; ++i) {
+    const float d = x[i] - lo;
+    const double xi = x[i];
+    for (int c = 0; c < kC; ++c) {
+      const int q = round_clamp(d * iscale[c], 0, qmax);
+      isq[c] += q;
+      isqq[c] += q * q;
+      sxq[c] += xi * q;
     }
+  }
+  // The refit of each candidate; `valid` false for one the search skips.
+  float scale[kC], offset[kC], inv[kC];
+  bool valid[kC];
+  for (int c = 0; c < kC; ++c) {
+    scale[c] = offset[c] = inv[c] = 0.0f;
+    valid[c] = false;
+    if (c >= kSearchSteps) continue;
+    const double sq = isq[c], sqq = isqq[c];
     const double det = n * sqq - sq * sq;
     if (det <= 0.0) continue;
-    double scale = (n * sxq - sq * sx) / det;
-    double offset = (sqq * sx - sq * sxq) / det;
-    if ((offset_sign > 0 && offset < 0) || (offset_sign <= 0 && offset > 0)) {
-      offset = 0.0;
-      scale = sxq / sqq;
+    double sc = (n * sxq[c] - sq * sx) / det;
+    double off = (sqq * sx - sq * sxq[c]) / det;
+    if ((offset_sign > 0 && off < 0) || (offset_sign <= 0 && off > 0)) {
+      off = 0.0;
+      sc = sxq[c] / sqq;
     }
-    if (scale <= 0.0) continue;
-    const double err = affine_error(x, n, qmax, float(scale), float(offset));
-    if (err < best.err) best = {float(scale), float(offset), err};
+    if (sc <= 0.0) continue;
+    valid[c] = true;
+    scale[c] = float(sc);
+    offset[c] = float(off);
+    inv[c] = scale[c] != 0.0f ? 1.0f / scale[c] : 0.0f;
   }
+  double err[kC] = {};
+  for (int i = 0; i < n; ++i) {
+    const double xi = x[i];
+    for (int c = 0; c < kC; ++c) {
+      const int q = round_clamp((x[i] - offset[c]) * inv[c], 0, qmax);
+      const double e = xi - (double(scale[c]) * q + offset[c]);
+      err[c] += e * e;
+    }
+  }
+  for (int c = 0; c < kC; ++c)
+    if (valid[c] && err[c] < best.err) best = {scale[c], offset[c], err[c]};
   return best;
 }
+
+}  // namespace kquants
+
+namespace {
+
+using kquants::Fit;
+using kquants::fit_affine;
+using kquants::fit_symmetric;
+using kquants::round_clamp;
 
 // ---- super-block helpers ----
 
