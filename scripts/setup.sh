@@ -15,6 +15,8 @@ PACKAGES=(
   libcli11-dev                # command line (CLI11)
   nlohmann-json3-dev          # JSON
   libcpp-httplib-dev          # HTTP server (kvrun serve)
+  libcurl4-openssl-dev        # model downloads (kvrun pull, -hf, -mu)
+  libssl-dev                  # sha256 of downloads (OpenSSL libcrypto)
   libpcre2-dev                # tokenizer pre-tokenizer regexes
   libicu-dev                  # tokenizer Unicode properties and normalization
   libedit-dev                 # REPL line editing

@@ -96,7 +96,7 @@ class ProgressView {
 CLI::App* add_batch_command(CLI::App& app, BatchOptions& o) {
   CLI::App* cmd = app.add_subcommand(
       "batch", "summarize many documents (JSON lines or a folder); resumable, nothing lost");
-  cmd->add_option("-m,--model", o.model, "GGUF model file")->required();
+  cmd->add_option("-m,--model", o.model, "GGUF model file (or -hf / -mu)");
   cmd->add_option("-i,--input", o.input,
                   "JSON lines {\"id\": ..., \"text\": ...} or a folder of .txt/.md files")
       ->required();

@@ -1,8 +1,10 @@
 // main.cpp — the kvrun binary: parses the command line (CLI11) and runs a subcommand.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <tuple>
 
 #include "commands.h"
+#include "model_source.h"
 
 namespace {
 
@@ -80,6 +82,13 @@ int main(int argc, char** argv) {
   CLI::App* batch_cmd = add_batch_command(app, batch);
   SynthOptions synth;
   CLI::App* synth_cmd = add_synth_command(app, synth);
+  kvrun::tools::PullOptions pull;
+  CLI::App* pull_cmd = kvrun::tools::add_pull_command(app, pull);
+  // -hf / -mu beside -m (model_source.h).
+  kvrun::tools::ModelSource run_src, serve_src, batch_src;
+  kvrun::tools::add_model_source_options(app, run_src);
+  kvrun::tools::add_model_source_options(*serve_cmd, serve_src);
+  kvrun::tools::add_model_source_options(*batch_cmd, batch_src);
 
   rewrite_short_aliases(argc, argv);
   try {
@@ -97,6 +106,7 @@ int main(int argc, char** argv) {
                              : batch_cmd->parsed() ? batch.kv.dev
                                                    : run.kv.dev;
   if (dev.list_devices) return print_devices();
+  if (pull_cmd->parsed()) return kvrun::tools::cmd_pull(pull);
   if (!synth_cmd->parsed()) {
     try {
       resolve_device_options(dev);
@@ -109,10 +119,20 @@ int main(int argc, char** argv) {
   if (info_cmd->parsed()) return cmd_info(info);
   if (ppl_cmd->parsed()) return cmd_perplexity(ppl);
   if (bench_cmd->parsed()) return cmd_bench(bench);
+  for (auto [cmd, src, model, name] : {std::tuple{serve_cmd, &serve_src, &serve.model, "serve"},
+                                       std::tuple{batch_cmd, &batch_src, &batch.model, "batch"}}) {
+    if (!cmd->parsed()) continue;
+    if (int rc = kvrun::tools::resolve_model_source(*src, *model, name)) return rc;
+    if (model->empty()) {
+      std::fprintf(stderr, "kvrun %s: a model is required: -m FILE, -hf REPO or -mu URL\n", name);
+      return 2;
+    }
+  }
   if (serve_cmd->parsed()) return cmd_serve(serve);
   if (batch_cmd->parsed()) return cmd_batch(batch);
   if (synth_cmd->parsed()) return cmd_synth(synth);
   if (run.chat_template == "list") return cmd_list_chat_templates();
+  if (int rc = kvrun::tools::resolve_model_source(run_src, run.model, "")) return rc;
   if (run.model.empty()) {
     std::fputs(app.help().c_str(), stdout);
     return 0;

@@ -371,7 +371,7 @@ void stop_on_signals(const sigset_t& sigs, const std::atomic<bool>& finished, Ha
 CLI::App* add_serve_command(CLI::App& app, ServeOptions& o) {
   CLI::App* cmd = app.add_subcommand(
       "serve", "HTTP server: OpenAI- and llama.cpp-compatible endpoints, continuous batching");
-  cmd->add_option("-m,--model", o.model, "GGUF model file")->required();
+  cmd->add_option("-m,--model", o.model, "GGUF model file (or -hf / -mu)");
   cmd->add_option("--host", o.host, "address to listen on")->capture_default_str();
   cmd->add_option("--port", o.port, "port (0: any free port, printed on stderr)")
       ->check(CLI::Range(0, 65535))
