@@ -320,7 +320,8 @@ void ffn_block(const Hparams& hp, const LlamaWeights& w, int64_t il, Backend& be
   be.add(s.x, s.proj, n * d);
 }
 
-/// Output norm, head and final soft-cap of b.out_rows, into b.logits (host).
+/// Output norm, head and final soft-cap of b.out_rows, into b.logits (host); with b.embd the
+/// normed rows themselves, into b.embd.
 void output_head(const Hparams& hp, const LlamaWeights& w, Backend& be, LlamaScratch& s,
                  const LlamaBatch& b) {
   const int64_t d = hp.n_embd, n_vocab = hp.n_vocab, n_out = b.n_out;
@@ -334,6 +335,13 @@ void output_head(const Hparams& hp, const LlamaWeights& w, Backend& be, LlamaScr
     i = j;
   }
   const bool host = be.device().host_memory();
+  if (b.embd) {
+    if (host)
+      std::copy(s.xn, s.xn + n_out * d, b.embd);
+    else
+      be.download(b.embd, s.xn, size_t(n_out * d) * sizeof(float));
+    return;
+  }
   float* logits = host ? b.logits : s.grow(LlamaScratch::kLogits, n_out * n_vocab);
   be.matmul(w.output, s.xn, n_out, logits);
   if (hp.final_softcap > 0) be.softcap(logits, n_out * n_vocab, hp.final_softcap);

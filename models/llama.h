@@ -154,10 +154,13 @@ struct LlamaBatch {
   const int32_t* out_rows = nullptr;  ///< host [n_out] rows whose logits are wanted, ascending
   int64_t n_out = 0;                  ///< may be 0
   float* logits = nullptr;            ///< host [n_out, n_vocab] (written)
-  const KvLayer* kv = nullptr;        ///< [n_layer] paged KV storage of each layer
-  bool flash = false;                 ///< online softmax (see PagedAttnParams)
-  bool rotate = false;                ///< K stored Hadamard-rotated (--kv-rotate)
-  int64_t n_ctx = 0;  ///< context per sequence; above rope.n_ctx_orig phi3 uses rope_long
+  /// When set: host [n_out, n_embd], the output-normed hidden states of out_rows (what the head
+  /// would multiply; llama.cpp's embeddings), written instead of the logits (logits unused).
+  float* embd = nullptr;
+  const KvLayer* kv = nullptr;  ///< [n_layer] paged KV storage of each layer
+  bool flash = false;           ///< online softmax (see PagedAttnParams)
+  bool rotate = false;          ///< K stored Hadamard-rotated (--kv-rotate)
+  int64_t n_ctx = 0;            ///< context per sequence; above rope.n_ctx_orig phi3 uses rope_long
 };
 
 /// Runs the batch through the model on the placement's backends: writes the K/V rows of every

@@ -4,6 +4,7 @@
 #include <tuple>
 
 #include "commands.h"
+#include "embed.h"
 #include "model_source.h"
 
 namespace {
@@ -82,13 +83,16 @@ int main(int argc, char** argv) {
   CLI::App* batch_cmd = add_batch_command(app, batch);
   SynthOptions synth;
   CLI::App* synth_cmd = add_synth_command(app, synth);
+  kvrun::tools::EmbedOptions embed;
+  CLI::App* embed_cmd = kvrun::tools::add_embed_command(app, embed);
   kvrun::tools::PullOptions pull;
   CLI::App* pull_cmd = kvrun::tools::add_pull_command(app, pull);
   // -hf / -mu beside -m (model_source.h).
-  kvrun::tools::ModelSource run_src, serve_src, batch_src;
+  kvrun::tools::ModelSource run_src, serve_src, batch_src, embed_src;
   kvrun::tools::add_model_source_options(app, run_src);
   kvrun::tools::add_model_source_options(*serve_cmd, serve_src);
   kvrun::tools::add_model_source_options(*batch_cmd, batch_src);
+  kvrun::tools::add_model_source_options(*embed_cmd, embed_src);
 
   rewrite_short_aliases(argc, argv);
   try {
@@ -104,6 +108,7 @@ int main(int argc, char** argv) {
                              : bench_cmd->parsed() ? bench.kv.dev
                              : serve_cmd->parsed() ? serve.kv.dev
                              : batch_cmd->parsed() ? batch.kv.dev
+                             : embed_cmd->parsed() ? embed.kv.dev
                                                    : run.kv.dev;
   if (dev.list_devices) return print_devices();
   if (pull_cmd->parsed()) return kvrun::tools::cmd_pull(pull);
@@ -120,7 +125,8 @@ int main(int argc, char** argv) {
   if (ppl_cmd->parsed()) return cmd_perplexity(ppl);
   if (bench_cmd->parsed()) return cmd_bench(bench);
   for (auto [cmd, src, model, name] : {std::tuple{serve_cmd, &serve_src, &serve.model, "serve"},
-                                       std::tuple{batch_cmd, &batch_src, &batch.model, "batch"}}) {
+                                       std::tuple{batch_cmd, &batch_src, &batch.model, "batch"},
+                                       std::tuple{embed_cmd, &embed_src, &embed.model, "embed"}}) {
     if (!cmd->parsed()) continue;
     if (int rc = kvrun::tools::resolve_model_source(*src, *model, name)) return rc;
     if (model->empty()) {
@@ -130,6 +136,7 @@ int main(int argc, char** argv) {
   }
   if (serve_cmd->parsed()) return cmd_serve(serve);
   if (batch_cmd->parsed()) return cmd_batch(batch);
+  if (embed_cmd->parsed()) return kvrun::tools::cmd_embed(embed);
   if (synth_cmd->parsed()) return cmd_synth(synth);
   if (run.chat_template == "list") return cmd_list_chat_templates();
   if (int rc = kvrun::tools::resolve_model_source(run_src, run.model, "")) return rc;

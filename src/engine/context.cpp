@@ -61,6 +61,7 @@ Context::Context(const Model& model, std::unique_ptr<KvCache> owned, KvCache* sh
   sp.flash = flash_;
   sp.n_ctx = n_ctx_;
   sp.release_window = release_window_;
+  sp.embeddings = params.embeddings;
   step_ = std::make_unique<Step>(model, cache_, sp);
 }
 
@@ -85,6 +86,7 @@ int64_t Context::reuse_prefix(std::span<const int32_t> tokens) {
 
 std::span<const float> Context::eval(std::span<const int32_t> tokens, bool all_logits) {
   const int64_t n = int64_t(tokens.size()), n_vocab = model_.hparams().n_vocab;
+  const int64_t width = step_->row_width();
   if (n == 0) throw ContextError("eval: no tokens");
   if (n_past() + n > n_ctx())
     throw ContextError("context overflow: " + std::to_string(n_past()) + " tokens held + " +
@@ -94,7 +96,7 @@ std::span<const float> Context::eval(std::span<const int32_t> tokens, bool all_l
       throw ContextError("eval: token id " + std::to_string(id) + " outside [0, " +
                          std::to_string(n_vocab) + ")");
   seq_.reserve(n);  // all blocks up front: a full pool throws here with nothing changed
-  logits_.resize(size_t((all_logits ? n : 1) * n_vocab));
+  logits_.resize(size_t((all_logits ? n : 1) * width));
   for (int64_t done = 0; done < n;) {
     const int64_t chunk = std::min(n_batch_, n - done);
     const bool last = done + chunk == n;
@@ -103,7 +105,7 @@ std::span<const float> Context::eval(std::span<const int32_t> tokens, bool all_l
                all_logits ? StepLogits::kAll : (last ? StepLogits::kLast : StepLogits::kNone));
     step_->run();
     const std::span<const float> out = step_->logits(0);
-    std::copy(out.begin(), out.end(), logits_.begin() + (all_logits ? done * n_vocab : 0));
+    std::copy(out.begin(), out.end(), logits_.begin() + (all_logits ? done * width : 0));
     done += chunk;
   }
   return logits_;

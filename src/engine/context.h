@@ -14,9 +14,9 @@
 #include <stdexcept>
 #include <vector>
 
-#include "kv/kv_cache.h"
 #include "engine/model.h"
 #include "engine/step.h"
+#include "kv/kv_cache.h"
 
 namespace kvrun {
 
@@ -51,6 +51,9 @@ struct ContextParams {
   /// to the pool after each eval, so the KV bytes held stop growing past the window. Off: keep
   /// every block (what `kvrun bench` needs to truncate back to a depth).
   bool release_window_blocks = true;
+  /// eval() returns the output-normed hidden states ([n_embd] per row, the embeddings of
+  /// src/engine/embed.h) instead of logits.
+  bool embeddings = false;
 };
 
 /// Inference state of one sequence over a Model (which must outlive it).
@@ -66,7 +69,8 @@ class Context {
 
   /// Runs `tokens` at positions n_past() … n_past()+n−1 and returns the logits: [n_vocab] of the
   /// last token, or with `all_logits` [n, n_vocab] (row i = token i). The span is valid until the
-  /// next eval. Throws ContextError when tokens is empty, an id is outside [0, n_vocab), or
+  /// next eval. With ContextParams::embeddings the rows are [n_embd] hidden states instead of
+  /// [n_vocab] logits. Throws ContextError when tokens is empty, an id is outside [0, n_vocab), or
   /// n_past() + n > n_ctx() ("context overflow"); KvCacheFull when the pool has no room. On an
   /// exception the state is unchanged.
   std::span<const float> eval(std::span<const int32_t> tokens, bool all_logits = false);

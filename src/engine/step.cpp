@@ -86,13 +86,13 @@ void Step::run() {
   if (slices_.empty()) return;
   build_page_table();
   const Hparams& hp = model_.hparams();
-  logits_.resize(out_rows_.size() * size_t(hp.n_vocab));
+  logits_.resize(out_rows_.size() * size_t(row_width()));
   LlamaBatch b;
   b.tokens = tokens_.data();
   b.pt = &pt_;
   b.out_rows = out_rows_.data();
   b.n_out = int64_t(out_rows_.size());
-  b.logits = logits_.data();
+  (params_.embeddings ? b.embd : b.logits) = logits_.data();
   b.kv = layers_.data();
   b.flash = params_.flash;
   b.rotate = cache_.params().rotate;
@@ -107,9 +107,13 @@ void Step::run() {
   }
 }
 
+int64_t Step::row_width() const {
+  return params_.embeddings ? model_.hparams().n_embd : model_.hparams().n_vocab;
+}
+
 std::span<const float> Step::logits(size_t i) const {
   const Slice& sl = slices_.at(i);
-  const size_t n_vocab = size_t(model_.hparams().n_vocab);
+  const size_t n_vocab = size_t(row_width());
   const size_t n = sl.want == StepLogits::kAll    ? sl.tokens.size()
                    : sl.want == StepLogits::kLast ? 1
                                                   : 0;

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "backend.h"
-#include "kv/kv_cache.h"
 #include "engine/model.h"
+#include "kv/kv_cache.h"
 
 namespace kvrun {
 
@@ -35,6 +35,8 @@ struct StepParams {
   int64_t n_ctx = 0;      ///< context per sequence (phi3's LongRoPE switch)
   /// Sliding window of an all-windowed model whose blocks are given back after a step (0: keep).
   int64_t release_window = 0;
+  /// Output rows are the output-normed hidden states [n_embd] (embeddings) instead of logits.
+  bool embeddings = false;
 };
 
 /// The batch builder and forward runner of one engine (its backends and scratch are its own).
@@ -56,8 +58,10 @@ class Step {
   /// readable (logits()) until clear().
   void run();
   /// The logits of slice i after run(): [n_out, n_vocab] (n_out = 1 or the slice's tokens; empty
-  /// for kNone).
+  /// for kNone); with StepParams::embeddings the hidden states [n_out, n_embd] instead.
   std::span<const float> logits(size_t i) const;
+  /// Floats per output row: n_vocab, or n_embd with StepParams::embeddings.
+  int64_t row_width() const;
 
   const StepParams& params() const { return params_; }
   int n_threads() const;
