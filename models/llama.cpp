@@ -2,6 +2,7 @@
 #include "models/llama.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <initializer_list>
 #include <string>
@@ -133,14 +134,38 @@ std::vector<Device*> Placement::devices() const {
   return d;
 }
 
-size_t upload_llama_weights(LlamaWeights& w, const Placement& p, bool release_mapped) {
+namespace {
+
+/// The per-layer weights a device holds, in upload order.
+std::array<Tensor*, 17> layer_tensors(LlamaLayer& L) {
+  return {&L.attn_norm, &L.wqkv,     &L.wq,     &L.wk,       &L.wv,           &L.bq,
+          &L.bk,        &L.bv,       &L.q_norm, &L.k_norm,   &L.wo,           &L.attn_post_norm,
+          &L.ffn_norm,  &L.ffn_gate, &L.ffn_up, &L.ffn_down, &L.ffn_post_norm};
+}
+
+}  // namespace
+
+size_t upload_llama_weights(LlamaWeights& w, const Placement& p, bool release_mapped,
+                            const std::function<void(int64_t, int64_t)>& progress) {
   size_t bytes = 0;
+  int64_t total = 0, done = 0;
+  auto tensor_bytes = [](const Tensor& t) {
+    return t.data ? *row_bytes(t.type, t.ne[0]) * t.ne[1] * t.ne[2] * t.ne[3] : int64_t(0);
+  };
+  if (progress) {
+    total = tensor_bytes(w.output_norm) + tensor_bytes(w.output);
+    for (LlamaLayer& L : w.layers)
+      for (const Tensor* t : layer_tensors(L)) total += tensor_bytes(*t);
+  }
   auto up = [&](Tensor& t, Device& dev, const char* what) {
     if (!t.data) return;
+    const int64_t nb = tensor_bytes(t);
     if (t.ne[1] > 1 && !dev.supports(Op::kMatmul, t.type, DType::F32, t.ne[0]))
       throw ModelError(std::string(what) + " has type " + traits(t.type).name + ", which " +
                        dev.name() + "'s matmul does not support");
     std::unique_ptr<DeviceBuffer> b = dev.upload_weight(t, release_mapped);
+    done += nb;
+    if (progress) progress(done, total);
     if (!b) return;
     bytes += b->size();
     w.uploads.push_back(std::move(b));
@@ -151,9 +176,7 @@ size_t upload_llama_weights(LlamaWeights& w, const Placement& p, bool release_ma
   for (size_t il = 0; il < w.layers.size(); ++il) {
     LlamaLayer& L = w.layers[il];
     Device& dev = *p.layers[il];
-    for (Tensor* t : {&L.attn_norm, &L.wqkv, &L.wq, &L.wk, &L.wv, &L.bq, &L.bk, &L.bv, &L.q_norm,
-                      &L.k_norm, &L.wo, &L.attn_post_norm, &L.ffn_norm, &L.ffn_gate, &L.ffn_up,
-                      &L.ffn_down, &L.ffn_post_norm})
+    for (Tensor* t : layer_tensors(L))
       up(*t, dev, ("layer " + std::to_string(il) + " weight").c_str());
   }
   return bytes;

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -96,8 +97,10 @@ LlamaWeights load_llama_weights(const gguf::File& file, const Hparams& hp, const
 /// lookup runs on p.input). With `release_mapped` (only for weights in a read-only file
 /// mapping) the host pages no device reads any more are given back. Throws ModelError naming the
 /// tensor and device when a device does not support a weight's type. Results are bit-identical
-/// with and without packing. Returns the bytes uploaded.
-size_t upload_llama_weights(LlamaWeights& w, const Placement& p, bool release_mapped);
+/// with and without packing. `progress`, when set, is called after each tensor with the weight
+/// bytes done and the total (the tensors' bytes in the file). Returns the bytes uploaded.
+size_t upload_llama_weights(LlamaWeights& w, const Placement& p, bool release_mapped,
+                            const std::function<void(int64_t, int64_t)>& progress = {});
 
 /// Activation buffers for up to `n_batch` tokens in one device's memory, reused across calls.
 class LlamaScratch {

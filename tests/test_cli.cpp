@@ -244,6 +244,26 @@ TEST(Cli, PromptLongerThanTheContextIsAnError) {
   EXPECT_NE(r.err.find("context"), std::string::npos) << r.err;
 }
 
+// Progress lines (issue 24): loading the weights and a prefill longer than -b. They show on a
+// terminal only; KVRUN_PROGRESS=1 forces them (as a log would), --log-disable silences them, and
+// they never reach stdout.
+TEST(Cli, ProgressLinesForLoadingAndLongPrefill) {
+  KVRUN_REQUIRE_FIXTURE(kModel);
+  const std::string args =
+      "-p " + q("Once upon a time there was a little girl who liked to play") + " -n 2 -b 4";
+  const auto quiet = test::run_command(kvrun(args));
+  ASSERT_EQ(quiet.exit_code, 0) << quiet.err;
+  EXPECT_EQ(quiet.err.find("loading model"), std::string::npos) << "stderr is not a terminal";
+  const auto shown = test::run_command("KVRUN_PROGRESS=1 " + kvrun(args));
+  ASSERT_EQ(shown.exit_code, 0) << shown.err;
+  EXPECT_EQ(shown.out, quiet.out);
+  EXPECT_NE(shown.err.find("loading model 100% (1.0/1.0 MiB)"), std::string::npos) << shown.err;
+  EXPECT_NE(shown.err.find("prompt 100% (19/19 tokens)"), std::string::npos) << shown.err;
+  const auto off = test::run_command("KVRUN_PROGRESS=1 " + kvrun(args + " --log-disable"));
+  EXPECT_EQ(off.err.find("loading model"), std::string::npos) << off.err;
+  EXPECT_EQ(off.err.find("prompt 100%"), std::string::npos) << off.err;
+}
+
 TEST(Cli, MissingOrUnusableModelIsAnError) {
   test::TempDir dir;
   const std::string missing = (dir / "no-such-model.gguf").string();

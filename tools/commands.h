@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "kv_options.h"
 #include "engine/sampler.h"
+#include "kv_options.h"
 
 namespace kvrun::tools {
 
@@ -40,6 +40,7 @@ struct RunOptions {
   int n_probs = 0;            ///< --n-probs K: top-K logprobs per generated token (with --json)
   bool ignore_eos = false;    ///< --ignore-eos
   bool verbose = false;       ///< --verbose: more detail on stderr
+  bool log_disable = false;   ///< --log-disable: no progress lines
   SamplerParams sampling;     ///< --temp, --top-k, --top-p, --min-p, penalties, -s
   KvCacheOptions kv;          ///< -ctk, -ctv, --kv-block-size, --kv-mem, -fa, ...
 };
@@ -67,7 +68,8 @@ struct PerplexityOptions {
 /// Registers `kvrun perplexity` on `app`, parsing into `o`; returns the subcommand.
 CLI::App* add_perplexity_command(CLI::App& app, PerplexityOptions& o);
 
-/// `kvrun perplexity`: llama-perplexity's measurement (src/eval/perplexity.h). Returns the exit code.
+/// `kvrun perplexity`: llama-perplexity's measurement (src/eval/perplexity.h). Returns the exit
+/// code.
 int cmd_perplexity(const PerplexityOptions& opt);
 
 /// Options of `kvrun bench`.
@@ -156,8 +158,8 @@ struct SynthOptions {
 /// Registers `kvrun synth` on `app`, parsing into `o`; returns the subcommand.
 CLI::App* add_synth_command(CLI::App& app, SynthOptions& o);
 
-/// `kvrun synth`: writes a synthetic GGUF (tools/synth/synth.h). Returns the exit code (1 on any error,
-/// with one line on stderr and no file left at the output path).
+/// `kvrun synth`: writes a synthetic GGUF (tools/synth/synth.h). Returns the exit code (1 on any
+/// error, with one line on stderr and no file left at the output path).
 int cmd_synth(const SynthOptions& opt);
 
 /// Formats a byte count for people: "1.13 MiB", "42.95 GB" (SI when `si`), exact below 1 KiB.

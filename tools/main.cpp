@@ -33,6 +33,8 @@ void add_run_options(CLI::App& app, RunOptions& o) {
       ->check(CLI::Range(0, 1 << 20));
   app.add_flag("--ignore-eos", o.ignore_eos, "do not stop at end-of-generation tokens");
   app.add_flag("--verbose", o.verbose, "print more detail on stderr");
+  app.add_flag("--log-disable", o.log_disable,
+               "no progress lines (loading, long prompts); they show only on a terminal anyway");
   auto& s = o.sampling;
   app.add_option("--temp", s.temp, "temperature (0: greedy)")->capture_default_str();
   app.add_option("--top-k", s.top_k, "top-k (0: off)")->capture_default_str();

@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "progress.h"
+
 namespace kvrun::tools {
 
 std::atomic<bool> g_interrupted{false};
@@ -74,7 +76,10 @@ std::optional<std::string> chat_family_for(const Model& model, const std::string
 }
 
 Loaded load(const RunOptions& opt) {
-  Model model = Model::load(opt.model, resolve_device_options(opt.kv.dev));
+  const bool show = progress_enabled(opt.log_disable);
+  ModelParams mp = resolve_device_options(opt.kv.dev);
+  mp.progress = progress_callback(show, "loading model", "MiB");
+  Model model = Model::load(opt.model, mp);
   Tokenizer tok = Tokenizer::from_gguf(model.file());
   ContextParams cp;
   cp.n_ctx = resolve_n_ctx(model, opt.n_ctx);
@@ -83,6 +88,7 @@ Loaded load(const RunOptions& opt) {
   apply_kv_cache_options(opt.kv, opt.model, cp);
   Loaded l{std::move(model), std::move(tok), nullptr};
   l.ctx = std::make_unique<Context>(l.model, cp);
+  l.ctx->set_progress(progress_callback(show, "prompt", "tokens"));
   return l;
 }
 

@@ -107,6 +107,7 @@ std::span<const float> Context::eval(std::span<const int32_t> tokens, bool all_l
     const std::span<const float> out = step_->logits(0);
     std::copy(out.begin(), out.end(), logits_.begin() + (all_logits ? done * width : 0));
     done += chunk;
+    if (progress_ && n > n_batch_) progress_(done, n);
   }
   return logits_;
 }

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <stdexcept>
@@ -80,6 +81,12 @@ class Context {
   /// (the new n_past()); the caller evaluates tokens[n_past() …]. 0 when nothing matches.
   int64_t reuse_prefix(std::span<const int32_t> tokens);
 
+  /// Called after each prefill chunk of an eval() longer than n_batch with the tokens done and
+  /// the eval's total (for a progress display); empty to stop.
+  void set_progress(std::function<void(int64_t done, int64_t total)> fn) {
+    progress_ = std::move(fn);
+  }
+
   /// Tokens held (the position of the next token).
   int64_t n_past() const { return seq_.n_tokens(); }
   /// Forgets tokens from position `n` on (0 ≤ n ≤ n_past()): the next eval continues at n —
@@ -116,6 +123,7 @@ class Context {
   bool flash_;
   std::unique_ptr<Step> step_;
   std::vector<float> logits_;
+  std::function<void(int64_t, int64_t)> progress_;
 };
 
 /// The KV cache a Context of `params` would own: params.kv with the budgets filled in (blocks for

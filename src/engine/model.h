@@ -5,6 +5,7 @@
 // layout of models/llama.h).
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "gguf.h"
@@ -22,6 +23,9 @@ struct ModelParams {
   Device* gpu = nullptr;
   /// false (-nkvo): the KV rows and attention of GPU layers stay on the host.
   bool kv_offload = true;
+  /// Called while the weights are placed (packed, copied to a device) with the bytes done and
+  /// the total; for a progress display. May be empty.
+  std::function<void(int64_t done, int64_t total)> progress;
 };
 
 /// A model ready for Context. Movable (views stay valid: the mapping does not move).
