@@ -7,6 +7,7 @@
 
 #include "engine/sampler.h"
 #include "kv_options.h"
+#include "serve_extras.h"
 
 namespace kvrun::tools {
 
@@ -108,6 +109,7 @@ struct ServeOptions {
   double timeout_s = 600;          ///< --timeout: seconds a request may take (0: no limit)
   std::string chat_template;       ///< --chat-template NAME ("" = the model's)
   KvCacheOptions kv;               ///< -ctk / -ctv / --kv-mem / --no-prefix-cache / -fa ...
+  ServeExtrasOptions extras;       ///< --cors-origin, --log-format/-file/-disable, --pooling
 };
 
 /// Registers `kvrun serve` on `app`, parsing into `o`; returns the subcommand.

@@ -21,6 +21,7 @@
 
 #include "commands.h"
 #include "engine/scheduler.h"
+#include "kv_layout.h"
 #include "serve_api.h"
 #include "serve_http.h"
 #include "session.h"
@@ -95,6 +96,24 @@ std::string metrics_text(const SchedulerStats& s, const KvCache& cache) {
        "# TYPE kvrun_kv_block_moves_total counter\n";
   o << "kvrun_kv_block_moves_total{direction=\"out\"} " << t.moves_out << "\n";
   o << "kvrun_kv_block_moves_total{direction=\"in\"} " << t.moves_in << "\n";
+  // llama-server's names (llamacpp:*), for dashboards made for it.
+  auto llama = [&](const char* name, const char* type, const char* help, auto value) {
+    o << "# HELP llamacpp:" << name << " " << help << "\n# TYPE llamacpp:" << name << " " << type
+      << "\nllamacpp:" << name << " " << value << "\n";
+  };
+  llama("prompt_tokens_total", "counter", "Number of prompt tokens processed.", s.n_prefill_tokens);
+  llama("tokens_predicted_total", "counter", "Number of generation tokens processed.",
+        s.n_generated_tokens);
+  llama("prompt_tokens_seconds", "gauge", "Average prompt throughput in tokens/s.",
+        s.prefill_s > 0 ? double(s.n_prefill_tokens) / s.prefill_s : 0.0);
+  llama("predicted_tokens_seconds", "gauge", "Average generation throughput in tokens/s.",
+        s.decode_s > 0 ? double(s.n_generated_tokens) / s.decode_s : 0.0);
+  llama("requests_processing", "gauge", "Number of requests processing.", s.n_active);
+  llama("requests_deferred", "gauge", "Number of requests deferred.", s.n_queued);
+  llama("n_decode_total", "counter", "Total number of llama_decode() calls.", s.n_steps);
+  llama("kv_cache_usage_ratio", "gauge", "KV-cache usage. 1 means 100 percent usage.",
+        s.blocks.n_blocks > 0 ? double(s.blocks.n_used) / double(s.blocks.n_blocks) : 0.0);
+  llama("kv_cache_tokens", "gauge", "KV-cache tokens.", s.blocks.n_used * cache.block_size());
   return o.str();
 }
 
@@ -291,8 +310,10 @@ httplib::Server::Handler guarded(F f) {
 }
 
 /// Registers every endpoint of `s` on `svr`, with the API-key check and the error objects.
-void add_routes(httplib::Server& svr, Server& s) {
+void add_routes(httplib::Server& svr, Server& s, ExtrasContext& x) {
   svr.set_pre_routing_handler([&](const httplib::Request& req, httplib::Response& res) {
+    // Browsers send CORS preflights without credentials: answered before the key check.
+    if (handle_cors_preflight(x, req, res)) return httplib::Server::HandlerResponse::Handled;
     if (s.opt.api_key.empty() || req.path == "/health")
       return httplib::Server::HandlerResponse::Unhandled;
     if (req.get_header_value("Authorization") == "Bearer " + s.opt.api_key)
@@ -342,6 +363,8 @@ void add_routes(httplib::Server& svr, Server& s) {
   });
   svr.Get("/slots", [&](const auto&, auto& r) { s.slots(r); });
   svr.Get("/stats", [&](const auto&, auto& r) { s.stats(r); });
+  install_cors_and_logging(svr, x);
+  add_extra_routes(svr, x);
 }
 
 /// The first SIGINT/SIGTERM cancels every generation (clients get their final chunk or a 503),
@@ -400,8 +423,49 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& o) {
   cmd->add_option("--chat-template", o.chat_template,
                   "chat template family instead of the model's (kvrun --chat-template list)");
   add_kv_cache_options(*cmd, o.kv);
+  ServeExtrasOptions& x = o.extras;
+  cmd->add_option("--cors-origin", x.cors_origins,
+                  "allow browser calls from this origin (repeat; * = any); default: same-origin "
+                  "only");
+  cmd->add_option("--log-format", x.log_format, "request log lines: text or json")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+  cmd->add_option("--log-file", x.log_file, "append the request log to FILE (default: stderr)");
+  cmd->add_flag("--log-disable", x.log_disable, "no request log");
+  cmd->add_option("--pooling", x.pooling,
+                  "pooling of the embeddings endpoints: none, mean, cls, last (default: the "
+                  "model's pooling_type, else mean)")
+      ->check(CLI::IsMember({"none", "mean", "cls", "last"}));
   return cmd;
 }
+
+namespace {
+
+/// GET /props: llama-server's keys (default_generation_settings, total_slots, model_path,
+/// chat_template, build_info) and kvrun's KV cache settings.
+json make_props(const ServeOptions& opt, const Model& model, const KvCache& cache,
+                Pooling pooling) {
+  const KvCacheParams& kp = cache.params();
+  const auto tmpl = model.file().get_string("tokenizer.chat_template");
+  return {{"default_generation_settings",
+           {{"n_ctx", opt.n_ctx}, {"model", opt.model}, {"n_predict", -1}}},
+          {"total_slots", opt.n_parallel},
+          {"model_path", opt.model},
+          {"model_alias", std::filesystem::path(opt.model).stem().string()},
+          {"chat_template", tmpl ? std::string(*tmpl) : std::string()},
+          {"build_info", "kvrun"},
+          {"modalities", {{"vision", false}, {"audio", false}}},
+          {"n_embd", model.hparams().n_embd},
+          {"pooling", pooling_name(pooling)},
+          {"kv_cache",
+           {{"type_k", kv_type_name(kp.type_k)},
+            {"type_v", kv_type_name(kp.type_v)},
+            {"block_size", cache.block_size()},
+            {"bytes_per_block", cache.bytes_per_block()},
+            {"n_blocks", cache.n_blocks()}}}};
+}
+
+}  // namespace
 
 int cmd_serve(const ServeOptions& opt_in) {
   ServeOptions opt = opt_in;
@@ -410,6 +474,9 @@ int cmd_serve(const ServeOptions& opt_in) {
   std::unique_ptr<KvCache> cache;
   SchedulerParams sp;
   ApiContext api;
+  std::unique_ptr<EmbedService> embed;
+  ExtrasContext extras;
+  std::unique_ptr<FILE, int (*)(FILE*)> log_file(nullptr, &std::fclose);
   int64_t max_body = 0;
   try {
     max_body = parse_size(opt.max_body);
@@ -433,6 +500,25 @@ int cmd_serve(const ServeOptions& opt_in) {
     api.model_name = std::filesystem::path(opt.model).stem().string();
     api.special = chat_special_tokens(*tok);
     api.chat_family = chat_family_for(*model, opt.chat_template);
+    // Embeddings run beside the scheduler on a context of their own (one request at a time).
+    ContextParams ecp;
+    ecp.n_ctx = opt.n_ctx;
+    ecp.n_batch = opt.n_batch;
+    ecp.n_threads = opt.n_threads;
+    ecp.kv.type_k = cache->params().type_k;
+    ecp.kv.type_v = cache->params().type_v;
+    const Pooling pooling =
+        opt.extras.pooling.empty() ? model_pooling(*model) : *parse_pooling(opt.extras.pooling);
+    embed = std::make_unique<EmbedService>(*model, *tok, ecp, pooling);
+    extras.opt = &opt.extras;
+    extras.embed = embed.get();
+    extras.model_name = api.model_name;
+    extras.props = make_props(opt, *model, *cache, pooling);
+    if (!opt.extras.log_file.empty()) {
+      log_file.reset(std::fopen(opt.extras.log_file.c_str(), "a"));
+      if (!log_file) throw std::runtime_error("cannot open --log-file " + opt.extras.log_file);
+    }
+    extras.log = opt.extras.log_disable ? nullptr : log_file ? log_file.get() : stderr;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kvrun: error: %s: %s\n", opt.model.c_str(), e.what());
     return 1;
@@ -458,7 +544,7 @@ int cmd_serve(const ServeOptions& opt_in) {
   // A handler thread per connection, started on demand: slow clients do not starve the others.
   HardenedServer svr(limits, size_t(opt.n_parallel) + size_t(opt.max_queue) + 256);
 
-  add_routes(svr, s);
+  add_routes(svr, s, extras);
 
   // httplib 0.11 listens with a backlog of 5 (compiled into the Debian library), too few for a
   // burst of clients connecting at once: keep the listening socket and raise it after bind.

@@ -1,0 +1,253 @@
+// serve_extras.cpp — CORS, request logging, /props and the embeddings endpoints (serve_extras.h).
+#include "serve_extras.h"
+
+#include <httplib.h>
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <ctime>
+
+#include "serve_api.h"
+
+namespace kvrun::tools {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+thread_local Clock::time_point t_request_start;  // pre-routing → logger, one handler thread
+
+void reply_json(httplib::Response& res, const json& j) {
+  res.set_content(to_wire(j), "application/json");
+}
+
+void reply_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.status;
+  res.set_content(to_wire(error_json(e.status, e.what(), e.type, e.param)), "application/json");
+}
+
+template <class F>
+void guarded(httplib::Response& res, F f) {
+  try {
+    f();
+  } catch (const ApiError& e) {
+    reply_error(res, e);
+  } catch (const std::exception& e) {
+    reply_error(res, ApiError(500, std::string("internal error: ") + e.what(), "", "server_error"));
+  }
+}
+
+/// OpenAI's encoding_format "base64": the float32 values, little-endian, in base64.
+std::string base64_floats(const std::vector<float>& v) {
+  std::string out(4 * ((v.size() * 4 + 2) / 3) + 1, '\0');
+  const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                                reinterpret_cast<const unsigned char*>(v.data()),
+                                int(v.size() * sizeof(float)));
+  out.resize(size_t(n));
+  return out;
+}
+
+/// The inputs of an embeddings request: a string, an array of strings, an array of token ids,
+/// or an array of arrays of token ids (OpenAI's `input`; llama-server's `content`).
+std::vector<json> embedding_inputs(const json& v, const char* field) {
+  auto bad = [&] {
+    return ApiError(400,
+                    std::string("'") + field +
+                        "' must be a string, an array of strings, an array of token ids or "
+                        "an array of arrays of token ids",
+                    field);
+  };
+  if (v.is_string()) return {v};
+  if (!v.is_array() || v.empty()) throw bad();
+  if (v.front().is_number_integer()) return {v};
+  std::vector<json> out;
+  for (const json& e : v) {
+    if (!e.is_string() && !e.is_array()) throw bad();
+    out.push_back(e);
+  }
+  if (out.size() > 2048)
+    throw ApiError(400, std::string("more than 2048 inputs in '") + field + "'", field);
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> cors_headers(const ServeExtrasOptions& o,
+                                                              const std::string& origin) {
+  if (origin.empty()) return {};
+  const bool any =
+      std::find(o.cors_origins.begin(), o.cors_origins.end(), "*") != o.cors_origins.end();
+  if (!any &&
+      std::find(o.cors_origins.begin(), o.cors_origins.end(), origin) == o.cors_origins.end())
+    return {};
+  return {{"Access-Control-Allow-Origin", any ? "*" : origin},
+          {"Access-Control-Allow-Methods", "GET, POST, OPTIONS"},
+          {"Access-Control-Allow-Headers", "Authorization, Content-Type"},
+          {"Access-Control-Max-Age", "600"},
+          {"Vary", "Origin"}};
+}
+
+std::string request_log_line(const std::string& format, const std::string& method,
+                             const std::string& path, int status, double ms,
+                             const std::string& remote) {
+  if (format == "json") {
+    const std::time_t now = std::time(nullptr);
+    char ts[32];
+    std::strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+    return json({{"time", ts},
+                 {"method", method},
+                 {"path", path},
+                 {"status", status},
+                 {"ms", std::round(ms * 10) / 10},
+                 {"remote", remote}})
+        .dump();
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof buf, " %d %.1f ms ", status, ms);
+  return "kvrun: " + method + " " + path + buf + remote;
+}
+
+EmbedService::EmbedService(const Model& model, const Tokenizer& tok, ContextParams cp,
+                           Pooling pooling)
+    : model_(model), tok_(tok), cp_(std::move(cp)), pooling_(pooling) {
+  cp_.embeddings = true;
+}
+
+std::vector<std::vector<float>> EmbedService::embed(const std::vector<json>& inputs, int norm,
+                                                    int64_t* n_tokens) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!ctx_) ctx_ = std::make_unique<Context>(model_, cp_);
+  std::vector<std::vector<float>> out;
+  *n_tokens = 0;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    std::vector<int32_t> ids;
+    if (inputs[i].is_string()) {
+      ids = tok_.tokenize(inputs[i].get<std::string>(), true, false);
+    } else {
+      for (const json& t : inputs[i]) {
+        if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= tok_.n_vocab())
+          throw ApiError(400,
+                         "input " + std::to_string(i) + " has a token id outside the vocabulary",
+                         "input");
+        ids.push_back(t.get<int32_t>());
+      }
+    }
+    if (ids.empty()) throw ApiError(400, "input " + std::to_string(i) + " is empty", "input");
+    if (int64_t(ids.size()) > ctx_->n_ctx())
+      throw ApiError(400,
+                     "input " + std::to_string(i) + " has " + std::to_string(ids.size()) +
+                         " tokens, more than the context of " + std::to_string(ctx_->n_ctx()),
+                     "input");
+    *n_tokens += int64_t(ids.size());
+    out.push_back(embed_tokens(*ctx_, ids, pooling_, norm));
+  }
+  return out;
+}
+
+bool handle_cors_preflight(ExtrasContext& x, const httplib::Request& req, httplib::Response& res) {
+  t_request_start = Clock::now();
+  if (req.method != "OPTIONS") return false;
+  for (const auto& [k, v] : cors_headers(*x.opt, req.get_header_value("Origin")))
+    res.set_header(k, v);
+  res.status = 204;
+  return true;
+}
+
+void install_cors_and_logging(httplib::Server& svr, ExtrasContext& x) {
+  svr.set_post_routing_handler([&x](const httplib::Request& req, httplib::Response& res) {
+    if (req.method == "OPTIONS") return;  // the preflight set its own
+    for (const auto& [k, v] : cors_headers(*x.opt, req.get_header_value("Origin")))
+      res.set_header(k, v);
+  });
+  if (!x.log) return;
+  svr.set_logger([&x](const httplib::Request& req, const httplib::Response& res) {
+    const double ms =
+        std::chrono::duration<double, std::milli>(Clock::now() - t_request_start).count();
+    const std::string line =
+        request_log_line(x.opt->log_format, req.method, req.path, res.status, ms, req.remote_addr);
+    std::lock_guard<std::mutex> lock(x.log_mu);
+    std::fprintf(x.log, "%s\n", line.c_str());
+    std::fflush(x.log);
+  });
+}
+
+void add_extra_routes(httplib::Server& svr, ExtrasContext& x) {
+  svr.Get("/props",
+          [&x](const httplib::Request&, httplib::Response& res) { reply_json(res, x.props); });
+  // OpenAI: {"input", "model", "encoding_format": "float"|"base64"} → a list of embeddings.
+  svr.Post("/v1/embeddings", [&x](const httplib::Request& req, httplib::Response& res) {
+    guarded(res, [&] {
+      const json body = parse_body(req.body);
+      if (!body.contains("input")) throw ApiError(400, "'input' is required", "input");
+      const std::string fmt = body.value("encoding_format", "float");
+      if (fmt != "float" && fmt != "base64")
+        throw ApiError(400, "'encoding_format' must be \"float\" or \"base64\"", "encoding_format");
+      if (x.embed->pooling() == Pooling::kNone)
+        throw ApiError(400, "the server pools with 'none' (a vector per token): use /embedding");
+      if (body.contains("dimensions"))
+        throw ApiError(400, "'dimensions' is not supported (the model's n_embd is fixed)",
+                       "dimensions");
+      int64_t n_tokens = 0;
+      const auto vecs = x.embed->embed(embedding_inputs(body["input"], "input"), 2, &n_tokens);
+      json data = json::array();
+      for (size_t i = 0; i < vecs.size(); ++i)
+        data.push_back(
+            {{"object", "embedding"},
+             {"index", i},
+             {"embedding", fmt == "base64" ? json(base64_floats(vecs[i])) : json(vecs[i])}});
+      reply_json(res, {{"object", "list"},
+                       {"data", data},
+                       {"model", x.model_name},
+                       {"usage", {{"prompt_tokens", n_tokens}, {"total_tokens", n_tokens}}}});
+    });
+  });
+  // llama-server: {"content", "embd_normalize"} → [{"index", "embedding": [[...]]}] (a list of
+  // one pooled vector, or of every token's with pooling none).
+  auto llama_embedding = [&x](const httplib::Request& req, httplib::Response& res) {
+    guarded(res, [&] {
+      const json body = parse_body(req.body);
+      const char* field = body.contains("content") ? "content" : "input";
+      if (!body.contains(field)) throw ApiError(400, "'content' is required", "content");
+      const json& norm_v = body.contains("embd_normalize") ? body["embd_normalize"] : json(2);
+      if (!norm_v.is_number_integer() || norm_v.get<int>() < -1 || norm_v.get<int>() > 64)
+        throw ApiError(400, "'embd_normalize' must be an integer in [-1, 64]", "embd_normalize");
+      int64_t n_tokens = 0;
+      const auto vecs =
+          x.embed->embed(embedding_inputs(body[field], field), norm_v.get<int>(), &n_tokens);
+      const size_t d = size_t(x.embed->n_embd());
+      json out = json::array();
+      for (size_t i = 0; i < vecs.size(); ++i) {
+        json rows = json::array();  // one pooled row, or with pooling none one per token
+        for (size_t r = 0; r + d <= vecs[i].size(); r += d)
+          rows.push_back(
+              std::vector<float>(vecs[i].begin() + long(r), vecs[i].begin() + long(r + d)));
+        out.push_back({{"index", i}, {"embedding", rows}});
+      }
+      reply_json(res, out);
+    });
+  };
+  svr.Post("/embedding", llama_embedding);
+  svr.Post("/embeddings", llama_embedding);
+  // ollama: {"model", "input": string|[string], "truncate", "options"} → {"model",
+  // "embeddings": [[...]], "prompt_eval_count", durations in ns}.
+  svr.Post("/api/embed", [&x](const httplib::Request& req, httplib::Response& res) {
+    guarded(res, [&] {
+      const auto t0 = Clock::now();
+      const json body = parse_body(req.body);
+      if (!body.contains("input")) throw ApiError(400, "'input' is required", "input");
+      if (x.embed->pooling() == Pooling::kNone)
+        throw ApiError(400, "the server pools with 'none' (a vector per token): use /embedding");
+      int64_t n_tokens = 0;
+      const auto vecs = x.embed->embed(embedding_inputs(body["input"], "input"), 2, &n_tokens);
+      const int64_t ns =
+          std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+      reply_json(res, {{"model", body.value("model", x.model_name)},
+                       {"embeddings", vecs},
+                       {"total_duration", ns},
+                       {"load_duration", 0},
+                       {"prompt_eval_count", n_tokens}});
+    });
+  });
+}
+
+}  // namespace kvrun::tools
