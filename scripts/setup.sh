@@ -25,6 +25,7 @@ PACKAGES=(
   clang-format
   python3 python3-jinja2      # test oracle for chat templates
   tmux                        # REPL tests through a pseudo-terminal
+  chromium                    # the serve chat page's test (headless, via npm puppeteer-core)
   googletest                  # GoogleTest's sources, for the AArch64 cross build
 )
 # The NEON kernels' tests on an x86-64 machine: a cross compiler and qemu (scripts/arm-check.sh).

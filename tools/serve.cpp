@@ -314,7 +314,9 @@ void add_routes(httplib::Server& svr, Server& s, ExtrasContext& x) {
   svr.set_pre_routing_handler([&](const httplib::Request& req, httplib::Response& res) {
     // Browsers send CORS preflights without credentials: answered before the key check.
     if (handle_cors_preflight(x, req, res)) return httplib::Server::HandlerResponse::Handled;
-    if (s.opt.api_key.empty() || req.path == "/health")
+    // The chat page itself is public (it asks for the key and sends it with its API calls).
+    const bool page = (req.path == "/" || req.path == "/index.html") && req.method == "GET";
+    if (s.opt.api_key.empty() || req.path == "/health" || page)
       return httplib::Server::HandlerResponse::Unhandled;
     if (req.get_header_value("Authorization") == "Bearer " + s.opt.api_key)
       return httplib::Server::HandlerResponse::Unhandled;
@@ -432,6 +434,7 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& o) {
       ->capture_default_str();
   cmd->add_option("--log-file", x.log_file, "append the request log to FILE (default: stderr)");
   cmd->add_flag("--log-disable", x.log_disable, "no request log");
+  cmd->add_flag("--no-webui", x.no_webui, "no chat page at /");
   cmd->add_option("--pooling", x.pooling,
                   "pooling of the embeddings endpoints: none, mean, cls, last (default: the "
                   "model's pooling_type, else mean)")

@@ -11,6 +11,10 @@
 
 #include "serve_api.h"
 
+// tools/web/index.html, embedded by cmake/embed_file.cmake.
+extern const unsigned char kvrun_web_index_html[];
+extern const size_t kvrun_web_index_html_size;
+
 namespace kvrun::tools {
 namespace {
 
@@ -172,6 +176,16 @@ void install_cors_and_logging(httplib::Server& svr, ExtrasContext& x) {
 }
 
 void add_extra_routes(httplib::Server& svr, ExtrasContext& x) {
+  if (!x.opt->no_webui) {
+    auto page = [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(reinterpret_cast<const char*>(kvrun_web_index_html),
+                      kvrun_web_index_html_size, "text/html; charset=utf-8");
+      res.set_header("Content-Security-Policy",
+                     "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'");
+    };
+    svr.Get("/", page);
+    svr.Get("/index.html", page);
+  }
   svr.Get("/props",
           [&x](const httplib::Request&, httplib::Response& res) { reply_json(res, x.props); });
   // OpenAI: {"input", "model", "encoding_format": "float"|"base64"} → a list of embeddings.

@@ -33,6 +33,7 @@ struct ServeExtrasOptions {
   std::string log_file;             ///< --log-file FILE (appended); "" = stderr
   bool log_disable = false;         ///< --log-disable: no request lines
   std::string pooling;              ///< --pooling for the embeddings endpoints ("" = model's)
+  bool no_webui = false;            ///< --no-webui: no chat page at /
 };
 
 /// The CORS response headers for a request from `origin` ("" when the request has none): empty
@@ -88,7 +89,8 @@ struct ExtrasContext {
 bool handle_cors_preflight(ExtrasContext& x, const httplib::Request& req, httplib::Response& res);
 void install_cors_and_logging(httplib::Server& svr, ExtrasContext& x);
 
-/// Registers GET /props, POST /v1/embeddings, /embedding, /embeddings and /api/embed.
+/// Registers GET /props, POST /v1/embeddings, /embedding, /embeddings and /api/embed, and the
+/// chat page (tools/web/index.html, embedded at build time) at GET / unless --no-webui.
 void add_extra_routes(httplib::Server& svr, ExtrasContext& x);
 
 }  // namespace kvrun::tools
