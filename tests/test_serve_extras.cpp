@@ -7,6 +7,7 @@
 #include <openssl/evp.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -194,6 +195,30 @@ TEST(ServeProps, PropsAndLlamaCppMetricNames) {
   EXPECT_NE(r->body.find("llamacpp:tokens_predicted_total 3"), std::string::npos) << r->body;
   EXPECT_NE(r->body.find("llamacpp:kv_cache_usage_ratio"), std::string::npos);
   EXPECT_NE(r->body.find("kvrun_generated_tokens_total 3"), std::string::npos);
+}
+
+TEST(ServeOllama, TagsShowVersionAndPs) {
+  START_SERVER(s);
+  auto r = s.client()->Get("/api/tags");
+  ASSERT_TRUE(r);
+  const json tags = json::parse(r->body);
+  ASSERT_EQ(tags["models"].size(), 1u);
+  const json& m = tags["models"][0];
+  EXPECT_EQ(m["name"], "stories260K-F32:latest");
+  EXPECT_EQ(m["size"], std::filesystem::file_size(test::fixture(kModel)));
+  EXPECT_EQ(m["details"]["family"], "llama");
+  EXPECT_EQ(m["details"]["quantization_level"], "F32");
+  const json show = post_json(s, "/api/show", {{"model", "stories260K-F32:latest"}});
+  EXPECT_EQ(show["model_info"]["llama.embedding_length"], 64);
+  EXPECT_EQ(show["model_info"]["llama.context_length"], 128);
+  EXPECT_EQ(show["model_info"]["general.architecture"], "llama");
+  EXPECT_EQ(post_json(s, "/api/show", {{"model", "stories260K-F32"}})["details"], m["details"]);
+  post_json(s, "/api/show", {{"model", "llama3"}}, 404);
+  post_json(s, "/api/show", json::object(), 400);
+  r = s.client()->Get("/api/version");
+  EXPECT_TRUE(json::parse(r->body)["version"].is_string());
+  r = s.client()->Get("/api/ps");
+  EXPECT_EQ(json::parse(r->body)["models"][0]["name"], "stories260K-F32:latest");
 }
 
 }  // namespace

@@ -517,6 +517,8 @@ int cmd_serve(const ServeOptions& opt_in) {
     extras.embed = embed.get();
     extras.model_name = api.model_name;
     extras.props = make_props(opt, *model, *cache, pooling);
+    extras.ollama_tag = ollama_model_entry(*model, api.model_name, opt.model);
+    extras.ollama_info = ollama_show(*model, api.model_name);
     if (!opt.extras.log_file.empty()) {
       log_file.reset(std::fopen(opt.extras.log_file.c_str(), "a"));
       if (!log_file) throw std::runtime_error("cannot open --log-file " + opt.extras.log_file);

@@ -3,12 +3,18 @@
 
 #include <httplib.h>
 #include <openssl/evp.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
+#include <functional>
+#include <map>
 
+#include "dtype.h"
+#include "gguf.h"
 #include "serve_api.h"
 
 // tools/web/index.html, embedded by cmake/embed_file.cmake.
@@ -175,7 +181,111 @@ void install_cors_and_logging(httplib::Server& svr, ExtrasContext& x) {
   });
 }
 
+namespace {
+
+/// Weight count and the dominant tensor type, as ollama's details report them.
+std::pair<int64_t, std::string> weight_summary(const Model& model) {
+  int64_t n = 0;
+  std::map<std::string, int64_t> bytes_by_type;
+  for (const gguf::TensorInfo& t : model.file().tensors()) {
+    int64_t e = 1;
+    for (int d = 0; d < t.n_dims; ++d) e *= t.ne[d];
+    n += e;
+    bytes_by_type[traits(t.type).name] += int64_t(t.n_bytes);
+  }
+  std::string top;
+  int64_t best = -1;
+  for (const auto& [name, b] : bytes_by_type)
+    if (b > best) best = b, top = name;
+  for (char& c : top) c = char(std::toupper(static_cast<unsigned char>(c)));
+  return {n, top};
+}
+
+std::string parameter_size(int64_t n) {
+  char buf[32];
+  if (n >= 1000000000)
+    std::snprintf(buf, sizeof buf, "%.1fB", double(n) / 1e9);
+  else if (n >= 1000000)
+    std::snprintf(buf, sizeof buf, "%.1fM", double(n) / 1e6);
+  else
+    std::snprintf(buf, sizeof buf, "%.1fK", double(n) / 1e3);
+  return buf;
+}
+
+json ollama_details(const Model& model) {
+  const auto [n, type] = weight_summary(model);
+  const std::string& arch = model.hparams().arch;
+  return {{"parent_model", ""},
+          {"format", "gguf"},
+          {"family", arch},
+          {"families", {arch}},
+          {"parameter_size", parameter_size(n)},
+          {"quantization_level", type}};
+}
+
+}  // namespace
+
+json ollama_model_entry(const Model& model, const std::string& name, const std::string& path) {
+  struct stat st {};
+  const bool ok = ::stat(path.c_str(), &st) == 0;
+  const int64_t size = ok ? int64_t(st.st_size) : 0;
+  const std::time_t t = ok ? st.st_mtime : std::time(nullptr);
+  char ts[32];
+  std::strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  char digest[17];
+  std::snprintf(digest, sizeof digest, "%016llx",
+                (unsigned long long)std::hash<std::string>()(path + std::to_string(size)));
+  return {{"name", name + ":latest"}, {"model", name + ":latest"},
+          {"modified_at", ts},        {"size", size},
+          {"digest", digest},         {"details", ollama_details(model)}};
+}
+
+json ollama_show(const Model& model, const std::string& name) {
+  const Hparams& hp = model.hparams();
+  const auto tmpl = model.file().get_string("tokenizer.chat_template");
+  const std::string& a = hp.arch;
+  return {{"modelfile", "# served by kvrun: " + name + "\n"},
+          {"parameters", ""},
+          {"template", tmpl ? std::string(*tmpl) : std::string()},
+          {"details", ollama_details(model)},
+          {"model_info",
+           {{"general.architecture", a},
+            {"general.parameter_count", weight_summary(model).first},
+            {a + ".block_count", hp.n_layer},
+            {a + ".context_length", hp.n_ctx_train},
+            {a + ".embedding_length", hp.n_embd},
+            {a + ".attention.head_count", hp.n_head},
+            {a + ".attention.head_count_kv", hp.n_head_kv}}},
+          {"capabilities", {"completion", "embedding"}}};
+}
+
 void add_extra_routes(httplib::Server& svr, ExtrasContext& x) {
+  // ollama's listing endpoints, for the one model this server has (its name is accepted with or
+  // without ":latest"; any other name is 404 on /api/show, as ollama answers).
+  svr.Get("/api/version", [](const httplib::Request&, httplib::Response& res) {
+    reply_json(res, {{"version", "0.9.0"}});
+  });
+  svr.Get("/api/tags", [&x](const httplib::Request&, httplib::Response& res) {
+    reply_json(res, {{"models", {x.ollama_tag}}});
+  });
+  svr.Get("/api/ps", [&x](const httplib::Request&, httplib::Response& res) {
+    json m = x.ollama_tag;
+    m["size_vram"] = 0;
+    reply_json(res, {{"models", {m}}});
+  });
+  svr.Post("/api/show", [&x](const httplib::Request& req, httplib::Response& res) {
+    guarded(res, [&] {
+      const json body = parse_body(req.body);
+      std::string name = body.value("model", body.value("name", ""));
+      if (name.empty()) throw ApiError(400, "'model' is required", "model");
+      if (name.size() > 7 && name.compare(name.size() - 7, 7, ":latest") == 0)
+        name.resize(name.size() - 7);
+      if (name != x.model_name)
+        throw ApiError(404, "model '" + name + "' not found (this server has " + x.model_name + ")",
+                       "model", "not_found_error");
+      reply_json(res, x.ollama_info);
+    });
+  });
   if (!x.opt->no_webui) {
     auto page = [](const httplib::Request&, httplib::Response& res) {
       res.set_content(reinterpret_cast<const char*>(kvrun_web_index_html),

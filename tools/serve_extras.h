@@ -76,9 +76,11 @@ class EmbedService {
 struct ExtrasContext {
   const ServeExtrasOptions* opt = nullptr;
   EmbedService* embed = nullptr;
-  nlohmann::ordered_json props;  ///< the GET /props object (built at start)
-  std::string model_name;        ///< "model" in responses
-  FILE* log = nullptr;           ///< request log (null: off)
+  nlohmann::ordered_json props;        ///< the GET /props object (built at start)
+  nlohmann::ordered_json ollama_tag;   ///< the model's /api/tags entry (built at start)
+  nlohmann::ordered_json ollama_info;  ///< its /api/show object (built at start)
+  std::string model_name;              ///< "model" in responses
+  FILE* log = nullptr;                 ///< request log (null: off)
   std::mutex log_mu;
 };
 
@@ -89,8 +91,14 @@ struct ExtrasContext {
 bool handle_cors_preflight(ExtrasContext& x, const httplib::Request& req, httplib::Response& res);
 void install_cors_and_logging(httplib::Server& svr, ExtrasContext& x);
 
-/// Registers GET /props, POST /v1/embeddings, /embedding, /embeddings and /api/embed, and the
-/// chat page (tools/web/index.html, embedded at build time) at GET / unless --no-webui.
+/// ollama's model listing for one model: /api/tags's entry, /api/show's object.
+nlohmann::ordered_json ollama_model_entry(const Model& model, const std::string& name,
+                                          const std::string& path);
+nlohmann::ordered_json ollama_show(const Model& model, const std::string& name);
+
+/// Registers GET /props, GET /api/tags, /api/version, /api/ps, POST /api/show, POST /v1/embeddings,
+/// /embedding, /embeddings and /api/embed, and the chat page (tools/web/index.html, embedded at
+/// build time) at GET / unless --no-webui.
 void add_extra_routes(httplib::Server& svr, ExtrasContext& x);
 
 }  // namespace kvrun::tools
