@@ -195,7 +195,7 @@ std::optional<ToolCall> parse_glm(std::string_view s) {
                              kValEnd = "</arg_value>";
   const size_t first = s.find(kKey);
   ToolCall call{trim(s.substr(0, first)), ""};
-  if (call.name.empty() || call.name.find_first_of("<>{}\n") != std::string::npos)
+  if (call.name.empty() || call.name.find_first_of("<>{}\n\t\r ") != std::string::npos)
     return std::nullopt;
   json args = json::object();
   for (size_t at = first; at != std::string_view::npos; at = s.find(kKey, at)) {
@@ -433,7 +433,15 @@ bool ChatOutputParser::step_content(ChatDelta& out, bool final) {
 std::optional<std::pair<size_t, size_t>> ChatOutputParser::call_extent(bool final) const {
   const std::string_view close = closer(open_);
   if (!close.empty()) {
-    const size_t at = buf_.find(close);
+    // A JSON body may hold the closing text in a string: look for it after the JSON value.
+    size_t from = 0;
+    const size_t j = buf_.find_first_not_of(" \n\t\r");
+    if (j != std::string::npos && (buf_[j] == '{' || buf_[j] == '[')) {
+      const size_t e = json_end(buf_, j);
+      if (e == kIncomplete && !final) return std::nullopt;
+      if (e != kIncomplete) from = e;
+    }
+    const size_t at = buf_.find(close, from);
     if (at != std::string::npos) return std::pair{at, at + close.size()};
     if (!final) return std::nullopt;
     return std::pair{buf_.size(), buf_.size()};
