@@ -329,6 +329,36 @@ TEST(Cli, UnknownChatTemplateIsAnErrorInCompletionMode) {
   EXPECT_NE(r.err.find("no-such-template"), std::string::npos) << r.err;
 }
 
+// A template file that does not parse, or one that raises, is a clear error naming the template
+// line: at start (exit 1) for a parse error or malformed kwargs; on the turn (the REPL goes on)
+// for a raise. A file template that renders is used for the chat.
+TEST(Cli, ChatTemplateFileErrorsNameTheLine) {
+  KVRUN_REQUIRE_FIXTURE(kModel);
+  test::TempDir dir;
+  const std::string broken = (dir / "broken.jinja").string();
+  std::ofstream(broken) << "{% for m in messages %}\n{{ m.content }}\n{% endfor\n";
+  auto r = test::run_command("printf 'hello\\n' | " +
+                             kvrun("-i --chat-template " + q(broken) + " -n 4 --temp 0"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("does not parse: line "), std::string::npos) << r.err;
+  r = test::run_command(kvrun("-p hi --chat-template chatml --chat-template-kwargs '[1]' -n 2"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--chat-template-kwargs must be a JSON object"), std::string::npos) << r.err;
+  const std::string raising = (dir / "raising.jinja").string();
+  std::ofstream(raising) << "{% if not shout %}\n{{ raise_exception('set shout') }}\n{% endif %}"
+                            "{% for m in messages %}{{ m.content | upper }}{% endfor %}";
+  r = test::run_command("printf 'hello\\n' | " +
+                        kvrun("-i --chat-template " + q(raising) + " -n 2 --temp 0"));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("line 2: set shout"), std::string::npos) << r.err;
+  r = test::run_command("printf 'hello\\n' | " +
+                        kvrun("-i --chat-template " + q(raising) +
+                              " --chat-template-kwargs '{\"shout\": true}' -n 2 --temp 0"));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("error"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("chat template " + raising), std::string::npos) << r.err;
+}
+
 // ---- the REPL with piped input ----
 
 constexpr const char* kMark = "/--mark--";
