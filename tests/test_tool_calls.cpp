@@ -160,6 +160,35 @@ TEST(ToolCalls, GraniteCommandRFunctionary) {
                {{"get_weather", kParis}}, "");
 }
 
+TEST(ToolCalls, KimiK2) {
+  expect_parse(ToolCallFormat::kKimiK2,
+               "On it.<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+               "<|tool_call_argument_begin|>{\"city\": \"Paris\", \"unit\": \"celsius\"}"
+               "<|tool_call_end|><|tool_call_begin|>functions.search:1<|tool_call_argument_begin|>"
+               "{\"query\": \"rain\"}<|tool_call_end|><|tool_calls_section_end|>",
+               {{"get_weather", kParis}, {"search", {{"query", "rain"}}}}, "On it.");
+}
+
+// gpt-oss: analysis is reasoning, final is content, a message to functions.N is a call.
+TEST(ToolCalls, Harmony) {
+  expect_parse(ToolCallFormat::kHarmony,
+               "<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant"
+               "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+               "{\"city\": \"Paris\", \"unit\": \"celsius\"}<|call|>",
+               {{"get_weather", kParis}}, "", "Need the weather.");
+  expect_parse(ToolCallFormat::kHarmony,
+               "<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|channel|>final"
+               "<|message|>Paris is <b>sunny</b>.<|return|>",
+               {}, "Paris is <b>sunny</b>.", "Think.");
+  // The recipient in the role part; the end tokens themselves may be missing (stripped EOG).
+  expect_parse(ToolCallFormat::kHarmony,
+               "<|channel|>final<|message|>Calling.<|end|><|start|>assistant to=functions.search"
+               "<|channel|>commentary json<|message|>{\"query\": \"x\"}",
+               {{"search", {{"query", "x"}}}}, "Calling.");
+  // Text without harmony headers is content.
+  expect_parse(ToolCallFormat::kHarmony, "plain text", {}, "plain text");
+}
+
 TEST(ToolCalls, ReasoningGoesToReasoningContent) {
   expect_parse(ToolCallFormat::kNone, "<think>\nHmm.\n</think>\n\nParis.", {}, "Paris.",
                "\nHmm.\n");
@@ -227,6 +256,9 @@ TEST(ToolCalls, FormatIsChosenFromTheTemplate) {
       {"ibm-granite-granite-3.3-2B-Instruct", ToolCallFormat::kGranite},
       {"CohereForAI-c4ai-command-r7b-12-2024-tool_use", ToolCallFormat::kCommandR},
       {"meetkai-functionary-medium-v3.1", ToolCallFormat::kFunctionaryV31},
+      {"moonshotai-Kimi-K2", ToolCallFormat::kKimiK2},
+      {"Kimi-K2-Thinking", ToolCallFormat::kKimiK2},
+      {"openai-gpt-oss-120b", ToolCallFormat::kHarmony},
       {"google-gemma-2-2b-it", ToolCallFormat::kNone},
   };
   for (const auto& [name, want] : cases)

@@ -183,8 +183,10 @@ std::string render_chat_body(const json& j, const ApiContext& ctx,
   }
   if (reply) {
     auto r = std::make_shared<ChatReply>();
-    if (ctx.chat && tools_auto && !in.tools.is_null())
-      r->format = detect_tool_call_format(ctx.chat->source());
+    // Harmony (gpt-oss) replies are always split into channels; other formats only with tools.
+    const ToolCallFormat f =
+        ctx.chat ? detect_tool_call_format(ctx.chat->source()) : ToolCallFormat::kNone;
+    if ((tools_auto && !in.tools.is_null()) || f == ToolCallFormat::kHarmony) r->format = f;
     r->reasoning = ctx.chat ? ctx.reasoning : ReasoningFormat::kNone;
     r->thinking_open = ends_inside_think(text);
     r->parallel = par ? par->get<bool>() : true;

@@ -47,7 +47,10 @@ std::vector<std::string_view> openers(ToolCallFormat f) {
       return {"<|START_ACTION|>"};
     case ToolCallFormat::kFunctionaryV31:
       return {"<function="};
+    case ToolCallFormat::kKimiK2:
+      return {"<|tool_calls_section_begin|>"};
     case ToolCallFormat::kNone:
+    case ToolCallFormat::kHarmony:
       break;
   }
   return {};
@@ -59,6 +62,7 @@ std::string_view closer(std::string_view open) {
   if (open == kDsCallsBegin) return kDsCallsEnd;
   if (open == "<|START_ACTION|>") return "<|END_ACTION|>";
   if (open == "<function=") return "</function>";
+  if (open == "<|tool_calls_section_begin|>") return "<|tool_calls_section_end|>";
   return "";
 }
 
@@ -246,6 +250,27 @@ std::optional<std::vector<ToolCall>> parse_deepseek(std::string_view s) {
   return out;
 }
 
+/// Kimi K2: <|tool_call_begin|>functions.N:IDX<|tool_call_argument_begin|>{...}<|tool_call_end|>...
+std::optional<std::vector<ToolCall>> parse_kimi(std::string_view s) {
+  constexpr std::string_view kBegin = "<|tool_call_begin|>", kArgs = "<|tool_call_argument_begin|>",
+                             kEnd = "<|tool_call_end|>";
+  std::vector<ToolCall> out;
+  for (size_t at = s.find(kBegin); at != std::string_view::npos; at = s.find(kBegin, at)) {
+    const size_t a = s.find(kArgs, at), e = s.find(kEnd, at);
+    if (a == std::string_view::npos || e == std::string_view::npos || e < a) return std::nullopt;
+    std::string id = trim(s.substr(at + kBegin.size(), a - at - kBegin.size()));
+    if (id.rfind("functions.", 0) == 0) id.erase(0, 10);
+    if (const size_t colon = id.rfind(':'); colon != std::string::npos) id.resize(colon);
+    const auto args = arguments_text(
+        json::parse(s.substr(a + kArgs.size(), e - a - kArgs.size()), nullptr, false));
+    if (id.empty() || !args) return std::nullopt;
+    out.push_back({id, *args});
+    at = e + kEnd.size();
+  }
+  if (out.empty()) return std::nullopt;
+  return out;
+}
+
 }  // namespace
 
 std::optional<std::vector<ToolCall>> parse_tool_call_block(ToolCallFormat format,
@@ -289,7 +314,10 @@ std::optional<std::vector<ToolCall>> parse_tool_call_block(ToolCallFormat format
       if (!text || name.empty()) return std::nullopt;
       return std::vector<ToolCall>{{name, *text}};
     }
+    case ToolCallFormat::kKimiK2:
+      return parse_kimi(body);
     case ToolCallFormat::kNone:
+    case ToolCallFormat::kHarmony:
       break;
   }
   return std::nullopt;
@@ -298,6 +326,8 @@ std::optional<std::vector<ToolCall>> parse_tool_call_block(ToolCallFormat format
 ToolCallFormat detect_tool_call_format(std::string_view src) {
   auto has = [&](std::string_view s) { return src.find(s) != std::string_view::npos; };
   if (has("<tool_call>")) return ToolCallFormat::kHermes;
+  if (has("<|tool_calls_section_begin|>")) return ToolCallFormat::kKimiK2;
+  if (has("<|channel|>") && has("<|call|>")) return ToolCallFormat::kHarmony;
   if (has("[TOOL_CALLS]")) return ToolCallFormat::kMistral;
   if (has(kDsCallsBegin)) return ToolCallFormat::kDeepSeek;
   if (has("<|tool_call|>")) return ToolCallFormat::kGranite;
@@ -324,6 +354,10 @@ const char* tool_call_format_name(ToolCallFormat f) {
       return "command-r";
     case ToolCallFormat::kFunctionaryV31:
       return "functionary-v3.1";
+    case ToolCallFormat::kKimiK2:
+      return "kimi-k2";
+    case ToolCallFormat::kHarmony:
+      return "harmony";
     case ToolCallFormat::kNone:
       break;
   }
@@ -355,6 +389,11 @@ ChatDelta ChatOutputParser::parse_all(std::string_view text) {
 
 ChatDelta ChatOutputParser::drain(bool final) {
   ChatDelta out;
+  if (format_ == ToolCallFormat::kHarmony) {
+    while (step_harmony(out, final)) {
+    }
+    return out;
+  }
   for (bool more = true; more;) {
     switch (state_) {
       case State::kContent:
@@ -484,6 +523,70 @@ bool ChatOutputParser::step_call(ChatDelta& out, bool final) {
     out.content += open_ + buf_.substr(0, consumed);
   buf_.erase(0, consumed);
   return true;
+}
+
+namespace {
+
+constexpr std::string_view kHMessage = "<|message|>";
+const std::vector<std::string_view> kHEnds = {"<|end|>", "<|call|>", "<|return|>", "<|start|>"};
+
+/// The value after `key` in a harmony header, up to a space or "<|".
+std::string header_field(std::string_view h, std::string_view key) {
+  const size_t at = h.find(key);
+  if (at == std::string_view::npos) return "";
+  const size_t b = at + key.size();
+  size_t e = b;
+  while (e < h.size() && !is_space(h[e]) && h.substr(e, 2) != "<|") ++e;
+  return std::string(h.substr(b, e - b));
+}
+
+}  // namespace
+
+bool ChatOutputParser::step_harmony(ChatDelta& out, bool final) {
+  if (state_ != State::kCall && state_ != State::kReasoning && open_.empty()) {  // a header
+    const size_t at = buf_.find(kHMessage);
+    if (at == std::string::npos) {
+      if (final) out.content += buf_, buf_.clear();  // not harmony after all
+      return false;
+    }
+    const std::string header = buf_.substr(0, at);
+    buf_.erase(0, at + kHMessage.size());
+    const std::string to = header_field(header, "to=");
+    const std::string channel = header_field(header, "<|channel|>");
+    if (to.rfind("functions.", 0) == 0) {
+      open_ = to.substr(10);
+      state_ = State::kCall;
+    } else {
+      open_ = channel.empty() ? "final" : channel;
+      state_ = channel == "analysis" && reasoning_ == ReasoningFormat::kDeepseek ? State::kReasoning
+                                                                                 : State::kContent;
+    }
+    return true;
+  }
+  size_t end = std::string::npos, end_len = 0;  // the message body ends at the first end marker
+  for (std::string_view m : kHEnds)
+    if (size_t p = buf_.find(m); p < end) end = p, end_len = m == "<|start|>" ? 0 : m.size();
+  const bool done = end != std::string::npos || final;
+  const size_t body = end != std::string::npos ? end
+                      : final                  ? buf_.size()
+                                               : buf_.size() - partial_marker(buf_, kHEnds);
+  if (state_ == State::kCall) {
+    if (!done) return false;
+    const auto args = arguments_text(json::parse(buf_.substr(0, body), nullptr, false));
+    if (args)
+      out.calls.push_back({open_, *args});
+    else
+      out.content += buf_.substr(0, body);
+  } else {
+    (state_ == State::kReasoning ? out.reasoning : out.content) += buf_.substr(0, body);
+  }
+  buf_.erase(0, body);
+  if (!done) return false;
+  buf_.erase(0, std::min(end_len, buf_.size()));
+  if (buf_.rfind("<|start|>", 0) == 0) buf_.erase(0, 9);
+  open_.clear();
+  state_ = State::kContent;
+  return !buf_.empty();
 }
 
 }  // namespace kvrun

@@ -17,6 +17,12 @@
 //   kGranite    <|tool_call|>[{"name": N, "arguments": {...}}, ...]
 //   kCommandR   <|START_ACTION|>[{"tool_name": N, "parameters": {...}}, ...]<|END_ACTION|>
 //   kFunctionaryV31  <function=N>{...}</function>
+//   kKimiK2     <|tool_calls_section_begin|><|tool_call_begin|>functions.N:0
+//               <|tool_call_argument_begin|>{...}<|tool_call_end|>...<|tool_calls_section_end|>
+//   kHarmony    gpt-oss (OpenAI's harmony format): messages "<|channel|>C[ to=functions.N]
+//               [<|constrain|>json]<|message|>BODY" ended by <|end|>, <|call|> or <|return|>
+//               and joined by "<|start|>assistant[ to=functions.N]"; channel analysis is
+//               reasoning, final is content, a body addressed to functions.N is a call
 // Reasoning: with ReasoningFormat::kDeepseek, text between <think> and </think> (the opening
 // tag may be in the prompt instead: `thinking_open`) is reasoning, not content (llama-server's
 // --reasoning-format deepseek).
@@ -39,7 +45,9 @@ enum class ToolCallFormat {
   kDeepSeek,
   kGranite,
   kCommandR,
-  kFunctionaryV31
+  kFunctionaryV31,
+  kKimiK2,
+  kHarmony
 };
 
 /// Where <think>…</think> goes: left in the content (kNone) or to reasoning (kDeepseek).
@@ -89,6 +97,7 @@ class ChatOutputParser {
   bool step_content(ChatDelta& out, bool final);
   bool step_reasoning(ChatDelta& out, bool final);
   bool step_call(ChatDelta& out, bool final);
+  bool step_harmony(ChatDelta& out, bool final);
   std::optional<std::pair<size_t, size_t>> call_extent(bool final) const;
 
   ToolCallFormat format_;
