@@ -43,8 +43,8 @@ ChatState ChatState::create(const RunOptions& opt, const Loaded& l) {
 }
 
 std::string ChatState::describe() const {
-  return tmpl ? "chat template " + tmpl->name()
-              : "plain completion (no chat template in the model)";
+  if (!tmpl) return "plain completion (no chat template in the model)";
+  return tmpl->name() == "model" ? "the model's chat template" : "chat template " + tmpl->name();
 }
 
 void ChatState::reset(Loaded& l) {
@@ -120,7 +120,7 @@ void load_chat(const std::string& path, ChatState& st, Loaded& l) {
   } catch (const nlohmann::json::exception& e) {
     throw std::runtime_error(path + ": damaged header (" + e.what() + ")");
   }
-  const std::string tmpl = j.value("template", "");
+  const std::string tmpl = j.value("template", j.value("family", ""));  // "family": older files
   if (tmpl != (st.tmpl ? st.tmpl->name() : ""))
     throw std::runtime_error(path + " was saved with chat template '" + tmpl + "'");
   try {

@@ -26,7 +26,8 @@ struct ChatState {
   /// std::invalid_argument for an unknown --chat-template, a template that does not parse or
   /// malformed --chat-template-kwargs.
   static ChatState create(const RunOptions& opt, const Loaded& l);
-  /// "chat template model" or "plain completion (no chat template in the model)".
+  /// "the model's chat template", "chat template chatml" (--chat-template) or "plain completion
+  /// (no chat template in the model)".
   std::string describe() const;
   /// Forgets the conversation and the context (keeps the system prompt).
   void reset(Loaded& l);

@@ -135,6 +135,12 @@ std::string finish_reason_oai(FinishReason f) {
   return f == FinishReason::kEog || f == FinishReason::kStopString ? "stop" : "length";
 }
 
+/// A chat reply's finish_reason: "tool_calls" when it ended by itself after calls.
+std::string finish_reason_chat(FinishReason f, bool calls) {
+  const std::string reason = finish_reason_oai(f);
+  return calls && reason == "stop" ? "tool_calls" : reason;
+}
+
 json bytes_of(const std::string& s) {
   json a = json::array();
   for (unsigned char c : s) a.push_back(int(c));
@@ -411,7 +417,7 @@ json response_json(const ApiRequest& r, const RequestResult& result,
                      {"message", chat_message_json(r.chat_reply.get(), res.text, &calls)}};
       choice["logprobs"] =
           r.logprobs ? chat_logprobs(evs, *ctx.tok, size_t(r.params.n_probs)) : json(nullptr);
-      choice["finish_reason"] = calls ? "tool_calls" : finish_reason_oai(res.finish);
+      choice["finish_reason"] = finish_reason_chat(res.finish, calls);
       return {{"id", id},
               {"object", "chat.completion"},
               {"created", created},
@@ -505,7 +511,7 @@ std::vector<json> stream_end_json(const ApiRequest& r, const RequestResult& resu
       else
         choice["text"] = res.tail;
       choice["logprobs"] = nullptr;
-      choice["finish_reason"] = calls ? "tool_calls" : finish_reason_oai(res.finish);
+      choice["finish_reason"] = finish_reason_chat(res.finish, calls);
       out.push_back({{"id", id},
                      {"object", object},
                      {"created", created},
