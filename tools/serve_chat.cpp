@@ -38,8 +38,9 @@ json checked_tool_calls(const json& calls) {
     const json* fn = c.is_object() ? field(c, "function") : nullptr;
     if (!fn || !fn->is_object() || !fn->contains("name") || !(*fn)["name"].is_string())
       bad("messages", "each tool call needs function.name");
-    json call = {{"id", c.value("id", "")}, {"type", "function"}};
-    if (!call["id"].is_string()) bad("messages", "a tool call id must be a string");
+    const json* id = field(c, "id");
+    if (id && !id->is_string()) bad("messages", "a tool call id must be a string");
+    json call = {{"id", id ? *id : json("")}, {"type", "function"}};
     json args = fn->value("arguments", json("{}"));
     if (!args.is_string() && !args.is_object())
       bad("messages", "tool call arguments must be a JSON string");
@@ -82,7 +83,8 @@ json checked_tools(const json& j) {
   if (!tools->is_array()) bad("tools", "must be an array");
   for (const auto& t : *tools) {
     const json* fn = t.is_object() ? field(t, "function") : nullptr;
-    if (!t.is_object() || t.value("type", "") != "function" || !fn || !fn->is_object() ||
+    const json* type = t.is_object() ? field(t, "type") : nullptr;
+    if (!type || *type != "function" || !fn || !fn->is_object() ||
         !fn->contains("name") || !(*fn)["name"].is_string())
       bad("tools", "must hold {\"type\": \"function\", \"function\": {\"name\": ...}} objects");
   }
