@@ -189,6 +189,17 @@ TEST(ToolCalls, Harmony) {
   expect_parse(ToolCallFormat::kHarmony, "plain text", {}, "plain text");
 }
 
+// functionary v3.2: the prompt ends with ">>>"; segments name their recipient.
+TEST(ToolCalls, FunctionaryV32) {
+  expect_parse(ToolCallFormat::kFunctionaryV32,
+               "all\nLet me check.>>>get_weather\n{\"city\": \"Paris\", \"unit\": \"celsius\"}"
+               ">>>search\n{\"query\": \"rain\"}",
+               {{"get_weather", kParis}, {"search", {{"query", "rain"}}}}, "Let me check.");
+  expect_parse(ToolCallFormat::kFunctionaryV32, "all\nJust text, 2 > 1.", {}, "Just text, 2 > 1.");
+  expect_parse(ToolCallFormat::kFunctionaryV32, "get_weather\nnot json", {},
+               ">>>get_weather\nnot json");
+}
+
 TEST(ToolCalls, ReasoningGoesToReasoningContent) {
   expect_parse(ToolCallFormat::kNone, "<think>\nHmm.\n</think>\n\nParis.", {}, "Paris.",
                "\nHmm.\n");
@@ -256,6 +267,7 @@ TEST(ToolCalls, FormatIsChosenFromTheTemplate) {
       {"ibm-granite-granite-3.3-2B-Instruct", ToolCallFormat::kGranite},
       {"CohereForAI-c4ai-command-r7b-12-2024-tool_use", ToolCallFormat::kCommandR},
       {"meetkai-functionary-medium-v3.1", ToolCallFormat::kFunctionaryV31},
+      {"meetkai-functionary-medium-v3.2", ToolCallFormat::kFunctionaryV32},
       {"moonshotai-Kimi-K2", ToolCallFormat::kKimiK2},
       {"Kimi-K2-Thinking", ToolCallFormat::kKimiK2},
       {"openai-gpt-oss-120b", ToolCallFormat::kHarmony},

@@ -84,8 +84,8 @@ json checked_tools(const json& j) {
   for (const auto& t : *tools) {
     const json* fn = t.is_object() ? field(t, "function") : nullptr;
     const json* type = t.is_object() ? field(t, "type") : nullptr;
-    if (!type || *type != "function" || !fn || !fn->is_object() ||
-        !fn->contains("name") || !(*fn)["name"].is_string())
+    if (!type || *type != "function" || !fn || !fn->is_object() || !fn->contains("name") ||
+        !(*fn)["name"].is_string())
       bad("tools", "must hold {\"type\": \"function\", \"function\": {\"name\": ...}} objects");
   }
   return tools->empty() ? json(nullptr) : *tools;
@@ -185,10 +185,13 @@ std::string render_chat_body(const json& j, const ApiContext& ctx,
   }
   if (reply) {
     auto r = std::make_shared<ChatReply>();
-    // Harmony (gpt-oss) replies are always split into channels; other formats only with tools.
+    // Harmony (gpt-oss) and functionary v3.2 replies always name their channel or recipient, so
+    // they are always split; other formats are parsed only with tools.
     const ToolCallFormat f =
         ctx.chat ? detect_tool_call_format(ctx.chat->source()) : ToolCallFormat::kNone;
-    if ((tools_auto && !in.tools.is_null()) || f == ToolCallFormat::kHarmony) r->format = f;
+    if ((tools_auto && !in.tools.is_null()) || f == ToolCallFormat::kHarmony ||
+        f == ToolCallFormat::kFunctionaryV32)
+      r->format = f;
     r->reasoning = ctx.chat ? ctx.reasoning : ReasoningFormat::kNone;
     r->thinking_open = ends_inside_think(text);
     r->parallel = par ? par->get<bool>() : true;

@@ -51,6 +51,7 @@ std::vector<std::string_view> openers(ToolCallFormat f) {
       return {"<|tool_calls_section_begin|>"};
     case ToolCallFormat::kNone:
     case ToolCallFormat::kHarmony:
+    case ToolCallFormat::kFunctionaryV32:
       break;
   }
   return {};
@@ -318,6 +319,7 @@ std::optional<std::vector<ToolCall>> parse_tool_call_block(ToolCallFormat format
       return parse_kimi(body);
     case ToolCallFormat::kNone:
     case ToolCallFormat::kHarmony:
+    case ToolCallFormat::kFunctionaryV32:
       break;
   }
   return std::nullopt;
@@ -333,6 +335,7 @@ ToolCallFormat detect_tool_call_format(std::string_view src) {
   if (has("<|tool_call|>")) return ToolCallFormat::kGranite;
   if (has("<|START_ACTION|>")) return ToolCallFormat::kCommandR;
   if (has("<function=") && has("<|start_header_id|>")) return ToolCallFormat::kFunctionaryV31;
+  if (has(">>>all")) return ToolCallFormat::kFunctionaryV32;
   if (has("<|python_tag|>") || (has("<|start_header_id|>") && has("ipython")))
     return ToolCallFormat::kLlama3;
   return ToolCallFormat::kNone;
@@ -358,6 +361,8 @@ const char* tool_call_format_name(ToolCallFormat f) {
       return "kimi-k2";
     case ToolCallFormat::kHarmony:
       return "harmony";
+    case ToolCallFormat::kFunctionaryV32:
+      return "functionary-v3.2";
     case ToolCallFormat::kNone:
       break;
   }
@@ -391,6 +396,11 @@ ChatDelta ChatOutputParser::drain(bool final) {
   ChatDelta out;
   if (format_ == ToolCallFormat::kHarmony) {
     while (step_harmony(out, final)) {
+    }
+    return out;
+  }
+  if (format_ == ToolCallFormat::kFunctionaryV32) {
+    while (step_functionary(out, final)) {
     }
     return out;
   }
@@ -586,6 +596,55 @@ bool ChatOutputParser::step_harmony(ChatDelta& out, bool final) {
   if (buf_.rfind("<|start|>", 0) == 0) buf_.erase(0, 9);
   open_.clear();
   state_ = State::kContent;
+  return !buf_.empty();
+}
+
+bool ChatOutputParser::step_functionary(ChatDelta& out, bool final) {
+  constexpr std::string_view kTo = ">>>";
+  if (open_.empty()) {  // a segment's header: [>>>]recipient\n (the prompt wrote the first >>>)
+    const size_t i = buf_.find_first_not_of(" \n\t\r");
+    if (i != std::string::npos && buf_.compare(i, kTo.size(), kTo) == 0) buf_.erase(0, i + 3);
+    const std::string_view rest = std::string_view(buf_).substr(std::min(i, buf_.size()));
+    if (!final && rest.size() < kTo.size() && kTo.substr(0, rest.size()) == rest) return false;
+    const size_t nl = buf_.find('\n');
+    if (nl == std::string::npos) {
+      if (final) out.content += buf_, buf_.clear();
+      return false;
+    }
+    const std::string to = trim(std::string_view(buf_).substr(0, nl));
+    if (to.empty() || to.find_first_of(" \t<>{}") != std::string::npos) {
+      open_ = "all";  // not a recipient line: the text is content
+      return true;
+    }
+    open_ = to;
+    buf_.erase(0, nl + 1);
+    return true;
+  }
+  if (open_ == "all") {  // text for the user, up to the next >>>
+    const size_t at = buf_.find(kTo);
+    const size_t n = at != std::string::npos ? at
+                     : final                 ? buf_.size()
+                                             : buf_.size() - partial_marker(buf_, {kTo});
+    out.content += buf_.substr(0, n);
+    buf_.erase(0, n);
+    if (at == std::string::npos) return false;
+    open_.clear();
+    return true;
+  }
+  const size_t e = json_end(buf_, 0);  // a call: its JSON arguments
+  if (e == kIncomplete && !final) return false;
+  const auto args = e != kBad && e != kIncomplete
+                        ? arguments_text(json::parse(buf_.substr(0, e), nullptr, false))
+                        : std::nullopt;
+  if (!args) {  // not JSON: the segment is text
+    out.content += kTo;
+    out.content += open_ + "\n";
+    open_ = "all";
+    return true;
+  }
+  out.calls.push_back({open_, *args});
+  buf_.erase(0, e);
+  open_.clear();
   return !buf_.empty();
 }
 

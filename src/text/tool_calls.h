@@ -17,6 +17,8 @@
 //   kGranite    <|tool_call|>[{"name": N, "arguments": {...}}, ...]
 //   kCommandR   <|START_ACTION|>[{"tool_name": N, "parameters": {...}}, ...]<|END_ACTION|>
 //   kFunctionaryV31  <function=N>{...}</function>
+//   kFunctionaryV32  segments ">>>recipient\n": recipient all is text for the user, a function
+//               name is followed by its JSON arguments (the prompt writes the first ">>>")
 //   kKimiK2     <|tool_calls_section_begin|><|tool_call_begin|>functions.N:0
 //               <|tool_call_argument_begin|>{...}<|tool_call_end|>...<|tool_calls_section_end|>
 //   kHarmony    gpt-oss (OpenAI's harmony format): messages "<|channel|>C[ to=functions.N]
@@ -47,7 +49,8 @@ enum class ToolCallFormat {
   kCommandR,
   kFunctionaryV31,
   kKimiK2,
-  kHarmony
+  kHarmony,
+  kFunctionaryV32
 };
 
 /// Where <think>…</think> goes: left in the content (kNone) or to reasoning (kDeepseek).
@@ -98,6 +101,7 @@ class ChatOutputParser {
   bool step_reasoning(ChatDelta& out, bool final);
   bool step_call(ChatDelta& out, bool final);
   bool step_harmony(ChatDelta& out, bool final);
+  bool step_functionary(ChatDelta& out, bool final);
   std::optional<std::pair<size_t, size_t>> call_extent(bool final) const;
 
   ToolCallFormat format_;
