@@ -20,12 +20,12 @@
 #include <thread>
 #include <vector>
 
-#include "tools/batch/batch_input.h"
-#include "tools/batch/batch_job.h"
-#include "tools/batch/batch_output.h"
 #include "engine/model.h"
 #include "test_util.h"
 #include "text/tokenizer.h"
+#include "tools/batch/batch_input.h"
+#include "tools/batch/batch_job.h"
+#include "tools/batch/batch_output.h"
 
 namespace kvrun {
 namespace {
@@ -211,7 +211,8 @@ TEST(BatchPrompt, ChatTemplateWrapsSystemAndUserTurn) {
   BatchPromptParams p;
   p.prompt = "Summarize: {text}";
   p.system = "Be brief.";
-  p.chat_family = "chatml";
+  p.chat = kvrun::ChatTemplate::parse(std::string(*kvrun::builtin_chat_template("chatml")),
+                                      "chatml", {});
   EXPECT_EQ(batch_prompt_text(p, "X"),
             "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nSummarize: "
             "X<|im_end|>\n<|im_start|>assistant\n");

@@ -1,6 +1,7 @@
-// test_chat_template.cpp — chat-template detection and rendering, checked against Jinja2 itself
-// (tests/data/render_chat_template.py run by Debian's /usr/bin/python3 with python3-jinja2) on
-// the real templates in ../shared/fixtures/templates.
+// test_chat_template.cpp — kvrun's built-in chat templates (src/text/chat_templates/*.jinja,
+// rendered by kvrun's Jinja engine) checked against Jinja2 itself rendering the real templates
+// they stand for (tests/data/render_chat_template.py run by Debian's /usr/bin/python3 with
+// python3-jinja2, the templates in ../shared/fixtures/templates), and ChatTemplate's errors.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "text/chat_template.h"
 #include "test_util.h"
+#include "text/chat_template.h"
 
 namespace kvrun {
 namespace {
@@ -25,8 +26,8 @@ namespace fs = std::filesystem;
 /// What the test expects of one template file.
 struct Expect {
   const char* file;           ///< file name under templates/, without ".jinja"
-  const char* family;         ///< the family detect_chat_template must return; "" = unsupported
-  bool needs_system = false;  ///< kvrun refuses a conversation without a system message
+  const char* family;         ///< the built-in template that renders like it; "" = none
+  bool needs_system = false;  ///< the built-in raises without a system message
 };
 
 /// Every template of the fixture set.
@@ -131,8 +132,8 @@ std::vector<Conversation> conversations() {
           {"user+assistant+user, no generation prompt", {u1, a1, u2}, false}};
 }
 
-/// Whether kvrun is expected to refuse how `conv` ends for `family` (documented limits: these
-/// templates write the end of a conversation without a generation prompt specially).
+/// Whether the built-in is expected to raise on how `conv` ends for `family` (documented limits:
+/// these templates write the end of a conversation without a generation prompt specially).
 bool refuses_ending(const std::string& family, const Conversation& conv) {
   if (conv.add_generation_prompt) return false;
   if (family == "apriel-1.6") return true;
@@ -192,8 +193,21 @@ fs::path own_template(const char* name) {
   return test::test_data(std::string("chat_templates/") + name + ".jinja");
 }
 
-/// Renders every sample conversation of `e` with Jinja2 from `path` and with render_chat and
-/// expects the same text (or both to refuse); returns how many renders were compared.
+/// Renders `conv` with the built-in template `name` (throws jinja::JinjaError when it raises).
+std::string render_builtin(const std::string& name, const Conversation& conv,
+                           const ChatSpecialTokens& tok, const char* today = kToday) {
+  const auto source = builtin_chat_template(name);
+  if (!source) throw std::invalid_argument("no built-in template " + name);
+  ChatInputs in;
+  in.messages = messages_json(conv.messages);
+  in.add_generation_prompt = conv.add_generation_prompt;
+  in.today = today;
+  return ChatTemplate::parse(std::string(*source), name, tok).render(in);
+}
+
+/// Renders every sample conversation of `e` with Jinja2 from `path` and with the built-in
+/// template e.family and expects the same text (or the built-in to raise where the oracle raises
+/// or where the built-in documents a limit); returns how many renders were compared.
 int compare_with_oracle(const fs::path& path, const Expect& e, const test::TempDir& dir) {
   const ChatSpecialTokens tok = tokens_for(e.family);
   int compared = 0;
@@ -203,16 +217,14 @@ int compare_with_oracle(const fs::path& path, const Expect& e, const test::TempD
     const std::string want = oracle_render(path, conv, tok, dir, &raised);
     const bool has_system = conv.messages[0].role == "system";
     if (raised || (e.needs_system && !has_system) || refuses_ending(e.family, conv)) {
-      EXPECT_THROW(render_chat(e.family, conv.messages, conv.add_generation_prompt, tok, {kToday}),
-                   std::invalid_argument)
-          << "oracle: " << want;
+      EXPECT_THROW(render_builtin(e.family, conv, tok), jinja::JinjaError) << "oracle: " << want;
       continue;
     }
     std::string got;
     try {
-      got = render_chat(e.family, conv.messages, conv.add_generation_prompt, tok, {kToday});
+      got = render_builtin(e.family, conv, tok);
     } catch (const std::exception& ex) {
-      ADD_FAILURE() << "render_chat threw: " << ex.what();
+      ADD_FAILURE() << "the built-in template raised: " << ex.what();
       continue;
     }
     EXPECT_EQ(got, want);
@@ -242,29 +254,18 @@ TEST(ChatTemplate, EveryFixtureTemplateIsInTheTable) {
   EXPECT_EQ(n, kExpect.size());
 }
 
-TEST(ChatTemplate, DetectsFamilyOrReportsUnsupported) {
+// Every model template of the fixture set parses as a ChatTemplate (rendering is compared with
+// Jinja2 in test_jinja).
+TEST(ChatTemplate, EveryFixtureTemplateParses) {
   KVRUN_REQUIRE_FIXTURE("templates");
-  const auto names = chat_template_names();
   for (const Expect& e : kExpect) {
-    const std::string rel = std::string("templates/") + e.file + ".jinja";
-    if (!fs::exists(test::fixture(rel))) continue;
-    const std::string jinja = read_file(test::fixture(rel));
-    const auto family = detect_chat_template(jinja);
-    const auto unsupported = unsupported_chat_template(jinja);
-    if (*e.family) {
-      EXPECT_EQ(family.value_or("<none>"), e.family) << e.file;
-      EXPECT_FALSE(unsupported.has_value()) << e.file;
-      EXPECT_TRUE(std::binary_search(names.begin(), names.end(), e.family)) << e.family;
-    } else {
-      EXPECT_FALSE(family.has_value()) << e.file << " detected as " << family.value_or("");
-      ASSERT_TRUE(unsupported.has_value()) << e.file;
-      EXPECT_EQ(unsupported->rfind("unknown", 0), std::string::npos)
-          << e.file << " should be reported by name, got: " << *unsupported;
-    }
+    const std::string jinja =
+        read_file(test::fixture(std::string("templates/") + e.file + ".jinja"));
+    EXPECT_NO_THROW(ChatTemplate::parse(jinja, e.file, {"<s>", "</s>"})) << e.file;
   }
 }
 
-TEST(ChatTemplate, RenderMatchesJinja2) {
+TEST(ChatTemplate, BuiltinsRenderLikeTheRealTemplates) {
   KVRUN_REQUIRE_FIXTURE("templates");
   if (const std::string why = oracle_unavailable(); !why.empty()) GTEST_SKIP() << why;
   test::TempDir dir;
@@ -275,18 +276,6 @@ TEST(ChatTemplate, RenderMatchesJinja2) {
         compare_with_oracle(test::fixture(std::string("templates/") + e.file + ".jinja"), e, dir);
   }
   EXPECT_GT(compared, 0);
-}
-
-TEST(ChatTemplate, OwnTemplatesAreDetected) {
-  const auto names = chat_template_names();
-  for (const Expect& e : kOwnTemplates) {
-    const fs::path path = own_template(e.file);
-    ASSERT_TRUE(fs::exists(path)) << path;
-    const std::string jinja = read_file(path);
-    EXPECT_EQ(detect_chat_template(jinja).value_or("<none>"), e.family) << e.file;
-    EXPECT_FALSE(unsupported_chat_template(jinja).has_value()) << e.file;
-    EXPECT_TRUE(std::binary_search(names.begin(), names.end(), e.family)) << e.family;
-  }
 }
 
 TEST(ChatTemplate, OwnTemplatesRenderMatchesJinja2) {
@@ -315,72 +304,85 @@ TEST(ChatTemplate, Llama2TrimsLikeJinja2) {
   bool raised = false;
   const std::string want = oracle_render(own_template("llama2"), conv, tok, dir, &raised);
   ASSERT_FALSE(raised) << want;
-  EXPECT_EQ(render_chat("llama2", conv.messages, true, tok), want);
+  EXPECT_EQ(render_builtin("llama2", conv, tok), want);
   EXPECT_EQ(want,
             "<s>[INST] <<SYS>>\n \n Be brief. \n\n<</SYS>>\n\n\t Hi there [/INST] Hello. </s>"
             "<s>[INST] And you? [/INST]");
 }
 
-}  // namespace
-}  // namespace kvrun
-
-namespace kvrun {
-namespace {
-
 TEST(ChatTemplate, NamesAreSortedUniqueAndRenderable) {
   const auto names = chat_template_names();
-  ASSERT_FALSE(names.empty());
+  ASSERT_GE(names.size(), 42u);
   EXPECT_TRUE(std::is_sorted(names.begin(), names.end()));
   EXPECT_EQ(std::adjacent_find(names.begin(), names.end()), names.end());
-  const std::vector<ChatMessage> conv = {{"system", "S"}, {"user", "U"}};
+  const Conversation conv{"s+u", {{"system", "S"}, {"user", "U"}}, true};
   for (const std::string& n : names) {
     if (n == "gemma2") continue;  // raises on a system message, checked below
-    const std::string out = render_chat(n, conv, true, {"<B>", "<E>"}, {"2026-03-05"});
+    const std::string out = render_builtin(n, conv, {"<B>", "<E>"}, "2026-03-05");
     EXPECT_NE(out.find('U'), std::string::npos) << n;
   }
 }
 
-TEST(ChatTemplate, RefusesWhatAFamilyCannotExpress) {
-  const ChatSpecialTokens tok{"<bos>", "<eos>"};
-  EXPECT_THROW(render_chat("no-such-family", {{"user", "hi"}}, true, tok), std::invalid_argument);
-  EXPECT_THROW(render_chat("gemma2", {{"system", "s"}, {"user", "hi"}}, true, tok),
-               std::invalid_argument);
-  EXPECT_THROW(render_chat("chatml", {{"user", "hi"}, {"system", "late"}}, true, tok),
-               std::invalid_argument);
-  EXPECT_THROW(render_chat("chatml", {{"tool", "x"}}, true, tok), std::invalid_argument);
-  EXPECT_THROW(render_chat("mistral-v7", {{"user", "hi"}}, true, tok), std::invalid_argument);
-  EXPECT_THROW(render_chat("gemma2", {{"user", "a"}, {"user", "b"}}, true, tok),
-               std::invalid_argument);
-  EXPECT_THROW(render_chat("llama2", {{"system", "s"}, {"assistant", "a"}}, true, tok),
-               std::invalid_argument);
-  EXPECT_THROW(render_chat("llama2", {{"user", "a"}, {"user", "b"}}, true, tok),
-               std::invalid_argument);
-  EXPECT_THROW(render_chat("llama3.2", {{"user", "hi"}}, true, tok, {"2026-13-01"}),
-               std::invalid_argument);
+/// The message of the JinjaError that rendering `messages` with built-in `name` raises, or "".
+std::string raised(const std::string& name, std::vector<ChatMessage> messages,
+                   const char* today = kToday) {
+  try {
+    render_builtin(name, {"", std::move(messages), true}, {"<bos>", "<eos>"}, today);
+  } catch (const jinja::JinjaError& e) {
+    EXPECT_GT(e.line(), 0) << e.what();
+    return e.message();
+  }
+  return "";
 }
 
-TEST(ChatTemplate, UnknownTemplateIsReportedUnsupported) {
-  EXPECT_FALSE(detect_chat_template("{{ messages }}").has_value());
-  const auto why = unsupported_chat_template("{{ messages }}");
-  ASSERT_TRUE(why.has_value());
-  EXPECT_EQ(why->rfind("unknown", 0), 0u);
+TEST(ChatTemplate, BuiltinsRaiseWhatTheyCannotExpress) {
+  EXPECT_NE(raised("gemma2", {{"system", "s"}, {"user", "hi"}}).find("system message"),
+            std::string::npos);
+  EXPECT_NE(raised("chatml", {{"user", "hi"}, {"system", "late"}}).find("must be first"),
+            std::string::npos);
+  EXPECT_NE(raised("chatml", {{"tool", "x"}}).find("unsupported role 'tool'"), std::string::npos);
+  EXPECT_NE(raised("mistral-v7", {{"user", "hi"}}).find("needs a system message"),
+            std::string::npos);
+  EXPECT_NE(raised("gemma2", {{"user", "a"}, {"user", "b"}}).find("alternate"), std::string::npos);
+  EXPECT_NE(raised("llama2", {{"system", "s"}, {"assistant", "a"}}).find("alternate"),
+            std::string::npos);
+  EXPECT_EQ(raised("chatml", {{"user", "hi"}}), "");
+  EXPECT_THROW(raised("llama3.2", {{"user", "hi"}}, "2026-13-01"), std::invalid_argument);
+  EXPECT_FALSE(builtin_chat_template("no-such-family").has_value());
 }
 
-// Llama-2 style templates are told apart from Mistral's [INST] templates by <<SYS>>; the early
-// ones that write Meta's long default system prompt are reported, not rendered without it.
-TEST(ChatTemplate, Llama2Detection) {
-  const std::string sys_block = "'<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n'";
-  EXPECT_EQ(detect_chat_template("{{ bos_token + '[INST] ' }}" + sys_block).value_or(""), "llama2");
-  EXPECT_NE(detect_chat_template("{{ bos_token }}{{ '[INST] ' + m + ' [/INST]' }}").value_or(""),
-            "llama2");
-  const std::string with_default =
-      "{% set system_message = 'You are a helpful, respectful and honest assistant.' %}"
-      "{{ '[INST] ' }}" +
-      sys_block;
-  EXPECT_FALSE(detect_chat_template(with_default).has_value());
-  const auto why = unsupported_chat_template(with_default);
-  ASSERT_TRUE(why.has_value());
-  EXPECT_EQ(why->rfind("llama2-default-system", 0), 0u) << *why;
+TEST(ChatTemplate, ParseErrorsNameTheLine) {
+  try {
+    ChatTemplate::parse("{{ bos_token }}\n{% if messages %}\nno endif", "t", {});
+    ADD_FAILURE() << "no error";
+  } catch (const jinja::JinjaError& e) {
+    EXPECT_EQ(e.line(), 3) << e.what();
+  }
+}
+
+// The variables a template sees: bos/eos from the tokens, tools, kwargs (defaults and the
+// request's, the request winning), and tool-call arguments given as a JSON string arrive as an
+// object.
+TEST(ChatTemplate, VariablesFollowLlamaCppConventions) {
+  ChatTemplate t = ChatTemplate::parse(
+      "{{ bos_token }}|{{ eos_token }}|{{ tools | length if tools else 'none' }}|{{ a }}{{ b }}|"
+      "{% for m in messages %}{% for c in m.tool_calls or [] %}{{ c.function.name }}"
+      "{% for k, v in c.function.arguments.items() %} {{ k }}={{ v }}{% endfor %}{% endfor %}"
+      "{% endfor %}|{{ add_generation_prompt }}",
+      "t", {"<B>", "<E>"});
+  t.set_default_kwargs({{"a", 1}, {"b", 2}});
+  ChatInputs in;
+  in.messages = ChatJson::parse(R"([{"role": "assistant", "content": null, "tool_calls": [
+      {"id": "c1", "type": "function",
+       "function": {"name": "f", "arguments": "{\"x\": 1, \"y\": \"z\"}"}}]}])");
+  in.tools = ChatJson::parse(R"([{"type": "function", "function": {"name": "f"}}])");
+  in.kwargs = {{"b", 3}};
+  in.add_generation_prompt = false;
+  EXPECT_EQ(t.render(in), "<B>|<E>|1|13|f x=1 y=z|False");
+  in.tools = nullptr;
+  in.kwargs = ChatJson::object();
+  EXPECT_EQ(t.render(in), "<B>|<E>|none|12|f x=1 y=z|False");
+  EXPECT_THROW(t.set_default_kwargs(ChatJson::array()), std::invalid_argument);
 }
 
 // Dates with a one-digit day and month, for the families that print today's date.
@@ -402,7 +404,7 @@ TEST(ChatTemplate, DatesMatchJinja2) {
       bool raised = false;
       const std::string want = oracle_render(path, conv, tok, dir, &raised, day);
       ASSERT_FALSE(raised) << want;
-      EXPECT_EQ(render_chat(family, conv.messages, true, tok, {day}), want);
+      EXPECT_EQ(render_builtin(family, conv, tok, day), want);
     }
   }
 }

@@ -250,7 +250,7 @@ TEST(Cli, PromptLongerThanTheContextIsAnError) {
 TEST(Cli, ProgressLinesForLoadingAndLongPrefill) {
   KVRUN_REQUIRE_FIXTURE(kModel);
   const std::string args =
-      "-p " + q("Once upon a time there was a little girl who liked to play") + " -n 2 -b 4";
+      "-p " + q("Once upon a time there was a little girl who liked to play") + " -n 2 -b 4 --temp 0";
   const auto quiet = test::run_command(kvrun(args));
   ASSERT_EQ(quiet.exit_code, 0) << quiet.err;
   EXPECT_EQ(quiet.err.find("loading model"), std::string::npos) << "stderr is not a terminal";
@@ -347,6 +347,36 @@ TEST(Cli, UnknownChatTemplateIsAnErrorInCompletionMode) {
       test::run_command(kvrun("-p hello --chat-template no-such-template -n 4 --temp 0"));
   EXPECT_EQ(r.exit_code, 1) << "an unknown template name must not be ignored; stdout: " << r.out;
   EXPECT_NE(r.err.find("no-such-template"), std::string::npos) << r.err;
+}
+
+// A template file that does not parse, or one that raises, is a clear error naming the template
+// line: at start (exit 1) for a parse error or malformed kwargs; on the turn (the REPL goes on)
+// for a raise. A file template that renders is used for the chat.
+TEST(Cli, ChatTemplateFileErrorsNameTheLine) {
+  KVRUN_REQUIRE_FIXTURE(kModel);
+  test::TempDir dir;
+  const std::string broken = (dir / "broken.jinja").string();
+  std::ofstream(broken) << "{% for m in messages %}\n{{ m.content }}\n{% endfor\n";
+  auto r = test::run_command("printf 'hello\\n' | " +
+                             kvrun("-i --chat-template " + q(broken) + " -n 4 --temp 0"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("does not parse: line "), std::string::npos) << r.err;
+  r = test::run_command(kvrun("-p hi --chat-template chatml --chat-template-kwargs '[1]' -n 2"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--chat-template-kwargs must be a JSON object"), std::string::npos) << r.err;
+  const std::string raising = (dir / "raising.jinja").string();
+  std::ofstream(raising) << "{% if not shout %}\n{{ raise_exception('set shout') }}\n{% endif %}"
+                            "{% for m in messages %}{{ m.content | upper }}{% endfor %}";
+  r = test::run_command("printf 'hello\\n' | " +
+                        kvrun("-i --chat-template " + q(raising) + " -n 2 --temp 0"));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("line 2: set shout"), std::string::npos) << r.err;
+  r = test::run_command("printf 'hello\\n' | " +
+                        kvrun("-i --chat-template " + q(raising) +
+                              " --chat-template-kwargs '{\"shout\": true}' -n 2 --temp 0"));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("error"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("chat template " + raising), std::string::npos) << r.err;
 }
 
 // ---- the REPL with piped input ----

@@ -1,4 +1,5 @@
-// test_jinja.cpp — kvrun's Jinja engine (src/text/jinja*.cpp) against Python's jinja2 as the
+// test_jinja.cpp — kvrun's Jinja engine (src/text/jinja*.cpp) and its chat path
+// (text/chat_template.h: request JSON → template variables) against Python's jinja2 as the
 // oracle (tests/data/render_jinja.py run by /usr/bin/python3 with Debian's python3-jinja2):
 // every chat template in ../shared/fixtures/templates/ rendered for a set of conversations,
 // small feature templates, and the engine's errors (with template lines) on malformed input.
@@ -7,6 +8,7 @@
 #include <set>
 
 #include "test_util.h"
+#include "text/chat_template.h"
 #include "text/jinja.h"
 
 namespace fs = std::filesystem;
@@ -211,6 +213,37 @@ std::vector<Outcome> kvrun_render(const std::string& source, const std::vector<j
   return out;
 }
 
+/// Renders every context as kvrun's chat path does (text/chat_template.h): messages as an API
+/// request carries them (tool-call arguments as JSON strings, which ChatTemplate parses back into
+/// objects), tools, add_generation_prompt, the special tokens, and every other variable (e.g.
+/// enable_thinking) as chat_template_kwargs.
+std::vector<Outcome> chat_render(const std::string& source, const std::vector<json>& contexts) {
+  std::vector<Outcome> out;
+  for (const json& c : contexts) {
+    try {
+      const kvrun::ChatTemplate t = kvrun::ChatTemplate::parse(
+          source, "fixture", {c.value("bos_token", ""), c.value("eos_token", "")});
+      kvrun::ChatInputs in;
+      in.messages = c["messages"];
+      for (json& m : in.messages)
+        if (m.contains("tool_calls"))
+          for (json& call : m["tool_calls"])
+            call["function"]["arguments"] = call["function"]["arguments"].dump();
+      in.tools = c["tools"];
+      in.add_generation_prompt = c["add_generation_prompt"].get<bool>();
+      in.today = kToday;
+      for (auto it = c.begin(); it != c.end(); ++it)
+        if (it.key() != "messages" && it.key() != "tools" && it.key() != "add_generation_prompt" &&
+            it.key() != "bos_token" && it.key() != "eos_token" && it.key() != "__now__")
+          in.kwargs[it.key()] = it.value();
+      out.push_back({true, t.render(in)});
+    } catch (const JinjaError& e) {
+      out.push_back({false, e.what()});
+    }
+  }
+  return out;
+}
+
 /// Fixture templates whose renderings differ from jinja2 for some conversation, and why.
 /// (Each still runs: it must differ somewhere, or be removed from this list.)
 const std::map<std::string, std::string> kKnownDifferences = {
@@ -253,12 +286,15 @@ TEST(Jinja, FixtureTemplatesMatchJinja2) {
     const std::string source = read_file(file);
     const std::vector<Outcome> want = oracle(source, contexts);
     const std::vector<Outcome> got = kvrun_render(source, contexts);
+    const std::vector<Outcome> chat = chat_render(source, contexts);
     ASSERT_EQ(want.size(), contexts.size()) << stem;
     const bool known = kKnownDifferences.count(stem) > 0;
     int mismatches = 0;
     std::string first_mismatch;
     for (size_t i = 0; i < contexts.size(); ++i) {
-      const bool same = want[i].ok == got[i].ok && (!want[i].ok || want[i].text == got[i].text);
+      // The engine with the oracle's context, and the chat path, both give jinja2's result.
+      const bool same = want[i].ok == got[i].ok && (!want[i].ok || want[i].text == got[i].text) &&
+                        want[i].ok == chat[i].ok && (!want[i].ok || want[i].text == chat[i].text);
       if (same) {
         (want[i].ok ? equal_renders : both_raise)++;
         continue;
@@ -267,7 +303,8 @@ TEST(Jinja, FixtureTemplatesMatchJinja2) {
       if (first_mismatch.empty())
         first_mismatch = names[i] + ":\n--- jinja2 (" + (want[i].ok ? "ok" : "raised") + ")\n" +
                          want[i].text + "\n--- kvrun (" + (got[i].ok ? "ok" : "raised") + ")\n" +
-                         got[i].text;
+                         got[i].text + "\n--- kvrun chat path (" + (chat[i].ok ? "ok" : "raised") +
+                         ")\n" + chat[i].text;
     }
     std::printf("[template] %-52s %s\n", stem.c_str(),
                 mismatches == 0 ? "equal to jinja2"

@@ -10,11 +10,11 @@
 #include <filesystem>
 #include <memory>
 
+#include "commands.h"
+#include "session.h"
 #include "tools/batch/batch_input.h"
 #include "tools/batch/batch_job.h"
 #include "tools/batch/batch_output.h"
-#include "commands.h"
-#include "session.h"
 
 namespace kvrun::tools {
 namespace {
@@ -106,7 +106,10 @@ CLI::App* add_batch_command(CLI::App& app, BatchOptions& o) {
       ->capture_default_str();
   cmd->add_option("--system", o.system, "system prompt");
   cmd->add_option("--chat-template", o.chat_template,
-                  "chat template family instead of the model's (kvrun --chat-template list)");
+                  "chat template instead of the model's: a built-in name (kvrun --chat-template "
+                  "list) or a Jinja file");
+  cmd->add_option("--chat-template-kwargs", o.chat_template_kwargs,
+                  "extra chat template variables as a JSON object");
   cmd->add_option("--parallel", o.n_parallel, "(-np) documents processed at once")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
@@ -175,8 +178,12 @@ int cmd_batch(const BatchOptions& opt_in) {
     bp.sched.flash_attn = cp.flash_attn;
     bp.prompt.prompt = unescape(opt.prompt);
     bp.prompt.system = unescape(opt.system);
-    bp.prompt.special = chat_special_tokens(*tok);
-    bp.prompt.chat_family = chat_family_for(*model, opt.chat_template);
+    bp.prompt.chat = chat_template_for(*model, *tok, opt.chat_template, opt.chat_template_kwargs);
+    try {  // a template that raises on this prompt shape fails here, not on every document
+      batch_prompt_text(bp.prompt, "text");
+    } catch (const jinja::JinjaError& e) {
+      throw std::runtime_error("chat template " + bp.prompt.chat->name() + ": " + e.what());
+    }
     bp.n_predict = opt.n_predict;
     bp.sampling = opt.sampling;
     bp.long_mode = *parse_batch_long_mode(opt.long_mode);

@@ -26,30 +26,31 @@ int cmd_info(const InfoOptions& opt);
 
 /// Options of the default mode: completion (`-p`, `-f`, piped stdin) or the chat REPL.
 struct RunOptions {
-  std::string model;          ///< -m
-  std::string prompt;         ///< -p, or the contents of -f / piped stdin
-  std::string prompt_file;    ///< -f
-  bool has_prompt = false;    ///< a prompt was given (-p, -f or piped stdin)
-  bool interactive = false;   ///< -i: the REPL even when stdin is not a terminal
-  std::string system;         ///< --system: system prompt of the chat
-  std::string chat_template;  ///< --chat-template NAME ("" = from the model)
-  int64_t n_predict = -1;     ///< -n: tokens to generate (-1: until end of generation)
-  int64_t n_ctx = 0;          ///< -c (0: min(4096, n_ctx_train))
-  int64_t n_batch = 512;      ///< -b: prefill chunk
-  int n_threads = 0;          ///< -t (0: physical cores)
-  bool json = false;          ///< --json: one JSON object instead of streamed text
-  int n_probs = 0;            ///< --n-probs K: top-K logprobs per generated token (with --json)
-  bool ignore_eos = false;    ///< --ignore-eos
-  bool verbose = false;       ///< --verbose: more detail on stderr
-  bool log_disable = false;   ///< --log-disable: no progress lines
-  SamplerParams sampling;     ///< --temp, --top-k, --top-p, --min-p, penalties, -s
-  KvCacheOptions kv;          ///< -ctk, -ctv, --kv-block-size, --kv-mem, -fa, ...
+  std::string model;                 ///< -m
+  std::string prompt;                ///< -p, or the contents of -f / piped stdin
+  std::string prompt_file;           ///< -f
+  bool has_prompt = false;           ///< a prompt was given (-p, -f or piped stdin)
+  bool interactive = false;          ///< -i: the REPL even when stdin is not a terminal
+  std::string system;                ///< --system: system prompt of the chat
+  std::string chat_template;         ///< --chat-template NAME|FILE ("" = from the model)
+  std::string chat_template_kwargs;  ///< --chat-template-kwargs JSON object ("" = none)
+  int64_t n_predict = -1;            ///< -n: tokens to generate (-1: until end of generation)
+  int64_t n_ctx = 0;                 ///< -c (0: min(4096, n_ctx_train))
+  int64_t n_batch = 512;             ///< -b: prefill chunk
+  int n_threads = 0;                 ///< -t (0: physical cores)
+  bool json = false;                 ///< --json: one JSON object instead of streamed text
+  int n_probs = 0;          ///< --n-probs K: top-K logprobs per generated token (with --json)
+  bool ignore_eos = false;  ///< --ignore-eos
+  bool verbose = false;     ///< --verbose: more detail on stderr
+  bool log_disable = false;  ///< --log-disable: no progress lines
+  SamplerParams sampling;   ///< --temp, --top-k, --top-p, --min-p, penalties, -s
+  KvCacheOptions kv;        ///< -ctk, -ctv, --kv-block-size, --kv-mem, -fa, ...
 };
 
 /// The default mode. Returns the exit code (0 ok, 1 error).
 int cmd_run(const RunOptions& opt);
 
-/// `kvrun --chat-template list`: prints the chat template families kvrun renders.
+/// `kvrun --chat-template list`: prints the names of kvrun's built-in chat templates.
 int cmd_list_chat_templates();
 
 /// Options of `kvrun perplexity`.
@@ -96,20 +97,22 @@ int cmd_bench(const BenchOptions& opt);
 
 /// Options of `kvrun serve`.
 struct ServeOptions {
-  std::string model;               ///< -m
-  std::string host = "127.0.0.1";  ///< --host (loopback by default)
-  int port = 8080;                 ///< --port (0: any free port, printed on stderr)
-  int n_parallel = 4;              ///< -np/--parallel: sessions generating at once
-  int max_queue = 64;              ///< --max-queue: requests waiting beyond -np (then 503)
-  int64_t n_ctx = 0;               ///< -c: context length of each session (0: min(4096, train))
-  int64_t n_batch = 512;           ///< -b: tokens per forward step (decodes + prefill chunks)
-  int n_threads = 0;               ///< -t (0: physical cores)
-  std::string api_key;             ///< --api-key: require "Authorization: Bearer KEY"
-  std::string max_body = "1M";     ///< --max-body SIZE: largest request body (else 413)
-  double timeout_s = 600;          ///< --timeout: seconds a request may take (0: no limit)
-  std::string chat_template;       ///< --chat-template NAME ("" = the model's)
-  KvCacheOptions kv;               ///< -ctk / -ctv / --kv-mem / --no-prefix-cache / -fa ...
-  ServeExtrasOptions extras;       ///< --cors-origin, --log-format/-file/-disable, --pooling
+  std::string model;                 ///< -m
+  std::string host = "127.0.0.1";    ///< --host (loopback by default)
+  int port = 8080;                   ///< --port (0: any free port, printed on stderr)
+  int n_parallel = 4;                ///< -np/--parallel: sessions generating at once
+  int max_queue = 64;                ///< --max-queue: requests waiting beyond -np (then 503)
+  int64_t n_ctx = 0;                 ///< -c: context length of each session (0: min(4096, train))
+  int64_t n_batch = 512;             ///< -b: tokens per forward step (decodes + prefill chunks)
+  int n_threads = 0;                 ///< -t (0: physical cores)
+  std::string api_key;               ///< --api-key: require "Authorization: Bearer KEY"
+  std::string max_body = "1M";       ///< --max-body SIZE: largest request body (else 413)
+  double timeout_s = 600;            ///< --timeout: seconds a request may take (0: no limit)
+  std::string chat_template;         ///< --chat-template NAME|FILE ("" = the model's)
+  std::string chat_template_kwargs;  ///< --chat-template-kwargs JSON object ("" = none)
+  std::string reasoning_format = "deepseek";  ///< --reasoning-format none|deepseek
+  KvCacheOptions kv;  ///< -ctk / -ctv / --kv-mem / --no-prefix-cache / -fa ...
+  ServeExtrasOptions extras;  ///< --cors-origin, --log-format/-file/-disable, --pooling
 };
 
 /// Registers `kvrun serve` on `app`, parsing into `o`; returns the subcommand.
@@ -126,19 +129,20 @@ struct BatchOptions {
   std::string output;  ///< -o: JSON-lines results (appended; a rerun resumes)
   /// --prompt: the user turn, {text} = the document; "\\n", "\\t" and "\\\\" are expanded
   std::string prompt = "Summarize the text below.\\n\\n{text}";
-  std::string system;               ///< --system
-  std::string chat_template;        ///< --chat-template NAME ("" = the model's)
-  int n_parallel = 4;               ///< -np/--parallel: documents at once
-  int64_t n_predict = 256;          ///< -n: tokens per summary at most
-  int64_t n_ctx = 0;                ///< -c: context per session (0: min(4096, n_ctx_train))
-  int64_t n_batch = 512;            ///< -b: tokens per forward step
-  int n_threads = 0;                ///< -t (0: physical cores)
-  bool ordered = false;             ///< --ordered: write in input order
-  std::string long_mode = "split";  ///< --long split|truncate|skip
-  int64_t chunk_tokens = 0;         ///< --chunk-tokens (0: as many as fit)
-  double progress_s = 5;            ///< --progress-interval: seconds between plain progress lines
-  SamplerParams sampling;           ///< --temp (default 0), --top-k, --top-p, --min-p, -s
-  KvCacheOptions kv;                ///< -ctk / -ctv / --kv-mem / --no-prefix-cache / -fa ...
+  std::string system;                ///< --system
+  std::string chat_template;         ///< --chat-template NAME|FILE ("" = the model's)
+  std::string chat_template_kwargs;  ///< --chat-template-kwargs JSON object ("" = none)
+  int n_parallel = 4;                ///< -np/--parallel: documents at once
+  int64_t n_predict = 256;           ///< -n: tokens per summary at most
+  int64_t n_ctx = 0;                 ///< -c: context per session (0: min(4096, n_ctx_train))
+  int64_t n_batch = 512;             ///< -b: tokens per forward step
+  int n_threads = 0;                 ///< -t (0: physical cores)
+  bool ordered = false;              ///< --ordered: write in input order
+  std::string long_mode = "split";   ///< --long split|truncate|skip
+  int64_t chunk_tokens = 0;          ///< --chunk-tokens (0: as many as fit)
+  double progress_s = 5;             ///< --progress-interval: seconds between plain progress lines
+  SamplerParams sampling;            ///< --temp (default 0), --top-k, --top-p, --min-p, -s
+  KvCacheOptions kv;                 ///< -ctk / -ctv / --kv-mem / --no-prefix-cache / -fa ...
 };
 
 /// Registers `kvrun batch` on `app`, parsing into `o`; returns the subcommand.

@@ -18,8 +18,11 @@ void add_run_options(CLI::App& app, RunOptions& o) {
   app.add_flag("-i,--interactive", o.interactive, "chat REPL even when stdin is not a terminal");
   app.add_option("--system", o.system, "system prompt of the chat");
   app.add_option("--chat-template", o.chat_template,
-                 "chat template family for the REPL instead of the model's (names: "
-                 "--chat-template list)");
+                 "chat template for the REPL instead of the model's: a built-in name "
+                 "(--chat-template list) or a Jinja file");
+  app.add_option("--chat-template-kwargs", o.chat_template_kwargs,
+                 "extra chat template variables as a JSON object, e.g. "
+                 "'{\"enable_thinking\": false}'");
   app.add_option("-n,--n-predict", o.n_predict, "tokens to generate (-1: until end of text)");
   app.add_option("-c,--ctx-size", o.n_ctx,
                  "context size in tokens (default: min(4096, n_ctx_train))")

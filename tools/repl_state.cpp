@@ -14,7 +14,7 @@ namespace {
 /// Tokens of the whole conversation as the model should see it now.
 std::vector<int32_t> conversation_tokens(const ChatState& st, const Tokenizer& tok,
                                          const std::string& user) {
-  if (!st.family) {  // plain completion: the running text plus the new input
+  if (!st.tmpl) {  // plain completion: the running text plus the new input
     std::vector<int32_t> t = st.tokens;
     const bool first = t.empty();
     std::string text = first ? user : "\n" + user;
@@ -22,37 +22,34 @@ std::vector<int32_t> conversation_tokens(const ChatState& st, const Tokenizer& t
     t.insert(t.end(), more.begin(), more.end());
     return t;
   }
-  const std::string prompt = render_chat(*st.family, st.messages, true, st.special);
-  const bool has_bos = !st.special.bos.empty() && prompt.rfind(st.special.bos, 0) == 0;
+  std::string prompt;
+  try {
+    prompt = st.tmpl->render(st.messages, true);
+  } catch (const jinja::JinjaError& e) {
+    throw std::runtime_error("chat template " + st.tmpl->name() + ": " + e.what());
+  }
+  const std::string& bos = st.tmpl->tokens().bos;
+  const bool has_bos = !bos.empty() && prompt.rfind(bos, 0) == 0;
   return tok.tokenize(prompt, !has_bos, true);
 }
 
 }  // namespace
 
 ChatState ChatState::create(const RunOptions& opt, const Loaded& l) {
-  ChatState st{std::nullopt, "", {}, opt.system, {}, {}, Sampler(opt.sampling), {}};
-  st.special = chat_special_tokens(l.tok);
-  if (!opt.chat_template.empty()) {  // a known name: cmd_run checked it
-    st.family = opt.chat_template;
-  } else if (auto tmpl = l.model.file().get_string("tokenizer.chat_template")) {
-    st.family = detect_chat_template(*tmpl);
-    if (!st.family)
-      st.why_plain = "the model's chat template is not supported: " +
-                     unsupported_chat_template(*tmpl).value_or("unknown");
-  } else {
-    st.why_plain = "no chat template in the model";
-  }
+  ChatState st{std::nullopt, opt.system, {}, {}, Sampler(opt.sampling), {}};
+  st.tmpl = chat_template_for(l.model, l.tok, opt.chat_template, opt.chat_template_kwargs);
   st.reset(const_cast<Loaded&>(l));
   return st;
 }
 
 std::string ChatState::describe() const {
-  return family ? "template " + *family : "plain completion (" + why_plain + ")";
+  if (!tmpl) return "plain completion (no chat template in the model)";
+  return tmpl->name() == "model" ? "the model's chat template" : "chat template " + tmpl->name();
 }
 
 void ChatState::reset(Loaded& l) {
   messages.clear();
-  if (family && !system.empty()) messages.push_back({"system", system});
+  if (tmpl && !system.empty()) messages.push_back({"system", system});
   tokens.clear();
   l.ctx->reset();
   sampler.reset();
@@ -81,7 +78,7 @@ GenerateResult ChatState::turn(const std::string& user, const RunOptions& opt, L
     want.insert(want.end(), r.tokens.begin(), r.tokens.end());
     want.resize(size_t(l.ctx->n_past()));  // the last sampled token may not be evaluated yet
     tokens = std::move(want);
-    if (family) messages.push_back({"assistant", r.text});
+    if (tmpl) messages.push_back({"assistant", r.text});
     last = r.timings;
     return r;
   } catch (...) {
@@ -92,7 +89,7 @@ GenerateResult ChatState::turn(const std::string& user, const RunOptions& opt, L
 
 void save_chat(const std::string& path, const ChatState& st, const Loaded& l) {
   nlohmann::json j;
-  j["family"] = st.family ? *st.family : "";
+  j["template"] = st.tmpl ? st.tmpl->name() : "";
   j["messages"] = nlohmann::json::array();
   for (const ChatMessage& m : st.messages)
     j["messages"].push_back({{"role", m.role}, {"content", m.content}});
@@ -123,9 +120,9 @@ void load_chat(const std::string& path, ChatState& st, Loaded& l) {
   } catch (const nlohmann::json::exception& e) {
     throw std::runtime_error(path + ": damaged header (" + e.what() + ")");
   }
-  const std::string family = j.value("family", "");
-  if (family != (st.family ? *st.family : ""))
-    throw std::runtime_error(path + " was saved with chat template '" + family + "'");
+  const std::string tmpl = j.value("template", j.value("family", ""));  // "family": older files
+  if (tmpl != (st.tmpl ? st.tmpl->name() : ""))
+    throw std::runtime_error(path + " was saved with chat template '" + tmpl + "'");
   try {
     read_context_state(f, *l.ctx, tokens);  // validates, then commits
   } catch (const std::runtime_error& e) {

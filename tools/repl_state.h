@@ -1,4 +1,4 @@
-// repl_state.h — the state of one REPL conversation: template family, messages, the tokens held
+// repl_state.h — the state of one REPL conversation: chat template, messages, the tokens held
 // in the context, the sampler; one chat turn; saving and loading it (/save, /load).
 #pragma once
 
@@ -6,18 +6,16 @@
 #include <string>
 #include <vector>
 
-#include "text/chat_template.h"
 #include "engine/generate.h"
 #include "engine/sampler.h"
 #include "session.h"
+#include "text/chat_template.h"
 
 namespace kvrun::tools {
 
 /// One conversation of the REPL.
 struct ChatState {
-  std::optional<std::string> family;  ///< chat template family; nullopt: plain completion
-  std::string why_plain;              ///< why there is no family (for the banner)
-  ChatSpecialTokens special;          ///< BOS/EOS text for the template
+  std::optional<ChatTemplate> tmpl;   ///< the chat template; nullopt: plain completion
   std::string system;                 ///< --system
   std::vector<ChatMessage> messages;  ///< the conversation (system first when set)
   std::vector<int32_t> tokens;        ///< the tokens the context holds, [n_past]
@@ -25,9 +23,11 @@ struct ChatState {
   GenerateTimings last;  ///< timings of the last reply
 
   /// The template from --chat-template or the model's tokenizer.chat_template. Throws
-  /// std::invalid_argument for an unknown --chat-template name.
+  /// std::invalid_argument for an unknown --chat-template, a template that does not parse or
+  /// malformed --chat-template-kwargs.
   static ChatState create(const RunOptions& opt, const Loaded& l);
-  /// "template llama3.1" or "plain completion (no chat template in the model)".
+  /// "the model's chat template", "chat template chatml" (--chat-template) or "plain completion
+  /// (no chat template in the model)".
   std::string describe() const;
   /// Forgets the conversation and the context (keeps the system prompt).
   void reset(Loaded& l);

@@ -11,10 +11,10 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 
-#include "text/chat_template.h"
 #include "commands.h"
 #include "repl.h"
 #include "session.h"
+#include "text/chat_template.h"
 
 namespace kvrun::tools {
 namespace {
@@ -140,9 +140,7 @@ std::string read_all(std::istream& in) {
 int cmd_run(const RunOptions& opt_in) {
   RunOptions opt = opt_in;
   try {
-    if (!opt.chat_template.empty()) {
-      check_chat_template_name(opt.chat_template);
-    }
+    check_chat_template_options(opt.chat_template, opt.chat_template_kwargs);
     if (!opt.prompt_file.empty()) {
       std::ifstream f(opt.prompt_file, std::ios::binary);
       if (!f) throw std::runtime_error("cannot read " + opt.prompt_file);

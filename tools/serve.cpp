@@ -1,7 +1,8 @@
 // serve.cpp — `kvrun serve`: a local HTTP endpoint (cpp-httplib) in front of the
 // continuous-batching scheduler (src/engine/scheduler.h). OpenAI-compatible /v1/completions,
 // /v1/chat/completions, /v1/models; llama.cpp-compatible /completion, /infill, /tokenize,
-// /detokenize, /health, /metrics, /slots. Requests and responses: docs/http-api.md.
+// /detokenize, /apply-template, /health, /metrics, /slots. Requests and responses:
+// docs/http-api.md.
 #include <httplib.h>
 #include <malloc.h>
 #include <pthread.h>
@@ -23,6 +24,7 @@
 #include "engine/scheduler.h"
 #include "kv_layout.h"
 #include "serve_api.h"
+#include "serve_chat.h"
 #include "serve_http.h"
 #include "session.h"
 
@@ -343,6 +345,9 @@ void add_routes(httplib::Server& svr, Server& s, ExtrasContext& x) {
            guarded([&](const auto& q, auto& r) { s.generate(q, r, Api::kLlamaCompletion); }));
   svr.Post("/infill",
            guarded([&](const auto& q, auto& r) { s.generate(q, r, Api::kLlamaCompletion); }));
+  svr.Post("/apply-template", guarded([&](const auto& q, auto& r) {
+             send_json(r, apply_template_response(parse_body(q.body), s.api));
+           }));
   svr.Post("/tokenize", guarded([&](const auto& q, auto& r) {
              send_json(r, tokenize_response(parse_body(q.body), s.tok));
            }));
@@ -423,7 +428,16 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& o) {
       ->check(CLI::Range(0.0, 1e9))
       ->capture_default_str();
   cmd->add_option("--chat-template", o.chat_template,
-                  "chat template family instead of the model's (kvrun --chat-template list)");
+                  "chat template instead of the model's: a built-in name (kvrun --chat-template "
+                  "list) or a Jinja file");
+  cmd->add_option("--chat-template-kwargs", o.chat_template_kwargs,
+                  "default extra chat template variables as a JSON object (a request's "
+                  "chat_template_kwargs win)");
+  cmd->add_option("--reasoning-format", o.reasoning_format,
+                  "deepseek: <think>…</think> goes to message.reasoning_content; none: left in "
+                  "the content")
+      ->check(CLI::IsMember({"none", "deepseek"}))
+      ->capture_default_str();
   add_kv_cache_options(*cmd, o.kv);
   ServeExtrasOptions& x = o.extras;
   cmd->add_option("--cors-origin", x.cors_origins,
@@ -501,8 +515,9 @@ int cmd_serve(const ServeOptions& opt_in) {
     api.n_ctx = opt.n_ctx;
     api.timeout_s = opt.timeout_s;
     api.model_name = std::filesystem::path(opt.model).stem().string();
-    api.special = chat_special_tokens(*tok);
-    api.chat_family = chat_family_for(*model, opt.chat_template);
+    api.chat = chat_template_for(*model, *tok, opt.chat_template, opt.chat_template_kwargs);
+    api.reasoning =
+        opt.reasoning_format == "none" ? ReasoningFormat::kNone : ReasoningFormat::kDeepseek;
     // Embeddings run beside the scheduler on a context of their own (one request at a time).
     ContextParams ecp;
     ecp.n_ctx = opt.n_ctx;

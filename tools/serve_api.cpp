@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "serve_chat.h"
+
 namespace kvrun::tools {
 namespace {
 
@@ -129,17 +131,14 @@ void parse_stream(const json& j, ApiRequest& r) {
   }
 }
 
-std::string plain_chat(const std::vector<ChatMessage>& msgs) {
-  std::string text;
-  for (size_t i = 0; i < msgs.size(); ++i) {
-    if (i > 0 && msgs[i].role != "assistant") text += "\n";
-    text += msgs[i].content;
-  }
-  return text;
-}
-
 std::string finish_reason_oai(FinishReason f) {
   return f == FinishReason::kEog || f == FinishReason::kStopString ? "stop" : "length";
+}
+
+/// A chat reply's finish_reason: "tool_calls" when it ended by itself after calls.
+std::string finish_reason_chat(FinishReason f, bool calls) {
+  const std::string reason = finish_reason_oai(f);
+  return calls && reason == "stop" ? "tool_calls" : reason;
 }
 
 json bytes_of(const std::string& s) {
@@ -329,45 +328,9 @@ ApiRequest parse_chat(const json& j, const ApiContext& ctx) {
   if (top && !r.logprobs) bad("top_logprobs", "needs logprobs: true");
   if (r.logprobs) r.params.n_probs = std::max<int>(1, int(top.value_or(0)));
   r.params.stop = stop_strings(j);
-  const json* msgs = field(j, "messages");
-  if (!msgs) bad("messages", "is required");
-  if (!msgs->is_array() || msgs->empty()) bad("messages", "must be a non-empty array");
-  std::vector<ChatMessage> conv;
-  for (const auto& m : *msgs) {
-    if (!m.is_object()) bad("messages", "must hold objects");
-    const auto role = string(m, "role");
-    if (!role ||
-        (*role != "system" && *role != "user" && *role != "assistant" && *role != "developer"))
-      bad("messages", "roles must be system, developer, user or assistant");
-    std::string content;
-    const json* c = field(m, "content");
-    if (c && c->is_string()) {
-      content = c->get<std::string>();
-    } else if (c && c->is_array()) {  // content parts: text only
-      for (const auto& part : *c) {
-        if (!part.is_object() || string(part, "type").value_or("") != "text")
-          bad("messages", "content parts must be of type text");
-        content += string(part, "text").value_or("");
-      }
-    } else if (c) {
-      bad("messages", "content must be a string or an array of text parts");
-    }
-    conv.push_back({*role == "developer" ? "system" : *role, content});
-  }
-  std::string text;
-  bool add_special = true;
-  if (ctx.chat_family) {
-    try {
-      text = render_chat(*ctx.chat_family, conv, true, ctx.special);
-    } catch (const std::invalid_argument& e) {
-      throw ApiError(400,
-                     std::string("the chat template cannot render these messages: ") + e.what(),
-                     "messages");
-    }
-    add_special = ctx.special.bos.empty() || text.rfind(ctx.special.bos, 0) != 0;
-  } else {
-    text = plain_chat(conv);
-  }
+  const std::string text = render_chat_body(j, ctx, &r.chat_reply);
+  const std::string& bos = ctx.chat ? ctx.chat->tokens().bos : std::string();
+  const bool add_special = bos.empty() || text.rfind(bos, 0) != 0;  // the template wrote BOS?
   r.params.prompt = ctx.tok->tokenize(text, add_special, true);
   finish_params(r, ctx);
   return r;
@@ -449,10 +412,12 @@ json response_json(const ApiRequest& r, const RequestResult& result,
               {"usage", usage_json(res)}};
     }
     case Api::kChat: {
-      json choice = {{"index", 0}, {"message", {{"role", "assistant"}, {"content", res.text}}}};
+      bool calls = false;
+      json choice = {{"index", 0},
+                     {"message", chat_message_json(r.chat_reply.get(), res.text, &calls)}};
       choice["logprobs"] =
           r.logprobs ? chat_logprobs(evs, *ctx.tok, size_t(r.params.n_probs)) : json(nullptr);
-      choice["finish_reason"] = finish_reason_oai(res.finish);
+      choice["finish_reason"] = finish_reason_chat(res.finish, calls);
       return {{"id", id},
               {"object", "chat.completion"},
               {"created", created},
@@ -507,8 +472,10 @@ std::optional<json> stream_chunk_json(const ApiRequest& r, const TokenEvent& ev,
                   {"choices", json::array({choice})}};
     }
     case Api::kChat: {
-      if (ev.text.empty() && !r.logprobs) return std::nullopt;
-      json choice = {{"index", 0}, {"delta", {{"content", ev.text}}}};
+      bool calls = false;
+      json delta = chat_stream_delta(r.chat_reply.get(), ev.text, false, &calls);
+      if (delta.empty() && !r.logprobs) return std::nullopt;
+      json choice = {{"index", 0}, {"delta", delta}};
       choice["logprobs"] =
           r.logprobs ? chat_logprobs(evs, *ctx.tok, size_t(r.params.n_probs)) : json(nullptr);
       choice["finish_reason"] = nullptr;
@@ -538,12 +505,13 @@ std::vector<json> stream_end_json(const ApiRequest& r, const RequestResult& resu
       const bool chat = r.api == Api::kChat;
       const char* object = chat ? "chat.completion.chunk" : "text_completion";
       json choice = {{"index", 0}};
+      bool calls = false;
       if (chat)
-        choice["delta"] = res.tail.empty() ? json::object() : json{{"content", res.tail}};
+        choice["delta"] = chat_stream_delta(r.chat_reply.get(), res.tail, true, &calls);
       else
         choice["text"] = res.tail;
       choice["logprobs"] = nullptr;
-      choice["finish_reason"] = finish_reason_oai(res.finish);
+      choice["finish_reason"] = finish_reason_chat(res.finish, calls);
       out.push_back({{"id", id},
                      {"object", object},
                      {"created", created},

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
@@ -12,9 +13,10 @@
 #include <string_view>
 #include <vector>
 
-#include "text/chat_template.h"
 #include "engine/scheduler.h"
+#include "text/chat_template.h"
 #include "text/tokenizer.h"
+#include "text/tool_calls.h"
 
 namespace kvrun::tools {
 
@@ -44,11 +46,11 @@ enum class Api { kCompletions, kChat, kLlamaCompletion };
 /// What the server knows when it reads a request.
 struct ApiContext {
   const Tokenizer* tok = nullptr;
-  std::optional<std::string> chat_family;  ///< nullopt: plain text chat (contents joined)
-  ChatSpecialTokens special;               ///< BOS/EOS text for the chat template
-  int64_t n_ctx = 0;                       ///< per-session context length
-  double timeout_s = 0;                    ///< --timeout
-  std::string model_name;                  ///< for "model" fields
+  std::optional<ChatTemplate> chat;  ///< the chat template; nullopt: contents joined as text
+  ReasoningFormat reasoning = ReasoningFormat::kDeepseek;  ///< --reasoning-format
+  int64_t n_ctx = 0;                                       ///< per-session context length
+  double timeout_s = 0;                                    ///< --timeout
+  std::string model_name;                                  ///< for "model" fields
 };
 
 /// A checked generation request.
@@ -62,6 +64,8 @@ struct ApiRequest {
   /// llama.cpp n_predict 0: the prompt is evaluated (warming the prefix cache) but no token is
   /// returned; the scheduler runs with n_predict 1 and the response drops that token.
   bool no_tokens = false;
+  /// Chat: how the reply is split into content, reasoning and tool calls (serve_chat.h).
+  std::shared_ptr<struct ChatReply> chat_reply;
 };
 
 /// Deepest nesting of arrays and objects a request body may have (else 400).
@@ -87,7 +91,8 @@ json parse_body(const std::string& body);
 /// POST /v1/completions. Throws ApiError 400 for a wrong type, a value out of range, a
 /// missing or empty prompt, or a prompt longer than n_ctx.
 ApiRequest parse_completions(const json& body, const ApiContext& ctx);
-/// POST /v1/chat/completions (messages rendered with the chat template). Throws as above.
+/// POST /v1/chat/completions (messages, tools and chat_template_kwargs rendered with the chat
+/// template, serve_chat.h). Throws as above, and 400 when the template raises.
 ApiRequest parse_chat(const json& body, const ApiContext& ctx);
 /// POST /completion (llama.cpp). Throws as above.
 ApiRequest parse_llama_completion(const json& body, const ApiContext& ctx);

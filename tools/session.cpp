@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
 
 #include "progress.h"
@@ -58,21 +60,59 @@ ChatSpecialTokens chat_special_tokens(const Tokenizer& tok) {
   return {text_of(tok.bos()), text_of(tok.eos())};
 }
 
-void check_chat_template_name(const std::string& name) {
-  const auto names = chat_template_names();
-  if (std::find(names.begin(), names.end(), name) == names.end())
-    throw std::invalid_argument("unknown chat template '" + name +
-                                "' (kvrun --chat-template list shows the names)");
+std::string chat_template_source(const std::string& name_or_file) {
+  if (auto builtin = builtin_chat_template(name_or_file)) return std::string(*builtin);
+  std::ifstream f(name_or_file, std::ios::binary);
+  if (!f)
+    throw std::invalid_argument("unknown chat template '" + name_or_file +
+                                "': neither a built-in name (kvrun --chat-template list) nor a "
+                                "readable file");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
 }
 
-std::optional<std::string> chat_family_for(const Model& model, const std::string& requested) {
-  if (!requested.empty()) {
-    check_chat_template_name(requested);
-    return requested;
+namespace {
+
+ChatJson parse_kwargs(const std::string& kwargs) {
+  if (kwargs.empty()) return ChatJson::object();
+  ChatJson j = ChatJson::parse(kwargs, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    throw std::invalid_argument(
+        "--chat-template-kwargs must be a JSON object, e.g. "
+        "'{\"enable_thinking\": false}'");
+  return j;
+}
+
+ChatTemplate parse_template(const std::string& source, const std::string& name,
+                            const ChatSpecialTokens& tokens) {
+  try {
+    return ChatTemplate::parse(source, name, tokens);
+  } catch (const jinja::JinjaError& e) {
+    throw std::invalid_argument("chat template " + name + " does not parse: " + e.what());
   }
-  if (auto tmpl = model.file().get_string("tokenizer.chat_template"))
-    return detect_chat_template(*tmpl);
-  return std::nullopt;
+}
+
+}  // namespace
+
+void check_chat_template_options(const std::string& name_or_file, const std::string& kwargs) {
+  parse_kwargs(kwargs);
+  if (!name_or_file.empty()) parse_template(chat_template_source(name_or_file), name_or_file, {});
+}
+
+std::optional<ChatTemplate> chat_template_for(const Model& model, const Tokenizer& tok,
+                                              const std::string& requested,
+                                              const std::string& kwargs) {
+  std::optional<ChatTemplate> t;
+  if (!requested.empty()) {
+    t = parse_template(chat_template_source(requested), requested, chat_special_tokens(tok));
+  } else if (auto src = model.file().get_string("tokenizer.chat_template")) {
+    t = parse_template(std::string(*src), "model", chat_special_tokens(tok));
+  } else {
+    return std::nullopt;
+  }
+  t->set_default_kwargs(parse_kwargs(kwargs));
+  return t;
 }
 
 Loaded load(const RunOptions& opt) {

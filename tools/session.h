@@ -7,11 +7,11 @@
 #include <optional>
 #include <string>
 
-#include "text/chat_template.h"
 #include "commands.h"
 #include "engine/context.h"
 #include "engine/generate.h"
 #include "engine/model.h"
+#include "text/chat_template.h"
 #include "text/tokenizer.h"
 
 namespace kvrun::tools {
@@ -30,13 +30,22 @@ int64_t resolve_n_ctx(const Model& model, int64_t requested);
 /// The BOS/EOS text a chat template reads ("" for a token the model does not have).
 ChatSpecialTokens chat_special_tokens(const Tokenizer& tok);
 
-/// Throws std::invalid_argument unless `name` is a chat template family kvrun renders.
-void check_chat_template_name(const std::string& name);
+/// The Jinja source `--chat-template` names: a built-in template's name (kvrun --chat-template
+/// list) or the path of a Jinja file. Throws std::invalid_argument when it is neither.
+std::string chat_template_source(const std::string& name_or_file);
 
-/// The chat template family for `model`: `requested` (checked as above) when not empty, else the
-/// family detected from the model's tokenizer.chat_template; nullopt when the model has none or
-/// kvrun does not render it.
-std::optional<std::string> chat_family_for(const Model& model, const std::string& requested);
+/// Checks `--chat-template` and `--chat-template-kwargs` before a model is read: the template
+/// must exist and parse, the kwargs be a JSON object. Throws std::invalid_argument.
+void check_chat_template_options(const std::string& name_or_file, const std::string& kwargs);
+
+/// The chat template for `model`: `requested` (a built-in name or a file, see
+/// chat_template_source) when not empty, else the model's tokenizer.chat_template; nullopt when
+/// the model has none. `kwargs` ("" or a JSON object) become its default extra variables.
+/// Throws std::invalid_argument for an unknown name, a template that does not parse (the
+/// message names the template and the line) or malformed kwargs.
+std::optional<ChatTemplate> chat_template_for(const Model& model, const Tokenizer& tok,
+                                              const std::string& requested,
+                                              const std::string& kwargs);
 
 /// Loads opt.model, its tokenizer and a context of the chosen size (-c, default
 /// min(4096, n_ctx_train); a warning on stderr when it exceeds n_ctx_train). Throws on errors.

@@ -63,8 +63,8 @@ class Dict {
   bool erase(std::string_view key);
   /// The entries in insertion order.
   const std::vector<std::pair<std::string, Value>>& items() const { return items_; }
-  /// Number of entries.
-  size_t size() const { return items_.size(); }
+  /// Number of entries (defined after Value, which must be complete for it).
+  size_t size() const;
 
  private:
   std::vector<std::pair<std::string, Value>> items_;
@@ -143,6 +143,8 @@ class Value {
   std::shared_ptr<Dict> dict_;
   std::shared_ptr<Function> fn_;
 };
+
+inline size_t Dict::size() const { return items_.size(); }
 
 /// Python equality (1 == 1.0 == True; lists and dicts compared deeply).
 bool values_equal(const Value& a, const Value& b);

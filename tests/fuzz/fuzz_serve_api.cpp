@@ -1,5 +1,7 @@
 // fuzz_serve_api.cpp — libFuzzer target for the API layer of `kvrun serve` (tools/serve_api.h):
-// request body bytes → the handler code of /completion, /v1/completions, /v1/chat/completions,
+// request body bytes → the handler code of /completion, /v1/completions, /v1/chat/completions
+// (and /apply-template: messages, tools and kwargs through a Jinja chat template that writes
+// Hermes tool calls and opens <think>, so that the reply parser sees calls and reasoning),
 // /infill, /tokenize and /detokenize → the response bytes, without the network or the engine.
 //
 // Input: the first byte picks the endpoint, the rest is the request body. A refusal must be an
@@ -21,6 +23,7 @@
 
 #include "ggml-like/gguf.h"
 #include "serve_api.h"
+#include "serve_chat.h"
 
 namespace {
 
@@ -98,7 +101,15 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   g_tok = std::make_unique<Tokenizer>(Tokenizer::from_gguf(kvrun::gguf::File::open(path)));
   g_ctx.tok = g_tok.get();
   g_ctx.n_ctx = 512;
-  g_ctx.chat_family = "chatml";
+  // ChatML with tools, tool calls as Hermes <tool_call> JSON (tool_calls.h), and <think> opened
+  // by the generation prompt.
+  g_ctx.chat = kvrun::ChatTemplate::parse(
+      "{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content if m.content is string }}"
+      "{%- for c in m.tool_calls or [] %}<tool_call>\n{{ c.function | tojson }}\n</tool_call>"
+      "{%- endfor %}<|im_end|>\n{% endfor %}{% if tools %}{{ tools | tojson }}{% endif %}"
+      "{%- if enable_thinking is defined and not enable_thinking %}/no_think{% endif %}"
+      "{%- if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}",
+      "fuzz", {"<s>", "</s>"});
   g_ctx.model_name = "fuzz";
   return 0;
 }
@@ -116,6 +127,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         generation(parse_completions(b, g_ctx), data[0] / 6);
         break;
       case 2:
+        check_wire(apply_template_response(b, g_ctx));
         generation(parse_chat(b, g_ctx), data[0] / 6);
         break;
       case 3:

@@ -43,11 +43,11 @@ std::string batch_prompt_text(const BatchPromptParams& p, const std::string& tex
     user += (user.empty() ? "" : "\n\n") + text;
   else
     user.replace(at, 6, text);
-  if (p.chat_family) {
+  if (p.chat) {
     std::vector<ChatMessage> msgs;
     if (!p.system.empty()) msgs.push_back({"system", p.system});
     msgs.push_back({"user", user});
-    return render_chat(*p.chat_family, msgs, true, p.special);
+    return p.chat->render(msgs, true);
   }
   return p.system.empty() ? user : p.system + "\n" + user;
 }
@@ -100,8 +100,8 @@ BatchJob::BatchJob(const Model& model, const Tokenizer& tok, KvCache& cache, Bat
 std::vector<int32_t> BatchJob::tokens_for(const std::string& text) const {
   const std::string s = batch_prompt_text(p_.prompt, text);
   bool add_special = true;
-  if (p_.prompt.chat_family && !p_.prompt.special.bos.empty() &&
-      s.rfind(p_.prompt.special.bos, 0) == 0)
+  if (p_.prompt.chat && !p_.prompt.chat->tokens().bos.empty() &&
+      s.rfind(p_.prompt.chat->tokens().bos, 0) == 0)
     add_special = false;  // the template writes BOS itself
   return tok_.tokenize(s, add_special, true);
 }

@@ -22,12 +22,12 @@
 #include <string>
 #include <vector>
 
-#include "tools/batch/batch_input.h"
-#include "text/chat_template.h"
-#include "kv/kv_cache.h"
 #include "engine/model.h"
 #include "engine/scheduler.h"
+#include "kv/kv_cache.h"
+#include "text/chat_template.h"
 #include "text/tokenizer.h"
+#include "tools/batch/batch_input.h"
 
 namespace kvrun {
 
@@ -38,16 +38,16 @@ enum class BatchLongMode { kSplit, kTruncate, kSkip };
 std::optional<BatchLongMode> parse_batch_long_mode(const std::string& s);
 
 /// Builds prompts: `prompt` with "{text}" replaced by a document (appended after a blank line
-/// when it has no "{text}"), as the user turn of the chat template `chat_family` (with `system`
+/// when it has no "{text}"), as the user turn of the chat template `chat` (with `system`
 /// first), or as plain text (system prompt, a newline, the user text) when there is none.
 struct BatchPromptParams {
   std::string prompt = "Summarize the text below.\n\n{text}";  ///< the user turn
   std::string system;                                          ///< system prompt ("" = none)
-  std::optional<std::string> chat_family;                      ///< render_chat family
-  ChatSpecialTokens special;                                   ///< for render_chat
+  std::optional<ChatTemplate> chat;                            ///< the chat template
 };
 
-/// The prompt text for `text` (see BatchPromptParams).
+/// The prompt text for `text` (see BatchPromptParams). Throws jinja::JinjaError when the
+/// template raises.
 std::string batch_prompt_text(const BatchPromptParams& p, const std::string& text);
 
 /// How to run a batch.
