@@ -144,7 +144,16 @@ TEST(GrammarMatch, PrefixesAndPartialUtf8) {
   EXPECT_TRUE(m.accepts_prefix("é\xF0\x9F\x98"));
   EXPECT_FALSE(m.accepts_prefix("é\xF0\x9F\x99"));  // U+1F640.. is past the range
   EXPECT_FALSE(m.accepts_prefix("\x80"));           // a lone continuation byte
-  EXPECT_FALSE(m.matches("é\xF0\x9F\x98"));         // incomplete code point: not complete
+  // Overlong forms and surrogates are not UTF-8 (a byte-fallback vocabulary can spell them).
+  GrammarMatcher any(compile("root ::= .*"));
+  EXPECT_TRUE(any.accepts_prefix("{\xE2\x82"));
+  EXPECT_FALSE(any.accepts_prefix("\xE0\x81"));      // overlong 3-byte form of U+007B
+  EXPECT_FALSE(any.accepts_prefix("\xC1"));          // overlong 2-byte lead
+  EXPECT_FALSE(any.accepts_prefix("\xED\xA0"));      // U+D800.. surrogates
+  EXPECT_FALSE(any.accepts_prefix("\xF4\x90"));      // above U+10FFFF
+  EXPECT_FALSE(any.accepts_prefix("\xF0\x80\x80"));  // overlong 4-byte form
+  EXPECT_TRUE(any.matches("\xF0\x9F\x98\x80"));
+  EXPECT_FALSE(m.matches("é\xF0\x9F\x98"));  // incomplete code point: not complete
   EXPECT_TRUE(m.matches("é😁x"));
   // A negated class with a partial sequence: everything but the excluded block is possible.
   GrammarMatcher n(compile(R"(root ::= [^\u0400-\u04FF])"));

@@ -7,6 +7,7 @@
 
 #include "kv_options.h"
 #include "engine/sampler.h"
+#include "tools/grammar/grammar_source.h"
 
 namespace kvrun::tools {
 
@@ -41,8 +42,12 @@ struct RunOptions {
   bool ignore_eos = false;    ///< --ignore-eos
   bool verbose = false;       ///< --verbose: more detail on stderr
   SamplerParams sampling;     ///< --temp, --top-k, --top-p, --min-p, penalties, -s
+  GrammarSource grammar;      ///< --grammar, --grammar-file, --json-schema, --json-schema-file
   KvCacheOptions kv;          ///< -ctk, -ctv, --kv-block-size, --kv-mem, -fa, ...
 };
+
+/// Registers --grammar, --grammar-file, --json-schema, --json-schema-file on `app`.
+void add_grammar_options(CLI::App& app, GrammarSource& g);
 
 /// The default mode. Returns the exit code (0 ok, 1 error).
 int cmd_run(const RunOptions& opt);
@@ -67,7 +72,8 @@ struct PerplexityOptions {
 /// Registers `kvrun perplexity` on `app`, parsing into `o`; returns the subcommand.
 CLI::App* add_perplexity_command(CLI::App& app, PerplexityOptions& o);
 
-/// `kvrun perplexity`: llama-perplexity's measurement (src/eval/perplexity.h). Returns the exit code.
+/// `kvrun perplexity`: llama-perplexity's measurement (src/eval/perplexity.h). Returns the exit
+/// code.
 int cmd_perplexity(const PerplexityOptions& opt);
 
 /// Options of `kvrun bench`.
@@ -134,6 +140,7 @@ struct BatchOptions {
   int64_t chunk_tokens = 0;         ///< --chunk-tokens (0: as many as fit)
   double progress_s = 5;            ///< --progress-interval: seconds between plain progress lines
   SamplerParams sampling;           ///< --temp (default 0), --top-k, --top-p, --min-p, -s
+  GrammarSource grammar;            ///< constrains each document's final output
   KvCacheOptions kv;                ///< -ctk / -ctv / --kv-mem / --no-prefix-cache / -fa ...
 };
 
@@ -156,8 +163,8 @@ struct SynthOptions {
 /// Registers `kvrun synth` on `app`, parsing into `o`; returns the subcommand.
 CLI::App* add_synth_command(CLI::App& app, SynthOptions& o);
 
-/// `kvrun synth`: writes a synthetic GGUF (tools/synth/synth.h). Returns the exit code (1 on any error,
-/// with one line on stderr and no file left at the output path).
+/// `kvrun synth`: writes a synthetic GGUF (tools/synth/synth.h). Returns the exit code (1 on any
+/// error, with one line on stderr and no file left at the output path).
 int cmd_synth(const SynthOptions& opt);
 
 /// Formats a byte count for people: "1.13 MiB", "42.95 GB" (SI when `si`), exact below 1 KiB.

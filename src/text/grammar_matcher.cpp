@@ -10,6 +10,9 @@ namespace {
 /// left to exhaust memory.
 constexpr size_t kMaxExpansion = 1u << 20;
 
+/// The smallest code point of a UTF-8 sequence of each length (shorter forms are overlong).
+constexpr uint32_t kMinOfLength[5] = {0, 0, 0x80, 0x800, 0x10000};
+
 bool ends_alternative(GrammarOp op) { return op == GrammarOp::kEnd || op == GrammarOp::kAlt; }
 
 }  // namespace
@@ -39,7 +42,7 @@ GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar) : g_(std:
   visit_.push_back(0);
   std::vector<int32_t> ready;
   for (uint32_t a : alts_[g_->root]) expand(push_node(a, 0), ready);
-  start_ = ready.empty() ? kDead : intern_state(intern_set(ready), 0, 0);
+  start_ = ready.empty() ? kDead : intern_state(intern_set(ready), 0, 0, 0);
 }
 
 int32_t GrammarMatcher::push_node(uint32_t pos, int32_t parent) {
@@ -93,11 +96,13 @@ int32_t GrammarMatcher::intern_set(std::vector<int32_t>& nodes) {
   return id;
 }
 
-GrammarMatcher::State GrammarMatcher::intern_state(int32_t set, uint32_t bits, uint32_t rem) {
-  const uint64_t key = (uint64_t(uint32_t(set)) << 32) | (uint64_t(bits) << 2) | rem;
+GrammarMatcher::State GrammarMatcher::intern_state(int32_t set, uint32_t bits, uint32_t rem,
+                                                   uint32_t len) {
+  const uint64_t key =
+      (uint64_t(uint32_t(set)) << 32) | (uint64_t(bits) << 5) | (uint64_t(len) << 2) | rem;
   auto [it, fresh] = state_ids_.try_emplace(key, int32_t(states_.size()));
   if (fresh) {
-    states_.push_back({set, bits, rem});
+    states_.push_back({set, bits, rem, len});
     trans_.resize(trans_.size() + 256, kUnknown);
   }
   return it->second;
@@ -150,15 +155,18 @@ GrammarMatcher::State GrammarMatcher::advance(int32_t set, uint32_t cp) {
     expand(push_node(end, nodes_[size_t(n)].parent), next);
   }
   if (next.empty()) return kDead;
-  return intern_state(intern_set(next), 0, 0);
+  return intern_state(intern_set(next), 0, 0, 0);
 }
 
-GrammarMatcher::State GrammarMatcher::partial(int32_t set, uint32_t bits, uint32_t rem) {
-  const uint32_t lo = bits << (6 * rem), hi = lo | ((1u << (6 * rem)) - 1);
-  if (lo > 0x10FFFF) return kDead;
+GrammarMatcher::State GrammarMatcher::partial(int32_t set, uint32_t bits, uint32_t rem,
+                                              uint32_t len) {
+  // The code points the sequence can still become, without overlong forms (RFC 3629).
+  const uint32_t lo = std::max(bits << (6 * rem), kMinOfLength[len]);
+  const uint32_t hi = std::min((bits << (6 * rem)) | ((1u << (6 * rem)) - 1), 0x10FFFFu);
+  if (lo > hi || (lo >= 0xD800 && hi <= 0xDFFF)) return kDead;  // nothing, or surrogates only
   for (int32_t n : sets_[size_t(set)])
-    if (n != 0 && group_meets(nodes_[size_t(n)].pos, lo, std::min(hi, 0x10FFFFu)))
-      return intern_state(set, bits, rem);
+    if (n != 0 && group_meets(nodes_[size_t(n)].pos, lo, hi))
+      return intern_state(set, bits, rem, len);
   return kDead;
 }
 
@@ -166,15 +174,18 @@ GrammarMatcher::State GrammarMatcher::compute(State s, uint8_t byte) {
   const StateInfo st = states_[size_t(s)];
   if (st.rem == 0) {
     if (byte < 0x80) return advance(st.set, byte);
-    if ((byte & 0xE0) == 0xC0) return partial(st.set, byte & 0x1Fu, 1);
-    if ((byte & 0xF0) == 0xE0) return partial(st.set, byte & 0x0Fu, 2);
-    if ((byte & 0xF8) == 0xF0) return partial(st.set, byte & 0x07u, 3);
+    if ((byte & 0xE0) == 0xC0) return partial(st.set, byte & 0x1Fu, 1, 2);
+    if ((byte & 0xF0) == 0xE0) return partial(st.set, byte & 0x0Fu, 2, 3);
+    if ((byte & 0xF8) == 0xF0) return partial(st.set, byte & 0x07u, 3, 4);
     return kDead;  // a continuation byte or 0xF8-0xFF cannot start a code point
   }
   if ((byte & 0xC0) != 0x80) return kDead;
   const uint32_t bits = (st.partial << 6) | (byte & 0x3Fu);
-  if (st.rem == 1) return advance(st.set, bits);
-  return partial(st.set, bits, st.rem - 1);
+  if (st.rem == 1) {
+    if (bits < kMinOfLength[st.len] || (bits >= 0xD800 && bits <= 0xDFFF)) return kDead;
+    return advance(st.set, bits);
+  }
+  return partial(st.set, bits, st.rem - 1, st.len);
 }
 
 GrammarMatcher::State GrammarMatcher::step(State s, std::string_view bytes) {

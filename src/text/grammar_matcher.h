@@ -13,6 +13,8 @@
 // Partial UTF-8: a state may hold the first bytes of a multi-byte code point; it is kept only
 // when some stack's character group could still match a code point starting with those bytes,
 // so a token that ends inside a character is accepted exactly when its bytes can be completed.
+// Only well-formed UTF-8 is accepted (RFC 3629): no overlong forms (E0 81 BB for '{'), no
+// surrogates, nothing above U+10FFFF.
 #pragma once
 
 #include <cstdint>
@@ -74,6 +76,7 @@ class GrammarMatcher {
     int32_t set;       // index into sets_
     uint32_t partial;  // bits of a pending code point
     uint32_t rem;      // continuation bytes still missing (0: none pending)
+    uint32_t len;      // length of the pending sequence (2-4; 0: none pending)
   };
   struct VecHash {
     size_t operator()(const std::vector<int32_t>& v) const;
@@ -81,8 +84,8 @@ class GrammarMatcher {
 
   State compute(State s, uint8_t byte);
   State advance(int32_t set, uint32_t cp);
-  State partial(int32_t set, uint32_t bits, uint32_t rem);
-  State intern_state(int32_t set, uint32_t bits, uint32_t rem);
+  State partial(int32_t set, uint32_t bits, uint32_t rem, uint32_t len);
+  State intern_state(int32_t set, uint32_t bits, uint32_t rem, uint32_t len);
   int32_t intern_set(std::vector<int32_t>& nodes);
   int32_t push_node(uint32_t pos, int32_t parent);
   void expand(int32_t node, std::vector<int32_t>& out);
