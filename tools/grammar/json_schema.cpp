@@ -99,11 +99,11 @@ std::string sanitize(const std::string& hint) {
 
 class Converter {
  public:
-  explicit Converter(const json& root) : root_(root) {}
+  explicit Converter(const json& root) : root_(root) { names_.insert("root"); }
 
   std::string run() {
     const std::string top = visit(root_, "root", "", 0);
-    if (top != "root") define("root", top);
+    rules_.push_back({"root", top});
     std::string out;
     for (const auto& [name, body] : rules_) out += name + " ::= " + body + "\n";
     return out;
