@@ -179,7 +179,9 @@ TEST(JsonSchema, SampledOutputsValidate) {
     // A random model may go on adding extra keys until the context is full.
     const bool open_ended =
         std::string(kSchemas[i]).find("\"additionalProperties\": {") != std::string::npos;
-    if (!open_ended) EXPECT_GT(n_complete, 0) << "no complete output for " << kSchemas[i];
+    if (!open_ended) {
+      EXPECT_GT(n_complete, 0) << "no complete output for " << kSchemas[i];
+    }
   }
   EXPECT_LE(n_truncated, 8) << "too many outputs ran out of tokens";
   const fs::path items_file = dir.path() / "items.json";
