@@ -61,6 +61,9 @@ class GrammarTokens {
   bool allows(int32_t id);
   /// The mask of every token that may come next (cached per state; valid until the next call).
   const TokenMask& mask();
+  /// Computes the mask of the current state without the cache (what a cache miss costs; for
+  /// benchmarks). `bits` gets n_vocab bits.
+  void compute_mask(TokenMask& bits);
   /// Advances over token `id`. Throws GrammarError when the grammar does not allow it.
   void accept(int32_t id);
   /// The text so far is a complete sentence: an EOG token may come now.
@@ -71,8 +74,6 @@ class GrammarTokens {
   const TokenTrie& trie() const { return *trie_; }
 
  private:
-  void compute_mask(TokenMask& bits);
-
   std::shared_ptr<const TokenTrie> trie_;
   GrammarMatcher m_;
   GrammarMatcher::State state_;
