@@ -219,4 +219,40 @@ TEST(JsonSchema, CliRefusesBadGrammarsWithExit2) {
   EXPECT_TRUE(r.out == "yes!\n" || r.out == "no!\n") << r.out;
 }
 
+TEST(JsonSchema, BatchFinalOutputsFollowTheSchema) {
+  const fs::path model = test::fixture(kModel);
+  if (!fs::exists(model)) GTEST_SKIP() << "fixture missing: " << model;
+  test::TempDir dir;
+  std::ofstream(dir.path() / "in.jsonl") << R"({"id": "a", "text": "The cat sat on the mat."}
+{"id": "b", "text": "Once upon a time there was a dog."}
+{"id": "c", "text": "Tom and Lily went to the park to play."}
+)";
+  const auto r = test::run_command(
+      test::kvrun_binary() + " batch -m " + model.string() + " -i " +
+      (dir.path() / "in.jsonl").string() + " -o " + (dir.path() / "out.jsonl").string() +
+      " -n 300 --temp 1.5 -s 1 --json-schema '{\"type\": \"object\", \"properties\": "
+      "{\"mood\": {\"enum\": [\"happy\", \"sad\"]}, \"n\": {\"type\": \"integer\"}}, "
+      "\"required\": [\"mood\", \"n\"]}' 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  std::ifstream in(dir.path() / "out.jsonl");
+  int n = 0;
+  for (std::string line; std::getline(in, line); ++n) {
+    const json rec = json::parse(line);
+    ASSERT_EQ(rec["finish_reason"], "eog") << line;
+    const json out = json::parse(rec["output"].get<std::string>());
+    EXPECT_TRUE(out["mood"] == "happy" || out["mood"] == "sad") << line;
+    EXPECT_TRUE(out["n"].is_number_integer()) << line;
+    EXPECT_EQ(out.size(), 2u) << line;
+  }
+  EXPECT_EQ(n, 3);
+  const auto bad = test::run_command(test::kvrun_binary() + " batch -m " + model.string() + " -i " +
+                                     (dir.path() / "in.jsonl").string() + " -o " +
+                                     (dir.path() / "o2.jsonl").string() + " --grammar 'root ::='" +
+                                     " --grammar-file x.gbnf");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_EQ(bad.err,
+            "kvrun batch: error: give one of --grammar, --grammar-file, --json-schema, "
+            "--json-schema-file\n");
+}
+
 }  // namespace
