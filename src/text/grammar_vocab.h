@@ -66,6 +66,8 @@ class GrammarTokens {
   void compute_mask(TokenMask& bits);
   /// Advances over token `id`. Throws GrammarError when the grammar does not allow it.
   void accept(int32_t id);
+  /// Back to the start of the grammar (the automaton and the mask cache are kept).
+  void reset() { state_ = m_.start(); }
   /// The text so far is a complete sentence: an EOG token may come now.
   bool complete() const { return m_.accepting(state_); }
   /// More text can follow.
