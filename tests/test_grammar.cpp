@@ -135,6 +135,36 @@ TEST(GrammarMatch, JsonGrammar) {
          "{\"a\":\"\x01\"}"});
 }
 
+// kvrun's own equivalents of llama.cpp's example grammars (grammars/*.gbnf): a bullet list, an
+// arithmetic expression with whitespace, Japanese text, a chess move list.
+TEST(GrammarMatch, ExampleGrammarEquivalents) {
+  check(R"g(root ::= item+
+# a list of lines starting with "- "
+item ::= "- " [^\r\n\x0b\x0c\x85\u2028\u2029]+ "\n")g",
+        {"- milk\n", "- eggs\n- 2 × bread\n"}, {"", "- \n", "milk\n", "- milk"});
+  check(R"g(root  ::= (expr "=" ws term "\n")+
+expr  ::= term ([-+*/] term)*
+term  ::= ident | num | "(" ws expr ")" ws
+ident ::= [a-z] [a-z0-9_]* ws
+num   ::= [0-9]+ ws
+ws    ::= [ \t\n]*)g",
+        {"1+2= 3\n", "(a_1 *2)/x = 7\n", "a=b\nc=d\n"}, {"1+2=3", "=3\n", "1+=2\n"});
+  check(R"g(root ::= jp-char+ ([ \t\n] jp-char+)*
+jp-char ::= hiragana | katakana | punctuation | cjk
+hiragana ::= [ぁ-ゟ]
+katakana ::= [ァ-ヿ]
+punctuation ::= [、-〾]
+cjk ::= [一-鿿])g",
+        {"こんにちは", "カタカナ 漢字。"}, {"hello", "こんにちは!", ""});
+  check(R"g(root ::= "1. " move " " move "\n" ([1-9] [0-9]? ". " move " " move "\n")*
+move ::= (pawn | nonpawn | castle) [+#]?
+nonpawn ::= [NBKQR] [a-h]? [1-8]? "x"? [a-h] [1-8]
+pawn ::= ([a-h] "x")? [a-h] [1-8] ("=" [NBKQR])?
+castle ::= "O-O" "-O"?)g",
+        {"1. e4 e5\n", "1. e4 e5\n2. Nf3 Nc6\n3. Bb5 a6\n4. O-O Nxe4+\n"},
+        {"1. e4\n", "1. e9 e5\n", "1. Zf3 e5\n"});
+}
+
 TEST(GrammarMatch, PrefixesAndPartialUtf8) {
   GrammarMatcher m(compile(R"(root ::= "é" [😀-😂] "x")"));
   EXPECT_TRUE(m.accepts_prefix(""));
