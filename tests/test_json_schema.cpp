@@ -8,6 +8,7 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "test_util.h"
 #include "text/grammar.h"
@@ -104,6 +105,78 @@ TEST(JsonSchema, EveryTestSchemaConverts) {
     ASSERT_NO_THROW(gbnf = json_schema_to_gbnf(json::parse(s)));
     EXPECT_NO_THROW(kvrun::parse_grammar(gbnf)) << gbnf;
   }
+}
+
+/// Replaces one value somewhere in `j` with `v` (the k-th value in preorder).
+bool mutate(json& j, int& k, const json& v) {
+  if (k-- == 0) {
+    j = v;
+    return true;
+  }
+  if (j.is_object()) {
+    for (auto& [key, child] : j.items())
+      if (mutate(child, k, v)) return true;
+  } else if (j.is_array()) {
+    for (auto& child : j)
+      if (mutate(child, k, v)) return true;
+  }
+  return false;
+}
+
+TEST(JsonSchema, MalformedSchemasAreSchemaErrorsAndOutputAlwaysParses) {
+  std::mt19937 rng(17);
+  const json values[] = {nullptr,
+                         0,
+                         -1,
+                         3.5,
+                         "",
+                         "x",
+                         "#",
+                         json::array(),
+                         json::array({1, "a"}),
+                         json::object(),
+                         json{{"type", "integer"}},
+                         true,
+                         false,
+                         100000};
+  int n_ok = 0, n_refused = 0;
+  for (int round = 0; round < 3000; ++round) {
+    json schema = json::parse(kSchemas[rng() % std::size(kSchemas)]);
+    for (int m = 0, n = 1 + int(rng() % 3); m < n; ++m) {
+      int k = int(rng() % 40);
+      mutate(schema, k, values[rng() % std::size(values)]);
+    }
+    std::string gbnf;
+    try {
+      gbnf = json_schema_to_gbnf(schema);
+    } catch (const SchemaError&) {
+      ++n_refused;
+      continue;
+    }
+    EXPECT_NO_THROW(kvrun::parse_grammar(gbnf)) << schema.dump() << "\n" << gbnf;
+    ++n_ok;
+  }
+  EXPECT_GT(n_ok, 100);
+  EXPECT_GT(n_refused, 100);
+}
+
+TEST(JsonSchema, RandomPatternsConvertOrAreRefused) {
+  std::mt19937 rng(5);
+  const std::string alphabet = "ab()[]^$-|*+?{},.\\dws\"/:0129é";
+  int n_ok = 0;
+  for (int round = 0; round < 5000; ++round) {
+    std::string p;
+    for (int k = 0, n = int(rng() % 14); k < n; ++k) p += alphabet[rng() % alphabet.size()];
+    std::string gbnf;
+    try {
+      gbnf = kvrun::tools::regex_to_gbnf(p);
+    } catch (const SchemaError&) {
+      continue;
+    }
+    ++n_ok;
+    EXPECT_NO_THROW(kvrun::parse_grammar("root ::= " + gbnf)) << p << " → " << gbnf;
+  }
+  EXPECT_GT(n_ok, 500);
 }
 
 TEST(JsonSchema, UnsupportedIsAnErrorNamingIt) {

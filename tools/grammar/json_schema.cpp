@@ -190,6 +190,9 @@ class Converter {
   }
 
   std::string visit(const json& s, const std::string& hint, const std::string& path, int depth);
+  std::string all_of_rule(json rest, const std::string& hint, const std::string& path, int depth);
+  std::string any_of_rule(json rest, const char* key, const std::string& hint,
+                          const std::string& path, int depth);
   std::string visit_typed(const json& s, const std::string& type, const std::string& hint,
                           const std::string& path, int depth);
   std::string object_rule(const json& s, const std::string& hint, const std::string& path,
@@ -218,36 +221,9 @@ std::string Converter::visit(const json& s, const std::string& hint, const std::
     if (!rest["$ref"].is_string()) fail("'$ref' must be a string", path);
     return ref_rule(rest["$ref"].get<std::string>(), path, depth);
   }
-  if (rest.contains("allOf")) {
-    const json all = rest["allOf"];
-    if (!all.is_array() || all.empty()) fail("'allOf' must be a non-empty array", path);
-    rest.erase("allOf");
-    for (size_t i = 0; i < all.size(); ++i) {
-      const std::string sub = path + "/allOf/" + std::to_string(i);
-      const json* part = &all[i];
-      if (part->is_object() && part->contains("$ref"))
-        part = &resolve((*part)["$ref"].get<std::string>(), sub);
-      if (!part->is_object()) fail("'allOf' items must be schemas", sub);
-      if (part->contains("anyOf") || part->contains("oneOf") || part->contains("allOf"))
-        fail("'allOf' of anyOf/oneOf/allOf is not supported", sub);
-      rest = merge(rest, *part, sub);
-    }
-    return visit(rest, hint, path, depth + 1);
-  }
-  for (const char* key : {"anyOf", "oneOf"}) {
-    if (!rest.contains(key)) continue;
-    const json alts = rest[key];
-    if (!alts.is_array() || alts.empty())
-      fail(std::string("'") + key + "' must be a non-empty array", path);
-    rest.erase(key);
-    std::string body;
-    for (size_t i = 0; i < alts.size(); ++i) {
-      const std::string sub = path + "/" + key + "/" + std::to_string(i);
-      const json alt = rest.empty() ? alts[i] : json{{"allOf", json::array({rest, alts[i]})}};
-      body += (i ? " | " : "") + visit(alt, hint + "-" + std::to_string(i), sub, depth + 1);
-    }
-    return add(hint, body);
-  }
+  if (rest.contains("allOf")) return all_of_rule(rest, hint, path, depth);
+  for (const char* key : {"anyOf", "oneOf"})
+    if (rest.contains(key)) return any_of_rule(rest, key, hint, path, depth);
   if (rest.contains("const")) {
     prim("space");
     return add(hint, literal(rest["const"].dump()) + " space");
@@ -278,6 +254,42 @@ std::string Converter::visit(const json& s, const std::string& hint, const std::
   for (size_t i = 0; i < type.size(); ++i) {
     if (!type[i].is_string()) fail("'type' must list strings", path);
     body += (i ? " | " : "") + visit_typed(rest, type[i].get<std::string>(), hint, path, depth);
+  }
+  return add(hint, body);
+}
+
+std::string Converter::all_of_rule(json rest, const std::string& hint, const std::string& path,
+                                   int depth) {
+  const json all = rest["allOf"];
+  if (!all.is_array() || all.empty()) fail("'allOf' must be a non-empty array", path);
+  rest.erase("allOf");
+  for (size_t i = 0; i < all.size(); ++i) {
+    const std::string sub = path + "/allOf/" + std::to_string(i);
+    const json* part = &all[i];
+    if (part->is_object() && part->contains("$ref")) {
+      if (!(*part)["$ref"].is_string()) fail("'$ref' must be a string", sub);
+      part = &resolve((*part)["$ref"].get<std::string>(), sub);
+    }
+    if (!part->is_object()) fail("'allOf' items must be schemas", sub);
+    if (part->contains("anyOf") || part->contains("oneOf") || part->contains("allOf"))
+      fail("'allOf' of anyOf/oneOf/allOf is not supported", sub);
+    rest = merge(rest, *part, sub);
+  }
+  return visit(rest, hint, path, depth + 1);
+}
+
+std::string Converter::any_of_rule(json rest, const char* key, const std::string& hint,
+                                   const std::string& path, int depth) {
+  const json alts = rest[key];
+  if (!alts.is_array() || alts.empty())
+    fail(std::string("'") + key + "' must be a non-empty array", path);
+  rest.erase(key);
+  std::string body;
+  for (size_t i = 0; i < alts.size(); ++i) {
+    const std::string sub = path + "/" + key + "/" + std::to_string(i);
+    // Keywords beside anyOf apply to every alternative.
+    const json alt = rest.empty() ? alts[i] : json{{"allOf", json::array({rest, alts[i]})}};
+    body += (i ? " | " : "") + visit(alt, hint + "-" + std::to_string(i), sub, depth + 1);
   }
   return add(hint, body);
 }
@@ -441,7 +453,11 @@ std::string Converter::string_rule(const json& s, const std::string& hint,
 }  // namespace
 
 std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema) {
-  return Converter(schema).run();
+  try {
+    return Converter(schema).run();
+  } catch (const nlohmann::json::exception& e) {  // a keyword of the wrong JSON type
+    throw SchemaError(std::string("malformed schema: ") + e.what());
+  }
 }
 
 std::string json_object_gbnf() { return json_schema_to_gbnf({{"type", "object"}}); }
