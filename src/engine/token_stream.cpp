@@ -110,7 +110,15 @@ TokenStep TokenStream::next(std::span<const float> logits, int64_t n_past, int64
     return t;
   }
   sampler_.accept(t.id);
-  if (grammar_) grammar_->accept(t.id);
+  if (grammar_) {
+    try {
+      grammar_->accept(t.id);
+    } catch (const GrammarError& e) {  // only when every allowed logit was −∞ or NaN
+      error_ = e.what();
+      t.finish = finish_ = FinishReason::kError;
+      return t;
+    }
+  }
   if (tok_.is_eog(t.id) && !p_.ignore_eos) {
     t.finish = finish_ = FinishReason::kEog;
     return t;
