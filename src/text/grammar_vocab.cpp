@@ -9,6 +9,9 @@
 namespace kvrun {
 namespace {
 
+/// Longer pieces are left out of the trie (never allowed): depths are 16-bit.
+constexpr size_t kMaxPiece = 65535;
+
 /// Masks cached per generation at most (each is n_vocab bits); the cache is emptied beyond it.
 constexpr size_t kMaxCachedMasks = 4096;
 
@@ -23,7 +26,8 @@ TokenTrie::TokenTrie(std::vector<std::string> pieces, std::vector<int32_t> eog)
   }
   std::vector<int32_t> order;
   for (size_t id = 0; id < pieces_.size(); ++id)
-    if (!pieces_[id].empty() && !is_eog_[id]) order.push_back(int32_t(id));
+    if (!pieces_[id].empty() && pieces_[id].size() <= kMaxPiece && !is_eog_[id])
+      order.push_back(int32_t(id));
   std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
     return pieces_[size_t(a)] != pieces_[size_t(b)] ? pieces_[size_t(a)] < pieces_[size_t(b)]
                                                     : a < b;
@@ -38,22 +42,19 @@ TokenTrie::TokenTrie(std::vector<std::string> pieces, std::vector<int32_t> eog)
     if (prev)
       while (lcp < p.size() && lcp < prev->size() && p[lcp] == (*prev)[lcp]) ++lcp;
     while (path.size() > lcp) {
-      skip_[path.back()] = uint32_t(byte_.size());
+      nodes_[path.back()].skip = uint32_t(nodes_.size());
       path.pop_back();
     }
     for (size_t d = lcp; d < p.size(); ++d) {
-      path.push_back(uint32_t(byte_.size()));
-      byte_.push_back(static_cast<uint8_t>(p[d]));
-      depth_.push_back(uint32_t(d + 1));
-      skip_.push_back(0);
-      tok_begin_.push_back(uint32_t(tokens_.size()));
+      path.push_back(uint32_t(nodes_.size()));
+      nodes_.push_back({0, uint32_t(tokens_.size()), uint16_t(d + 1), static_cast<uint8_t>(p[d])});
     }
     tokens_.push_back(id);
     max_depth_ = std::max(max_depth_, uint32_t(p.size()));
     prev = &p;
   }
-  for (uint32_t n : path) skip_[n] = uint32_t(byte_.size());
-  tok_begin_.push_back(uint32_t(tokens_.size()));
+  for (uint32_t n : path) nodes_[n].skip = uint32_t(nodes_.size());
+  nodes_.push_back({0, uint32_t(tokens_.size()), 0, 0});  // sentinel: ends the last token list
 }
 
 std::shared_ptr<const TokenTrie> TokenTrie::build(const Tokenizer& tok) {
@@ -78,7 +79,7 @@ bool GrammarTokens::allows(int32_t id) {
   if (id < 0 || id >= trie_->n_vocab()) return false;
   if (trie_->is_eog(id)) return m_.accepting(state_);
   const std::string& p = trie_->piece(id);
-  return !p.empty() && m_.step(state_, p) != GrammarMatcher::kDead;
+  return !p.empty() && p.size() <= kMaxPiece && m_.step(state_, p) != GrammarMatcher::kDead;
 }
 
 void GrammarTokens::compute_mask(TokenMask& bits) {
@@ -87,15 +88,17 @@ void GrammarTokens::compute_mask(TokenMask& bits) {
   if (m_.accepting(state_))
     for (int32_t id : t.eog_) bits[size_t(id) >> 6] |= 1ull << (id & 63);
   walk_[0] = state_;
-  const uint32_t n = uint32_t(t.byte_.size());
+  const TokenTrie::Node* nodes = t.nodes_.data();
+  const uint32_t n = uint32_t(t.nodes_.size()) - 1;  // without the sentinel
   for (uint32_t i = 0; i < n;) {
-    const GrammarMatcher::State s = m_.step(walk_[t.depth_[i] - 1], t.byte_[i]);
+    const TokenTrie::Node& nd = nodes[i];
+    const GrammarMatcher::State s = m_.step(walk_[nd.depth - 1], nd.byte);
     if (s == GrammarMatcher::kDead) {
-      i = t.skip_[i];
+      i = nd.skip;
       continue;
     }
-    walk_[t.depth_[i]] = s;
-    for (uint32_t k = t.tok_begin_[i]; k < t.tok_begin_[i + 1]; ++k) {
+    walk_[nd.depth] = s;
+    for (uint32_t k = nd.tok_begin; k < nodes[i + 1].tok_begin; ++k) {
       const int32_t id = t.tokens_[k];
       bits[size_t(id) >> 6] |= 1ull << (id & 63);
     }

@@ -41,10 +41,17 @@ class TokenTrie {
   std::vector<std::string> pieces_;
   std::vector<uint8_t> is_eog_;
   std::vector<int32_t> eog_;
-  // Nodes in preorder (the root is implicit): the byte on the edge into the node, its depth
-  // (≥ 1), the index just past its subtree, and its tokens tokens_[tok_begin_[i], tok_begin_[i+1]).
-  std::vector<uint8_t> byte_;
-  std::vector<uint32_t> depth_, skip_, tok_begin_;
+  // Nodes in preorder (the root is implicit), one 12-byte record each so the walk reads one
+  // cache line per ~5 nodes: the index just past the node's subtree, its first token in
+  // tokens_ (its tokens end where the next node's begin; a last sentinel node closes the list),
+  // its depth (≥ 1) and the byte on the edge into it.
+  struct Node {
+    uint32_t skip;
+    uint32_t tok_begin;
+    uint16_t depth;
+    uint8_t byte;
+  };
+  std::vector<Node> nodes_;
   std::vector<int32_t> tokens_;
   uint32_t max_depth_ = 0;
 };
