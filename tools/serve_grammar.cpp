@@ -3,6 +3,7 @@
 
 #include "serve_api.h"
 #include "text/grammar.h"
+#include "text/grammar_matcher.h"
 #include "tools/grammar/json_schema.h"
 
 namespace kvrun::tools {
@@ -10,7 +11,9 @@ namespace {
 
 std::shared_ptr<const Grammar> compile_gbnf(const std::string& field, const std::string& gbnf) {
   try {
-    return std::make_shared<const Grammar>(parse_grammar(gbnf));
+    auto g = std::make_shared<const Grammar>(parse_grammar(gbnf));
+    GrammarMatcher start(g);  // its first expansion is bounded too: refuse it here, not later
+    return g;
   } catch (const GrammarError& e) {
     throw ApiError(400, "'" + field + "' is not a valid grammar: " + e.what(), field);
   }

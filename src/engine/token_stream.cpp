@@ -88,8 +88,12 @@ TokenStream::TokenStream(const Tokenizer& tok, Sampler& sampler, TokenStreamPara
     : tok_(tok), sampler_(sampler), p_(std::move(params)), stop_(p_.stop) {
   if (p_.grammar) {
     if (!p_.grammar_vocab) p_.grammar_vocab = TokenTrie::build(tok);
-    grammar_ = std::make_unique<GrammarTokens>(p_.grammar, p_.grammar_vocab);
-    filter_ = std::make_unique<GrammarFilter>(*grammar_);
+    try {
+      grammar_ = std::make_unique<GrammarTokens>(p_.grammar, p_.grammar_vocab);
+      filter_ = std::make_unique<GrammarFilter>(*grammar_);
+    } catch (const GrammarError& e) {  // expansion limit at the start: next() reports it
+      error_ = e.what();
+    }
   }
 }
 
@@ -97,14 +101,29 @@ TokenStream::~TokenStream() = default;
 
 TokenStep TokenStream::next(std::span<const float> logits, int64_t n_past, int64_t n_ctx) {
   TokenStep t;
+  if (p_.grammar && !grammar_) {
+    t.finish = finish_ = FinishReason::kError;
+    return t;
+  }
   if (p_.n_probs > 0) t.top = top_logprobs(logits, size_t(p_.n_probs));
   if (grammar_ && grammar_->complete() && !grammar_->can_continue() && !p_.ignore_eos) {
     t.id = tok_.eos() >= 0 ? tok_.eos() : tok_.eot();  // nothing but EOG may follow
     t.finish = finish_ = FinishReason::kEog;
     return t;
   }
-  t.id = sampler_.sample(logits, filter_.get());
-  if (t.id < 0) {
+  try {
+    t.id = sampler_.sample(logits, filter_.get());
+  } catch (const GrammarError& e) {  // the grammar's expansion exceeded its limit
+    error_ = e.what();
+    t.finish = finish_ = FinishReason::kError;
+    return t;
+  }
+  if (t.id < 0) {  // no token may follow: a complete text ends here (even without an EOG id)
+    if (grammar_->complete()) {
+      t.id = tok_.eos() >= 0 ? tok_.eos() : tok_.eot();
+      t.finish = finish_ = FinishReason::kEog;
+      return t;
+    }
     error_ = "the grammar allows no token of the vocabulary here";
     t.finish = finish_ = FinishReason::kError;
     return t;
@@ -113,7 +132,7 @@ TokenStep TokenStream::next(std::span<const float> logits, int64_t n_past, int64
   if (grammar_) {
     try {
       grammar_->accept(t.id);
-    } catch (const GrammarError& e) {  // only when every allowed logit was −∞ or NaN
+    } catch (const GrammarError& e) {  // every allowed logit −∞ or NaN, or expansion limit
       error_ = e.what();
       t.finish = finish_ = FinishReason::kError;
       return t;

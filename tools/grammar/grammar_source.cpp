@@ -5,6 +5,7 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 
+#include "text/grammar_matcher.h"
 #include "tools/grammar/json_schema.h"
 
 namespace kvrun::tools {
@@ -18,7 +19,9 @@ std::string read_file(const std::string& option, const std::string& path) {
 
 std::shared_ptr<const Grammar> from_gbnf(const std::string& what, const std::string& text) {
   try {
-    return std::make_shared<const Grammar>(parse_grammar(text));
+    auto g = std::make_shared<const Grammar>(parse_grammar(text));
+    GrammarMatcher start(g);  // its first expansion is bounded too: refuse it here, not later
+    return g;
   } catch (const GrammarError& e) {
     throw GrammarSourceError(what + ": " + e.what());
   }
