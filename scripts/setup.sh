@@ -24,6 +24,7 @@ PACKAGES=(
   clang libclang-rt-dev       # libFuzzer (GGUF reader fuzzing)
   clang-format
   python3 python3-jinja2      # test oracle for chat templates
+  python3-jsonschema          # test oracle for JSON Schema constrained output
   tmux                        # REPL tests through a pseudo-terminal
   chromium                    # the serve chat page's test (headless, via npm puppeteer-core)
   googletest                  # GoogleTest's sources, for the AArch64 cross build

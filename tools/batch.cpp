@@ -145,6 +145,7 @@ CLI::App* add_batch_command(CLI::App& app, BatchOptions& o) {
   cmd->add_option("--repeat-penalty", s.repeat_penalty, "repetition penalty (1: off)")
       ->capture_default_str();
   cmd->add_option("-s,--seed", s.seed, "random seed (default: random)");
+  add_grammar_options(*cmd, o.grammar);
   add_kv_cache_options(*cmd, o.kv);
   return cmd;
 }
@@ -157,6 +158,13 @@ int cmd_batch(const BatchOptions& opt_in) {
   std::unique_ptr<BatchJob> job;
   BatchInput input;
   BatchResumeState resume;
+  std::shared_ptr<const Grammar> grammar;
+  try {
+    grammar = compile_grammar_source(opt.grammar);
+  } catch (const GrammarSourceError& e) {
+    std::fprintf(stderr, "kvrun batch: error: %s\n", e.what());
+    return 2;
+  }
   try {
     const bool folder = std::filesystem::is_directory(opt.input);
     input = folder ? read_batch_folder(opt.input) : read_batch_jsonl(opt.input);
@@ -186,6 +194,7 @@ int cmd_batch(const BatchOptions& opt_in) {
     }
     bp.n_predict = opt.n_predict;
     bp.sampling = opt.sampling;
+    bp.grammar = grammar;
     bp.long_mode = *parse_batch_long_mode(opt.long_mode);
     bp.chunk_tokens = opt.chunk_tokens;
     job = std::make_unique<BatchJob>(*model, *tok, *cache, bp);

@@ -8,6 +8,7 @@
 #include "engine/sampler.h"
 #include "kv_options.h"
 #include "serve_extras.h"
+#include "tools/grammar/grammar_source.h"
 
 namespace kvrun::tools {
 
@@ -44,8 +45,12 @@ struct RunOptions {
   bool verbose = false;     ///< --verbose: more detail on stderr
   bool log_disable = false;  ///< --log-disable: no progress lines
   SamplerParams sampling;   ///< --temp, --top-k, --top-p, --min-p, penalties, -s
+  GrammarSource grammar;    ///< --grammar, --grammar-file, --json-schema, --json-schema-file
   KvCacheOptions kv;        ///< -ctk, -ctv, --kv-block-size, --kv-mem, -fa, ...
 };
+
+/// Registers --grammar, --grammar-file, --json-schema, --json-schema-file on `app`.
+void add_grammar_options(CLI::App& app, GrammarSource& g);
 
 /// The default mode. Returns the exit code (0 ok, 1 error).
 int cmd_run(const RunOptions& opt);
@@ -142,6 +147,7 @@ struct BatchOptions {
   int64_t chunk_tokens = 0;          ///< --chunk-tokens (0: as many as fit)
   double progress_s = 5;             ///< --progress-interval: seconds between plain progress lines
   SamplerParams sampling;            ///< --temp (default 0), --top-k, --top-p, --min-p, -s
+  GrammarSource grammar;             ///< constrains each document's final output
   KvCacheOptions kv;                 ///< -ctk / -ctv / --kv-mem / --no-prefix-cache / -fa ...
 };
 

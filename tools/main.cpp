@@ -52,6 +52,7 @@ void add_run_options(CLI::App& app, RunOptions& o) {
   app.add_option("--frequency-penalty", s.frequency_penalty, "frequency penalty")
       ->capture_default_str();
   app.add_option("-s,--seed", s.seed, "random seed (default: random)");
+  add_grammar_options(app, o.grammar);
   add_kv_cache_options(app, o.kv);
 }
 

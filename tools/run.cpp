@@ -56,7 +56,7 @@ nlohmann::ordered_json result_json(const Tokenizer& tok, const std::vector<int32
   return j;
 }
 
-int complete(const RunOptions& opt, Loaded& l) {
+int complete(const RunOptions& opt, Loaded& l, std::shared_ptr<const Grammar> grammar) {
   const std::vector<int32_t> prompt = l.tok.tokenize(opt.prompt, true, true);
   if (prompt.empty()) throw ContextError("the prompt is empty");
   if (int64_t(prompt.size()) > l.ctx->n_ctx())
@@ -68,6 +68,7 @@ int complete(const RunOptions& opt, Loaded& l) {
   gp.n_predict = opt.n_predict;
   gp.n_probs = opt.json ? opt.n_probs : 0;
   gp.ignore_eos = opt.ignore_eos;
+  gp.grammar = std::move(grammar);
   InterruptGuard guard;
   PieceSink sink;
   if (!opt.json)
@@ -149,8 +150,17 @@ int cmd_run(const RunOptions& opt_in) {
       opt.prompt = read_all(std::cin);  // piped stdin without -i is a prompt
       opt.has_prompt = true;
     }
+    std::shared_ptr<const Grammar> grammar;
+    try {  // a bad grammar is a usage error: one line, exit 2, before the model loads
+      grammar = compile_grammar_source(opt.grammar);
+      if (grammar && (!opt.has_prompt || opt.interactive))
+        throw GrammarSourceError("a grammar applies to completions (-p, -f), not the chat REPL");
+    } catch (const GrammarSourceError& e) {
+      std::fprintf(stderr, "kvrun: error: %s\n", e.what());
+      return 2;
+    }
     Loaded l = load(opt);
-    if (opt.has_prompt && !opt.interactive) return complete(opt, l);
+    if (opt.has_prompt && !opt.interactive) return complete(opt, l, std::move(grammar));
     return run_repl(opt, l);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kvrun: error: %s\n", e.what());

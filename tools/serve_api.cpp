@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "serve_chat.h"
+#include "serve_grammar.h"
 
 namespace kvrun::tools {
 namespace {
@@ -303,6 +304,7 @@ ApiRequest parse_completions(const json& j, const ApiContext& ctx) {
   check_n(j);
   parse_stream(j, r);
   parse_sampling(j, r.params.sampling, 2);
+  parse_grammar_fields(j, r.params);
   if (auto n = integer(j, "max_tokens", 1, kMaxInt)) r.params.n_predict = *n;
   if (auto lp = integer(j, "logprobs", 0, 20)) {
     r.logprobs = true;
@@ -321,6 +323,7 @@ ApiRequest parse_chat(const json& j, const ApiContext& ctx) {
   check_n(j);
   parse_stream(j, r);
   parse_sampling(j, r.params.sampling, 2);
+  parse_grammar_fields(j, r.params);
   if (auto n = integer(j, "max_tokens", 1, kMaxInt)) r.params.n_predict = *n;
   if (auto n = integer(j, "max_completion_tokens", 1, kMaxInt)) r.params.n_predict = *n;
   r.logprobs = boolean(j, "logprobs").value_or(false);
@@ -341,6 +344,7 @@ ApiRequest parse_llama_completion(const json& j, const ApiContext& ctx) {
   r.api = Api::kLlamaCompletion;
   r.stream = boolean(j, "stream").value_or(false);
   parse_sampling(j, r.params.sampling, 100);
+  parse_grammar_fields(j, r.params);
   auto& sp = r.params.sampling;
   if (auto v = integer(j, "top_k", -1, kMaxInt)) sp.top_k = int32_t(std::min<int64_t>(*v, 1 << 30));
   if (auto v = number(j, "min_p", 0, 1)) sp.min_p = float(*v);

@@ -27,6 +27,7 @@ GenerateResult generate(Context& ctx, const Tokenizer& tok, Sampler& sampler,
   tp.n_predict = params.n_predict;
   tp.n_probs = params.n_probs;
   tp.ignore_eos = params.ignore_eos;
+  tp.grammar = params.grammar;
   TokenStream stream(tok, sampler, tp);
   auto emit = [&](const std::string& piece) {
     if (piece.empty()) return;

@@ -25,6 +25,7 @@ struct GenerateParams {
   int64_t n_predict = -1;   ///< tokens to generate at most; < 0: until EOG or a full context
   int n_probs = 0;          ///< top-K logprobs recorded per generated position (0: none)
   bool ignore_eos = false;  ///< keep going past end-of-generation tokens
+  std::shared_ptr<const Grammar> grammar;  ///< constrain the output (GBNF; null: none)
 };
 
 /// Timings of one call (wall clock, milliseconds).

@@ -92,13 +92,20 @@ Sampler::Sampler(const SamplerParams& params) : params_(params) {
   rng_.seed(seed_);
 }
 
-int32_t Sampler::sample(std::span<const float> logits) {
+int32_t Sampler::sample(std::span<const float> logits, TokenFilter* filter) {
   if (logits.empty()) throw std::invalid_argument("Sampler::sample: empty logits");
   std::vector<float> l(logits.begin(), logits.end());
   if (params_.repeat_last_n != 0) {
     const std::vector<int32_t> window(history_.begin(), history_.end());
     apply_penalties(l, window, params_);
   }
+  const int32_t first = pick(l);
+  if (!filter || filter->allows(first)) return first;
+  if (!filter->mask(l)) return -1;
+  return pick(l);
+}
+
+int32_t Sampler::pick(const std::vector<float>& l) {
   if (params_.temp <= 0.0f) return argmax(l);
 
   std::vector<Candidate> c(l.size());

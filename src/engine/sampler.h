@@ -82,6 +82,19 @@ void temperature_scale(std::vector<Candidate>& c, float temp);
 /// Index of the first maximum of `logits`. Throws std::invalid_argument when empty.
 int32_t argmax(std::span<const float> logits);
 
+/// Restricts which tokens a Sampler may pick (a grammar: text/grammar_vocab.h via TokenStream).
+/// Sampler::sample tries the chain's pick first and asks for the full mask only when allows()
+/// rejects it, as llama.cpp's common_sampler_sample does (common/sampling.cpp).
+class TokenFilter {
+ public:
+  virtual ~TokenFilter() = default;
+  /// Whether token `id` may be picked now.
+  virtual bool allows(int32_t id) = 0;
+  /// Sets the logit of every token that may not be picked to −∞ (`logits` has n_vocab values).
+  /// Returns false when no token may be picked.
+  virtual bool mask(std::span<float> logits) = 0;
+};
+
 /// The sampler chain of one session: settings, RNG and accepted-token history.
 class Sampler {
  public:
@@ -91,7 +104,9 @@ class Sampler {
   /// Picks the next token from one row of logits (length n_vocab, raw model output; not
   /// modified). Runs the chain in the order given in the file comment. Does not record the
   /// token: call accept(). Throws std::invalid_argument when `logits` is empty.
-  int32_t sample(std::span<const float> logits);
+  /// With a `filter`, a pick it rejects is redrawn from the logits masked by it (the chain runs
+  /// again over the allowed tokens, with a new draw); returns −1 when it allows no token.
+  int32_t sample(std::span<const float> logits, TokenFilter* filter = nullptr);
 
   /// Records a token in the penalty history. To match llama.cpp, accept the prompt tokens too.
   void accept(int32_t token);
@@ -106,6 +121,9 @@ class Sampler {
   const SamplerParams& params() const { return params_; }
 
  private:
+  /// The chain after the penalties: argmax or top-k → top-p → min-p → temperature → draw.
+  int32_t pick(const std::vector<float>& logits);
+
   SamplerParams params_;
   uint32_t seed_ = 0;
   std::mt19937 rng_;

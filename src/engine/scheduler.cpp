@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <exception>
 
+#include "text/grammar_vocab.h"
+
 namespace kvrun {
 namespace {
 
@@ -38,12 +40,14 @@ void Request::push(RequestEvent e) {
 // ---- Session ----
 
 struct Scheduler::Session {
-  Session(KvCache& cache, const Tokenizer& tok, Pending&& pending)
+  Session(KvCache& cache, const Tokenizer& tok, Pending&& pending,
+          std::shared_ptr<const TokenTrie> vocab)
       : req(std::move(pending.req)),
         p(std::move(pending.params)),
         seq(cache),
         sampler(p.sampling),
-        stream(tok, sampler, {p.n_predict, p.n_probs, p.ignore_eos, p.stop}),
+        stream(tok, sampler,
+               {p.n_predict, p.n_probs, p.ignore_eos, p.stop, p.grammar, std::move(vocab)}),
         submitted(pending.submitted) {
     if (p.timeout_s > 0)
       deadline = submitted + std::chrono::duration_cast<Clock::duration>(
@@ -168,7 +172,8 @@ void Scheduler::run() {
     left.swap(queue_);
   }
   for (auto& p : left) {
-    Session s(cache_, tok_, std::move(p));
+    p.params.grammar.reset();  // never sampled: no token trie needed
+    Session s(cache_, tok_, std::move(p), nullptr);
     finish(s, FinishReason::kCancelled);
   }
   publish_stats();
@@ -185,7 +190,8 @@ void Scheduler::admit() {
     }
   }
   for (auto& p : start) {
-    auto s = std::make_unique<Session>(cache_, tok_, std::move(p));
+    if (p.params.grammar && !grammar_vocab_) grammar_vocab_ = TokenTrie::build(tok_);
+    auto s = std::make_unique<Session>(cache_, tok_, std::move(p), grammar_vocab_);
     s->started = now;
     s->result.n_prompt = int64_t(s->p.prompt.size());
     s->result.queue_ms = ms_between(s->submitted, now);
@@ -294,7 +300,7 @@ void Scheduler::sample(Session& s, std::span<const float> logits) {
     s.req->push(RequestEvent{false, std::move(ev), {}});
   }
   if (t.finish)
-    finish(s, *t.finish);
+    finish(s, *t.finish, s.stream.error());
   else
     s.next_token = t.id;
 }

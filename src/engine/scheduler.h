@@ -71,6 +71,7 @@ struct RequestParams {
   bool ignore_eos = false;        ///< keep generating past end-of-generation tokens
   bool cache_prompt = true;       ///< take cached KV blocks of the prompt's prefix
   double timeout_s = 0;           ///< end the request after this many seconds (0: never)
+  std::shared_ptr<const Grammar> grammar;  ///< constrain the output (GBNF; null: none)
 };
 
 /// One generated token as streamed.
@@ -191,6 +192,7 @@ class Scheduler {
 
   const Model& model_;
   const Tokenizer& tok_;
+  std::shared_ptr<const TokenTrie> grammar_vocab_;  // built for the first grammar request
   KvCache& cache_;
   SchedulerParams params_;
   bool flash_ = false;

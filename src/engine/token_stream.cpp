@@ -1,8 +1,33 @@
 // token_stream.cpp — see token_stream.h.
 #include "engine/token_stream.h"
 
+#include <limits>
+
+#include "text/grammar_vocab.h"
+
 namespace kvrun {
 namespace {
+
+/// The grammar's tokens as the sampler's filter.
+class GrammarFilter final : public TokenFilter {
+ public:
+  explicit GrammarFilter(GrammarTokens& g) : g_(g) {}
+  bool allows(int32_t id) override { return g_.allows(id); }
+  bool mask(std::span<float> logits) override {
+    const TokenMask& m = g_.mask();
+    bool any = false;
+    for (size_t i = 0; i < logits.size(); ++i) {
+      if (i < m.size() * 64 && (m[i >> 6] >> (i & 63)) & 1)
+        any = true;
+      else
+        logits[i] = -std::numeric_limits<float>::infinity();
+    }
+    return any;
+  }
+
+ private:
+  GrammarTokens& g_;
+};
 
 /// Length of the longest prefix of `s` that does not end inside a UTF-8 sequence.
 size_t complete_utf8_prefix(std::string_view s) {
@@ -60,13 +85,59 @@ std::string Utf8Stream::flush() {
 }
 
 TokenStream::TokenStream(const Tokenizer& tok, Sampler& sampler, TokenStreamParams params)
-    : tok_(tok), sampler_(sampler), p_(std::move(params)), stop_(p_.stop) {}
+    : tok_(tok), sampler_(sampler), p_(std::move(params)), stop_(p_.stop) {
+  if (p_.grammar) {
+    if (!p_.grammar_vocab) p_.grammar_vocab = TokenTrie::build(tok);
+    try {
+      grammar_ = std::make_unique<GrammarTokens>(p_.grammar, p_.grammar_vocab);
+      filter_ = std::make_unique<GrammarFilter>(*grammar_);
+    } catch (const GrammarError& e) {  // expansion limit at the start: next() reports it
+      error_ = e.what();
+    }
+  }
+}
+
+TokenStream::~TokenStream() = default;
 
 TokenStep TokenStream::next(std::span<const float> logits, int64_t n_past, int64_t n_ctx) {
   TokenStep t;
+  if (p_.grammar && !grammar_) {
+    t.finish = finish_ = FinishReason::kError;
+    return t;
+  }
   if (p_.n_probs > 0) t.top = top_logprobs(logits, size_t(p_.n_probs));
-  t.id = sampler_.sample(logits);
+  if (grammar_ && grammar_->complete() && !grammar_->can_continue() && !p_.ignore_eos) {
+    t.id = tok_.eos() >= 0 ? tok_.eos() : tok_.eot();  // nothing but EOG may follow
+    t.finish = finish_ = FinishReason::kEog;
+    return t;
+  }
+  try {
+    t.id = sampler_.sample(logits, filter_.get());
+  } catch (const GrammarError& e) {  // the grammar's expansion exceeded its limit
+    error_ = e.what();
+    t.finish = finish_ = FinishReason::kError;
+    return t;
+  }
+  if (t.id < 0) {  // no token may follow: a complete text ends here (even without an EOG id)
+    if (grammar_->complete()) {
+      t.id = tok_.eos() >= 0 ? tok_.eos() : tok_.eot();
+      t.finish = finish_ = FinishReason::kEog;
+      return t;
+    }
+    error_ = "the grammar allows no token of the vocabulary here";
+    t.finish = finish_ = FinishReason::kError;
+    return t;
+  }
   sampler_.accept(t.id);
+  if (grammar_) {
+    try {
+      grammar_->accept(t.id);
+    } catch (const GrammarError& e) {  // every allowed logit −∞ or NaN, or expansion limit
+      error_ = e.what();
+      t.finish = finish_ = FinishReason::kError;
+      return t;
+    }
+  }
   if (tok_.is_eog(t.id) && !p_.ignore_eos) {
     t.finish = finish_ = FinishReason::kEog;
     return t;

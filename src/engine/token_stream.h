@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -15,9 +16,13 @@
 #include "engine/logprobs.h"
 #include "engine/sampler.h"
 #include "engine/stop_strings.h"
+#include "text/grammar.h"
 #include "text/tokenizer.h"
 
 namespace kvrun {
+
+class GrammarTokens;
+class TokenTrie;
 
 /// Why a generation ended — one list for every front end.
 enum class FinishReason {
@@ -52,6 +57,12 @@ struct TokenStreamParams {
   int n_probs = 0;                ///< top-K logprobs recorded per generated token (0: none)
   bool ignore_eos = false;        ///< keep going past end-of-generation tokens
   std::vector<std::string> stop;  ///< stop strings (empty ones are ignored)
+  /// Constrains the output to this grammar (GBNF, text/grammar.h): tokens that cannot continue
+  /// a sentence are masked, end-of-generation is allowed only when the text is complete.
+  std::shared_ptr<const Grammar> grammar;
+  /// The vocabulary's token trie for the grammar (TokenTrie::build of the tokenizer; share one
+  /// between generations). Built by the TokenStream when null.
+  std::shared_ptr<const TokenTrie> grammar_vocab;
 };
 
 /// One sampled token as a front end sees it.
@@ -69,11 +80,14 @@ struct TokenStep {
 class TokenStream {
  public:
   TokenStream(const Tokenizer& tok, Sampler& sampler, TokenStreamParams params);
+  ~TokenStream();
 
   /// Samples the next token from `logits` [n_vocab] and accepts it; `n_past` is the tokens the
   /// sequence holds (the sampled one not yet included), `n_ctx` its limit. The result says what
   /// to stream and whether this ends the generation (EOG, a stop string, n_predict, a full
-  /// context: the order llama.cpp's server checks them in).
+  /// context: the order llama.cpp's server checks them in). With a grammar whose text is
+  /// complete and cannot go on, the generation ends as kEog; when the grammar allows no token
+  /// of the vocabulary at all, as kError (error() says why).
   TokenStep next(std::span<const float> logits, int64_t n_past, int64_t n_ctx);
   /// Ends the generation for `why` (if next() did not already); returns the text still held
   /// (the UTF-8 tail and the stop-string look-behind, cut at a stop string found in it). The
@@ -85,6 +99,8 @@ class TokenStream {
   std::optional<FinishReason> finish() const { return finish_; }
   /// The stop string found ("" when none).
   const std::string& stop_word() const { return stop_.word(); }
+  /// Why the generation ended with kError ("" otherwise).
+  const std::string& error() const { return error_; }
 
  private:
   const Tokenizer& tok_;
@@ -94,6 +110,9 @@ class TokenStream {
   StopMatcher stop_;
   int64_t n_gen_ = 0;
   std::optional<FinishReason> finish_;
+  std::unique_ptr<GrammarTokens> grammar_;
+  std::unique_ptr<TokenFilter> filter_;
+  std::string error_;
 };
 
 }  // namespace kvrun

@@ -264,6 +264,7 @@ BatchProgress BatchJob::run(const std::vector<BatchDoc>& docs, const ResultFn& o
       rp.prompt = u.prompt;
       rp.n_predict = p_.n_predict;
       rp.sampling = p_.sampling;
+      if (u.final) rp.grammar = p_.grammar;  // map parts stay free text
       try {
         auto req = sched.submit(std::move(rp));
         ++prog.n_requests;

@@ -56,6 +56,8 @@ struct BatchParams {
   BatchPromptParams prompt;  ///< prompt template
   int64_t n_predict = 256;   ///< tokens per summary at most
   SamplerParams sampling;    ///< temperature etc.
+  /// Constrains each document's final output (null: none); map parts stay free text.
+  std::shared_ptr<const Grammar> grammar;
   BatchLongMode long_mode = BatchLongMode::kSplit;
   int64_t chunk_tokens = 0;  ///< tokens of document per chunk (0: as many as fit)
 };

@@ -1,0 +1,77 @@
+// serve_grammar.cpp — see serve_grammar.h.
+#include "serve_grammar.h"
+
+#include "serve_api.h"
+#include "text/grammar.h"
+#include "text/grammar_matcher.h"
+#include "tools/grammar/json_schema.h"
+
+namespace kvrun::tools {
+namespace {
+
+std::shared_ptr<const Grammar> compile_gbnf(const std::string& field, const std::string& gbnf) {
+  try {
+    auto g = std::make_shared<const Grammar>(parse_grammar(gbnf));
+    GrammarMatcher start(g);  // its first expansion is bounded too: refuse it here, not later
+    return g;
+  } catch (const GrammarError& e) {
+    throw ApiError(400, "'" + field + "' is not a valid grammar: " + e.what(), field);
+  }
+}
+
+std::shared_ptr<const Grammar> compile_schema(const std::string& field, const json& schema) {
+  if (!schema.is_object() && !schema.is_boolean())
+    throw ApiError(400, "'" + field + "' must be a JSON Schema object", field);
+  try {
+    return compile_gbnf(field, json_schema_to_gbnf(schema));
+  } catch (const SchemaError& e) {
+    throw ApiError(400, "'" + field + "': " + e.what(), field);
+  }
+}
+
+std::shared_ptr<const Grammar> from_response_format(const json& rf) {
+  const std::string field = "response_format";
+  if (!rf.is_object() || !rf.contains("type") || !rf["type"].is_string())
+    throw ApiError(400, "'response_format' must be an object with a string 'type'", field);
+  const std::string type = rf["type"].get<std::string>();
+  if (type == "text") return nullptr;
+  if (type == "json_object") {
+    if (rf.contains("schema") && !rf["schema"].is_null())
+      return compile_schema("response_format.schema", rf["schema"]);
+    return compile_gbnf(field, json_object_gbnf());
+  }
+  if (type == "json_schema") {
+    const auto it = rf.find("json_schema");
+    if (it == rf.end() || !it->is_object() || !it->contains("schema"))
+      throw ApiError(400, "'response_format' of type json_schema needs json_schema.schema", field);
+    return compile_schema("response_format.json_schema.schema", (*it)["schema"]);
+  }
+  throw ApiError(
+      400, "'response_format' type must be text, json_object or json_schema, not '" + type + "'",
+      field);
+}
+
+}  // namespace
+
+void parse_grammar_fields(const json& j, RequestParams& params) {
+  const auto present = [&](const char* key) {
+    const auto it = j.find(key);
+    return it != j.end() && !it->is_null();
+  };
+  const int n = present("grammar") + present("json_schema") + present("response_format");
+  if (n > 1)
+    throw ApiError(400, "give only one of 'grammar', 'json_schema' and 'response_format'",
+                   "grammar");
+  if (present("grammar")) {
+    if (!j["grammar"].is_string()) throw ApiError(400, "'grammar' must be a string", "grammar");
+    // llama-server treats an empty grammar as none.
+    if (!j["grammar"].get<std::string>().empty())
+      params.grammar = compile_gbnf("grammar", j["grammar"].get<std::string>());
+  } else if (present("json_schema")) {
+    params.grammar = compile_schema("json_schema", j["json_schema"]);
+  } else if (present("response_format")) {
+    params.grammar = from_response_format(j["response_format"]);
+  }
+}
+
+}  // namespace kvrun::tools
