@@ -24,7 +24,10 @@ if(_kvrun_want_vulkan)
   set(_vk_shaders
     "eltwise|eltwise.comp|"
     "rms_norm|rms_norm.comp|"
-    "rope|rope.comp|")
+    "rope|rope.comp|"
+    "kv_store|kv_store.comp|"
+    "attention|attention.comp|"
+    "attn_merge|attn_merge.comp|")
   foreach(_t F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K)
     string(TOLOWER ${_t} _tl)
     list(APPEND _vk_shaders "get_rows_${_tl}|get_rows.comp|-DWTYPE_${_t}"

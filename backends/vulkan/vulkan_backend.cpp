@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "vulkan/vk_context.h"
+#include "vulkan/vk_paged.h"
 
 namespace kvrun::vulkan {
 namespace {
@@ -101,7 +102,42 @@ struct MatmulPush {
   uint64_t w, x, y;
   uint32_t k, m, n, row_bytes;
 };
-static_assert(sizeof(EltwisePush) <= kPushBytes && sizeof(RopePush) <= kPushBytes);
+struct KvStorePush {
+  uint64_t k, v, dst;
+  uint32_t n_rows, k_n, v_n, k_type, v_type;
+};
+struct AttnPush {
+  uint64_t q, out, part, blocks, rows;
+  uint32_t n_head, group, head_dim, head_dim_v, block_size, k_row_bytes, v_row_bytes, k_type,
+      v_type, window, seg_len, n_seg;
+  float scale, softcap;
+};
+struct MergePush {
+  uint64_t part, out;
+  uint32_t n_head, head_dim_v, n_seg;
+};
+static_assert(sizeof(AttnPush) <= kPushBytes && sizeof(RopePush) <= kPushBytes);
+
+/// Context positions per attention segment (a workgroup's share of a long context; the
+/// segments are merged by log-sum-exp).
+constexpr int64_t kAttnSegment = 512;
+
+/// Throws std::invalid_argument unless the Vulkan KV ops take this layer and call.
+void check_paged(const KvLayer& kv, const PagedAttnParams& p) {
+  const AttnParams& a = p.attn;
+  auto fail = [](const std::string& why) {
+    throw std::invalid_argument("Vulkan kv_store / paged_attention: " + why);
+  };
+  if (kv_code(kv.k_type) < 0 || kv_code(kv.v_type) < 0)
+    fail(std::string("K/V types ") + traits(kv.k_type).name + "/" + traits(kv.v_type).name +
+         " are not supported");
+  if (p.rotate) fail("--kv-rotate (Hadamard-rotated K) is not supported");
+  if (a.n_head_kv <= 0 || a.n_head % a.n_head_kv) fail("n_head must be a multiple of n_head_kv");
+  if (a.head_dim > 256 || a.head_dim_v > 256) fail("head_dim and head_dim_v must be ≤ 256");
+  // Rows are written and blocks read as 32-bit words.
+  if (kv.k_row_bytes % 4 || kv.v_row_bytes % 4)
+    fail("rows of an odd number of 16-bit values are not supported");
+}
 
 /// Activation rows up to this use the matrix-vector shader; more use the tiled one.
 constexpr int64_t kMatvecMaxRows = 4;
@@ -111,7 +147,10 @@ class VulkanDevice;
 class VulkanBackend final : public Backend {
  public:
   VulkanBackend(Device& dev, Context& ctx) : dev_(dev), ctx_(ctx), s_(ctx) {}
-  ~VulkanBackend() override { ctx_.release(pos_); }  // s_ drops unsynchronized work
+  ~VulkanBackend() override {  // s_ drops unsynchronized work
+    ctx_.release(pos_);
+    ctx_.release(part_);
+  }
   Device& device() const override { return dev_; }
   int n_threads() const override { return 1; }
 
@@ -232,12 +271,70 @@ class VulkanBackend final : public Backend {
     eltwise(kCopyCols, src, nullptr, dst, rows * n, cols, c0, n, 0);
   }
 
-  void kv_store(const KvLayer&, const PagedAttnParams&, const float*, const float*) override {
-    throw std::logic_error("Vulkan: kv_store is not implemented yet (Device::supports says so)");
+  void kv_store(const KvLayer& kv, const PagedAttnParams& p, const float* k,
+                const float* v) override {
+    check_paged(kv, p);
+    if (pt_.n_tokens <= 0) return;
+    const std::vector<uint64_t> dst = kv_store_targets(kv, pt_);
+    const KvStorePush push{addr(k),
+                           addr(v),
+                           s_.stage(dst.data(), dst.size() * sizeof(uint64_t)),
+                           u32(pt_.n_tokens, "kv_store rows"),
+                           u32(p.attn.n_head_kv * p.attn.head_dim, "K row"),
+                           u32(p.attn.n_head_kv * p.attn.head_dim_v, "V row"),
+                           uint32_t(kv_code(kv.k_type)),
+                           uint32_t(kv_code(kv.v_type))};
+    const int64_t words = (kv.k_row_bytes + kv.v_row_bytes) / 4;
+    s_.dispatch("kv_store", &push, sizeof push,
+                stride_groups(u32(pt_.n_tokens * words, "kv_store words")));
   }
-  void paged_attention(const KvLayer&, const PagedAttnParams&, const float*, float*) override {
-    throw std::logic_error(
-        "Vulkan: paged_attention is not implemented yet (Device::supports says so)");
+
+  void paged_attention(const KvLayer& kv, const PagedAttnParams& p, const float* q,
+                       float* out) override {
+    check_paged(kv, p);
+    const AttnParams& a = p.attn;
+    const int64_t n_rows = pt_.n_tokens;
+    if (n_rows <= 0) return;
+    if (n_rows > 65535) throw std::invalid_argument("Vulkan paged_attention: more than 65535 rows");
+    const int64_t n_seg = (max_visible(pt_, p.window) + kAttnSegment - 1) / kAttnSegment;
+    uint64_t part = 0;
+    if (n_seg > 1) {
+      const size_t bytes = size_t(n_rows * a.n_head * n_seg * (2 + a.head_dim_v)) * 4;
+      if (!part_ || part_->size < bytes) {
+        s_.flush();  // recorded ops may still use the old scratch
+        ctx_.release(part_);
+        part_ = nullptr;
+        part_ = ctx_.allocate(bytes, false);
+      }
+      part = part_->address;
+    }
+    const std::vector<uint64_t> blocks = block_addresses(kv, pt_);
+    const std::vector<int32_t> rows = row_info(pt_);
+    const AttnPush push{addr(q),
+                        addr(out),
+                        part,
+                        s_.stage(blocks.data(), blocks.size() * sizeof(uint64_t)),
+                        s_.stage(rows.data(), rows.size() * sizeof(int32_t)),
+                        u32(a.n_head, "n_head"),
+                        uint32_t(a.n_head / a.n_head_kv),
+                        uint32_t(a.head_dim),
+                        uint32_t(a.head_dim_v),
+                        u32(kv.block_size, "block_size"),
+                        u32(kv.k_row_bytes, "K row bytes"),
+                        u32(kv.v_row_bytes, "V row bytes"),
+                        uint32_t(kv_code(kv.k_type)),
+                        uint32_t(kv_code(kv.v_type)),
+                        u32(p.window, "window"),
+                        uint32_t(kAttnSegment),
+                        uint32_t(n_seg),
+                        a.scale,
+                        p.softcap};
+    s_.dispatch("attention", &push, sizeof push, u32(n_rows, "attention rows"), push.n_head,
+                push.n_seg);
+    if (n_seg > 1) {
+      const MergePush m{part, addr(out), push.n_head, push.head_dim_v, push.n_seg};
+      s_.dispatch("attn_merge", &m, sizeof m, uint32_t(n_rows), push.n_head);
+    }
   }
 
   void upload(void* dst, const void* host, size_t bytes) override {
@@ -275,6 +372,7 @@ class VulkanBackend final : public Backend {
   Stream s_;
   PageTable pt_;
   Allocation* pos_ = nullptr;
+  Allocation* part_ = nullptr;  // attention's per-segment partial states
 };
 
 class VulkanDevice final : public Device {
@@ -290,7 +388,7 @@ class VulkanDevice final : public Device {
   int64_t total_memory() const override { return pd_.local_bytes; }
   int64_t free_memory() const override { return -1; }
 
-  bool supports(Op op, DType a, DType, int64_t k) const override {
+  bool supports(Op op, DType a, DType b, int64_t k) const override {
     switch (op) {
       case Op::kGetRows:
         return weight_suffix(a) != nullptr;
@@ -305,7 +403,7 @@ class VulkanDevice final : public Device {
         return true;
       case Op::kKvStore:
       case Op::kPagedAttention:
-        return false;  // not implemented yet (docs/vulkan.md)
+        return kv_code(a) >= 0 && kv_code(b) >= 0;  // f32, f16, bf16 so far (docs/vulkan.md)
     }
     return false;
   }
