@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -491,10 +492,18 @@ TEST_P(VulkanKvStore, WritesTheCpuBytes) {
   std::vector<float> v = kv_values(ps.n_rows, ps.kv_width(), 73);
   // Rounding ties of f16 and bf16 (to even, down and up), f16 subnormals and their ties,
   // overflow to inf, an infinity and a NaN: where a converter that is not the CPU's would differ.
-  const float specials[] = {1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, -(1.0f + 0x1p-11f),
-                            1.0f + 0x1p-8f,  1.0f + 3 * 0x1p-8f,  0x1p-20f + 0x1p-25f,
-                            0x1p-24f,        0x1p-25f,            0x1p-25f + 0x1p-40f,
-                            70000.0f,        -INFINITY,           std::nanf("")};
+  const float specials[] = {1.0f + 0x1p-11f,
+                            1.0f + 3 * 0x1p-11f,
+                            -(1.0f + 0x1p-11f),
+                            1.0f + 0x1p-8f,
+                            1.0f + 3 * 0x1p-8f,
+                            0x1p-20f + 0x1p-25f,
+                            0x1p-24f,
+                            0x1p-25f,
+                            0x1p-25f + 0x1p-40f,
+                            70000.0f,
+                            -INFINITY,
+                            std::nanf("")};
   std::copy(std::begin(specials), std::end(specials), k.begin());
   std::copy(std::begin(specials), std::end(specials), v.begin() + ps.kv_width());
   DevCache dc(ps);
@@ -509,6 +518,18 @@ TEST_P(VulkanKvStore, WritesTheCpuBytes) {
   EXPECT_TRUE(mk.first == got_k.end()) << "K byte " << (mk.first - got_k.begin()) << " differs";
   const auto mv = std::mismatch(got_v.begin(), got_v.end(), ps.v.begin());
   EXPECT_TRUE(mv.first == got_v.end()) << "V byte " << (mv.first - got_v.begin()) << " differs";
+}
+
+/// KV rows that are not in the device's memory (here: the host copy) are refused, never read
+/// or written by a shader.
+TEST(VulkanOps, KvRowsOutsideTheDeviceAreRefused) {
+  REQUIRE_VULKAN();
+  PagedSetup ps(DType::F16, DType::F16, 2, 2, 64, 16, {{0, 3}}, 5);
+  const std::vector<float> k = kv_values(ps.n_rows, ps.kv_width(), 6);
+  auto dk = to_dev(k), dout = poisoned(size_t(ps.n_rows * ps.kv_width()));
+  vk().begin_step(ps.pt);
+  EXPECT_THROW(vk().kv_store(ps.kv, ps.p, fp(dk), fp(dk)), std::invalid_argument);
+  EXPECT_THROW(vk().paged_attention(ps.kv, ps.p, fp(dk), fp(dout)), std::invalid_argument);
 }
 
 std::vector<KvCase> kv_store_cases() {
@@ -625,6 +646,22 @@ std::vector<KvCase> attention_cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, VulkanAttention, testing::ValuesIn(attention_cases()), kv_case_name);
+
+/// A buffer freed while an upload into it is still only recorded: the free waits for it (as
+/// cudaFree does), so a weight uploaded next into the same memory is not overwritten when the
+/// backend's work is submitted later.
+TEST(VulkanOps, FreeingABufferWaitsForTheWorkRecordedOnIt) {
+  REQUIRE_VULKAN();
+  const int64_t n = 4096;
+  for (int round = 0; round < 4; ++round) {
+    auto a = to_dev(test::random_floats(size_t(n), 7));  // recorded, not submitted
+    a.reset();
+    DevWeight w(DType::F32, random_rows(DType::F32, 1, n, 8), n, 1);
+    std::vector<float> got(static_cast<size_t>(n));
+    vk().download(got.data(), w.t.data, size_t(n) * sizeof(float));
+    EXPECT_EQ(std::memcmp(got.data(), w.host.data(), w.host.size()), 0) << round;
+  }
+}
 
 // ---- what the device says it supports ----
 

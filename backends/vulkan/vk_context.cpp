@@ -205,8 +205,24 @@ Allocation* Context::allocate(size_t bytes, bool host_visible) {
   return a.release();
 }
 
+void Context::add_stream(Stream* s) {
+  std::lock_guard<std::mutex> lock(streams_mu_);
+  streams_.push_back(s);
+}
+
+void Context::remove_stream(Stream* s) {
+  std::lock_guard<std::mutex> lock(streams_mu_);
+  streams_.erase(std::find(streams_.begin(), streams_.end(), s));
+}
+
 void Context::release(Allocation* a) {
   if (!a) return;
+  std::vector<Stream*> streams;
+  {
+    std::lock_guard<std::mutex> lock(streams_mu_);
+    streams = streams_;
+  }
+  for (Stream* s : streams) s->try_flush();  // recorded work may still use `a`
   {
     std::lock_guard<std::mutex> lock(mu_);
     by_address_.erase(a->address);
@@ -280,12 +296,15 @@ Stream::Stream(Context& ctx) : ctx_(ctx) {
   auto fci = vk_struct<VkFenceCreateInfo>(VK_STRUCTURE_TYPE_FENCE_CREATE_INFO);
   check(vkCreateFence(ctx.device(), &fci, nullptr, &fence_), "vkCreateFence");
   arena_ = ctx.allocate(size_t(4) << 20, true);
+  ctx.add_stream(this);
 }
 
 Stream::~Stream() {
   // Work recorded since the last flush is dropped, not submitted: a destructor may run in the
   // process's exit handlers, when the driver may already be tearing itself down.
+  ctx_.remove_stream(this);
   if (recording_) vkEndCommandBuffer(cb_);
+  recording_ = false;
   ctx_.release(arena_);
   vkDestroyFence(ctx_.device(), fence_, nullptr);
   vkDestroyCommandPool(ctx_.device(), pool_, nullptr);
@@ -315,6 +334,7 @@ void Stream::barrier() {
 
 void Stream::dispatch(const std::string& name, const void* push, uint32_t push_bytes, uint32_t gx,
                       uint32_t gy, uint32_t gz) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   if (gx == 0 || gy == 0 || gz == 0) return;
   const VkPipeline p = ctx_.pipeline(name);
   VkCommandBuffer cb = recording();
@@ -325,6 +345,7 @@ void Stream::dispatch(const std::string& name, const void* push, uint32_t push_b
 }
 
 size_t Stream::reserve(size_t bytes) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   const size_t need = (bytes + 255) / 256 * 256;
   if (arena_used_ + need > arena_->size) {
     flush();
@@ -341,12 +362,14 @@ size_t Stream::reserve(size_t bytes) {
 }
 
 uint64_t Stream::stage(const void* host, size_t bytes) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   const size_t off = reserve(bytes);
   std::memcpy(static_cast<char*>(arena_->mapped) + off, host, bytes);
   return arena_->address + off;
 }
 
 void Stream::upload(uint64_t dst, const void* host, size_t bytes) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   if (bytes == 0) return;
   const auto [a, off] = ctx_.locate(dst, bytes);
   const size_t src = reserve(bytes);
@@ -357,6 +380,7 @@ void Stream::upload(uint64_t dst, const void* host, size_t bytes) {
 }
 
 void Stream::download(void* host, uint64_t src, size_t bytes) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   if (bytes == 0) return;
   const auto [a, off] = ctx_.locate(src, bytes);
   const size_t dst = reserve(bytes);
@@ -369,6 +393,7 @@ void Stream::download(void* host, uint64_t src, size_t bytes) {
 }
 
 void Stream::copy(uint64_t dst, uint64_t src, size_t bytes) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   if (bytes == 0) return;
   const auto [sa, soff] = ctx_.locate(src, bytes);
   const auto [da, doff] = ctx_.locate(dst, bytes);
@@ -378,13 +403,20 @@ void Stream::copy(uint64_t dst, uint64_t src, size_t bytes) {
 }
 
 void Stream::fill(uint64_t dst, uint32_t value, size_t bytes) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   if (bytes == 0) return;
   const auto [a, off] = ctx_.locate(dst, bytes);
   vkCmdFillBuffer(recording(), a->buffer, off, bytes, value);
   barrier();
 }
 
+void Stream::try_flush() {
+  std::unique_lock<std::recursive_mutex> lock(mu_, std::try_to_lock);
+  if (lock.owns_lock()) flush();
+}
+
 void Stream::flush() {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   if (recording_) {
     check(vkEndCommandBuffer(cb_), "vkEndCommandBuffer");
     recording_ = false;

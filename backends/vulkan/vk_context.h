@@ -74,7 +74,9 @@ class Context {
   /// `bytes` (≥ 1) in device-local memory, or host-visible coherent memory when `host_visible`.
   /// Throws std::bad_alloc when the device is out of memory.
   Allocation* allocate(size_t bytes, bool host_visible);
-  /// Frees an allocation of this context (null is ignored).
+  /// Frees an allocation of this context (null is ignored). Work recorded on any of the
+  /// context's streams is submitted and waited for first (it may use the allocation), as
+  /// cudaFree waits for the device.
   void release(Allocation* a);
   /// The allocation holding device addresses [addr, addr + bytes) and addr's offset in it.
   /// Throws VulkanError when no single allocation holds the range.
@@ -89,6 +91,9 @@ class Context {
 
   /// Submits `cb` and waits for it (the queue is shared by the context's streams).
   void submit_and_wait(VkCommandBuffer cb, VkFence fence);
+  /// The streams release() flushes (a Stream registers itself for its lifetime).
+  void add_stream(class Stream* s);
+  void remove_stream(class Stream* s);
 
  private:
   uint32_t memory_type(uint32_t bits, bool host_visible) const;
@@ -103,12 +108,16 @@ class Context {
   std::map<uint64_t, Allocation*> by_address_;
   std::unordered_map<std::string, VkPipeline> pipelines_;
   std::mutex queue_mu_;
+  std::mutex streams_mu_;
+  std::vector<Stream*> streams_;
 };
 
 /// One stream of work on a Context: ops are recorded into a command buffer (each followed by a
 /// full memory barrier, so they run in issue order) and submitted by flush(). Host bytes go
 /// through a host-visible staging arena that is reused after each flush. Destroying a stream
-/// drops the work recorded since its last flush. Not thread-safe.
+/// drops the work recorded since its last flush. One thread issues a stream's work; another
+/// may flush it (Context::release), so the methods lock the stream, and an op that stages host
+/// bytes and then dispatches holds hold() across both.
 class Stream {
  public:
   explicit Stream(Context& ctx);
@@ -133,6 +142,10 @@ class Stream {
   uint64_t stage(const void* host, size_t bytes);
   /// Submits what was recorded and waits for it.
   void flush();
+  /// flush() unless another thread holds the stream (its work is its own buffers').
+  void try_flush();
+  /// Holds the stream (recursive) until the returned lock goes.
+  std::unique_lock<std::recursive_mutex> hold() { return std::unique_lock(mu_); }
 
  private:
   VkCommandBuffer recording();
@@ -147,6 +160,7 @@ class Stream {
   bool recording_ = false;
   Allocation* arena_ = nullptr;
   size_t arena_used_ = 0;
+  std::recursive_mutex mu_;
 };
 
 }  // namespace kvrun::vulkan

@@ -170,6 +170,7 @@ class VulkanBackend final : public Backend {
   }
 
   void get_rows(const Tensor& table, const int32_t* ids, int64_t n, float* out) override {
+    const auto hold = s_.hold();  // staged bytes stay until the dispatch is recorded
     const char* suffix = weight_suffix(table.type);
     if (!suffix)
       throw std::invalid_argument(std::string("Vulkan get_rows: table type ") +
@@ -229,6 +230,7 @@ class VulkanBackend final : public Backend {
 
   void rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim,
             const RopeConfig& cfg) override {
+    const auto hold = s_.hold();  // staged bytes stay until the dispatch is recorded
     if (cfg.n_rot <= 0 || cfg.n_rot % 2 || cfg.n_rot > head_dim)
       throw std::invalid_argument("Vulkan rope: n_rot " + std::to_string(cfg.n_rot) +
                                   " must be even and within head_dim " + std::to_string(head_dim));
@@ -274,8 +276,10 @@ class VulkanBackend final : public Backend {
   void kv_store(const KvLayer& kv, const PagedAttnParams& p, const float* k,
                 const float* v) override {
     check_paged(kv, p);
+    const auto hold = s_.hold();  // staged bytes stay until the dispatch is recorded
     if (pt_.n_tokens <= 0) return;
     const std::vector<uint64_t> dst = kv_store_targets(kv, pt_);
+    check_on_device(dst, size_t(kv.k_row_bytes), size_t(kv.v_row_bytes), "kv_store");
     const KvStorePush push{addr(k),
                            addr(v),
                            s_.stage(dst.data(), dst.size() * sizeof(uint64_t)),
@@ -292,6 +296,7 @@ class VulkanBackend final : public Backend {
   void paged_attention(const KvLayer& kv, const PagedAttnParams& p, const float* q,
                        float* out) override {
     check_paged(kv, p);
+    const auto hold = s_.hold();  // staged bytes stay until the dispatch is recorded
     const AttnParams& a = p.attn;
     const int64_t n_rows = pt_.n_tokens;
     if (n_rows <= 0) return;
@@ -309,6 +314,8 @@ class VulkanBackend final : public Backend {
       part = part_->address;
     }
     const std::vector<uint64_t> blocks = block_addresses(kv, pt_);
+    check_on_device(blocks, size_t(kv.block_size * kv.k_row_bytes),
+                    size_t(kv.block_size * kv.v_row_bytes), "paged_attention");
     const std::vector<int32_t> rows = row_info(pt_);
     const AttnPush push{addr(q),
                         addr(out),
@@ -365,6 +372,22 @@ class VulkanBackend final : public Backend {
     const EltwisePush p{addr(a),       addr(b),         addr(c), u32(n, "n"), op, u32(cols, "cols"),
                         u32(c0, "c0"), u32(n_out, "n"), s};
     s_.dispatch("eltwise", &p, sizeof p, stride_groups(p.n));
+  }
+
+  /// Throws std::invalid_argument unless every (K, V) address pair of `a` (0: skipped) starts
+  /// `k_bytes` / `v_bytes` inside one buffer of this device: KV rows in host memory (a slow
+  /// tier, rows kept on the host) must never reach a shader.
+  void check_on_device(const std::vector<uint64_t>& a, size_t k_bytes, size_t v_bytes,
+                       const char* op) const {
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (a[i] == 0) continue;
+      try {
+        ctx_.locate(a[i], i % 2 ? v_bytes : k_bytes);
+      } catch (const VulkanError&) {
+        throw std::invalid_argument(std::string("Vulkan ") + op + ": KV rows outside " +
+                                    dev_.name() + "'s memory (a host or slow-tier block)");
+      }
+    }
   }
 
   Device& dev_;
