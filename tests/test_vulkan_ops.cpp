@@ -474,22 +474,35 @@ std::string kv_case_name(const testing::TestParamInfo<KvCase>& i) {
          std::to_string(i.param.variant);
 }
 
-const KvCase kKvPairs[] = {{DType::F16, DType::F16, 0},
-                           {DType::F32, DType::F32, 0},
-                           {DType::BF16, DType::BF16, 0},
-                           {DType::F16, DType::BF16, 0}};
+const KvCase kKvPairs[] = {{DType::F16, DType::F16, 0},   {DType::F32, DType::F32, 0},
+                           {DType::BF16, DType::BF16, 0}, {DType::F16, DType::BF16, 0},
+                           {DType::Q8_0, DType::Q8_0, 0}, {DType::F16, DType::Q8_0, 0}};
+
+bool is_q8(const KvCase& c) { return c.k == DType::Q8_0 || c.v == DType::Q8_0; }
 
 class VulkanKvStore : public testing::TestWithParam<KvCase> {};
 
 /// Variants: 0 n_head_kv 2 × head_dim 64 (two sequences, one crossing blocks), 1 n_head_kv 3 ×
-/// head_dim 8, 2 n_head_kv 2 × head_dim 40. The cache bytes must equal the CPU encoder's.
+/// head_dim 8, 2 n_head_kv 2 × head_dim 40, 3 n_head_kv 4 × head_dim 16 (q8_0 blocks span
+/// heads; q8_0 rows need an even number of blocks, so it runs 0 and 3), 4 (q8_0 only) 512 rows
+/// of n_head_kv 8 × head_dim 64 with block scales spread over 2^±20. The cache bytes must equal
+/// the CPU encoder's.
 TEST_P(VulkanKvStore, WritesTheCpuBytes) {
   REQUIRE_VULKAN();
   const KvCase c = GetParam();
-  const int64_t hkv = c.variant == 1 ? 3 : 2, hd = c.variant == 1 ? 8 : c.variant == 2 ? 40 : 64;
-  PagedSetup ps(c.k, c.v, hkv, hkv, hd, 16, {{5, 20}, {0, 3}}, 71);
+  const int64_t hkv = c.variant == 1 ? 3 : c.variant == 3 ? 4 : c.variant == 4 ? 8 : 2;
+  const int64_t hd = c.variant == 1 ? 8 : c.variant == 2 ? 40 : c.variant == 3 ? 16 : 64;
+  PagedSetup ps(c.k, c.v, hkv, hkv, hd, 16,
+                c.variant == 4 ? std::vector<std::pair<int64_t, int64_t>>{{0, 512}}
+                               : std::vector<std::pair<int64_t, int64_t>>{{5, 20}, {0, 3}},
+                71);
   std::vector<float> k = kv_values(ps.n_rows, ps.kv_width(), 72);
   std::vector<float> v = kv_values(ps.n_rows, ps.kv_width(), 73);
+  if (c.variant == 4)  // 16384 blocks with scales over 2^-20 … 2^20: the q8_0 divisions
+    for (size_t i = 0; i < k.size(); ++i) {
+      k[i] *= std::ldexp(1.0f, int(i / 32 * 7919 % 41) - 20);
+      v[i] *= std::ldexp(1.0f, int(i / 32 * 104729 % 41) - 20);
+    }
   // Rounding ties of f16 and bf16 (to even, down and up), f16 subnormals and their ties,
   // overflow to inf, an infinity and a NaN: where a converter that is not the CPU's would differ.
   const float specials[] = {1.0f + 0x1p-11f,
@@ -504,8 +517,11 @@ TEST_P(VulkanKvStore, WritesTheCpuBytes) {
                             70000.0f,
                             -INFINITY,
                             std::nanf("")};
-  std::copy(std::begin(specials), std::end(specials), k.begin());
-  std::copy(std::begin(specials), std::end(specials), v.begin() + ps.kv_width());
+  // (q8_0 of an inf or NaN is undefined on the CPU too: those two stay out.)
+  const size_t n_special = is_q8(c) ? 10 : 12;
+  std::copy_n(std::begin(specials), n_special, k.begin());
+  std::copy_n(std::begin(specials), n_special, v.begin() + ps.kv_width());
+  std::fill_n(k.begin() + 2 * ps.kv_width(), 32, 0.0f);  // an all-zero block (amax 0)
   DevCache dc(ps);
   cpu::paged_kv_store(ps.kv, ps.p, ps.seqs.data(), int64_t(ps.seqs.size()), k.data(), v.data());
   vk().begin_step(ps.pt);
@@ -535,7 +551,9 @@ TEST(VulkanOps, KvRowsOutsideTheDeviceAreRefused) {
 std::vector<KvCase> kv_store_cases() {
   std::vector<KvCase> out;
   for (const KvCase& c : kKvPairs)
-    for (int variant : {0, 1, 2}) out.push_back({c.k, c.v, variant});
+    for (int variant : {0, 1, 2, 3, 4})
+      if (is_q8(c) ? variant == 0 || variant >= 3 : variant <= 2)
+        out.push_back({c.k, c.v, variant});
   return out;
 }
 
@@ -633,8 +651,9 @@ TEST_P(VulkanAttention, MatchesTheCpuAndFloat64) {
   const double e_ref = nmse(got, ref), e_exact = nmse(got, exact);
   record("nmse_ref", e_ref);
   record("nmse_exact", e_exact);
-  // The CPU rounds Q to f16 for an f16 K (docs/cuda.md: ~7e-8 against float64).
-  EXPECT_LE(e_ref, c.k == DType::F16 ? 1e-6 : 1e-9);
+  // The CPU rounds Q to f16 for an f16 K (docs/cuda.md: ~7e-8 against float64) and to q8_0
+  // for a q8_0 K (~3.5e-5).
+  EXPECT_LE(e_ref, c.k == DType::F16 ? 1e-6 : c.k == DType::Q8_0 ? 2e-4 : 1e-9);
   EXPECT_LE(e_exact, 1e-9);
 }
 
@@ -682,12 +701,14 @@ TEST(VulkanSupport, UnimplementedOpsAndTypesAreRefusedUpFront) {
     Tensor w = Tensor::contiguous(t, bytes.data(), 256, 1);
     EXPECT_THROW(d.upload_weight(w, false), std::runtime_error) << traits(t).name;
   }
-  // The KV store and paged attention: f32, f16 and bf16 K/V so far; the rest refused.
+  // The KV store and paged attention: f32, f16, bf16 and q8_0 K/V so far; the rest refused.
   for (DType t : {DType::F32, DType::F16, DType::BF16}) {
     EXPECT_TRUE(d.supports(Op::kKvStore, t, DType::F16));
     EXPECT_TRUE(d.supports(Op::kPagedAttention, DType::F16, t));
   }
-  for (DType t : {DType::Q8_0, DType::Q4_0, DType::FP8_E4M3, DType::FP8_E5M2, DType::NVFP4}) {
+  EXPECT_TRUE(d.supports(Op::kKvStore, DType::Q8_0, DType::Q8_0));
+  EXPECT_TRUE(d.supports(Op::kPagedAttention, DType::Q8_0, DType::Q8_0));
+  for (DType t : {DType::Q4_0, DType::FP8_E4M3, DType::FP8_E5M2, DType::NVFP4}) {
     EXPECT_FALSE(d.supports(Op::kKvStore, t, DType::F16)) << traits(t).name;
     EXPECT_FALSE(d.supports(Op::kKvStore, DType::F16, t)) << traits(t).name;
     EXPECT_FALSE(d.supports(Op::kPagedAttention, t, DType::F16)) << traits(t).name;

@@ -13,6 +13,8 @@ int kv_code(DType t) {
       return 1;
     case DType::BF16:
       return 2;
+    case DType::Q8_0:
+      return 3;
     default:
       return -1;
   }

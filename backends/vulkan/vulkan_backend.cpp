@@ -136,7 +136,9 @@ void check_paged(const KvLayer& kv, const PagedAttnParams& p) {
   if (a.head_dim > 256 || a.head_dim_v > 256) fail("head_dim and head_dim_v must be ≤ 256");
   // Rows are written and blocks read as 32-bit words.
   if (kv.k_row_bytes % 4 || kv.v_row_bytes % 4)
-    fail("rows of an odd number of 16-bit values are not supported");
+    fail(
+        "K/V rows must be a multiple of 4 bytes (an even number of f16 / bf16 values, of q8_0 "
+        "blocks)");
 }
 
 /// Activation rows up to this use the matrix-vector shader; more use the tiled one.
@@ -426,7 +428,7 @@ class VulkanDevice final : public Device {
         return true;
       case Op::kKvStore:
       case Op::kPagedAttention:
-        return kv_code(a) >= 0 && kv_code(b) >= 0;  // f32, f16, bf16 so far (docs/vulkan.md)
+        return kv_code(a) >= 0 && kv_code(b) >= 0;  // f32, f16, bf16, q8_0 (docs/vulkan.md)
     }
     return false;
   }

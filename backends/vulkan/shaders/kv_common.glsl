@@ -9,7 +9,9 @@ float kv_read(U32Buf b, uint type, uint row_bytes, uint j, uint e) {
   const uint o = j * row_bytes;
   if (type == 0u) return uintBitsToFloat(b.v[(o >> 2) + e]);
   if (type == 1u) return rdf16(b, o + 2u * e);
-  return rdbf16(b, o + 2u * e);
+  if (type == 2u) return rdbf16(b, o + 2u * e);
+  const uint blk = o + 34u * (e / 32u);
+  return rdf16(b, blk) * float(rd8s(b, blk + 2u + e % 32u));
 }
 
 // float → binary16 bits, round to nearest even, as ggml-like/fp16.h's f32_to_fp16 (integer
@@ -43,4 +45,65 @@ uint f32_to_bf16_bits(float f) {
   const uint x = floatBitsToUint(f);
   if ((x & 0x7fffffffu) > 0x7f800000u) return ((x >> 16) | 0x40u) & 0xffffu;
   return ((x + (0x7fffu + ((x >> 16) & 1u))) >> 16) & 0xffffu;
+}
+
+// RN(x / y) · 2^e, round to nearest even, for integers 0 < x, y < 2^24: the correctly rounded
+// f32 quotient by long division in 32-bit integers (a shader's float division may be off by
+// 2.5 ulp, and the q8_0 cache bytes must equal the CPU's). Exact unless the result is not a
+// normal float.
+float div_rn(uint x, uint y, int e) {
+  uint q = x / y, r = x % y;
+  int k = 0;
+  while (findMSB(q) < 25) {  // 26 quotient bits at least: 24 + guard + more
+    r <<= 7;
+    q = (q << 7) | (r / y);
+    r %= y;
+    k += 7;
+  }
+  int s = findMSB(q) - 23;
+  uint mant = q >> uint(s);
+  const uint dropped = q & ((1u << uint(s)) - 1u), half_ = 1u << uint(s - 1);
+  if (dropped > half_ || (dropped == half_ && (r != 0u || (mant & 1u) != 0u))) mant++;
+  if (mant == (1u << 24)) {
+    mant >>= 1;
+    s++;
+  }
+  return ldexp(float(mant), s - k + e);
+}
+
+// The integer significand and exponent of a finite f > 0: f = m · 2^e.
+void split_float(float f, out uint m, out int e) {
+  const uint bits = floatBitsToUint(f);
+  const uint be = (bits >> 23) & 0xffu;
+  m = bits & 0x7fffffu;
+  if (be == 0u) {
+    e = -149;
+  } else {
+    m |= 0x800000u;
+    e = int(be) - 150;
+  }
+}
+
+// One q8_0 block of the 32 values v as ggml-like's encode_block_q8_0: d = f16(amax / 127),
+// q = nearbyint(x · (127 / amax)). Returns d's bits; q in qs.
+uint encode_q8_0(float v[32], out int qs[32]) {
+  float amax = 0.0;
+  for (uint i = 0u; i < 32u; ++i) amax = max(amax, abs(v[i]));
+  float d = 0.0, id = 0.0;
+  if (isinf(amax)) {
+    d = amax;
+  } else if (amax != 0.0) {
+    uint m;
+    int e;
+    split_float(amax, m, e);
+    d = div_rn(m, 127u, e);
+    id = div_rn(127u, m, -e);
+  }
+  for (uint i = 0u; i < 32u; ++i) {
+    precise float x = v[i] * id;
+    qs[i] = int(roundEven(x));
+  }
+  uint h = f32_to_f16_bits(d);
+  if ((h & 0x7fffu) >= 0x7c00u) h = (h & 0x8000u) | 0x7bffu;  // f32_to_fp16_sat
+  return h;
 }
