@@ -134,11 +134,13 @@ void check_paged(const KvLayer& kv, const PagedAttnParams& p) {
   if (p.rotate) fail("--kv-rotate (Hadamard-rotated K) is not supported");
   if (a.n_head_kv <= 0 || a.n_head % a.n_head_kv) fail("n_head must be a multiple of n_head_kv");
   if (a.head_dim > 256 || a.head_dim_v > 256) fail("head_dim and head_dim_v must be ≤ 256");
-  // Rows are written and blocks read as 32-bit words.
-  if (kv.k_row_bytes % 4 || kv.v_row_bytes % 4)
-    fail(
-        "K/V rows must be a multiple of 4 bytes (an even number of f16 / bf16 values, of q8_0 "
-        "blocks)");
+  // f16 / bf16 rows are written a 32-bit word (two values) at a time; blocks are read from a
+  // 4-byte aligned start (q8_0 rows may start 2 bytes into a word: the store merges bytes).
+  if ((kv.k_type != DType::Q8_0 && kv.k_row_bytes % 4) ||
+      (kv.v_type != DType::Q8_0 && kv.v_row_bytes % 4))
+    fail("f16 / bf16 rows of an odd number of values are not supported");
+  if ((kv.block_size * kv.k_row_bytes) % 4 || (kv.block_size * kv.v_row_bytes) % 4)
+    fail("a block of q8_0 rows must be a multiple of 4 bytes (an even block_size)");
 }
 
 /// Activation rows up to this use the matrix-vector shader; more use the tiled one.

@@ -1,7 +1,7 @@
 #version 450
 // kv_store.comp — encodes the step's K and V rows into their cache rows (Backend::kv_store):
-// one thread per 32-bit word of a cache row (one f32, or two f16 / bf16 values) or per pair
-// of q8_0 blocks, K rows then V rows, grid-stride. The host resolved each row's destination (block id → slot → tier
+// one thread per 32-bit word of a cache row (one f32, or two f16 / bf16 values) or per q8_0
+// block, K rows then V rows, grid-stride. The host resolved each row's destination (block id → slot → tier
 // address, position in the block) into `dst`: per row, the K row's and the V row's address.
 // The bytes equal the CPU's kv_encode_row.
 #include "kv_common.glsl"
@@ -20,42 +20,65 @@ layout(push_constant) uniform Push {
   uint v_type;
 } p;
 
-// Units of work per row: a 32-bit word (f32, f16, bf16), or a pair of q8_0 blocks (17 words:
-// the host requires an even number of blocks per row, so a pair starts 4-byte aligned).
+// Units of work per row: a 32-bit word (f32, f16, bf16), or a q8_0 block.
 uint units(uint type, uint n) {
   if (type == 0u) return n;
-  if (type == 3u) return (n + 63u) / 64u;
+  if (type == 3u) return (n + 31u) / 32u;
   return n / 2u;
 }
 
-// Writes unit w of a row of n values from src[base …] into the cache row at `dst`.
-void store_unit(uint type, F32Buf src, uint base, uint n, U32Buf dst, uint w) {
-  if (type == 0u) {
-    dst.v[w] = floatBitsToUint(src.v[base + w]);
-  } else if (type != 3u) {
-    const float a = src.v[base + 2u * w], b = src.v[base + 2u * w + 1u];
-    dst.v[w] = type == 1u ? f32_to_f16_bits(a) | (f32_to_f16_bits(b) << 16)
-                          : f32_to_bf16_bits(a) | (f32_to_bf16_bits(b) << 16);
-  } else {
-    uint words[17];
-    for (uint i = 0u; i < 17u; ++i) words[i] = 0u;
-    for (uint h = 0u; h < 2u; ++h) {
-      const uint blk = 2u * w + h, byte0 = 34u * h;
-      float v[32];
-      for (uint i = 0u; i < 32u; ++i) {
-        const uint e = 32u * blk + i;
-        v[i] = e < n ? src.v[base + e] : 0.0;  // the row is zero-padded to whole blocks
-      }
-      int qs[32];
-      const uint d = encode_q8_0(v, qs);
-      words[byte0 >> 2] |= d << ((byte0 & 3u) * 8u);
-      for (uint i = 0u; i < 32u; ++i) {
-        const uint o = byte0 + 2u + i;
-        words[o >> 2] |= (uint(qs[i]) & 0xffu) << ((o & 3u) * 8u);
-      }
+// Writes `len` bytes held in bytes_[] (little-endian words, byte i at word i/4) at byte `o` of
+// `dst`: whole words are stored, the partial first and last words (shared with the neighbour
+// block or row, which another thread writes) are merged with atomicAnd / atomicOr on their
+// own bytes only.
+void write_bytes(U32Buf dst, uint o, uint bytes_[9], uint len) {
+  const uint w0 = o >> 2, w1 = (o + len + 3u) >> 2;
+  for (uint w = w0; w < w1; ++w) {
+    uint val = 0u, mask = 0u;
+    for (uint b = 0u; b < 4u; ++b) {
+      const int i = int(4u * w + b) - int(o);  // index into the block's bytes
+      if (i < 0 || i >= int(len)) continue;
+      val |= ((bytes_[uint(i) >> 2] >> ((uint(i) & 3u) * 8u)) & 0xffu) << (b * 8u);
+      mask |= 0xffu << (b * 8u);
     }
-    for (uint i = 0u; i < 17u; ++i) dst.v[17u * w + i] = words[i];
+    if (mask == 0xffffffffu) {
+      dst.v[w] = val;
+    } else {
+      atomicAnd(dst.v[w], ~mask);
+      atomicOr(dst.v[w], val);
+    }
   }
+}
+
+// Writes unit w of a row of n values from src[base …] into the cache row at `row` (an
+// address that is 2-byte aligned for q8_0 rows, 4-byte aligned otherwise).
+void store_unit(uint type, F32Buf src, uint base, uint n, uvec2 row, uint w) {
+  if (type != 3u) {
+    U32Buf dst = U32Buf(row);
+    if (type == 0u) {
+      dst.v[w] = floatBitsToUint(src.v[base + w]);
+    } else {
+      const float a = src.v[base + 2u * w], b = src.v[base + 2u * w + 1u];
+      dst.v[w] = type == 1u ? f32_to_f16_bits(a) | (f32_to_f16_bits(b) << 16)
+                            : f32_to_bf16_bits(a) | (f32_to_bf16_bits(b) << 16);
+    }
+    return;
+  }
+  float v[32];
+  for (uint i = 0u; i < 32u; ++i) {
+    const uint e = 32u * w + i;
+    v[i] = e < n ? src.v[base + e] : 0.0;  // the row is zero-padded to whole blocks
+  }
+  int qs[32];
+  uint bytes_[9];
+  bytes_[0] = encode_q8_0(v, qs);  // f16 d, then the 32 int8 codes
+  for (uint i = 1u; i < 9u; ++i) bytes_[i] = 0u;
+  for (uint i = 0u; i < 32u; ++i) {
+    const uint o = 2u + i;
+    bytes_[o >> 2] |= (uint(qs[i]) & 0xffu) << ((o & 3u) * 8u);
+  }
+  // The row address rounded down to 4 bytes, the rest carried into the byte offset.
+  write_bytes(U32Buf(uvec2(row.x & ~3u, row.y)), (row.x & 3u) + 34u * w, bytes_, 34u);
 }
 
 void main() {
@@ -67,6 +90,6 @@ void main() {
     const bool is_k = u0 < ku;
     const uint n = is_k ? p.k_n : p.v_n;
     store_unit(is_k ? p.k_type : p.v_type, F32Buf(is_k ? p.k : p.v), r * n, n,
-               U32Buf(dst.v[2u * r + (is_k ? 0u : 1u)]), is_k ? u0 : u0 - ku);
+               dst.v[2u * r + (is_k ? 0u : 1u)], is_k ? u0 : u0 - ku);
   }
 }
