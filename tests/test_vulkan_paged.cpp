@@ -116,11 +116,20 @@ std::string kv_case_name(const testing::TestParamInfo<KvCase>& i) {
          std::to_string(i.param.variant);
 }
 
-const KvCase kKvPairs[] = {{DType::F16, DType::F16, 0},   {DType::F32, DType::F32, 0},
-                           {DType::BF16, DType::BF16, 0}, {DType::F16, DType::BF16, 0},
-                           {DType::Q8_0, DType::Q8_0, 0}, {DType::F16, DType::Q8_0, 0}};
+const KvCase kKvPairs[] = {
+    {DType::F16, DType::F16, 0},           {DType::F32, DType::F32, 0},
+    {DType::BF16, DType::BF16, 0},         {DType::F16, DType::BF16, 0},
+    {DType::Q8_0, DType::Q8_0, 0},         {DType::F16, DType::Q8_0, 0},
+    {DType::FP8_E4M3, DType::FP8_E4M3, 0}, {DType::FP8_E5M2, DType::FP8_E5M2, 0},
+    {DType::Q8_0, DType::FP8_E4M3, 0}};
 
-bool is_q8(const KvCase& c) { return c.k == DType::Q8_0 || c.v == DType::Q8_0; }
+/// Whether the pair has a block-scaled type (q8_0, fp8): the store test adds a wide-scale shape.
+bool is_q8(const KvCase& c) {
+  auto scaled = [](DType t) {
+    return t == DType::Q8_0 || t == DType::FP8_E4M3 || t == DType::FP8_E5M2;
+  };
+  return scaled(c.k) || scaled(c.v);
+}
 
 class VulkanKvStore : public testing::TestWithParam<KvCase> {};
 
@@ -160,7 +169,7 @@ TEST_P(VulkanKvStore, WritesTheCpuBytes) {
                             -INFINITY,
                             std::nanf("")};
   // (q8_0 of an inf or NaN is undefined on the CPU too: those two stay out.)
-  const size_t n_special = is_q8(c) ? 10 : 12;
+  const size_t n_special = c.k == DType::Q8_0 || c.v == DType::Q8_0 ? 10 : 12;
   std::copy_n(std::begin(specials), n_special, k.begin());
   std::copy_n(std::begin(specials), n_special, v.begin() + ps.kv_width());
   std::fill_n(k.begin() + 2 * ps.kv_width(), 32, 0.0f);  // an all-zero block (amax 0)

@@ -15,6 +15,10 @@ int kv_code(DType t) {
       return 2;
     case DType::Q8_0:
       return 3;
+    case DType::FP8_E4M3:
+      return 4;
+    case DType::FP8_E5M2:
+      return 5;
     default:
       return -1;
   }

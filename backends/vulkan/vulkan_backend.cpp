@@ -104,12 +104,12 @@ struct MatmulPush {
 };
 struct KvStorePush {
   uint64_t k, v, dst;
-  uint32_t n_rows, k_n, v_n, k_type, v_type;
+  uint32_t n_rows, k_n, v_n, k_type, v_type, n_head_kv;
 };
 struct AttnPush {
   uint64_t q, out, part, blocks, rows;
-  uint32_t n_head, group, head_dim, head_dim_v, block_size, k_row_bytes, v_row_bytes, k_type,
-      v_type, window, seg_len, n_seg;
+  uint32_t n_head, n_head_kv, group, head_dim, head_dim_v, block_size, k_row_bytes, v_row_bytes,
+      k_type, v_type, window, seg_len, n_seg;
   float scale, softcap;
 };
 struct MergePush {
@@ -135,12 +135,12 @@ void check_paged(const KvLayer& kv, const PagedAttnParams& p) {
   if (a.n_head_kv <= 0 || a.n_head % a.n_head_kv) fail("n_head must be a multiple of n_head_kv");
   if (a.head_dim > 256 || a.head_dim_v > 256) fail("head_dim and head_dim_v must be ≤ 256");
   // f16 / bf16 rows are written a 32-bit word (two values) at a time; blocks are read from a
-  // 4-byte aligned start (q8_0 rows may start 2 bytes into a word: the store merges bytes).
-  if ((kv.k_type != DType::Q8_0 && kv.k_row_bytes % 4) ||
-      (kv.v_type != DType::Q8_0 && kv.v_row_bytes % 4))
+  // 4-byte aligned start (q8_0 and fp8 rows may start inside a word: the store merges bytes).
+  auto words = [](DType t) { return t == DType::F16 || t == DType::BF16; };
+  if ((words(kv.k_type) && kv.k_row_bytes % 4) || (words(kv.v_type) && kv.v_row_bytes % 4))
     fail("f16 / bf16 rows of an odd number of values are not supported");
   if ((kv.block_size * kv.k_row_bytes) % 4 || (kv.block_size * kv.v_row_bytes) % 4)
-    fail("a block of q8_0 rows must be a multiple of 4 bytes (an even block_size)");
+    fail("a block of q8_0 / fp8 rows must be a multiple of 4 bytes (block_size 4, 8, 16, …)");
 }
 
 /// Activation rows up to this use the matrix-vector shader; more use the tiled one.
@@ -291,7 +291,8 @@ class VulkanBackend final : public Backend {
                            u32(p.attn.n_head_kv * p.attn.head_dim, "K row"),
                            u32(p.attn.n_head_kv * p.attn.head_dim_v, "V row"),
                            uint32_t(kv_code(kv.k_type)),
-                           uint32_t(kv_code(kv.v_type))};
+                           uint32_t(kv_code(kv.v_type)),
+                           uint32_t(p.attn.n_head_kv)};
     const int64_t words = (kv.k_row_bytes + kv.v_row_bytes) / 4;
     s_.dispatch("kv_store", &push, sizeof push,
                 stride_groups(u32(pt_.n_tokens * words, "kv_store words")));
@@ -327,6 +328,7 @@ class VulkanBackend final : public Backend {
                         s_.stage(blocks.data(), blocks.size() * sizeof(uint64_t)),
                         s_.stage(rows.data(), rows.size() * sizeof(int32_t)),
                         u32(a.n_head, "n_head"),
+                        uint32_t(a.n_head_kv),
                         uint32_t(a.n_head / a.n_head_kv),
                         uint32_t(a.head_dim),
                         uint32_t(a.head_dim_v),
@@ -430,7 +432,7 @@ class VulkanDevice final : public Device {
         return true;
       case Op::kKvStore:
       case Op::kPagedAttention:
-        return kv_code(a) >= 0 && kv_code(b) >= 0;  // f32, f16, bf16, q8_0 (docs/vulkan.md)
+        return kv_code(a) >= 0 && kv_code(b) >= 0;  // all but q4_0, nvfp4 (docs/vulkan.md)
     }
     return false;
   }

@@ -20,6 +20,7 @@ layout(push_constant) uniform Push {
   uvec2 blocks;  // uvec2 [n_blocks][2]: K block address, V block address (0: none)
   uvec2 rows;    // int32 [n_rows][2]: position, first block of the row's block table
   uint n_head;
+  uint n_head_kv;
   uint group;    // n_head / n_head_kv
   uint head_dim;
   uint head_dim_v;
@@ -63,7 +64,7 @@ void main() {
       const uint jr = j % p.block_size, e0 = hk * p.head_dim;
       float dot = 0.0;
       for (uint d = 0u; d < p.head_dim; ++d)
-        dot += qs[d] * kv_read(kb, p.k_type, p.k_row_bytes, jr, e0 + d);
+        dot += qs[d] * kv_read(kb, p.k_type, p.k_row_bytes, jr, e0 + d, hk, p.n_head_kv);
       s = dot * p.scale;
       if (p.softcap > 0.0) s = p.softcap * tanh(s / p.softcap);
     }
@@ -88,7 +89,7 @@ void main() {
         const uint jj = c0 + u;
         U32Buf vb = U32Buf(blocks.v[2u * (bt + jj / p.block_size) + 1u]);
         a += exp(sc[u] - m_new) * kv_read(vb, p.v_type, p.v_row_bytes, jj % p.block_size,
-                                          hk * p.head_dim_v + d);
+                                          hk * p.head_dim_v + d, hk, p.n_head_kv);
       }
       acc[i] = a;
     }

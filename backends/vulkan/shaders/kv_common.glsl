@@ -4,14 +4,43 @@
 // read at byte j·row_bytes + e·size.
 #include "common.glsl"
 
-// Element e of row j of the block at `b`.
-float kv_read(U32Buf b, uint type, uint row_bytes, uint j, uint e) {
+// FP8 formats (ggml-like/quants_kv.cpp): e4m3 (type 4) has 3 mantissa bits, bias 7, largest
+// finite code 0x7E = 448, NaN 0x7F; e5m2 (type 5) 2 bits, bias 15, 0x7B = 57344, inf/NaN.
+uint fp8_mbits(uint type) { return type == 4u ? 3u : 2u; }
+int fp8_bias(uint type) { return type == 4u ? 7 : 15; }
+uint fp8_max_code(uint type) { return type == 4u ? 0x7Eu : 0x7Bu; }
+float fp8_max(uint type) { return type == 4u ? 448.0 : 57344.0; }
+
+// FP8 code → float, as fp8_e4m3_to_f32 / fp8_e5m2_to_f32.
+float fp8_decode(uint type, uint c) {
+  const uint mb = fp8_mbits(type), a = c & 0x7fu;
+  if (type == 4u && a == 0x7fu) return uintBitsToFloat(0x7fc00000u);
+  if (type == 5u && (a & 0x7cu) == 0x7cu)
+    return uintBitsToFloat((a & 3u) != 0u ? 0x7fc00000u : ((c & 0x80u) << 24) | 0x7f800000u);
+  const uint e = a >> mb, m = a & ((1u << mb) - 1u);
+  float v;
+  if (e == 0u) {
+    v = float(m) * uintBitsToFloat(uint(127 + 1 - fp8_bias(type) - int(mb)) << 23);
+  } else {
+    v = uintBitsToFloat((uint(int(e) - fp8_bias(type) + 127) << 23) | (m << (23u - mb)));
+  }
+  return (c & 0x80u) != 0u ? -v : v;
+}
+
+// Element e (of head `head`, one of hkv) of row j of the block at `b`. An fp8 row is the
+// n = hkv · head_dim codes, then one E8M0 scale byte per head (255: NaN).
+float kv_read(U32Buf b, uint type, uint row_bytes, uint j, uint e, uint head, uint hkv) {
   const uint o = j * row_bytes;
   if (type == 0u) return uintBitsToFloat(b.v[(o >> 2) + e]);
   if (type == 1u) return rdf16(b, o + 2u * e);
   if (type == 2u) return rdbf16(b, o + 2u * e);
-  const uint blk = o + 34u * (e / 32u);
-  return rdf16(b, blk) * float(rd8s(b, blk + 2u + e % 32u));
+  if (type == 3u) {
+    const uint blk = o + 34u * (e / 32u);
+    return rdf16(b, blk) * float(rd8s(b, blk + 2u + e % 32u));
+  }
+  const uint sb = rd8(b, o + row_bytes - hkv + head);
+  if (sb == 255u) return uintBitsToFloat(0x7fc00000u);
+  return ldexp(fp8_decode(type, rd8(b, o + e)), int(sb) - 127);
 }
 
 // float → binary16 bits, round to nearest even, as ggml-like/fp16.h's f32_to_fp16 (integer
@@ -106,4 +135,41 @@ uint encode_q8_0(float v[32], out int qs[32]) {
   uint h = f32_to_f16_bits(d);
   if ((h & 0x7fffu) >= 0x7c00u) h = (h & 0x8000u) | 0x7bffu;  // f32_to_fp16_sat
   return h;
+}
+
+// m >> shift rounded to nearest, ties to even (shift ≥ 1), as quants_kv.cpp's shift_round_even.
+uint shift_round_even(uint m, uint shift) {
+  if (shift >= 32u) return 0u;
+  const uint q = m >> shift, rem = m & ((1u << shift) - 1u), half_ = 1u << (shift - 1u);
+  return (rem > half_ || (rem == half_ && (q & 1u) != 0u)) ? q + 1u : q;
+}
+
+// float → FP8 code: round to nearest even on the binary32 bits, saturate (fp8_encode).
+uint fp8_encode(uint type, float x) {
+  const uint bits = floatBitsToUint(x), sign = (bits >> 24) & 0x80u, mb = fp8_mbits(type);
+  if (isnan(x)) return sign | 0x7fu;
+  if (!(abs(x) < fp8_max(type))) return sign | fp8_max_code(type);
+  const int biased = int((bits >> 23) & 0xffu);
+  if (biased == 0) return sign;
+  const int e = biased - 127, emin = 1 - fp8_bias(type);
+  const uint m24 = (bits & 0x7fffffu) | 0x800000u;
+  uint code;
+  if (e < emin) {
+    code = shift_round_even(m24, uint(23 - int(mb) + (emin - e)));
+  } else {
+    const uint q = shift_round_even(m24, 23u - mb);
+    code = (uint(e + fp8_bias(type)) << mb) + (q - (1u << mb));
+  }
+  return sign | min(code, fp8_max_code(type));
+}
+
+// The E8M0 exponent of a head with largest finite magnitude amax (quantize_row_fp8_scaled):
+// the smallest e ≥ −127 with amax · 2^−e ≤ the format's max.
+int fp8_scale_exp(uint type, float amax) {
+  if (!(amax > 0.0)) return 0;
+  int ea;
+  frexp(amax, ea);  // amax = f · 2^ea, f in [0.5, 1): ilogb(amax) = ea − 1
+  int e = (ea - 1) - (type == 4u ? 8 : 15) - 1;
+  while (ldexp(amax, -e) > fp8_max(type)) ++e;
+  return max(e, -127);
 }

@@ -1,7 +1,7 @@
 #version 450
 // kv_store.comp — encodes the step's K and V rows into their cache rows (Backend::kv_store):
-// one thread per 32-bit word of a cache row (one f32, or two f16 / bf16 values) or per q8_0
-// block, K rows then V rows, grid-stride. The host resolved each row's destination (block id → slot → tier
+// one thread per 32-bit word of a cache row (one f32, or two f16 / bf16 values), per q8_0
+// block or per fp8 head, K rows then V rows, grid-stride. The host resolved each row's destination (block id → slot → tier
 // address, position in the block) into `dst`: per row, the K row's and the V row's address.
 // The bytes equal the CPU's kv_encode_row.
 #include "kv_common.glsl"
@@ -18,12 +18,14 @@ layout(push_constant) uniform Push {
   uint v_n;   // n_head_kv · head_dim_v
   uint k_type;
   uint v_type;
+  uint n_head_kv;
 } p;
 
-// Units of work per row: a 32-bit word (f32, f16, bf16), or a q8_0 block.
-uint units(uint type, uint n) {
+// Units of work per row: a 32-bit word (f32, f16, bf16), a q8_0 block, or an fp8 head.
+uint units(uint type, uint n, uint hkv) {
   if (type == 0u) return n;
   if (type == 3u) return (n + 31u) / 32u;
+  if (type >= 4u) return hkv;
   return n / 2u;
 }
 
@@ -50,9 +52,38 @@ void write_bytes(U32Buf dst, uint o, uint bytes_[9], uint len) {
   }
 }
 
-// Writes unit w of a row of n values from src[base …] into the cache row at `row` (an
-// address that is 2-byte aligned for q8_0 rows, 4-byte aligned otherwise).
-void store_unit(uint type, F32Buf src, uint base, uint n, uvec2 row, uint w) {
+// One fp8 head: the E8M0 scale from its largest finite magnitude, head_dim codes of the
+// scaled values (quantize_row_fp8_scaled), written 32 bytes at a time, then the scale byte.
+void store_fp8_head(uint type, F32Buf src, uint base, uint n, uint hkv, uvec2 row, uint h) {
+  const uint hd = n / hkv, x0 = base + h * hd;
+  float amax = 0.0;
+  for (uint i = 0u; i < hd; ++i) {
+    const float a = abs(src.v[x0 + i]);
+    if (!isinf(a) && !isnan(a) && a > amax) amax = a;
+  }
+  const int e = fp8_scale_exp(type, amax);
+  U32Buf dst = U32Buf(uvec2(row.x & ~3u, row.y));
+  const uint o = row.x & 3u;
+  uint bytes_[9];
+  for (uint c0 = 0u; c0 < hd; c0 += 32u) {
+    const uint len = min(32u, hd - c0);
+    for (uint i = 0u; i < 9u; ++i) bytes_[i] = 0u;
+    for (uint i = 0u; i < len; ++i)
+      bytes_[i >> 2] |= fp8_encode(type, ldexp(src.v[x0 + c0 + i], -e)) << ((i & 3u) * 8u);
+    write_bytes(dst, o + h * hd + c0, bytes_, len);
+  }
+  for (uint i = 0u; i < 9u; ++i) bytes_[i] = 0u;
+  bytes_[0] = uint(e + 127);
+  write_bytes(dst, o + n + h, bytes_, 1u);
+}
+
+// Writes unit w of a row of n values (hkv heads) from src[base …] into the cache row at `row`
+// (an address that is 4-byte aligned for f32 / f16 / bf16 rows, 2-byte for q8_0, any for fp8).
+void store_unit(uint type, F32Buf src, uint base, uint n, uint hkv, uvec2 row, uint w) {
+  if (type >= 4u) {
+    store_fp8_head(type, src, base, n, hkv, row, w);
+    return;
+  }
   if (type != 3u) {
     U32Buf dst = U32Buf(row);
     if (type == 0u) {
@@ -82,14 +113,15 @@ void store_unit(uint type, F32Buf src, uint base, uint n, uvec2 row, uint w) {
 }
 
 void main() {
-  const uint ku = units(p.k_type, p.k_n), vu = units(p.v_type, p.v_n), per_row = ku + vu;
+  const uint ku = units(p.k_type, p.k_n, p.n_head_kv), vu = units(p.v_type, p.v_n, p.n_head_kv);
+  const uint per_row = ku + vu;
   const uint total = p.n_rows * per_row, stride = gl_NumWorkGroups.x * 64u;
   AddrBuf dst = AddrBuf(p.dst);
   for (uint g = gl_GlobalInvocationID.x; g < total; g += stride) {
     const uint r = g / per_row, u0 = g % per_row;
     const bool is_k = u0 < ku;
     const uint n = is_k ? p.k_n : p.v_n;
-    store_unit(is_k ? p.k_type : p.v_type, F32Buf(is_k ? p.k : p.v), r * n, n,
+    store_unit(is_k ? p.k_type : p.v_type, F32Buf(is_k ? p.k : p.v), r * n, n, p.n_head_kv,
                dst.v[2u * r + (is_k ? 0u : 1u)], is_k ? u0 : u0 - ku);
   }
 }
