@@ -320,13 +320,13 @@ TEST(VulkanSupport, UnimplementedOpsAndTypesAreRefusedUpFront) {
     Tensor w = Tensor::contiguous(t, bytes.data(), 256, 1);
     EXPECT_THROW(d.upload_weight(w, false), std::runtime_error) << traits(t).name;
   }
-  // The KV store and paged attention: every KV type but q4_0 and nvfp4 so far.
-  for (DType t :
-       {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::FP8_E4M3, DType::FP8_E5M2}) {
+  // The KV store and paged attention: every KV type but nvfp4 so far.
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::FP8_E4M3,
+                  DType::FP8_E5M2}) {
     EXPECT_TRUE(d.supports(Op::kKvStore, t, DType::F16)) << traits(t).name;
     EXPECT_TRUE(d.supports(Op::kPagedAttention, DType::F16, t)) << traits(t).name;
   }
-  for (DType t : {DType::Q4_0, DType::NVFP4}) {
+  for (DType t : {DType::NVFP4}) {
     EXPECT_FALSE(d.supports(Op::kKvStore, t, DType::F16)) << traits(t).name;
     EXPECT_FALSE(d.supports(Op::kKvStore, DType::F16, t)) << traits(t).name;
     EXPECT_FALSE(d.supports(Op::kPagedAttention, t, DType::F16)) << traits(t).name;
@@ -370,16 +370,16 @@ TEST(VulkanModel, GreedyTokensEqualTheCpuWithLayersOnVulkan) {
   }
 }
 
-/// What the backend lacks is refused with one line naming it: a KV type (q4_0), the slow KV
+/// What the backend lacks is refused with one line naming it: a KV type (nvfp4), the slow KV
 /// tier for rows on the device, a weight type (the q5_1 of this Q5_K_M file).
 TEST(VulkanModel, WhatIsNotSupportedIsRefusedClearly) {
   REQUIRE_VULKAN();
   const std::string dev = " -dev " + vk_device()->name();
   const std::string f32 = test::kvrun_binary() + " -m " +
                           test::fixture("models/stories260K-F32.gguf").string() + " -p hi -n 1";
-  const test::CommandResult q4 = test::run_command(f32 + " -ngl 1 -ctk q4_0" + dev);
+  const test::CommandResult q4 = test::run_command(f32 + " -ngl 1 -ctk nvfp4" + dev);
   EXPECT_EQ(q4.exit_code, 1);
-  EXPECT_NE(q4.err.find("has no paged attention over K q4_0"), std::string::npos) << q4.err;
+  EXPECT_NE(q4.err.find("has no paged attention over K nvfp4"), std::string::npos) << q4.err;
   test::TempDir dir;
   const test::CommandResult off =
       test::run_command(f32 + " -ngl 1 --kv-offload-dir " + dir.path().string() + dev);

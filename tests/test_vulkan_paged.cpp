@@ -121,12 +121,13 @@ const KvCase kKvPairs[] = {
     {DType::BF16, DType::BF16, 0},         {DType::F16, DType::BF16, 0},
     {DType::Q8_0, DType::Q8_0, 0},         {DType::F16, DType::Q8_0, 0},
     {DType::FP8_E4M3, DType::FP8_E4M3, 0}, {DType::FP8_E5M2, DType::FP8_E5M2, 0},
-    {DType::Q8_0, DType::FP8_E4M3, 0}};
+    {DType::Q8_0, DType::FP8_E4M3, 0},     {DType::Q4_0, DType::Q4_0, 0},
+    {DType::F16, DType::Q4_0, 0}};
 
 /// Whether the pair has a block-scaled type (q8_0, fp8): the store test adds a wide-scale shape.
 bool is_q8(const KvCase& c) {
   auto scaled = [](DType t) {
-    return t == DType::Q8_0 || t == DType::FP8_E4M3 || t == DType::FP8_E5M2;
+    return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::FP8_E4M3 || t == DType::FP8_E5M2;
   };
   return scaled(c.k) || scaled(c.v);
 }
@@ -168,8 +169,9 @@ TEST_P(VulkanKvStore, WritesTheCpuBytes) {
                             70000.0f,
                             -INFINITY,
                             std::nanf("")};
-  // (q8_0 of an inf or NaN is undefined on the CPU too: those two stay out.)
-  const size_t n_special = c.k == DType::Q8_0 || c.v == DType::Q8_0 ? 10 : 12;
+  // (q8_0 / q4_0 of an inf or NaN is undefined on the CPU too: those two stay out.)
+  auto blocks32 = [](DType t) { return t == DType::Q8_0 || t == DType::Q4_0; };
+  const size_t n_special = blocks32(c.k) || blocks32(c.v) ? 10 : 12;
   std::copy_n(std::begin(specials), n_special, k.begin());
   std::copy_n(std::begin(specials), n_special, v.begin() + ps.kv_width());
   std::fill_n(k.begin() + 2 * ps.kv_width(), 32, 0.0f);  // an all-zero block (amax 0)
@@ -308,8 +310,9 @@ TEST_P(VulkanAttention, MatchesTheCpuAndFloat64) {
   record("nmse_ref", e_ref);
   record("nmse_exact", e_exact);
   // The CPU rounds Q to f16 for an f16 K (docs/cuda.md: ~7e-8 against float64) and to q8_0
-  // for a q8_0 K (~3.5e-5).
-  EXPECT_LE(e_ref, c.k == DType::F16 ? 1e-6 : c.k == DType::Q8_0 ? 2e-4 : 1e-9);
+  // for a q8_0 or q4_0 K (~3.5e-5).
+  const bool q8_q = c.k == DType::Q8_0 || c.k == DType::Q4_0;
+  EXPECT_LE(e_ref, c.k == DType::F16 ? 1e-6 : q8_q ? 2e-4 : 1e-9);
   EXPECT_LE(e_exact, 1e-9);
 }
 

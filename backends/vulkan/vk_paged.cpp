@@ -19,6 +19,8 @@ int kv_code(DType t) {
       return 4;
     case DType::FP8_E5M2:
       return 5;
+    case DType::Q4_0:
+      return 6;
     default:
       return -1;
   }

@@ -135,12 +135,13 @@ void check_paged(const KvLayer& kv, const PagedAttnParams& p) {
   if (a.n_head_kv <= 0 || a.n_head % a.n_head_kv) fail("n_head must be a multiple of n_head_kv");
   if (a.head_dim > 256 || a.head_dim_v > 256) fail("head_dim and head_dim_v must be ≤ 256");
   // f16 / bf16 rows are written a 32-bit word (two values) at a time; blocks are read from a
-  // 4-byte aligned start (q8_0 and fp8 rows may start inside a word: the store merges bytes).
+  // 4-byte aligned start (q8_0, q4_0 and fp8 rows may start inside a word: the store merges
+  // bytes).
   auto words = [](DType t) { return t == DType::F16 || t == DType::BF16; };
   if ((words(kv.k_type) && kv.k_row_bytes % 4) || (words(kv.v_type) && kv.v_row_bytes % 4))
     fail("f16 / bf16 rows of an odd number of values are not supported");
   if ((kv.block_size * kv.k_row_bytes) % 4 || (kv.block_size * kv.v_row_bytes) % 4)
-    fail("a block of q8_0 / fp8 rows must be a multiple of 4 bytes (block_size 4, 8, 16, …)");
+    fail("a block of q8_0 / q4_0 / fp8 rows must be a multiple of 4 bytes (block_size 4, 8, …)");
 }
 
 /// Activation rows up to this use the matrix-vector shader; more use the tiled one.
@@ -432,7 +433,7 @@ class VulkanDevice final : public Device {
         return true;
       case Op::kKvStore:
       case Op::kPagedAttention:
-        return kv_code(a) >= 0 && kv_code(b) >= 0;  // all but q4_0, nvfp4 (docs/vulkan.md)
+        return kv_code(a) >= 0 && kv_code(b) >= 0;  // all but nvfp4 (docs/vulkan.md)
     }
     return false;
   }

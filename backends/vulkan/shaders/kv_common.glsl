@@ -38,6 +38,11 @@ float kv_read(U32Buf b, uint type, uint row_bytes, uint j, uint e, uint head, ui
     const uint blk = o + 34u * (e / 32u);
     return rdf16(b, blk) * float(rd8s(b, blk + 2u + e % 32u));
   }
+  if (type == 6u) {  // q4_0: f16 d, 16 bytes: low nibbles values 0..15, high 16..31
+    const uint blk = o + 18u * (e / 32u), i = e % 32u;
+    const uint q = (rd8(b, blk + 2u + i % 16u) >> (i < 16u ? 0u : 4u)) & 15u;
+    return rdf16(b, blk) * float(int(q) - 8);
+  }
   const uint sb = rd8(b, o + row_bytes - hkv + head);
   if (sb == 255u) return uintBitsToFloat(0x7fc00000u);
   return ldexp(fp8_decode(type, rd8(b, o + e)), int(sb) - 127);
@@ -172,4 +177,51 @@ int fp8_scale_exp(uint type, float amax) {
   int e = (ea - 1) - (type == 4u ? 8 : 15) - 1;
   while (ldexp(amax, -e) > fp8_max(type)) ++e;
   return max(e, -127);
+}
+
+// RN(a · b + c) as one rounding, as std::fma: a shader's fma() may be a multiply and an add
+// (Vulkan gives it their precision), so the product is split exactly (Dekker's TwoProduct with
+// Veltkamp's split) and summed with TwoSum; exact but for sums within ~2^-24 ulp of a tie.
+float fma_exact(float a, float b, float c) {
+  precise float p = a * b;
+  precise float ca = 4097.0 * a, cb = 4097.0 * b;
+  precise float ah = ca - (ca - a), bh = cb - (cb - b);
+  precise float al = a - ah, bl = b - bh;
+  precise float e = ((ah * bh - p) + ah * bl + al * bh) + al * bl;  // a·b = p + e exactly
+  precise float s = p + c;
+  precise float bb = s - p;
+  precise float err = (p - (s - bb)) + (c - bb);  // p + c = s + err exactly
+  precise float r = s + (err + e);
+  return r;
+}
+
+// One q4_0 block of the 32 values v as ggml-like's encode_block_q4_0 (llama.cpp's
+// quantize_row_q4_0_ref): m = the value of largest magnitude (the first), d = m / −8,
+// code = clamp(trunc(fma(x, 1/d, 8.5)), 0, 15). Returns d's f16 bits; the 16 code bytes in qs
+// (low nibble value j, high nibble value j + 16).
+uint encode_q4_0(float v[32], out uint qs[16]) {
+  float amax = 0.0, m = 0.0;
+  for (uint i = 0u; i < 32u; ++i)
+    if (amax < abs(v[i])) {
+      amax = abs(v[i]);
+      m = v[i];
+    }
+  const float d = m / -8.0;  // a power of two: exact
+  float id = 0.0;
+  if (d != 0.0 && !isinf(d)) {
+    uint dm;
+    int de;
+    split_float(abs(d), dm, de);
+    id = div_rn(1u, dm, -de);
+    if (d < 0.0) id = -id;
+  }
+  uint codes[32];
+  for (uint i = 0u; i < 32u; ++i) {
+    const float t = fma_exact(v[i], id, 8.5);
+    codes[i] = uint(clamp(t >= 0.0 ? int(t) : 0, 0, 15));
+  }
+  for (uint j = 0u; j < 16u; ++j) qs[j] = codes[j] | (codes[j + 16u] << 4);
+  uint h = f32_to_f16_bits(d);
+  if ((h & 0x7fffu) >= 0x7c00u) h = (h & 0x8000u) | 0x7bffu;  // f32_to_fp16_sat
+  return h;
 }

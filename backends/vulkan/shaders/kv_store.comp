@@ -24,7 +24,7 @@ layout(push_constant) uniform Push {
 // Units of work per row: a 32-bit word (f32, f16, bf16), a q8_0 block, or an fp8 head.
 uint units(uint type, uint n, uint hkv) {
   if (type == 0u) return n;
-  if (type == 3u) return (n + 31u) / 32u;
+  if (type == 3u || type == 6u) return (n + 31u) / 32u;
   if (type >= 4u) return hkv;
   return n / 2u;
 }
@@ -78,13 +78,14 @@ void store_fp8_head(uint type, F32Buf src, uint base, uint n, uint hkv, uvec2 ro
 }
 
 // Writes unit w of a row of n values (hkv heads) from src[base …] into the cache row at `row`
-// (an address that is 4-byte aligned for f32 / f16 / bf16 rows, 2-byte for q8_0, any for fp8).
+// (an address that is 4-byte aligned for f32 / f16 / bf16 rows, 2-byte for q8_0 / q4_0, any
+// for fp8).
 void store_unit(uint type, F32Buf src, uint base, uint n, uint hkv, uvec2 row, uint w) {
-  if (type >= 4u) {
+  if (type == 4u || type == 5u) {
     store_fp8_head(type, src, base, n, hkv, row, w);
     return;
   }
-  if (type != 3u) {
+  if (type < 3u) {
     U32Buf dst = U32Buf(row);
     if (type == 0u) {
       dst.v[w] = floatBitsToUint(src.v[base + w]);
@@ -100,16 +101,23 @@ void store_unit(uint type, F32Buf src, uint base, uint n, uint hkv, uvec2 row, u
     const uint e = 32u * w + i;
     v[i] = e < n ? src.v[base + e] : 0.0;  // the row is zero-padded to whole blocks
   }
-  int qs[32];
   uint bytes_[9];
-  bytes_[0] = encode_q8_0(v, qs);  // f16 d, then the 32 int8 codes
   for (uint i = 1u; i < 9u; ++i) bytes_[i] = 0u;
-  for (uint i = 0u; i < 32u; ++i) {
-    const uint o = 2u + i;
-    bytes_[o >> 2] |= (uint(qs[i]) & 0xffu) << ((o & 3u) * 8u);
+  uint len;
+  if (type == 3u) {  // f16 d, then the 32 int8 codes
+    int qs[32];
+    bytes_[0] = encode_q8_0(v, qs);
+    for (uint i = 0u; i < 32u; ++i)
+      bytes_[(2u + i) >> 2] |= (uint(qs[i]) & 0xffu) << (((2u + i) & 3u) * 8u);
+    len = 34u;
+  } else {  // q4_0: f16 d, then 16 bytes of nibbles
+    uint qs[16];
+    bytes_[0] = encode_q4_0(v, qs);
+    for (uint i = 0u; i < 16u; ++i) bytes_[(2u + i) >> 2] |= qs[i] << (((2u + i) & 3u) * 8u);
+    len = 18u;
   }
   // The row address rounded down to 4 bytes, the rest carried into the byte offset.
-  write_bytes(U32Buf(uvec2(row.x & ~3u, row.y)), (row.x & 3u) + 34u * w, bytes_, 34u);
+  write_bytes(U32Buf(uvec2(row.x & ~3u, row.y)), (row.x & 3u) + len * w, bytes_, len);
 }
 
 void main() {
