@@ -20,12 +20,12 @@
 #include <thread>
 #include <vector>
 
-#include "engine/model.h"
-#include "test_util.h"
-#include "text/tokenizer.h"
 #include "tools/batch/batch_input.h"
 #include "tools/batch/batch_job.h"
 #include "tools/batch/batch_output.h"
+#include "engine/model.h"
+#include "test_util.h"
+#include "text/tokenizer.h"
 
 namespace kvrun {
 namespace {

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "test_util.h"
 #include "text/chat_template.h"
+#include "test_util.h"
 
 namespace kvrun {
 namespace {

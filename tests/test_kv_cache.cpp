@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "cpu/paged_attention.h"  // cpu::PagedKvLayer (the seam's KvLayer)
 #include "kv/kv_cache.h"
 #include "kv_layout.h"
+#include "cpu/paged_attention.h"  // cpu::PagedKvLayer (the seam's KvLayer)
 
 namespace kvrun {
 namespace {

@@ -23,8 +23,8 @@
 #include "cpu/paged_attention.h"
 #include "cpu/thread_pool.h"
 #include "kv/kv_cache.h"
-#include "kv/kv_offload_file.h"
 #include "kv_layout.h"
+#include "kv/kv_offload_file.h"
 #include "test_util.h"
 
 namespace kvrun {

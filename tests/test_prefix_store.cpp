@@ -13,10 +13,10 @@
 #include <random>
 #include <vector>
 
-#include "cpu/paged_attention.h"  // cpu::PagedKvLayer (the seam's KvLayer)
 #include "kv/kv_cache.h"
 #include "kv/prefix_store.h"
 #include "test_util.h"
+#include "cpu/paged_attention.h"  // cpu::PagedKvLayer (the seam's KvLayer)
 
 namespace kvrun {
 namespace {

@@ -7,9 +7,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "kv_layout.h"
 #include "engine/scheduler.h"
 #include "engine/stop_strings.h"
-#include "kv_layout.h"
 #include "test_util.h"
 
 namespace kvrun {

@@ -15,13 +15,13 @@
 #include <vector>
 
 #include "engine/context.h"
-#include "engine/model.h"
-#include "engine/scheduler.h"
-#include "eval/model_info.h"
 #include "kv/kv_cache.h"
+#include "engine/model.h"
+#include "eval/model_info.h"
+#include "engine/scheduler.h"
+#include "tools/synth/synth.h"
 #include "test_util.h"
 #include "text/tokenizer.h"
-#include "tools/synth/synth.h"
 
 namespace kvrun {
 namespace {

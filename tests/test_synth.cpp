@@ -1,7 +1,7 @@
-// test_synth.cpp — synthetic models (tools/synth/synth.h, `kvrun synth`): the shapes' parameter
-// counts, the tensor plan and llama.cpp's type rules, files of the tiny shapes in every type
-// (metadata, tensor shapes/types, real quantization, weight statistics), determinism, the forward
-// pass, the vocabulary (minimal and copied), errors, and the CLI through the real binary.
+// test_synth.cpp — synthetic models (tools/synth/synth.h, `kvrun synth`): the shapes' parameter counts,
+// the tensor plan and llama.cpp's type rules, files of the tiny shapes in every type (metadata,
+// tensor shapes/types, real quantization, weight statistics), determinism, the forward pass,
+// the vocabulary (minimal and copied), errors, and the CLI through the real binary.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,18 +17,18 @@
 #include <utility>
 #include <vector>
 
+#include "engine/context.h"
 #include "cpu/cpu_level.h"
 #include "cpu/cpu_traits.h"
-#include "engine/context.h"
-#include "engine/model.h"
 #include "gguf.h"
+#include "engine/model.h"
 #include "models/hparams.h"
 #include "models/llama.h"
-#include "test_util.h"
-#include "text/tokenizer.h"
 #include "tools/synth/synth.h"
 #include "tools/synth/synth_random.h"
 #include "tools/synth/synth_vocab.h"
+#include "test_util.h"
+#include "text/tokenizer.h"
 
 namespace kvrun {
 namespace {

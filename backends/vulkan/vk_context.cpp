@@ -215,14 +215,18 @@ void Context::remove_stream(Stream* s) {
   streams_.erase(std::find(streams_.begin(), streams_.end(), s));
 }
 
-void Context::release(Allocation* a) {
-  if (!a) return;
+void Context::flush_streams() {
   std::vector<Stream*> streams;
   {
     std::lock_guard<std::mutex> lock(streams_mu_);
     streams = streams_;
   }
-  for (Stream* s : streams) s->try_flush();  // recorded work may still use `a`
+  for (Stream* s : streams) s->try_flush();
+}
+
+void Context::release(Allocation* a) {
+  if (!a) return;
+  flush_streams();  // recorded work may still use `a`
   {
     std::lock_guard<std::mutex> lock(mu_);
     by_address_.erase(a->address);
@@ -381,6 +385,7 @@ void Stream::upload(uint64_t dst, const void* host, size_t bytes) {
 
 void Stream::download(void* host, uint64_t src, size_t bytes) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
+  ctx_.flush_streams();  // first the writes recorded on other streams (and on this one)
   if (bytes == 0) return;
   const auto [a, off] = ctx_.locate(src, bytes);
   const size_t dst = reserve(bytes);

@@ -91,9 +91,13 @@ class Context {
 
   /// Submits `cb` and waits for it (the queue is shared by the context's streams).
   void submit_and_wait(VkCommandBuffer cb, VkFence fence);
-  /// The streams release() flushes (a Stream registers itself for its lifetime).
+  /// The streams release() and flush_streams() flush (a Stream registers itself for its
+  /// lifetime).
   void add_stream(class Stream* s);
   void remove_stream(class Stream* s);
+  /// Submits and waits for the work recorded on every stream of the context (those another
+  /// thread holds right now excepted: their work is their own buffers').
+  void flush_streams();
 
  private:
   uint32_t memory_type(uint32_t bits, bool host_visible) const;
@@ -131,7 +135,8 @@ class Stream {
                 uint32_t gy = 1, uint32_t gz = 1);
   /// Host → device: `host` is copied into the arena now; the device copy is recorded.
   void upload(uint64_t dst, const void* host, size_t bytes);
-  /// Device → host: records the copy, flushes, and copies out of the arena.
+  /// Device → host: records the copy, flushes every stream of the context (so it sees what
+  /// another stream, e.g. the engine's, wrote), and copies out of the arena.
   void download(void* host, uint64_t src, size_t bytes);
   /// Device → device (recorded).
   void copy(uint64_t dst, uint64_t src, size_t bytes);

@@ -29,8 +29,8 @@
 #include <sstream>
 #include <string>
 
-#include "kv/kv_offload_file.h"
 #include "kv_layout.h"
+#include "kv/kv_offload_file.h"
 
 namespace kvrun {
 
@@ -110,20 +110,22 @@ struct KvCache::Impl {
   size_t map_bytes = 0;
   std::vector<uint8_t*> layer_base;                   // [n_layer] fast-tier rows of each layer
   std::vector<std::unique_ptr<DeviceBuffer>> device;  // rows of layers on other devices
-  std::vector<Backend*> copier;  // [n_layer] for rows the host cannot address: a backend of
-                                 // their device that copies them (copy-on-write); else null
-  std::vector<std::unique_ptr<Backend>> copiers;  // those backends, one per such device
-  std::unique_ptr<OffloadFile> slow;              // the slow tier (null without --kv-offload-dir)
-  std::vector<int32_t> slot_of;                   // [n_blocks] block id → slot
-  std::vector<int32_t> id_at;                     // [n_blocks] slot → block id
-  KvTierStats ts;                 // use and move counters (capacities filled on read)
-  std::vector<KvSequence*> seqs;  // live sequences (the victim policy reads their tables)
-  int64_t cursor = 0;             // where the next scan of the fast slots starts
+  std::unique_ptr<OffloadFile> slow;  // the slow tier (null without --kv-offload-dir)
+  std::vector<int32_t> slot_of;       // [n_blocks] block id → slot
+  std::vector<int32_t> id_at;         // [n_blocks] slot → block id
+  KvTierStats ts;                     // use and move counters (capacities filled on read)
+  std::vector<KvSequence*> seqs;      // live sequences (the victim policy reads their tables)
+  int64_t cursor = 0;                 // where the next scan of the fast slots starts
   BlockPool pool{0};
   int64_t computed = 0;
   int64_t reused = 0;
   std::unique_ptr<PrefixStore> store;  // --kv-cache-dir
   std::vector<uint8_t> payload;        // one block's rows, for the store
+
+  // [n_layer] for rows the host cannot address: a backend of their device that copies them
+  // (copy-on-write); else null. `copiers` owns those backends, one per such device.
+  std::vector<Backend*> copier;
+  std::vector<std::unique_ptr<Backend>> copiers;
 
   int64_t kb() const { return params.block_size * k_row; }  // K bytes of one block, one layer
   int64_t vb() const { return params.block_size * v_row; }

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "backend.h"
-#include "dtype.h"
 #include "kv/block_pool.h"
-#include "kv/prefix_store.h"
+#include "dtype.h"
 #include "models/hparams.h"
+#include "kv/prefix_store.h"
 
 namespace kvrun {
 
