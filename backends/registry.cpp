@@ -1,9 +1,12 @@
 // registry.cpp — the devices of this build and machine (backend.h's registry functions). The
-// one file outside backends/cpu/ and backends/cuda/ that knows both.
+// one file outside the backend folders that knows them all.
 #include <string>
 
 #include "backend.h"
 #include "cpu/cpu_backend.h"
+#ifdef KVRUN_HAVE_VULKAN
+#include "vulkan/vulkan_backend.h"
+#endif
 
 namespace kvrun {
 
@@ -40,10 +43,23 @@ Device& cpu_device() {
 
 std::unique_ptr<Device> make_cpu_device(const std::string& name) { return cpu::make_device(name); }
 
-// The CUDA ops (backends/cuda/) are not behind the seam yet: no GPU Device exists in any build
-// until they are (the CUDA issue), so -ngl N > 0 is refused with a message saying so.
-std::vector<Device*> gpu_devices() { return {}; }
+// The CUDA ops (backends/cuda/) are not behind the seam yet (the CUDA issue). The Vulkan backend
+// (backends/vulkan/, when built) lists its devices; it refuses (Device::supports) the ops it
+// does not have yet, so a model that needs them is refused at load.
+std::vector<Device*> gpu_devices() {
+#ifdef KVRUN_HAVE_VULKAN
+  return vulkan::devices();
+#else
+  return {};
+#endif
+}
 
-std::vector<std::string> gpu_backends_built() { return {}; }
+std::vector<std::string> gpu_backends_built() {
+#ifdef KVRUN_HAVE_VULKAN
+  return {"Vulkan"};
+#else
+  return {};
+#endif
+}
 
 }  // namespace kvrun

@@ -28,6 +28,8 @@ PACKAGES=(
   tmux                        # REPL tests through a pseudo-terminal
   chromium                    # the serve chat page's test (headless, via npm puppeteer-core)
   googletest                  # GoogleTest's sources, for the AArch64 cross build
+  libvulkan-dev glslc         # Vulkan backend: the loader and the GLSL → SPIR-V compiler
+  mesa-vulkan-drivers         # lavapipe: the Vulkan tests run on it where there is no GPU
 )
 # The NEON kernels' tests on an x86-64 machine: a cross compiler and qemu (scripts/arm-check.sh).
 if [ "$(dpkg --print-architecture)" = amd64 ]; then

@@ -2,6 +2,7 @@
 #include "device_options.h"
 
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "backend.h"
@@ -90,9 +91,12 @@ int print_devices() {
       std::printf(" (this build has no GPU backend behind the device seam)");
     std::printf("\n");
   }
-  for (const Device* d : gpus)
-    std::printf("  %s: %s (%lld MiB, %lld MiB free)\n", d->name().c_str(), d->description().c_str(),
-                (long long)(d->total_memory() >> 20), (long long)(d->free_memory() >> 20));
+  for (const Device* d : gpus) {
+    const int64_t free = d->free_memory();  // −1: the driver does not say
+    std::printf("  %s: %s (%lld MiB, %s)\n", d->name().c_str(), d->description().c_str(),
+                (long long)(d->total_memory() >> 20),
+                free < 0 ? "free unknown" : (std::to_string(free >> 20) + " MiB free").c_str());
+  }
   const Device& cpu = cpu_device();
   std::printf("  %s: %s (host)\n", cpu.name().c_str(), cpu.description().c_str());
   return 0;

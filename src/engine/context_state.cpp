@@ -36,6 +36,8 @@ uint8_t* row_at(uint8_t* base, const std::vector<int32_t>& table, int64_t block_
 }  // namespace
 
 void write_context_state(std::ostream& out, const Context& ctx) {
+  if (!ctx.cache().rows_on_host())
+    throw std::runtime_error("the KV state cannot be saved: its KV rows are on a GPU (use -nkvo)");
   if (ctx.sequence().n_released() > 0)
     throw std::runtime_error(
         "the KV state cannot be saved: blocks before the sliding window were given back");
@@ -58,6 +60,9 @@ void write_context_state(std::ostream& out, const Context& ctx) {
 }
 
 void read_context_state(std::istream& in, Context& ctx, std::span<const int32_t> tokens) {
+  if (!ctx.cache().rows_on_host())
+    throw std::runtime_error(
+        "the KV state cannot be restored: its KV rows are on a GPU (use -nkvo)");
   char magic[sizeof kMagic];
   uint64_t saved[kFields], mine[kFields];
   in.read(magic, sizeof magic);

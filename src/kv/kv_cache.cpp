@@ -122,6 +122,11 @@ struct KvCache::Impl {
   std::unique_ptr<PrefixStore> store;  // --kv-cache-dir
   std::vector<uint8_t> payload;        // one block's rows, for the store
 
+  // [n_layer] for rows the host cannot address: a backend of their device that copies them
+  // (copy-on-write); else null. `copiers` owns those backends, one per such device.
+  std::vector<Backend*> copier;
+  std::vector<std::unique_ptr<Backend>> copiers;
+
   int64_t kb() const { return params.block_size * k_row; }  // K bytes of one block, one layer
   int64_t vb() const { return params.block_size * v_row; }
 
@@ -152,14 +157,35 @@ struct KvCache::Impl {
       }
       device.push_back(d->alloc(layer_bytes, BufferUse::kKv));
       layer_base[size_t(il)] = static_cast<uint8_t*>(device.back()->data());
+      if (d->host_memory()) continue;
+      copier.resize(size_t(n_layer), nullptr);
+      for (size_t j = 0; j < size_t(il) && !copier[size_t(il)]; ++j)
+        if (kv_devices[j] == d) copier[size_t(il)] = copier[j];
+      if (!copier[size_t(il)]) {
+        copiers.push_back(d->make_backend(1));
+        copier[size_t(il)] = copiers.back().get();
+      }
     }
   }
 
-  /// Copies every layer's K and V rows of slot `src` to slot `dst`.
+  /// Copies every layer's K and V rows of slot `src` to slot `dst` (through the host for rows
+  /// the host cannot address: the engine's backends finish every step before the next one
+  /// reserves blocks, so the rows are written).
   void copy_slot(int64_t dst, int64_t src) {
+    std::vector<uint8_t> tmp;
     for (int64_t il = 0; il < n_layer; ++il) {
-      std::memcpy(k_at(il, dst), k_at(il, src), size_t(kb()));
-      std::memcpy(v_at(il, dst), v_at(il, src), size_t(vb()));
+      Backend* be = copier.empty() ? nullptr : copier[size_t(il)];
+      if (!be) {
+        std::memcpy(k_at(il, dst), k_at(il, src), size_t(kb()));
+        std::memcpy(v_at(il, dst), v_at(il, src), size_t(vb()));
+        continue;
+      }
+      tmp.resize(size_t(std::max(kb(), vb())));
+      be->download(tmp.data(), k_at(il, src), size_t(kb()));
+      be->upload(k_at(il, dst), tmp.data(), size_t(kb()));
+      be->download(tmp.data(), v_at(il, src), size_t(vb()));  // waits for the K upload too
+      be->upload(v_at(il, dst), tmp.data(), size_t(vb()));
+      be->synchronize();
     }
   }
   void swap_slots(int32_t a, int32_t b) {
@@ -250,10 +276,15 @@ KvCache::KvCache(const Hparams& hp, const KvCacheParams& params,
   validate(hp, params);
   if (!kv_devices.empty() && int64_t(kv_devices.size()) != hp.n_layer)
     throw std::invalid_argument("KV cache: one device per layer expected");
-  for (const Device* d : kv_devices)
-    if (d && !d->host_memory())
-      throw std::invalid_argument("KV cache: rows on " + d->name() +
-                                  " (not host memory) are not supported yet");
+  for (const Device* d : kv_devices) {
+    if (!d || d->host_memory()) continue;
+    if (!params.offload_dir.empty())
+      throw std::invalid_argument("KV cache: --kv-offload-dir with KV rows on " + d->name() +
+                                  " (not host memory) is not supported yet (or use -nkvo)");
+    if (!params.cache_dir.empty() && params.prefix_cache)
+      throw std::invalid_argument("KV cache: --kv-cache-dir with KV rows on " + d->name() +
+                                  " (not host memory) is not supported yet (or use -nkvo)");
+  }
   Impl& c = *impl_;
   c.params = params;
   c.n_layer = hp.n_layer;
@@ -340,6 +371,8 @@ KvLayer KvCache::layer(int64_t il) const {
   }
   return l;
 }
+
+bool KvCache::rows_on_host() const { return impl_->copier.empty(); }
 
 int64_t KvCache::n_layer() const { return impl_->n_layer; }
 int64_t KvCache::block_size() const { return impl_->params.block_size; }

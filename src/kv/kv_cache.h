@@ -79,9 +79,11 @@ class KvCache {
   /// std::bad_alloc (the budget cannot be reserved).
   /// `kv_devices` [n_layer] (Placement::kv) says where each layer's rows live: layers on the
   /// host CPU device (or all, when empty) share one host mapping; a layer on another device gets
-  /// its rows from that device (Device::alloc, BufferUse::kKv). Throws std::invalid_argument
-  /// for a device whose memory the host cannot address (tiers, copy-on-write and the prefix
-  /// store copy rows with the host; a GPU's KV is the CUDA issue's).
+  /// its rows from that device (Device::alloc, BufferUse::kKv). A device whose memory the host
+  /// cannot address (a GPU) keeps its rows there: copy-on-write copies them through a backend of
+  /// that device (download + upload); with such a device, --kv-offload-dir (tiers) and
+  /// --kv-cache-dir (the prefix store), which read rows with the host, throw
+  /// std::invalid_argument naming the flag.
   KvCache(const Hparams& hp, const KvCacheParams& params,
           const std::vector<Device*>& kv_devices = {});
   ~KvCache();
@@ -91,6 +93,9 @@ class KvCache {
   const KvCacheParams& params() const;
   /// Layer `il`'s storage as the attention kernels see it.
   KvLayer layer(int64_t il) const;
+  /// True when every layer's rows are in host-addressable memory (context save/restore reads
+  /// them with the host).
+  bool rows_on_host() const;
   int64_t n_layer() const;
   int64_t block_size() const;
   int64_t n_blocks() const;         ///< capacity

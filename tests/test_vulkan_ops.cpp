@@ -1,0 +1,398 @@
+// test_vulkan_ops.cpp — the Vulkan backend's row, element-wise and matmul ops run through the
+// seam (Device::upload_weight, alloc, Backend ops, upload/download) on the first Vulkan device
+// and compared with the CPU scalar reference (ggml's test-backend-ops idea as GoogleTest
+// TEST_Ps); what the device refuses; the fixture models with layers on Vulkan end to end.
+// test_vulkan_paged.cpp has the KV store, paged attention and the KV cache on the device.
+//
+// Each case draws random inputs (never zeros), poisons the device output (NaN) before the op
+// runs, and compares with NMSE = Σ(out − ref)² / Σ ref² against a threshold per op and type;
+// any NaN fails. matmul is also compared with a float64 evaluation over the same decoded
+// weights: the CPU quantizes activations (q8_0 / q8_K, f16, bf16) as llama.cpp does, Vulkan
+// keeps them f32, so its distance to float64 is much tighter than its distance to the CPU.
+//
+// Built only with the Vulkan backend. CTest forces Mesa's lavapipe (VK_ICD_FILENAMES, see
+// tests/CMakeLists.txt); run the binary directly to test the machine's own GPU. Without a
+// Vulkan device every case skips, naming what the loader reported.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "backend.h"
+#include "cpu/matmul.h"
+#include "cpu/ops.h"
+#include "cpu/thread_pool.h"
+#include "dtype.h"
+#include "tensor.h"
+#include "test_util.h"
+#include "vulkan_test_util.h"
+
+namespace kvrun {
+namespace {
+
+using namespace vktest;
+
+// ---- get_rows ----
+
+class VulkanGetRows : public testing::TestWithParam<DType> {};
+
+TEST_P(VulkanGetRows, EqualsTheCpuDecode) {
+  REQUIRE_VULKAN();
+  const DType t = GetParam();
+  const int64_t cols = 512, n_rows = 50;
+  DevWeight w(t, random_rows(t, n_rows, cols, 11), cols, n_rows);
+  const Tensor host = Tensor::contiguous(t, w.host.data(), cols, n_rows);
+  const std::vector<int32_t> ids = {0, 49, 7, 7, 23, 1, 48};
+  const int64_t n = int64_t(ids.size());
+  std::vector<float> ref(size_t(n * cols));
+  cpu::get_rows(host, ids.data(), n, ref.data());
+  auto out = poisoned(ref.size());
+  vk().get_rows(w.t, ids.data(), n, fp(out));
+  const double e = nmse(from_dev(*out, ref.size()), ref);
+  record("nmse_ref", e);
+  EXPECT_LE(e, 1e-12) << traits(t).name;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, VulkanGetRows, testing::ValuesIn(kWeightTypes),
+                         [](const testing::TestParamInfo<DType>& i) {
+                           return std::string(traits(i.param).name);
+                         });
+
+TEST(VulkanOps, GetRowsRefusesAnIdOutsideTheTable) {
+  REQUIRE_VULKAN();
+  DevWeight w(DType::F32, random_rows(DType::F32, 4, 64, 1), 64, 4);
+  auto out = poisoned(64);
+  const int32_t bad[] = {4};
+  EXPECT_THROW(vk().get_rows(w.t, bad, 1, fp(out)), std::out_of_range);
+}
+
+// ---- matmul ----
+
+struct MatmulCase {
+  DType type;
+  int64_t n;
+};
+
+void PrintTo(const MatmulCase& c, std::ostream* os) { *os << traits(c.type).name << "_n" << c.n; }
+
+class VulkanMatmul : public testing::TestWithParam<MatmulCase> {};
+
+/// k = 512 (520 for f32/f16/bf16: a k-tile cut short), m = 100 (a partial 32-row tile); n = 1
+/// and 3 run the matrix-vector shader, 37 the tiled one.
+TEST_P(VulkanMatmul, MatchesTheCpuAndFloat64) {
+  REQUIRE_VULKAN();
+  const auto [t, n] = GetParam();
+  const int64_t k = traits(t).block_elems == 1 ? 520 : 512, m = 100;
+  DevWeight w(t, random_rows(t, m, k, 61), k, m);
+  const Tensor host = Tensor::contiguous(t, w.host.data(), k, m);
+  const std::vector<float> x = test::random_floats(size_t(n * k), 62);
+  cpu::ThreadPool pool(1);
+  std::vector<float> ref(size_t(n * m));
+  cpu::matmul(pool, host, x.data(), n, ref.data(), cpu::CpuLevel::scalar);
+  std::vector<float> wf(size_t(m * k));
+  traits(t).to_float(w.host.data(), wf.data(), m * k);
+  std::vector<double> exact(size_t(n * m));
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t i = 0; i < m; ++i) {
+      double s = 0;
+      for (int64_t e = 0; e < k; ++e) s += double(wf[size_t(i * k + e)]) * x[size_t(j * k + e)];
+      exact[size_t(j * m + i)] = s;
+    }
+  auto dx = to_dev(x);
+  auto dy = poisoned(ref.size());
+  vk().matmul(w.t, fp(dx), n, fp(dy));
+  const std::vector<float> got = from_dev(*dy, ref.size());
+  const double e_ref = nmse(got, ref), e_exact = nmse(got, exact);
+  record("nmse_ref", e_ref);
+  record("nmse_exact", e_exact);
+  // The CPU's own activation rounding (docs/cuda.md measured it against float64): q8_0 / q8_K
+  // activations ~3e-5..6e-5, bf16 ~3e-6, f16 ~1e-7; f32 none.
+  const double tol_ref = t == DType::F32 ? 1e-10 : t == DType::F16 ? 1e-6 : 2e-4;
+  EXPECT_LE(e_ref, tol_ref);
+  EXPECT_LE(e_exact, 1e-10);
+}
+
+std::vector<MatmulCase> matmul_cases() {
+  std::vector<MatmulCase> c;
+  for (DType t : kWeightTypes)
+    for (int64_t n : {1, 3, 37}) c.push_back({t, n});
+  return c;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, VulkanMatmul, testing::ValuesIn(matmul_cases()),
+                         [](const testing::TestParamInfo<MatmulCase>& i) {
+                           return std::string(traits(i.param.type).name) + "_n" +
+                                  std::to_string(i.param.n);
+                         });
+
+// ---- row and element-wise ops ----
+
+/// Variants: with a weight, without, and in place (y = x).
+TEST(VulkanOps, RmsNorm) {
+  REQUIRE_VULKAN();
+  const int64_t rows = 5, cols = 1000;
+  const std::vector<float> x = test::random_floats(size_t(rows * cols), 21, 2.0f);
+  DevWeight w(DType::F32, random_rows(DType::F32, 1, cols, 22), cols, 1);
+  const float* wh = reinterpret_cast<const float*>(w.host.data());
+  for (int variant = 0; variant < 3; ++variant) {
+    SCOPED_TRACE(variant);
+    std::vector<float> ref(x.size());
+    cpu::rms_norm(x.data(), variant == 1 ? nullptr : wh, ref.data(), rows, cols, 1e-5f);
+    auto dx = to_dev(x);
+    auto dy = variant == 2 ? nullptr : poisoned(x.size());
+    float* y = variant == 2 ? fp(dx) : fp(dy);
+    vk().rms_norm(fp(dx), variant == 1 ? nullptr : &w.t, y, rows, cols, 1e-5f);
+    const double e = nmse(from_dev(variant == 2 ? *dx : *dy, x.size()), ref);
+    record("nmse_ref", e);
+    EXPECT_LE(e, 1e-12);
+  }
+}
+
+/// Variants: 0 llama pairs, 1 neox pairs, 2 llama3 freq_factors with linear scaling, 3 partial
+/// rotation (n_rot < head_dim), 4 neox with mscale (LongRoPE's attention factor).
+TEST(VulkanOps, Rope) {
+  REQUIRE_VULKAN();
+  const int64_t n_tok = 6, n_heads = 4, hd = 64;
+  std::vector<int32_t> pos = {0, 1, 7, 100, 4095, 131000};
+  std::vector<float> ff(size_t(hd / 2));
+  for (size_t i = 0; i < ff.size(); ++i) ff[i] = 1.0f + 0.25f * float(i % 5);
+  const std::vector<float> x = test::random_floats(size_t(n_tok * n_heads * hd), 31);
+  for (int variant = 0; variant < 5; ++variant) {
+    SCOPED_TRACE(variant);
+    RopeConfig cfg{hd, 500000.0f, 1.0f, nullptr, 1.0f, variant == 1 || variant == 4};
+    if (variant == 2) {
+      cfg.freq_factors = ff.data();
+      cfg.freq_scale = 0.25f;
+    }
+    if (variant == 3) cfg.n_rot = 32;
+    if (variant == 4) cfg.mscale = 1.19f;
+    std::vector<float> ref = x;
+    cpu::rope(ref.data(), n_tok, n_heads, hd, pos.data(), cfg);
+    PageTable pt;
+    pt.n_tokens = n_tok;
+    pt.pos = pos.data();
+    vk().begin_step(pt);
+    auto dx = to_dev(x);
+    vk().rope(fp(dx), n_tok, n_heads, hd, cfg);
+    const double e = nmse(from_dev(*dx, x.size()), ref);
+    record("nmse_ref", e);
+    EXPECT_LE(e, 1e-9);
+  }
+}
+
+/// SwiGLU and GeGLU over 3 × 1001 elements, out separate and aliasing gate.
+TEST(VulkanOps, Glu) {
+  REQUIRE_VULKAN();
+  const int64_t rows = 3, cols = 1001;
+  std::vector<float> g = test::random_floats(size_t(rows * cols), 41, 3.0f);
+  g[0] = -12.0f;  // GeGLU's clamps
+  g[1] = 11.0f;
+  const std::vector<float> u = test::random_floats(size_t(rows * cols), 42);
+  for (GluKind kind : {GluKind::kSwiGlu, GluKind::kGeGlu})
+    for (bool alias : {false, true}) {
+      SCOPED_TRACE(std::string(kind == GluKind::kGeGlu ? "geglu" : "swiglu") +
+                   (alias ? " in place" : ""));
+      std::vector<float> ref(g.size());
+      if (kind == GluKind::kGeGlu)
+        cpu::geglu(g.data(), u.data(), ref.data(), rows, cols);
+      else
+        cpu::swiglu(g.data(), u.data(), ref.data(), rows, cols);
+      auto dg = to_dev(g), du = to_dev(u);
+      auto dout = alias ? nullptr : poisoned(g.size());
+      vk().glu(kind, fp(dg), fp(du), alias ? fp(dg) : fp(dout), rows, cols);
+      const double e = nmse(from_dev(alias ? *dg : *dout, g.size()), ref);
+      record("nmse_ref", e);
+      // GeGLU rounds x and gelu(x) to f16; a driver's f32 → f16 rounding may differ at ties.
+      EXPECT_LE(e, kind == GluKind::kGeGlu ? 1e-7 : 1e-12);
+    }
+}
+
+TEST(VulkanOps, AddAddRowScaleSoftcap) {
+  REQUIRE_VULKAN();
+  const int64_t rows = 7, cols = 587, n = rows * cols;
+  const std::vector<float> y = test::random_floats(size_t(n), 51, 4.0f);
+  const std::vector<float> x = test::random_floats(size_t(n), 52);
+  DevWeight bias(DType::F32, random_rows(DType::F32, 1, cols, 53), cols, 1);
+  const float* bh = reinterpret_cast<const float*>(bias.host.data());
+  for (int op = 0; op < 4; ++op) {
+    SCOPED_TRACE(op);
+    std::vector<float> ref = y;
+    auto dy = to_dev(y), dx = to_dev(x);
+    switch (op) {
+      case 0:
+        cpu::add(ref.data(), x.data(), n);
+        vk().add(fp(dy), fp(dx), n);
+        break;
+      case 1:
+        for (int64_t r = 0; r < rows; ++r) cpu::add(ref.data() + r * cols, bh, cols);
+        vk().add_row(fp(dy), bias.t, rows, cols);
+        break;
+      case 2:
+        cpu::scale(ref.data(), n, 0.37f);
+        vk().scale(fp(dy), n, 0.37f);
+        break;
+      case 3:
+        cpu::softcap(ref.data(), n, 5.0f);
+        vk().softcap(fp(dy), n, 5.0f);
+        break;
+    }
+    const double e = nmse(from_dev(*dy, size_t(n)), ref);
+    record("nmse_ref", e);
+    EXPECT_LE(e, op == 3 ? 1e-12 : 0.0);  // tanh is the driver's; the others exact
+  }
+}
+
+TEST(VulkanOps, CopyCols) {
+  REQUIRE_VULKAN();
+  const int64_t rows = 9, cols = 300, c0 = 64, n = 96;
+  const std::vector<float> src = test::random_floats(size_t(rows * cols), 55);
+  std::vector<float> ref(size_t(rows * n));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < n; ++j) ref[size_t(r * n + j)] = src[size_t(r * cols + c0 + j)];
+  auto ds = to_dev(src);
+  auto dd = poisoned(ref.size());
+  vk().copy_cols(fp(ds), rows, cols, c0, n, fp(dd));
+  EXPECT_EQ(nmse(from_dev(*dd, ref.size()), ref), 0.0);
+}
+
+/// Ops issued back to back without a synchronize (the order and barriers between them): RMSNorm
+/// → q8_0 matmul (tiled) → add → scale, downloaded once.
+TEST(VulkanOps, ChainedOpsRunInIssueOrder) {
+  REQUIRE_VULKAN();
+  const int64_t n = 9, k = 256, m = 64;
+  const std::vector<float> x = test::random_floats(size_t(n * k), 81);
+  DevWeight w(DType::Q8_0, random_rows(DType::Q8_0, m, k, 82), k, m);
+  const std::vector<float> r = test::random_floats(size_t(n * m), 83);
+  auto dx = to_dev(x), dy = poisoned(size_t(n * m)), dr = to_dev(r);
+  vk().rms_norm(fp(dx), nullptr, fp(dx), n, k, 1e-6f);
+  vk().matmul(w.t, fp(dx), n, fp(dy));
+  vk().add(fp(dy), fp(dr), n * m);
+  vk().scale(fp(dy), n * m, 0.5f);
+  const std::vector<float> got = from_dev(*dy, size_t(n * m));
+  std::vector<float> xn(x.size()), ref(size_t(n * m)), wf(size_t(m * k));
+  cpu::rms_norm(x.data(), nullptr, xn.data(), n, k, 1e-6f);
+  traits(DType::Q8_0).to_float(w.host.data(), wf.data(), m * k);
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t i = 0; i < m; ++i) {
+      double s = 0;
+      for (int64_t e = 0; e < k; ++e) s += double(wf[size_t(i * k + e)]) * xn[size_t(j * k + e)];
+      ref[size_t(j * m + i)] = float((s + r[size_t(j * m + i)]) * 0.5);
+    }
+  const double e = nmse(got, ref);
+  record("nmse_ref", e);
+  EXPECT_LE(e, 1e-10);
+}
+
+TEST(VulkanOps, FreeingABufferWaitsForTheWorkRecordedOnIt) {
+  REQUIRE_VULKAN();
+  const int64_t n = 4096;
+  for (int round = 0; round < 4; ++round) {
+    auto a = to_dev(test::random_floats(size_t(n), 7));  // recorded, not submitted
+    a.reset();
+    DevWeight w(DType::F32, random_rows(DType::F32, 1, n, 8), n, 1);
+    std::vector<float> got(static_cast<size_t>(n));
+    vk().download(got.data(), w.t.data, size_t(n) * sizeof(float));
+    EXPECT_EQ(std::memcmp(got.data(), w.host.data(), w.host.size()), 0) << round;
+  }
+}
+
+// ---- what the device says it supports ----
+
+TEST(VulkanSupport, UnimplementedOpsAndTypesAreRefusedUpFront) {
+  REQUIRE_VULKAN();
+  Device& d = *vk_device();
+  EXPECT_EQ(d.name().rfind("Vulkan", 0), 0u) << d.name();
+  EXPECT_FALSE(d.host_memory());
+  for (DType t : kWeightTypes) {
+    EXPECT_TRUE(d.supports(Op::kMatmul, t, DType::F32, 4096)) << traits(t).name;
+    EXPECT_TRUE(d.supports(Op::kGetRows, t)) << traits(t).name;
+  }
+  EXPECT_FALSE(d.supports(Op::kMatmul, DType::Q4_K, DType::F32, 4000));  // not whole blocks
+  for (DType t : {DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::IQ4_NL}) {
+    EXPECT_FALSE(d.supports(Op::kMatmul, t)) << traits(t).name;
+    EXPECT_FALSE(d.supports(Op::kGetRows, t)) << traits(t).name;
+    std::vector<uint8_t> bytes(size_t(*row_bytes(t, 256)));
+    Tensor w = Tensor::contiguous(t, bytes.data(), 256, 1);
+    EXPECT_THROW(d.upload_weight(w, false), std::runtime_error) << traits(t).name;
+  }
+  // The KV store and paged attention: every KV type but nvfp4 so far.
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::FP8_E4M3,
+                  DType::FP8_E5M2}) {
+    EXPECT_TRUE(d.supports(Op::kKvStore, t, DType::F16)) << traits(t).name;
+    EXPECT_TRUE(d.supports(Op::kPagedAttention, DType::F16, t)) << traits(t).name;
+  }
+  for (DType t : {DType::NVFP4}) {
+    EXPECT_FALSE(d.supports(Op::kKvStore, t, DType::F16)) << traits(t).name;
+    EXPECT_FALSE(d.supports(Op::kKvStore, DType::F16, t)) << traits(t).name;
+    EXPECT_FALSE(d.supports(Op::kPagedAttention, t, DType::F16)) << traits(t).name;
+    EXPECT_FALSE(d.supports(Op::kPagedAttention, DType::F16, t)) << traits(t).name;
+  }
+}
+
+// ---- the model end to end (-ngl through the seam) ----
+
+/// Greedy tokens of `kvrun -m model` with `flags` (KVRUN_VULKAN_SOFTWARE=1 passes to the child,
+/// so lavapipe counts as Vulkan0 there too).
+std::vector<int> greedy_tokens(const std::string& model, const std::string& flags) {
+  const std::string cmd = test::kvrun_binary() + " -m " + test::fixture(model).string() +
+                          " -p 'Once upon a time' -n 16 --temp 0 --json " + flags;
+  const test::CommandResult r = test::run_command(cmd);
+  EXPECT_EQ(r.exit_code, 0) << cmd << "\n" << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
+  if (j.is_discarded() || !j.contains("tokens")) return {};
+  return j.at("tokens").get<std::vector<int>>();
+}
+
+/// The stories260K fixtures with layers (and the output head) on Vulkan0: everything on the
+/// device (KV rows and attention too), and for the f32 model also the last 2 layers with a q8_0
+/// cache and -nkvo (KV and attention on the host): greedy tokens equal to the CPU's. Weight types:
+/// f32, f16, q8_0, q4_0, q6_K (+ q8_0 embeddings).
+TEST(VulkanModel, GreedyTokensEqualTheCpuWithLayersOnVulkan) {
+  REQUIRE_VULKAN();
+  const std::string dev = " -dev " + vk_device()->name();
+  const std::string q8 = " -ctk q8_0 -ctv q8_0";
+  for (const char* m : {"models/stories260K-F32.gguf", "models/stories260K-pad-F16.gguf",
+                        "models/stories260K-pad-Q8_0.gguf", "models/stories260K-pad-Q4_0.gguf",
+                        "models/stories260K-Q6_K.gguf"}) {
+    SCOPED_TRACE(m);
+    KVRUN_REQUIRE_FIXTURE(m);
+    const std::vector<int> cpu = greedy_tokens(m, "");
+    ASSERT_EQ(cpu.size(), 16u);
+    EXPECT_EQ(greedy_tokens(m, "-ngl all" + dev), cpu);
+    if (m != std::string("models/stories260K-F32.gguf")) continue;  // lavapipe is slow: once
+    EXPECT_EQ(greedy_tokens(m, "-ngl 2" + q8 + dev), greedy_tokens(m, q8));
+    EXPECT_EQ(greedy_tokens(m, "-ngl all -nkvo" + dev), cpu);
+  }
+}
+
+/// What the backend lacks is refused with one line naming it: a KV type (nvfp4), the slow KV
+/// tier for rows on the device, a weight type (the q5_1 of this Q5_K_M file).
+TEST(VulkanModel, WhatIsNotSupportedIsRefusedClearly) {
+  REQUIRE_VULKAN();
+  const std::string dev = " -dev " + vk_device()->name();
+  const std::string f32 = test::kvrun_binary() + " -m " +
+                          test::fixture("models/stories260K-F32.gguf").string() + " -p hi -n 1";
+  const test::CommandResult q4 = test::run_command(f32 + " -ngl 1 -ctk nvfp4" + dev);
+  EXPECT_EQ(q4.exit_code, 1);
+  EXPECT_NE(q4.err.find("has no paged attention over K nvfp4"), std::string::npos) << q4.err;
+  test::TempDir dir;
+  const test::CommandResult off =
+      test::run_command(f32 + " -ngl 1 --kv-offload-dir " + dir.path().string() + dev);
+  EXPECT_EQ(off.exit_code, 1);
+  EXPECT_NE(off.err.find("--kv-offload-dir with KV rows on"), std::string::npos) << off.err;
+  const test::CommandResult q5 = test::run_command(
+      test::kvrun_binary() + " -m " + test::fixture("models/stories260K-Q5_K_M.gguf").string() +
+      " -p hi -n 1 -ngl all" + dev);
+  EXPECT_EQ(q5.exit_code, 1);
+  EXPECT_NE(q5.err.find("q5_1, which " + vk_device()->name() + "'s matmul does not support"),
+            std::string::npos)
+      << q5.err;
+}
+
+}  // namespace
+}  // namespace kvrun

@@ -1,0 +1,394 @@
+// test_vulkan_paged.cpp — the Vulkan KV store and paged attention through the seam, against
+// the CPU (the KV bytes must equal the CPU encoder's; attention by NMSE against the CPU's flash
+// attention and against float64 over the decoded cache), and the KV cache with its rows on the
+// Vulkan device. Inputs random, outputs poisoned first; see test_vulkan_ops.cpp.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <numeric>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend.h"
+#include "cpu/paged_attention.h"
+#include "cpu/thread_pool.h"
+#include "dtype.h"
+#include "kv/kv_cache.h"
+#include "kv_layout.h"
+#include "test_util.h"
+#include "vulkan_test_util.h"
+
+namespace kvrun {
+namespace {
+
+using namespace vktest;
+
+// ---- paged KV: store and attention ----
+
+/// A step over a paged cache: sequences given as (pos0, n_q), each with a block table over
+/// shuffled slots; the host cache bytes (0xAB where nothing was written), the step's PageTable
+/// and the CPU's per-sequence view of it.
+struct PagedSetup {
+  PagedAttnParams p;
+  int64_t bs, n_rows = 0, n_slots = 0;
+  std::vector<int32_t> seq_indptr{0}, block_indptr{0}, block_ids, pos;
+  std::vector<PagedSeq> seqs;
+  std::vector<uint8_t> k, v;  ///< [n_slots][bs][row bytes]
+  KvLayer kv;                 ///< over k, v (host)
+  PageTable pt;
+
+  PagedSetup(DType kt, DType vt, int64_t n_head, int64_t hkv, int64_t hd, int64_t block_size,
+             const std::vector<std::pair<int64_t, int64_t>>& shapes, uint32_t seed)
+      : bs(block_size) {
+    p.attn = {n_head, hkv, hd, hd, 1.0f / std::sqrt(float(hd))};
+    for (const auto& [pos0, n_q] : shapes) n_slots += (pos0 + n_q + bs - 1) / bs;
+    std::vector<int32_t> slots(static_cast<size_t>(n_slots));
+    std::iota(slots.begin(), slots.end(), 0);
+    std::shuffle(slots.begin(), slots.end(), std::mt19937(seed));
+    for (const auto& [pos0, n_q] : shapes) {
+      const int64_t nb = (pos0 + n_q + bs - 1) / bs;
+      block_ids.insert(block_ids.end(), slots.begin() + block_indptr.back(),
+                       slots.begin() + block_indptr.back() + nb);
+      block_indptr.push_back(block_indptr.back() + int32_t(nb));
+      for (int64_t i = 0; i < n_q; ++i) pos.push_back(int32_t(pos0 + i));
+      n_rows += n_q;
+      seq_indptr.push_back(int32_t(n_rows));
+    }
+    for (size_t s = 0; s < shapes.size(); ++s)
+      seqs.push_back(
+          {block_ids.data() + block_indptr[s], shapes[s].first, seq_indptr[s], shapes[s].second});
+    kv.k_type = kt;
+    kv.v_type = vt;
+    kv.k_row_bytes = kv_row_bytes(kt, hkv, hd);
+    kv.v_row_bytes = kv_row_bytes(vt, hkv, hd);
+    kv.block_size = bs;
+    k.assign(size_t(n_slots * bs * kv.k_row_bytes), 0xAB);
+    v.assign(size_t(n_slots * bs * kv.v_row_bytes), 0xAB);
+    kv.k = k.data();
+    kv.v = v.data();
+    pt.n_seqs = int64_t(shapes.size());
+    pt.n_tokens = n_rows;
+    pt.block_size = bs;
+    pt.seq_indptr = seq_indptr.data();
+    pt.block_indptr = block_indptr.data();
+    pt.block_ids = block_ids.data();
+    pt.pos = pos.data();
+  }
+  int64_t kv_width() const { return p.attn.n_head_kv * p.attn.head_dim; }
+};
+
+/// K and V rows with a spread of magnitudes per head.
+std::vector<float> kv_values(int64_t rows, int64_t width, uint32_t seed) {
+  std::vector<float> x = test::random_floats(size_t(rows * width), seed);
+  for (int64_t i = 0; i < rows * width; ++i) x[size_t(i)] *= std::ldexp(1.0f, int(i / 8 % 7) - 3);
+  return x;
+}
+
+/// The device copy of a setup's cache and the KvLayer pointing at it.
+struct DevCache {
+  std::unique_ptr<DeviceBuffer> k, v;
+  KvLayer kv;
+  explicit DevCache(const PagedSetup& ps) : kv(ps.kv) {
+    k = vk_device()->alloc(ps.k.size(), BufferUse::kKv);
+    v = vk_device()->alloc(ps.v.size(), BufferUse::kKv);
+    vk().upload(k->data(), ps.k.data(), ps.k.size());
+    vk().upload(v->data(), ps.v.data(), ps.v.size());
+    kv.k = static_cast<uint8_t*>(k->data());
+    kv.v = static_cast<uint8_t*>(v->data());
+  }
+};
+
+struct KvCase {
+  DType k, v;
+  int variant;
+};
+
+void PrintTo(const KvCase& c, std::ostream* os) {
+  *os << traits(c.k).name << "_" << traits(c.v).name << "_v" << c.variant;
+}
+
+std::string kv_case_name(const testing::TestParamInfo<KvCase>& i) {
+  return std::string(traits(i.param.k).name) + "_" + traits(i.param.v).name + "_v" +
+         std::to_string(i.param.variant);
+}
+
+const KvCase kKvPairs[] = {
+    {DType::F16, DType::F16, 0},           {DType::F32, DType::F32, 0},
+    {DType::BF16, DType::BF16, 0},         {DType::F16, DType::BF16, 0},
+    {DType::Q8_0, DType::Q8_0, 0},         {DType::F16, DType::Q8_0, 0},
+    {DType::FP8_E4M3, DType::FP8_E4M3, 0}, {DType::FP8_E5M2, DType::FP8_E5M2, 0},
+    {DType::Q8_0, DType::FP8_E4M3, 0},     {DType::Q4_0, DType::Q4_0, 0},
+    {DType::F16, DType::Q4_0, 0}};
+
+/// Whether the pair has a block-scaled type (q8_0, fp8): the store test adds a wide-scale shape.
+bool is_q8(const KvCase& c) {
+  auto scaled = [](DType t) {
+    return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::FP8_E4M3 || t == DType::FP8_E5M2;
+  };
+  return scaled(c.k) || scaled(c.v);
+}
+
+class VulkanKvStore : public testing::TestWithParam<KvCase> {};
+
+/// Variants: 0 n_head_kv 2 × head_dim 64 (two sequences, one crossing blocks), 1 n_head_kv 3 ×
+/// head_dim 8 (one q8_0 block per row, padded: rows start 2 bytes into a word), 2 n_head_kv 2
+/// × head_dim 40 (three q8_0 blocks), 3 n_head_kv 4 × head_dim 16 (q8_0 blocks span heads),
+/// 4 (q8_0 only) 512 rows of n_head_kv 8 × head_dim 64 with block scales spread over 2^±20.
+/// The cache bytes must equal the CPU encoder's (0xAB bytes where nothing is written).
+TEST_P(VulkanKvStore, WritesTheCpuBytes) {
+  REQUIRE_VULKAN();
+  const KvCase c = GetParam();
+  const int64_t hkv = c.variant == 1 ? 3 : c.variant == 3 ? 4 : c.variant == 4 ? 8 : 2;
+  const int64_t hd = c.variant == 1 ? 8 : c.variant == 2 ? 40 : c.variant == 3 ? 16 : 64;
+  PagedSetup ps(c.k, c.v, hkv, hkv, hd, 16,
+                c.variant == 4 ? std::vector<std::pair<int64_t, int64_t>>{{0, 512}}
+                               : std::vector<std::pair<int64_t, int64_t>>{{5, 20}, {0, 3}},
+                71);
+  std::vector<float> k = kv_values(ps.n_rows, ps.kv_width(), 72);
+  std::vector<float> v = kv_values(ps.n_rows, ps.kv_width(), 73);
+  if (c.variant == 4)  // 16384 blocks with scales over 2^-20 … 2^20: the q8_0 divisions
+    for (size_t i = 0; i < k.size(); ++i) {
+      k[i] *= std::ldexp(1.0f, int(i / 32 * 7919 % 41) - 20);
+      v[i] *= std::ldexp(1.0f, int(i / 32 * 104729 % 41) - 20);
+    }
+  // Rounding ties of f16 and bf16 (to even, down and up), f16 subnormals and their ties,
+  // overflow to inf, an infinity and a NaN: where a converter that is not the CPU's would differ.
+  const float specials[] = {1.0f + 0x1p-11f,
+                            1.0f + 3 * 0x1p-11f,
+                            -(1.0f + 0x1p-11f),
+                            1.0f + 0x1p-8f,
+                            1.0f + 3 * 0x1p-8f,
+                            0x1p-20f + 0x1p-25f,
+                            0x1p-24f,
+                            0x1p-25f,
+                            0x1p-25f + 0x1p-40f,
+                            70000.0f,
+                            -INFINITY,
+                            std::nanf("")};
+  // (q8_0 / q4_0 of an inf or NaN is undefined on the CPU too: those two stay out.)
+  auto blocks32 = [](DType t) { return t == DType::Q8_0 || t == DType::Q4_0; };
+  const size_t n_special = blocks32(c.k) || blocks32(c.v) ? 10 : 12;
+  std::copy_n(std::begin(specials), n_special, k.begin());
+  std::copy_n(std::begin(specials), n_special, v.begin() + ps.kv_width());
+  std::fill_n(k.begin() + 2 * ps.kv_width(), 32, 0.0f);  // an all-zero block (amax 0)
+  DevCache dc(ps);
+  cpu::paged_kv_store(ps.kv, ps.p, ps.seqs.data(), int64_t(ps.seqs.size()), k.data(), v.data());
+  vk().begin_step(ps.pt);
+  auto dk = to_dev(k), dv = to_dev(v);
+  vk().kv_store(dc.kv, ps.p, fp(dk), fp(dv));
+  std::vector<uint8_t> got_k(ps.k.size()), got_v(ps.v.size());
+  vk().download(got_k.data(), dc.k->data(), got_k.size());
+  vk().download(got_v.data(), dc.v->data(), got_v.size());
+  const auto mk = std::mismatch(got_k.begin(), got_k.end(), ps.k.begin());
+  EXPECT_TRUE(mk.first == got_k.end()) << "K byte " << (mk.first - got_k.begin()) << " differs";
+  const auto mv = std::mismatch(got_v.begin(), got_v.end(), ps.v.begin());
+  EXPECT_TRUE(mv.first == got_v.end()) << "V byte " << (mv.first - got_v.begin()) << " differs";
+}
+
+/// KV rows that are not in the device's memory (here: the host copy) are refused, never read
+/// or written by a shader.
+TEST(VulkanOps, KvRowsOutsideTheDeviceAreRefused) {
+  REQUIRE_VULKAN();
+  PagedSetup ps(DType::F16, DType::F16, 2, 2, 64, 16, {{0, 3}}, 5);
+  const std::vector<float> k = kv_values(ps.n_rows, ps.kv_width(), 6);
+  auto dk = to_dev(k), dout = poisoned(size_t(ps.n_rows * ps.kv_width()));
+  vk().begin_step(ps.pt);
+  EXPECT_THROW(vk().kv_store(ps.kv, ps.p, fp(dk), fp(dk)), std::invalid_argument);
+  EXPECT_THROW(vk().paged_attention(ps.kv, ps.p, fp(dk), fp(dout)), std::invalid_argument);
+}
+
+std::vector<KvCase> kv_store_cases() {
+  std::vector<KvCase> out;
+  for (const KvCase& c : kKvPairs)
+    for (int variant : {0, 1, 2, 3, 4})
+      if (variant < 4 || is_q8(c)) out.push_back({c.k, c.v, variant});
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, VulkanKvStore, testing::ValuesIn(kv_store_cases()), kv_case_name);
+
+class VulkanAttention : public testing::TestWithParam<KvCase> {};
+
+/// Variants: 0 one decode at context 3000 (6 segments merged by log-sum-exp), GQA 4/2, head_dim
+/// 64; 1 a 37-token prefill and a 2-token continuation, head_dim 128, blocks of 32; 2 head_dim 8
+/// without GQA (the fixtures' shape); 3 a 700-token decode and a 3-token continuation with a
+/// 100-position window and soft-capping. The cache is filled by the CPU encoder; the reference
+/// is the CPU's flash attention, and float64 over the decoded cache.
+/// Encodes random K and V rows for every position of every sequence into the setup's host cache
+/// (the CPU encoder) and returns the decoded cells [n_slots · bs][kv_width] of K and of V.
+std::pair<std::vector<float>, std::vector<float>> fill_cache(PagedSetup& ps) {
+  const int64_t w = ps.kv_width(), hkv = ps.p.attn.n_head_kv, hd = ps.p.attn.head_dim;
+  std::vector<float> kdec(size_t(ps.n_slots * ps.bs * w)), vdec(kdec.size());
+  for (size_t s = 0; s < ps.seqs.size(); ++s) {
+    const int64_t n_pos = ps.seqs[s].pos0 + ps.seqs[s].n_q;
+    const std::vector<float> k = kv_values(n_pos, w, 100 + uint32_t(s));
+    const std::vector<float> v = kv_values(n_pos, w, 200 + uint32_t(s));
+    for (int64_t j = 0; j < n_pos; ++j) {
+      const int32_t id = ps.seqs[s].block_table[j / ps.bs];
+      const int64_t cell = id * ps.bs + j % ps.bs;
+      uint8_t* krow = ps.kv.k_block(id) + (j % ps.bs) * ps.kv.k_row_bytes;
+      uint8_t* vrow = ps.kv.v_block(id) + (j % ps.bs) * ps.kv.v_row_bytes;
+      kv_encode_row(ps.kv.k_type, hkv, hd, k.data() + j * w, krow);
+      kv_encode_row(ps.kv.v_type, hkv, hd, v.data() + j * w, vrow);
+      kv_decode_row(ps.kv.k_type, hkv, hd, krow, kdec.data() + cell * w);
+      kv_decode_row(ps.kv.v_type, hkv, hd, vrow, vdec.data() + cell * w);
+    }
+  }
+  return {kdec, vdec};
+}
+
+/// Causal attention of q in float64 over the decoded cells (window and soft-cap included).
+std::vector<double> attention_f64(const PagedSetup& ps, const std::vector<float>& q,
+                                  const std::vector<float>& kdec, const std::vector<float>& vdec) {
+  const AttnParams& a = ps.p.attn;
+  const int64_t hd = a.head_dim, qw = a.n_head * hd, w = ps.kv_width();
+  std::vector<double> out(q.size());
+  for (const PagedSeq& s : ps.seqs)
+    for (int64_t i = 0; i < s.n_q; ++i) {
+      const int64_t row = s.q0 + i, p = s.pos0 + i;
+      const int64_t lo = ps.p.window > 0 ? std::max<int64_t>(0, p - ps.p.window + 1) : 0;
+      for (int64_t h = 0; h < a.n_head; ++h) {
+        const int64_t hk = h / (a.n_head / a.n_head_kv);
+        std::vector<double> sc, acc(size_t(hd), 0.0);
+        double mx = -INFINITY, l = 0;
+        auto cell = [&](int64_t j) { return s.block_table[j / ps.bs] * ps.bs + j % ps.bs; };
+        for (int64_t j = lo; j <= p; ++j) {
+          double d = 0;
+          for (int64_t e = 0; e < hd; ++e)
+            d += double(q[size_t(row * qw + h * hd + e)]) * kdec[size_t(cell(j) * w + hk * hd + e)];
+          d *= a.scale;
+          if (ps.p.softcap > 0) d = ps.p.softcap * std::tanh(d / ps.p.softcap);
+          sc.push_back(d);
+          mx = std::max(mx, d);
+        }
+        for (int64_t j = lo; j <= p; ++j) {
+          const double wt = std::exp(sc[size_t(j - lo)] - mx);
+          l += wt;
+          for (int64_t e = 0; e < hd; ++e)
+            acc[size_t(e)] += wt * vdec[size_t(cell(j) * w + hk * hd + e)];
+        }
+        for (int64_t e = 0; e < hd; ++e) out[size_t(row * qw + h * hd + e)] = acc[size_t(e)] / l;
+      }
+    }
+  return out;
+}
+
+TEST_P(VulkanAttention, MatchesTheCpuAndFloat64) {
+  REQUIRE_VULKAN();
+  const KvCase c = GetParam();
+  struct Shape {
+    int64_t n_head, hkv, hd, bs;
+    std::vector<std::pair<int64_t, int64_t>> seqs;
+  };
+  const Shape shapes[] = {{4, 2, 64, 16, {{2999, 1}}},
+                          {4, 2, 128, 32, {{0, 37}, {40, 2}}},
+                          {8, 8, 8, 16, {{0, 5}, {17, 1}}},
+                          {4, 1, 64, 16, {{699, 1}, {300, 3}}}};
+  const Shape& sh = shapes[c.variant];
+  PagedSetup ps(c.k, c.v, sh.n_head, sh.hkv, sh.hd, sh.bs, sh.seqs, 91);
+  if (c.variant == 3) {
+    ps.p.window = 100;
+    ps.p.softcap = 30.0f;
+  }
+  const auto [kdec, vdec] = fill_cache(ps);
+  const std::vector<float> q = test::random_floats(size_t(ps.n_rows * sh.n_head * sh.hd), 93);
+  std::vector<float> ref(q.size());
+  cpu::ThreadPool pool(1);
+  cpu::paged_attention(pool, ps.kv, ps.p, ps.seqs.data(), int64_t(ps.seqs.size()), q.data(),
+                       ref.data());
+  const std::vector<double> exact = attention_f64(ps, q, kdec, vdec);
+  DevCache dc(ps);
+  vk().begin_step(ps.pt);
+  auto dq = to_dev(q), dout = poisoned(q.size());
+  vk().paged_attention(dc.kv, ps.p, fp(dq), fp(dout));
+  const std::vector<float> got = from_dev(*dout, q.size());
+  const double e_ref = nmse(got, ref), e_exact = nmse(got, exact);
+  record("nmse_ref", e_ref);
+  record("nmse_exact", e_exact);
+  // The CPU rounds Q to f16 for an f16 K (docs/cuda.md: ~7e-8 against float64) and to q8_0
+  // for a q8_0 or q4_0 K (~3.5e-5).
+  const bool q8_q = c.k == DType::Q8_0 || c.k == DType::Q4_0;
+  EXPECT_LE(e_ref, c.k == DType::F16 ? 1e-6 : q8_q ? 2e-4 : 1e-9);
+  EXPECT_LE(e_exact, 1e-9);
+}
+
+std::vector<KvCase> attention_cases() {
+  std::vector<KvCase> out;
+  for (const KvCase& c : kKvPairs)
+    for (int variant : {0, 1, 2, 3}) out.push_back({c.k, c.v, variant});
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, VulkanAttention, testing::ValuesIn(attention_cases()), kv_case_name);
+
+/// A buffer freed while an upload into it is still only recorded: the free waits for it (as
+/// cudaFree does), so a weight uploaded next into the same memory is not overwritten when the
+/// backend's work is submitted later.
+// ---- the KV cache with rows on the device ----
+
+/// KvCache with its layers' rows on Vulkan: copy_block (copy-on-write) copies them on the
+/// device's memory, and the flags that read rows with the host are refused naming themselves.
+TEST(VulkanKvCache, CopyOnWriteCopiesDeviceRows) {
+  REQUIRE_VULKAN();
+  Hparams hp;
+  hp.arch = "llama";
+  hp.n_layer = 2;
+  hp.n_embd = 64;
+  hp.n_head = 4;
+  hp.n_head_kv = 2;
+  hp.head_dim = hp.head_dim_v = 32;
+  KvCacheParams p;
+  p.type_k = DType::F16;
+  p.type_v = DType::Q8_0;
+  p.block_size = 16;
+  p.mem_bytes =
+      4 * p.block_size *
+      kv_bytes_per_token(p.type_k, p.type_v, hp.n_layer, hp.n_head_kv, hp.head_dim, hp.head_dim_v);
+  const std::vector<Device*> devs(2, vk_device());
+  KvCache cache(hp, p, devs);
+  EXPECT_FALSE(cache.rows_on_host());
+  const KvLayer L0 = cache.layer(0);
+  const size_t kb = size_t(L0.block_size * L0.k_row_bytes),
+               vb = size_t(L0.block_size * L0.v_row_bytes);
+  std::vector<std::vector<uint8_t>> want;
+  for (int64_t il = 0; il < 2; ++il) {
+    const KvLayer L = cache.layer(il);
+    std::vector<uint8_t> k(kb), v(vb);
+    for (size_t i = 0; i < kb; ++i) k[i] = uint8_t(i * 7 + il);
+    for (size_t i = 0; i < vb; ++i) v[i] = uint8_t(i * 13 + il);
+    vk().upload(L.k_block(1), k.data(), kb);
+    vk().upload(L.v_block(1), v.data(), vb);
+    want.push_back(k);
+    want.push_back(v);
+  }
+  vk().synchronize();
+  cache.copy_block(3, 1);
+  for (int64_t il = 0; il < 2; ++il) {
+    const KvLayer L = cache.layer(il);
+    std::vector<uint8_t> k(kb), v(vb);
+    vk().download(k.data(), L.k_block(3), kb);
+    vk().download(v.data(), L.v_block(3), vb);
+    EXPECT_EQ(k, want[size_t(2 * il)]) << il;
+    EXPECT_EQ(v, want[size_t(2 * il + 1)]) << il;
+  }
+  test::TempDir dir;
+  for (int flag = 0; flag < 2; ++flag) {
+    KvCacheParams q = p;
+    (flag ? q.cache_dir : q.offload_dir) = dir.path().string();
+    try {
+      KvCache c(hp, q, devs);
+      ADD_FAILURE() << "accepted " << (flag ? "--kv-cache-dir" : "--kv-offload-dir");
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(flag ? "--kv-cache-dir" : "--kv-offload-dir"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvrun

@@ -1,0 +1,117 @@
+// vulkan_test_util.h — what the Vulkan test binaries (test_vulkan_ops, test_vulkan_paged)
+// share: the device under test (the first Vulkan device, software ones included: CI has
+// lavapipe), a backend on it, device buffers from host vectors, NaN-poisoned outputs, NMSE.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend.h"
+#include "dtype.h"
+#include "tensor.h"
+#include "test_util.h"
+#include "vulkan/vulkan_backend.h"
+
+namespace kvrun::vktest {
+
+// ---- the device under test ----
+
+/// The first Vulkan device (software ones included), or null.
+inline Device* vk_device() {
+  static Device* dev = [] {
+    setenv("KVRUN_VULKAN_SOFTWARE", "1", 0);  // lavapipe is what CI has
+    const std::vector<Device*> d = vulkan::devices();
+    return d.empty() ? nullptr : d.front();
+  }();
+  return dev;
+}
+
+/// Why there is no device, for the skip message.
+inline std::string no_device_reason() {
+  std::string s = "no usable Vulkan device";
+  for (const std::string& why : vulkan::skipped_devices()) s += "; " + why;
+  return s + " (install mesa-vulkan-drivers for lavapipe)";
+}
+
+inline Backend& vk() {
+  static std::unique_ptr<Backend> be = vk_device()->make_backend(0);
+  return *be;
+}
+
+#define REQUIRE_VULKAN() \
+  if (!::kvrun::vktest::vk_device()) GTEST_SKIP() << ::kvrun::vktest::no_device_reason()
+
+/// A device buffer holding `v`.
+template <typename T>
+std::unique_ptr<DeviceBuffer> to_dev(const std::vector<T>& v) {
+  auto b = vk_device()->alloc(v.size() * sizeof(T), BufferUse::kActivations);
+  vk().upload(b->data(), v.data(), v.size() * sizeof(T));
+  return b;
+}
+
+/// A device output of `n` floats, every one NaN until the op writes it.
+inline std::unique_ptr<DeviceBuffer> poisoned(size_t n) {
+  return to_dev(std::vector<float>(n, std::nanf("")));
+}
+
+inline std::vector<float> from_dev(const DeviceBuffer& b, size_t n) {
+  std::vector<float> v(n);
+  vk().download(v.data(), b.data(), n * sizeof(float));
+  return v;
+}
+
+inline float* fp(const std::unique_ptr<DeviceBuffer>& b) { return static_cast<float*>(b->data()); }
+
+/// Σ(got − want)² / Σ want²; +inf when got has a NaN or the sizes differ.
+inline double nmse(const std::vector<float>& got, const std::vector<double>& want) {
+  if (got.size() != want.size()) return INFINITY;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(got[i])) return INFINITY;
+    num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    den += want[i] * want[i];
+  }
+  return den > 0 ? num / den : num;
+}
+inline double nmse(const std::vector<float>& got, const std::vector<float>& want) {
+  return nmse(got, std::vector<double>(want.begin(), want.end()));
+}
+
+/// Row-quantized bytes of `rows` × `cols` random values in `t` (the reference encoder).
+inline std::vector<uint8_t> random_rows(DType t, int64_t rows, int64_t cols, uint32_t seed) {
+  const std::vector<float> x = test::random_floats(size_t(rows * cols), seed);
+  std::vector<uint8_t> q(size_t(*row_bytes(t, cols) * rows));
+  traits(t).from_float(x.data(), q.data(), rows * cols);
+  return q;
+}
+
+/// A weight on the device: a copy of `bytes` uploaded through Device::upload_weight.
+struct DevWeight {
+  std::vector<uint8_t> host;
+  Tensor t;
+  std::unique_ptr<DeviceBuffer> buf;
+  DevWeight(DType type, std::vector<uint8_t> bytes, int64_t ne0, int64_t ne1)
+      : host(std::move(bytes)) {
+    t = Tensor::contiguous(type, host.data(), ne0, ne1);
+    buf = vk_device()->upload_weight(t, false);
+  }
+};
+
+inline void record(const char* key, double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2e", v);
+  testing::Test::RecordProperty(key, buf);
+  std::printf("    %s = %s\n", key, buf);
+}
+
+/// The weight types of get_rows and matmul.
+inline const DType kWeightTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,
+                                     DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+
+}  // namespace kvrun::vktest
