@@ -104,11 +104,31 @@ TEST(ServeChat, ApplyTemplateMatchesJinja2AndToolsRoundTrip) {
     const json e = post_json(*c, path, b, 400);
     EXPECT_NE(e["error"]["message"].get<std::string>().find(words), std::string::npos) << e;
   };
+  // tool_choice "required" / named: the reply is one call by grammar (Llama 3's JSON form here),
+  // whatever the model would have said; sampled, so several seeds.
   json required = req;
+  required["tools"][0]["function"]["parameters"]["properties"]["city"]["enum"] = {"Paris", "Rome"};
+  required["max_tokens"] = 64;
+  required["temperature"] = 1.0;
+  for (const json& choice :
+       {json("required"), json{{"type", "function"}, {"function", {{"name", "get_weather"}}}}})
+    for (int seed = 1; seed <= 3; ++seed) {
+      required["tool_choice"] = choice;
+      required["seed"] = seed;
+      const json r = post_json(*c, "/v1/chat/completions", required, 200);
+      const json& msg = r["choices"][0]["message"];
+      ASSERT_TRUE(msg.contains("tool_calls")) << r;
+      EXPECT_EQ(r["choices"][0]["finish_reason"], "tool_calls") << r;
+      EXPECT_EQ(msg["tool_calls"][0]["function"]["name"], "get_weather") << r;
+      const json args =
+          json::parse(msg["tool_calls"][0]["function"]["arguments"].get<std::string>());
+      EXPECT_TRUE(args["city"] == "Paris" || args["city"] == "Rome") << r;
+    }
+  required["tool_choice"] = {{"type", "function"}, {"function", {{"name", "nope"}}}};
+  expect_400("/v1/chat/completions", required, "not in tools");
   required["tool_choice"] = "required";
-  expect_400("/v1/chat/completions", required, "needs grammar-constrained sampling");
-  required["tool_choice"] = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
-  expect_400("/v1/chat/completions", required, "needs grammar-constrained sampling");
+  required["response_format"] = {{"type", "json_object"}};
+  expect_400("/v1/chat/completions", required, "cannot be combined");
   json bad = req;
   bad["chat_template_kwargs"] = "x";
   expect_400("/v1/chat/completions", bad, "chat_template_kwargs");
@@ -183,7 +203,11 @@ TEST(ServeChat, OpenAiNodeClientSendsToolsAndToolResults) {
   const json j = json::parse(r.out);
   EXPECT_EQ(j["streamed"], j["whole"]);  // greedy: the same text both ways
   EXPECT_EQ(j["finish_stream"], j["finish_whole"]);
-  EXPECT_EQ(j["bad_status"], 400);  // tool_choice "required"
+  EXPECT_EQ(j["forced_name"], "get_weather");  // tool_choice "required": a call, by grammar
+  EXPECT_TRUE(j["forced_args"]["city"] == "Paris" || j["forced_args"]["city"] == "Rome") << j;
+  EXPECT_EQ(j["forced_finish"], "tool_calls");
+  EXPECT_TRUE(j["round_trip_finish"].is_string());  // the tool result went back: a reply
+  EXPECT_EQ(j["bad_status"], 400);                  // a named function that is not in tools
   expect_clean_exit(srv);
 }
 

@@ -332,6 +332,12 @@ ApiRequest parse_chat(const json& j, const ApiContext& ctx) {
   if (r.logprobs) r.params.n_probs = std::max<int>(1, int(top.value_or(0)));
   r.params.stop = stop_strings(j);
   const std::string text = render_chat_body(j, ctx, &r.chat_reply);
+  if (r.chat_reply && r.chat_reply->grammar) {
+    if (r.params.grammar)
+      throw ApiError(400, "tool_choice forces a call: it cannot be combined with a grammar",
+                     "tool_choice");
+    r.params.grammar = r.chat_reply->grammar;
+  }
   const std::string& bos = ctx.chat ? ctx.chat->tokens().bos : std::string();
   const bool add_special = bos.empty() || text.rfind(bos, 0) != 0;  // the template wrote BOS?
   r.params.prompt = ctx.tok->tokenize(text, add_special, true);

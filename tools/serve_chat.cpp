@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <random>
 
+#include "serve_grammar.h"
+
 namespace kvrun::tools {
 namespace {
 
@@ -91,16 +93,26 @@ json checked_tools(const json& j) {
   return tools->empty() ? json(nullptr) : *tools;
 }
 
-/// tool_choice: true when tools may be called ("auto", the default), false for "none".
-bool tool_choice_auto(const json& j) {
+/// tool_choice: whether tools may be called ("auto", the default; not "none"), and whether a
+/// call is forced ("required", or {"type": "function", "function": {"name"}} naming one).
+struct ToolChoice {
+  bool allowed = true;
+  bool forced = false;
+  std::string only;  ///< the named function ("" = any)
+};
+
+ToolChoice tool_choice(const json& j) {
   const json* tc = field(j, "tool_choice");
-  if (!tc || (tc->is_string() && *tc == "auto")) return true;
-  if (tc->is_string() && *tc == "none") return false;
-  if ((tc->is_string() && *tc == "required") || tc->is_object())
-    throw ApiError(400,
-                   "tool_choice '" + (tc->is_string() ? tc->get<std::string>() : "function") +
-                       "' needs grammar-constrained sampling, not supported yet",
-                   "tool_choice");
+  if (!tc || (tc->is_string() && *tc == "auto")) return {};
+  if (tc->is_string() && *tc == "none") return {false, false, ""};
+  if (tc->is_string() && *tc == "required") return {true, true, ""};
+  if (tc->is_object()) {
+    const json* fn = field(*tc, "function");
+    const json* name = fn && fn->is_object() ? field(*fn, "name") : nullptr;
+    if (!name || !name->is_string())
+      bad("tool_choice", "a function choice is {\"type\": \"function\", \"function\": {\"name\"}}");
+    return {true, true, name->get<std::string>()};
+  }
   bad("tool_choice", "must be \"auto\", \"none\", \"required\" or a function");
 }
 
@@ -158,7 +170,8 @@ std::string render_chat_body(const json& j, const ApiContext& ctx,
   ChatInputs in;
   for (const auto& m : *msgs) in.messages.push_back(checked_message(m));
   in.tools = checked_tools(j);
-  const bool tools_auto = tool_choice_auto(j);
+  const ToolChoice choice = tool_choice(j);
+  const bool tools_auto = choice.allowed;
   const json* par = field(j, "parallel_tool_calls");
   if (par && !par->is_boolean()) bad("parallel_tool_calls", "must be a boolean");
   const json* agp = field(j, "add_generation_prompt");
@@ -197,6 +210,10 @@ std::string render_chat_body(const json& j, const ApiContext& ctx,
     r->parallel = par ? par->get<bool>() : true;
     r->id_prefix = random_id();
     r->stream = std::make_unique<ChatOutputParser>(r->format, r->reasoning, r->thinking_open);
+    if (choice.forced) {  // the reply is one call, by grammar (serve_grammar.h)
+      if (in.tools.is_null()) bad("tool_choice", "forces a call but the request has no tools");
+      r->grammar = forced_tool_call_grammar(f, in.tools, choice.only);
+    }
     *reply = std::move(r);
   }
   return text;

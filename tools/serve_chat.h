@@ -23,14 +23,17 @@ struct ChatReply {
   /// The streaming parser (stream_chunk_json feeds it) and how many calls it has returned.
   std::unique_ptr<ChatOutputParser> stream;
   int n_calls = 0;
+  /// tool_choice "required" / a named function: the grammar the reply must follow (else null).
+  std::shared_ptr<const Grammar> grammar;
 };
 
 /// The prompt text of a /v1/chat/completions or /apply-template body: `messages` (roles system,
 /// developer, user, assistant with optional tool_calls, tool), `tools`, `tool_choice`,
 /// `parallel_tool_calls`, `add_generation_prompt` (default true) and `chat_template_kwargs`
 /// rendered with the server's template. Without a template the message contents are joined
-/// (no tools then). Throws ApiError 400 for a malformed field, tool_choice "required" or a named
-/// function (needs grammar-constrained sampling), or a template that raises (its message and
+/// (no tools then). tool_choice "required" or a named function sets ChatReply::grammar (one
+/// well-formed call). Throws ApiError 400 for a malformed field, a forced call the template's
+/// format cannot be forced in (serve_grammar.h), or a template that raises (its message and
 /// line). When `reply` is given it is set up for parsing the reply.
 std::string render_chat_body(const json& body, const ApiContext& ctx,
                              std::shared_ptr<ChatReply>* reply);

@@ -74,4 +74,55 @@ void parse_grammar_fields(const json& j, RequestParams& params) {
   }
 }
 
+std::shared_ptr<const Grammar> forced_tool_call_grammar(ToolCallFormat format, const json& tools,
+                                                        const std::string& only) {
+  const char* args_key = format == ToolCallFormat::kLlama3 ? "parameters" : "arguments";
+  json alternatives = json::array();
+  for (const json& t : tools) {
+    const json& fn = t["function"];
+    const std::string name = fn["name"].get<std::string>();
+    if (!only.empty() && name != only) continue;
+    json params = fn.contains("parameters") && fn["parameters"].is_object()
+                      ? fn["parameters"]
+                      : json{{"type", "object"}};
+    alternatives.push_back({{"type", "object"},
+                            {"properties", {{"name", {{"const", name}}}, {args_key, params}}},
+                            {"required", {"name", args_key}},
+                            {"additionalProperties", false}});
+  }
+  if (alternatives.empty())
+    throw ApiError(400, "tool_choice names function '" + only + "', which is not in tools",
+                   "tool_choice");
+  std::string call;
+  try {
+    call = json_schema_to_gbnf(alternatives.size() == 1 ? alternatives[0]
+                                                        : json{{"anyOf", alternatives}});
+  } catch (const std::exception& e) {
+    throw ApiError(400, std::string("tool_choice: a tool's parameters: ") + e.what(),
+                   "tool_choice");
+  }
+  // The converter's start rule becomes the call; the format's markers go around it.
+  const size_t at = call.find("root ::=");
+  if (at == std::string::npos) throw ApiError(500, "schema grammar without a root rule");
+  call.replace(at, 8, "tool-call ::=");
+  std::string root;
+  switch (format) {
+    case ToolCallFormat::kHermes:
+      root = "root ::= \"<tool_call>\\n\" tool-call \"\\n</tool_call>\"\n";
+      break;
+    case ToolCallFormat::kLlama3:
+      root = "root ::= tool-call\n";
+      break;
+    case ToolCallFormat::kMistral:
+      root = "root ::= \"[TOOL_CALLS][\" tool-call \"]\"\n";
+      break;
+    default:
+      throw ApiError(400,
+                     "tool_choice \"required\" or a named function is not supported for this "
+                     "template's tool-call format (only Hermes/Qwen, Llama 3 and Mistral)",
+                     "tool_choice");
+  }
+  return compile_gbnf("tool_choice", root + call);
+}
+
 }  // namespace kvrun::tools
