@@ -197,6 +197,20 @@ TEST(JsonSchema, UnsupportedIsAnErrorNamingIt) {
             "pattern '(a)\\1': unsupported escape '\\1' at offset 5");
   EXPECT_EQ(error_of(R"({"type": "array", "minItems": 3, "maxItems": 2})"),
             "'maxItems' below 'minItems' at #");
+  // A "type" beside enum/const is checked, never ignored: malformed, or matching no value.
+  EXPECT_EQ(error_of(R"({"enum": [1, 2], "type": 5})"),
+            "'type' must name JSON types (null, boolean, integer, number, string, array, "
+            "object) at #");
+  EXPECT_EQ(error_of(R"({"const": "a", "type": "integer"})"),
+            "no 'enum'/'const' value has the schema's 'type' at #");
+}
+
+TEST(JsonSchema, TypeBesideEnumKeepsTheValuesOfThatType) {
+  const std::string s = R"({"enum": [1, "a", 2.0, null], "type": ["string", "integer"]})";
+  EXPECT_TRUE(schema_accepts(s, R"("a")"));
+  EXPECT_TRUE(schema_accepts(s, "1"));
+  EXPECT_TRUE(schema_accepts(s, "2.0"));
+  EXPECT_FALSE(schema_accepts(s, "null"));
 }
 
 TEST(JsonSchema, GrammarAcceptsAndRejects) {

@@ -10,6 +10,25 @@
 namespace kvrun::tools {
 namespace {
 
+/// One of JSON Schema's seven type names.
+bool known_type(const std::string& t) {
+  return t == "null" || t == "boolean" || t == "integer" || t == "number" || t == "string" ||
+         t == "array" || t == "object";
+}
+
+/// Whether JSON value `v` is of JSON Schema type `t` (an integer-valued number is an integer).
+bool value_has_type(const nlohmann::ordered_json& v, const std::string& t) {
+  if (t == "null") return v.is_null();
+  if (t == "boolean") return v.is_boolean();
+  if (t == "number") return v.is_number();
+  if (t == "integer")
+    return v.is_number_integer() ||
+           (v.is_number_float() && v.get<double>() == double(int64_t(v.get<double>())));
+  if (t == "string") return v.is_string();
+  if (t == "array") return v.is_array();
+  return t == "object" && v.is_object();
+}
+
 using json = nlohmann::ordered_json;
 
 /// Rules every grammar may use, by name (added on first use, with their dependencies).
@@ -224,16 +243,33 @@ std::string Converter::visit(const json& s, const std::string& hint, const std::
   if (rest.contains("allOf")) return all_of_rule(rest, hint, path, depth);
   for (const char* key : {"anyOf", "oneOf"})
     if (rest.contains(key)) return any_of_rule(rest, key, hint, path, depth);
-  if (rest.contains("const")) {
-    prim("space");
-    return add(hint, literal(rest["const"].dump()) + " space");
-  }
-  if (rest.contains("enum")) {
-    if (!rest["enum"].is_array() || rest["enum"].empty())
-      fail("'enum' must be a non-empty array", path);
+  if (rest.contains("const") || rest.contains("enum")) {
+    // Values are what the schema allows; a "type" beside them keeps those of that type (a
+    // malformed "type" is an error here as anywhere, never ignored).
+    json values = rest.contains("const") ? json::array({rest["const"]}) : rest["enum"];
+    if (!values.is_array() || values.empty()) fail("'enum' must be a non-empty array", path);
+    if (rest.contains("type")) {
+      const json& type = rest["type"];
+      const json types = type.is_array() ? type : json::array({type});
+      if (types.empty()) fail("'type' must be a string or a non-empty array", path);
+      for (const json& t : types)
+        if (!t.is_string() || !known_type(t.get<std::string>()))
+          fail(
+              "'type' must name JSON types (null, boolean, integer, number, string, array, "
+              "object)",
+              path);
+      json kept = json::array();
+      for (const json& v : values)
+        for (const json& t : types)
+          if (value_has_type(v, t.get<std::string>())) {
+            kept.push_back(v);
+            break;
+          }
+      if (kept.empty()) fail("no 'enum'/'const' value has the schema's 'type'", path);
+      values = kept;
+    }
     std::string body = "(";
-    for (size_t i = 0; i < rest["enum"].size(); ++i)
-      body += (i ? " | " : "") + literal(rest["enum"][i].dump());
+    for (size_t i = 0; i < values.size(); ++i) body += (i ? " | " : "") + literal(values[i].dump());
     prim("space");
     return add(hint, body + ") space");
   }
