@@ -26,21 +26,13 @@
 #include "serve_api.h"
 #include "serve_chat.h"
 #include "serve_http.h"
+#include "serve_reply.h"
 #include "session.h"
 
 namespace kvrun::tools {
 namespace {
 
 using std::chrono::milliseconds;
-
-void send_error(httplib::Response& res, const ApiError& e) {
-  res.status = e.status;
-  res.set_content(to_wire(error_json(e.status, e.what(), e.type, e.param)), "application/json");
-}
-
-void send_json(httplib::Response& res, const json& j) {
-  res.set_content(to_wire(j), "application/json");
-}
 
 /// "data: {...}\n\n"
 std::string sse(const json& j) { return "data: " + to_wire(j) + "\n\n"; }
@@ -295,21 +287,6 @@ struct Server {
                     {"queued", s.n_queued}});
   }
 };
-
-/// Wraps a handler: ApiError → its status and error object; anything else → 500.
-template <class F>
-httplib::Server::Handler guarded(F f) {
-  return [f](const httplib::Request& req, httplib::Response& res) {
-    try {
-      f(req, res);
-    } catch (const ApiError& e) {
-      send_error(res, e);
-    } catch (const std::exception& e) {
-      send_error(res,
-                 ApiError(500, std::string("internal error: ") + e.what(), "", "server_error"));
-    }
-  };
-}
 
 /// Registers every endpoint of `s` on `svr`, with the API-key check and the error objects.
 void add_routes(httplib::Server& svr, Server& s, ExtrasContext& x) {

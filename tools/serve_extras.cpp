@@ -16,6 +16,7 @@
 #include "dtype.h"
 #include "gguf.h"
 #include "serve_api.h"
+#include "serve_reply.h"
 
 // tools/web/index.html, embedded by cmake/embed_file.cmake.
 extern const unsigned char kvrun_web_index_html[];
@@ -26,26 +27,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 thread_local Clock::time_point t_request_start;  // pre-routing → logger, one handler thread
-
-void reply_json(httplib::Response& res, const json& j) {
-  res.set_content(to_wire(j), "application/json");
-}
-
-void reply_error(httplib::Response& res, const ApiError& e) {
-  res.status = e.status;
-  res.set_content(to_wire(error_json(e.status, e.what(), e.type, e.param)), "application/json");
-}
-
-template <class F>
-void guarded(httplib::Response& res, F f) {
-  try {
-    f();
-  } catch (const ApiError& e) {
-    reply_error(res, e);
-  } catch (const std::exception& e) {
-    reply_error(res, ApiError(500, std::string("internal error: ") + e.what(), "", "server_error"));
-  }
-}
 
 /// OpenAI's encoding_format "base64": the float32 values, little-endian, in base64.
 std::string base64_floats(const std::vector<float>& v) {
@@ -263,29 +244,28 @@ void add_extra_routes(httplib::Server& svr, ExtrasContext& x) {
   // ollama's listing endpoints, for the one model this server has (its name is accepted with or
   // without ":latest"; any other name is 404 on /api/show, as ollama answers).
   svr.Get("/api/version", [](const httplib::Request&, httplib::Response& res) {
-    reply_json(res, {{"version", "0.9.0"}});
+    send_json(res, {{"version", "0.9.0"}});
   });
   svr.Get("/api/tags", [&x](const httplib::Request&, httplib::Response& res) {
-    reply_json(res, {{"models", {x.ollama_tag}}});
+    send_json(res, {{"models", {x.ollama_tag}}});
   });
   svr.Get("/api/ps", [&x](const httplib::Request&, httplib::Response& res) {
     json m = x.ollama_tag;
     m["size_vram"] = 0;
-    reply_json(res, {{"models", {m}}});
+    send_json(res, {{"models", {m}}});
   });
-  svr.Post("/api/show", [&x](const httplib::Request& req, httplib::Response& res) {
-    guarded(res, [&] {
-      const json body = parse_body(req.body);
-      std::string name = body.value("model", body.value("name", ""));
-      if (name.empty()) throw ApiError(400, "'model' is required", "model");
-      if (name.size() > 7 && name.compare(name.size() - 7, 7, ":latest") == 0)
-        name.resize(name.size() - 7);
-      if (name != x.model_name)
-        throw ApiError(404, "model '" + name + "' not found (this server has " + x.model_name + ")",
-                       "model", "not_found_error");
-      reply_json(res, x.ollama_info);
-    });
-  });
+  svr.Post("/api/show", guarded([&x](const httplib::Request& req, httplib::Response& res) {
+             const json body = parse_body(req.body);
+             std::string name = body.value("model", body.value("name", ""));
+             if (name.empty()) throw ApiError(400, "'model' is required", "model");
+             if (name.size() > 7 && name.compare(name.size() - 7, 7, ":latest") == 0)
+               name.resize(name.size() - 7);
+             if (name != x.model_name)
+               throw ApiError(
+                   404, "model '" + name + "' not found (this server has " + x.model_name + ")",
+                   "model", "not_found_error");
+             send_json(res, x.ollama_info);
+           }));
   if (!x.opt->no_webui) {
     auto page = [](const httplib::Request&, httplib::Response& res) {
       res.set_content(reinterpret_cast<const char*>(kvrun_web_index_html),
@@ -297,81 +277,78 @@ void add_extra_routes(httplib::Server& svr, ExtrasContext& x) {
     svr.Get("/index.html", page);
   }
   svr.Get("/props",
-          [&x](const httplib::Request&, httplib::Response& res) { reply_json(res, x.props); });
+          [&x](const httplib::Request&, httplib::Response& res) { send_json(res, x.props); });
   // OpenAI: {"input", "model", "encoding_format": "float"|"base64"} → a list of embeddings.
-  svr.Post("/v1/embeddings", [&x](const httplib::Request& req, httplib::Response& res) {
-    guarded(res, [&] {
-      const json body = parse_body(req.body);
-      if (!body.contains("input")) throw ApiError(400, "'input' is required", "input");
-      const std::string fmt = body.value("encoding_format", "float");
-      if (fmt != "float" && fmt != "base64")
-        throw ApiError(400, "'encoding_format' must be \"float\" or \"base64\"", "encoding_format");
-      if (x.embed->pooling() == Pooling::kNone)
-        throw ApiError(400, "the server pools with 'none' (a vector per token): use /embedding");
-      if (body.contains("dimensions"))
-        throw ApiError(400, "'dimensions' is not supported (the model's n_embd is fixed)",
-                       "dimensions");
-      int64_t n_tokens = 0;
-      const auto vecs = x.embed->embed(embedding_inputs(body["input"], "input"), 2, &n_tokens);
-      json data = json::array();
-      for (size_t i = 0; i < vecs.size(); ++i)
-        data.push_back(
-            {{"object", "embedding"},
-             {"index", i},
-             {"embedding", fmt == "base64" ? json(base64_floats(vecs[i])) : json(vecs[i])}});
-      reply_json(res, {{"object", "list"},
-                       {"data", data},
-                       {"model", x.model_name},
-                       {"usage", {{"prompt_tokens", n_tokens}, {"total_tokens", n_tokens}}}});
-    });
-  });
+  svr.Post(
+      "/v1/embeddings", guarded([&x](const httplib::Request& req, httplib::Response& res) {
+        const json body = parse_body(req.body);
+        if (!body.contains("input")) throw ApiError(400, "'input' is required", "input");
+        const std::string fmt = body.value("encoding_format", "float");
+        if (fmt != "float" && fmt != "base64")
+          throw ApiError(400, "'encoding_format' must be \"float\" or \"base64\"",
+                         "encoding_format");
+        if (x.embed->pooling() == Pooling::kNone)
+          throw ApiError(400, "the server pools with 'none' (a vector per token): use /embedding");
+        if (body.contains("dimensions"))
+          throw ApiError(400, "'dimensions' is not supported (the model's n_embd is fixed)",
+                         "dimensions");
+        int64_t n_tokens = 0;
+        const auto vecs = x.embed->embed(embedding_inputs(body["input"], "input"), 2, &n_tokens);
+        json data = json::array();
+        for (size_t i = 0; i < vecs.size(); ++i)
+          data.push_back(
+              {{"object", "embedding"},
+               {"index", i},
+               {"embedding", fmt == "base64" ? json(base64_floats(vecs[i])) : json(vecs[i])}});
+        send_json(res, {{"object", "list"},
+                        {"data", data},
+                        {"model", x.model_name},
+                        {"usage", {{"prompt_tokens", n_tokens}, {"total_tokens", n_tokens}}}});
+      }));
   // llama-server: {"content", "embd_normalize"} → [{"index", "embedding": [[...]]}] (a list of
   // one pooled vector, or of every token's with pooling none).
-  auto llama_embedding = [&x](const httplib::Request& req, httplib::Response& res) {
-    guarded(res, [&] {
-      const json body = parse_body(req.body);
-      const char* field = body.contains("content") ? "content" : "input";
-      if (!body.contains(field)) throw ApiError(400, "'content' is required", "content");
-      const json& norm_v = body.contains("embd_normalize") ? body["embd_normalize"] : json(2);
-      if (!norm_v.is_number_integer() || norm_v.get<int>() < -1 || norm_v.get<int>() > 64)
-        throw ApiError(400, "'embd_normalize' must be an integer in [-1, 64]", "embd_normalize");
-      int64_t n_tokens = 0;
-      const auto vecs =
-          x.embed->embed(embedding_inputs(body[field], field), norm_v.get<int>(), &n_tokens);
-      const size_t d = size_t(x.embed->n_embd());
-      json out = json::array();
-      for (size_t i = 0; i < vecs.size(); ++i) {
-        json rows = json::array();  // one pooled row, or with pooling none one per token
-        for (size_t r = 0; r + d <= vecs[i].size(); r += d)
-          rows.push_back(
-              std::vector<float>(vecs[i].begin() + long(r), vecs[i].begin() + long(r + d)));
-        out.push_back({{"index", i}, {"embedding", rows}});
-      }
-      reply_json(res, out);
-    });
-  };
+  auto llama_embedding = guarded([&x](const httplib::Request& req, httplib::Response& res) {
+    const json body = parse_body(req.body);
+    const char* field = body.contains("content") ? "content" : "input";
+    if (!body.contains(field)) throw ApiError(400, "'content' is required", "content");
+    const json& norm_v = body.contains("embd_normalize") ? body["embd_normalize"] : json(2);
+    if (!norm_v.is_number_integer() || norm_v.get<int>() < -1 || norm_v.get<int>() > 64)
+      throw ApiError(400, "'embd_normalize' must be an integer in [-1, 64]", "embd_normalize");
+    int64_t n_tokens = 0;
+    const auto vecs =
+        x.embed->embed(embedding_inputs(body[field], field), norm_v.get<int>(), &n_tokens);
+    const size_t d = size_t(x.embed->n_embd());
+    json out = json::array();
+    for (size_t i = 0; i < vecs.size(); ++i) {
+      json rows = json::array();  // one pooled row, or with pooling none one per token
+      for (size_t r = 0; r + d <= vecs[i].size(); r += d)
+        rows.push_back(
+            std::vector<float>(vecs[i].begin() + long(r), vecs[i].begin() + long(r + d)));
+      out.push_back({{"index", i}, {"embedding", rows}});
+    }
+    send_json(res, out);
+  });
   svr.Post("/embedding", llama_embedding);
   svr.Post("/embeddings", llama_embedding);
   // ollama: {"model", "input": string|[string], "truncate", "options"} → {"model",
   // "embeddings": [[...]], "prompt_eval_count", durations in ns}.
-  svr.Post("/api/embed", [&x](const httplib::Request& req, httplib::Response& res) {
-    guarded(res, [&] {
-      const auto t0 = Clock::now();
-      const json body = parse_body(req.body);
-      if (!body.contains("input")) throw ApiError(400, "'input' is required", "input");
-      if (x.embed->pooling() == Pooling::kNone)
-        throw ApiError(400, "the server pools with 'none' (a vector per token): use /embedding");
-      int64_t n_tokens = 0;
-      const auto vecs = x.embed->embed(embedding_inputs(body["input"], "input"), 2, &n_tokens);
-      const int64_t ns =
-          std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
-      reply_json(res, {{"model", body.value("model", x.model_name)},
-                       {"embeddings", vecs},
-                       {"total_duration", ns},
-                       {"load_duration", 0},
-                       {"prompt_eval_count", n_tokens}});
-    });
-  });
+  svr.Post(
+      "/api/embed", guarded([&x](const httplib::Request& req, httplib::Response& res) {
+        const auto t0 = Clock::now();
+        const json body = parse_body(req.body);
+        if (!body.contains("input")) throw ApiError(400, "'input' is required", "input");
+        if (x.embed->pooling() == Pooling::kNone)
+          throw ApiError(400, "the server pools with 'none' (a vector per token): use /embedding");
+        int64_t n_tokens = 0;
+        const auto vecs = x.embed->embed(embedding_inputs(body["input"], "input"), 2, &n_tokens);
+        const int64_t ns =
+            std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+        send_json(res, {{"model", body.value("model", x.model_name)},
+                        {"embeddings", vecs},
+                        {"total_duration", ns},
+                        {"load_duration", 0},
+                        {"prompt_eval_count", n_tokens}});
+      }));
 }
 
 }  // namespace kvrun::tools

@@ -1,0 +1,40 @@
+// serve_reply.h — how `kvrun serve`'s handlers answer: a JSON body, an OpenAI-style error object,
+// and the wrapper that turns a handler's exceptions into those (serve.cpp, serve_extras.cpp).
+#pragma once
+
+#include <httplib.h>
+
+#include <exception>
+#include <string>
+
+#include "serve_api.h"
+
+namespace kvrun::tools {
+
+/// A 200 (or the status already set) with `j` as application/json.
+inline void send_json(httplib::Response& res, const json& j) {
+  res.set_content(to_wire(j), "application/json");
+}
+
+/// The error's status and its {"error": {...}} object.
+inline void send_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.status;
+  res.set_content(to_wire(error_json(e.status, e.what(), e.type, e.param)), "application/json");
+}
+
+/// Wraps a handler: ApiError → its status and error object; anything else → 500.
+template <class F>
+httplib::Server::Handler guarded(F f) {
+  return [f](const httplib::Request& req, httplib::Response& res) {
+    try {
+      f(req, res);
+    } catch (const ApiError& e) {
+      send_error(res, e);
+    } catch (const std::exception& e) {
+      send_error(res,
+                 ApiError(500, std::string("internal error: ") + e.what(), "", "server_error"));
+    }
+  };
+}
+
+}  // namespace kvrun::tools
