@@ -4,6 +4,9 @@
 
 #include "backend.h"
 #include "cpu/cpu_backend.h"
+#ifdef KVRUN_HAVE_CUDA
+#include "cuda/cuda_backend.h"
+#endif
 #ifdef KVRUN_HAVE_VULKAN
 #include "vulkan/vulkan_backend.h"
 #endif
@@ -43,23 +46,29 @@ Device& cpu_device() {
 
 std::unique_ptr<Device> make_cpu_device(const std::string& name) { return cpu::make_device(name); }
 
-// The CUDA ops (backends/cuda/) are not behind the seam yet (the CUDA issue). The Vulkan backend
-// (backends/vulkan/, when built) lists its devices; it refuses (Device::supports) the ops it
-// does not have yet, so a model that needs them is refused at load.
+// CUDA devices first (backends/cuda/, when built), then Vulkan's (backends/vulkan/): -ngl
+// without -dev takes the first. A backend refuses (Device::supports) the ops it does not have,
+// so a model that needs them is refused at load.
 std::vector<Device*> gpu_devices() {
-#ifdef KVRUN_HAVE_VULKAN
-  return vulkan::devices();
-#else
-  return {};
+  std::vector<Device*> out;
+#ifdef KVRUN_HAVE_CUDA
+  for (Device* d : cuda::seam_devices()) out.push_back(d);
 #endif
+#ifdef KVRUN_HAVE_VULKAN
+  for (Device* d : vulkan::devices()) out.push_back(d);
+#endif
+  return out;
 }
 
 std::vector<std::string> gpu_backends_built() {
-#ifdef KVRUN_HAVE_VULKAN
-  return {"Vulkan"};
-#else
-  return {};
+  std::vector<std::string> out;
+#ifdef KVRUN_HAVE_CUDA
+  out.push_back("CUDA");
 #endif
+#ifdef KVRUN_HAVE_VULKAN
+  out.push_back("Vulkan");
+#endif
+  return out;
 }
 
 }  // namespace kvrun

@@ -114,6 +114,12 @@ struct TensorInfo {
   const void* data = nullptr;
 };
 
+/// Gives back the whole pages inside [data, data + bytes) of a read-only file mapping
+/// (madvise MADV_DONTNEED), once a device holds its own copy of a tensor: resident memory drops,
+/// and a later read faults the pages in again from the file (nothing is lost). Partial pages at
+/// either end are kept. A no-op for bytes == 0.
+void release_mapped_pages(const void* data, size_t bytes);
+
 /// A parsed GGUF file: owns the mapping (or a copy of an in-memory image).
 class File {
  public:

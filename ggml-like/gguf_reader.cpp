@@ -470,4 +470,12 @@ const TensorInfo* File::find_tensor(std::string_view name) const {
   return it == impl_->tensor_index.end() ? nullptr : &impl_->tensors[it->second];
 }
 
+void release_mapped_pages(const void* data, size_t bytes) {
+  if (!data || bytes == 0) return;
+  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+  const uintptr_t b = uintptr_t(data), e = b + bytes;
+  const uintptr_t pb = (b + page - 1) / page * page, pe = e / page * page;
+  if (pe > pb) madvise(reinterpret_cast<void*>(pb), pe - pb, MADV_DONTNEED);
+}
+
 }  // namespace kvrun::gguf

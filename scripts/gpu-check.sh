@@ -4,6 +4,20 @@
 #
 #   scripts/gpu-check.sh prepare   # here, with network/Debian packages: fill .gpu-deps/
 #   scripts/gpu-check.sh run       # there: configure, build, run the CUDA tests
+#   scripts/gpu-check.sh pack      # here, after building build-cuda/ (below): the end-to-end kit
+#   scripts/gpu-check.sh e2e       # there: the seam end to end on the GPU, and `kvrun bench`
+#
+# The end-to-end half needs the whole kvrun (PCRE2, ICU, libcurl, ...), which the GPU machine
+# cannot build: `pack` takes kvrun and test_gpu_e2e from a build here with CUDA for sm_90
+#   cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVRUN_CUDA=ON \
+#     -DCMAKE_CUDA_ARCHITECTURES=90 && cmake --build build-cuda --target kvrun test_gpu_e2e
+# with the shared libraries they load (not glibc, libstdc++ or CUDA's: the GPU machine has
+# newer ones) and the stories260K fixture into .gpu-deps/e2e.tar.xz. `e2e` unpacks it, runs
+# test_gpu_e2e (every GPU device against the CPU: tokens and logits), writes a synthetic
+# llama3.1-8b Q4_0 and runs `kvrun bench -ngl 99` at depths 0, 32K and 128K (reached with
+# --depth-fill synthetic) for f16, fp8 and nvfp4 KV, and measures the device-to-device copy
+# bandwidth (PyTorch, on the GPU machine's image) for the roofline in docs/cuda.md. Set
+# E2E_BENCH=0 to skip the benchmark.
 #
 # `prepare` copies the source-only dependencies the CUDA tests need into the ignored folder
 # .gpu-deps/ (GoogleTest from Debian's googletest package, /usr/src/googletest), which travels
@@ -70,8 +84,66 @@ run() {
   exit $status
 }
 
+pack() {
+  local b=${BUILD_HOST:-build-cuda} fixtures=${KVRUN_FIXTURES:-../shared/fixtures} stage
+  local t=$b/tests/test_gpu_e2e
+  [[ -x $b/kvrun && -x $t ]] || { echo "gpu-check: build $b first (see the header)" >&2; exit 1; }
+  stage=$(mktemp -d)
+  mkdir -p "$stage/bin" "$stage/lib" "$stage/fixtures/models"
+  cp "$b/kvrun" "$t" "$stage/bin/"
+  ldd "$b/kvrun" "$t" | awk '/=> \//{print $3}' | sort -u | while read -r so; do
+    case $(basename "$so") in
+      libc.so* | libm.so* | libgcc_s* | libstdc++* | libpthread* | libdl.so* | librt.so* | \
+        libresolv* | libcuda.so* | libcublas* | libcudart*) ;;
+      *) cp -L "$so" "$stage/lib/" ;;
+    esac
+  done
+  cp "$fixtures/models/stories260K-F32.gguf" "$stage/fixtures/models/"
+  mkdir -p "$DEPS"
+  tar -C "$stage" -cJf "$DEPS/e2e.tar.xz" .
+  rm -rf "$stage"
+  du -sh "$DEPS/e2e.tar.xz"
+}
+
+e2e() {
+  [[ -f $DEPS/e2e.tar.xz ]] || { echo "gpu-check: run '$0 pack' here first" >&2; exit 1; }
+  local kit=/tmp/kvrun-e2e status=0
+  rm -rf "$kit" && mkdir -p "$kit" && tar -C "$kit" -xJf "$DEPS/e2e.tar.xz"
+  export LD_LIBRARY_PATH="$kit/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+  export KVRUN_FIXTURES="$kit/fixtures"
+  mkdir -p "$LOG_DIR"
+  "$kit/bin/kvrun" --list-devices || status=1
+  "$kit/bin/test_gpu_e2e" --gtest_output="xml:$LOG_DIR/test_gpu_e2e.xml" >"$LOG_DIR/e2e.log" 2>&1 || status=1
+  grep -E '^\[  (PASSED|FAILED|SKIPPED) +\]|parted|skipped|Failure|NMSE|Expected|Which is|error' \
+    "$LOG_DIR/e2e.log" | head -60
+  [[ ${E2E_BENCH:-1} == 1 ]] || exit $status
+  python3 - <<'PY' || true
+import torch
+x = torch.empty(1 << 30, dtype=torch.float32, device="cuda"); y = torch.empty_like(x)
+for _ in range(3): y.copy_(x)
+s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+s.record(); [y.copy_(x) for _ in range(20)]; e.record(); torch.cuda.synchronize()
+t = s.elapsed_time(e) / 1e3 / 20
+print(f"device copy: {2 * x.numel() * 4 / t / 1e9:.0f} GB/s (bytes read + written, 4 GiB copies)")
+PY
+  local model=/tmp/llama3.1-8b-Q4_0.gguf t0=$SECONDS
+  "$kit/bin/kvrun" synth --shape llama3.1-8b --type Q4_0 -o "$model" -t "$(nproc)" >/dev/null || exit 1
+  echo "gpu-check: synth llama3.1-8b Q4_0 in $((SECONDS - t0)) s"
+  local depth=(-d 0)
+  "$kit/bin/kvrun" bench --help | grep -q -- --depth-fill && depth=(-d 0,32768,131072 --depth-fill synthetic)
+  for kv in f16 fp8 nvfp4; do
+    "$kit/bin/kvrun" bench -m "$model" -ngl 99 -p 512 -n 32 "${depth[@]}" -r 2 \
+      -ctk "$kv" -ctv "$kv" --json >"$LOG_DIR/bench-$kv.json" \
+      2>"$LOG_DIR/bench-$kv.err" || { status=1; tail -5 "$LOG_DIR/bench-$kv.err"; }
+    python3 -c "import json,sys; [print('$kv', r.get('test'), round(r.get('avg_ts',0),1), 't/s', r.get('bytes_read_per_token')) for r in json.load(open(sys.argv[1]))]" "$LOG_DIR/bench-$kv.json" || true
+  done
+  exit $status
+}
+
 case "${1:-}" in
   prepare) prepare ;;
   run) run ;;
-  *) echo "usage: $0 prepare|run" >&2; exit 2 ;;
+  pack) pack ;;
+  e2e) e2e ;;
+  *) echo "usage: $0 prepare|run|pack|e2e" >&2; exit 2 ;;
 esac

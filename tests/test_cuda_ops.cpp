@@ -38,6 +38,7 @@
 #include "cuda/cuda_context.h"
 #include "cuda/cuda_device.h"
 #include "cuda/device_tensor.h"
+#include "cuda/eltwise.h"
 #include "cuda/get_rows.h"
 #include "cuda/kv_store.h"
 #include "cuda/matmul.h"
@@ -51,7 +52,7 @@ namespace kvrun {
 namespace {
 
 enum class Backend { cpu, cuda };
-enum class Op { get_rows, rms_norm, rope, swiglu, add, matmul, kv_store, attention };
+enum class Op { get_rows, rms_norm, rope, swiglu, add, matmul, kv_store, attention, eltwise };
 
 /// One case: an op on a backend with its types (t1: weight / K type, t2: V type) and a shape
 /// variant (see each op's runner).
@@ -64,8 +65,8 @@ struct Case {
 };
 
 const char* op_name(Op op) {
-  static const char* kNames[] = {"get_rows", "rms_norm", "rope",     "swiglu",
-                                 "add",      "matmul",   "kv_store", "attention"};
+  static const char* kNames[] = {"get_rows", "rms_norm", "rope",      "swiglu", "add",
+                                 "matmul",   "kv_store", "attention", "eltwise"};
   return kNames[int(op)];
 }
 
@@ -199,14 +200,15 @@ Result run_rms_norm(const Case& c) {
 }
 
 /// Variants: 0 llama pairs, 1 neox pairs, 2 llama3 freq_factors and linear scaling,
-/// 3 partial rotation (n_rot < head_dim).
+/// 3 partial rotation (n_rot < head_dim), 4 neox with an attention factor (mscale ≠ 1).
 Result run_rope(const Case& c) {
   const int64_t n_tok = 6, n_heads = 4, hd = 64;
   const std::vector<int32_t> pos = {0, 1, 7, 100, 4095, 131000};
   std::vector<float> x = test::random_floats(size_t(n_tok * n_heads * hd), 31);
   std::vector<float> ff(size_t(hd / 2));
   for (size_t i = 0; i < ff.size(); ++i) ff[i] = 1.0f + 0.25f * float(i % 5);
-  cpu::RopeConfig cfg{hd, 500000.0f, 1.0f, nullptr, 1.0f, c.variant == 1};
+  cpu::RopeConfig cfg{hd, 500000.0f, 1.0f, nullptr, 1.0f, c.variant == 1 || c.variant == 4};
+  if (c.variant == 4) cfg.mscale = 1.1f;
   if (c.variant == 2) {
     cfg.freq_factors = ff.data();
     cfg.freq_scale = 0.25f;
@@ -221,9 +223,9 @@ Result run_rope(const Case& c) {
     cpu::rope(r.out.data(), n_tok, n_heads, hd, pos.data(), cfg);
   } else {
     KVRUN_GPU(cuda::DeviceBuffer dx = to_gpu(x); cuda::DeviceBuffer dp = to_gpu(pos);
-              cuda::DeviceBuffer dff = to_gpu(ff);
-              const cuda::RopeParams p{cfg.n_rot, cfg.freq_base, cfg.freq_scale,
-                                       cfg.freq_factors ? dff.as<float>() : nullptr, cfg.neox};
+              cuda::DeviceBuffer dff = to_gpu(ff); const cuda::RopeParams p{
+                  cfg.n_rot, cfg.freq_base, cfg.freq_scale,
+                  cfg.freq_factors ? dff.as<float>() : nullptr, cfg.neox, cfg.mscale};
               cuda::rope(gpu(), dx.as<float>(), n_tok, n_heads, hd, dp.as<int32_t>(), p);
               r.out = from_gpu(dx, x.size()));
   }
@@ -265,6 +267,57 @@ Result run_add(const Case& c) {
   } else {
     KVRUN_GPU(cuda::DeviceBuffer dy = to_gpu(y); cuda::DeviceBuffer dx = to_gpu(x);
               cuda::add(gpu(), dy.as<float>(), dx.as<float>(), n); r.out = from_gpu(dy, size_t(n)));
+  }
+  return r;
+}
+
+/// The seam's small ops. Variants: 0 scale, 1 softcap, 2 GeGLU, 3 add_row (a bias), 4 copy_cols
+/// (a fused QKV split). The reference is the CPU backend's definition of each.
+Result run_eltwise(const Case& c) {
+  const int64_t rows = 7, cols = 515, n = rows * cols, c0 = 130, w = 257;
+  const std::vector<float> a = test::random_floats(size_t(n), 61, 8.0f);
+  const std::vector<float> b = test::random_floats(size_t(n), 62);
+  const std::vector<float> bias = test::random_floats(size_t(cols), 63);
+  const size_t n_out = c.variant == 4 ? size_t(rows * w) : size_t(n);
+  auto cpu_op = [&](std::vector<float>& out) {
+    switch (c.variant) {
+      case 0:
+        out = a;
+        cpu::scale(out.data(), n, 0.37f);
+        break;
+      case 1:
+        out = a;
+        cpu::softcap(out.data(), n, 3.0f);
+        break;
+      case 2:
+        cpu::geglu(a.data(), b.data(), out.data(), rows, cols);
+        break;
+      case 3:
+        out = a;
+        for (int64_t r = 0; r < rows; ++r) cpu::add(out.data() + r * cols, bias.data(), cols);
+        break;
+      default:
+        for (int64_t r = 0; r < rows; ++r)
+          std::copy_n(a.data() + r * cols + c0, w, out.data() + r * w);
+    }
+  };
+  Result r;
+  std::vector<float> ref(n_out);
+  cpu_op(ref);
+  r.ref = to_double(ref);
+  r.out = poisoned(n_out);
+  if (c.backend == Backend::cpu) {
+    cpu_op(r.out);
+  } else {
+    KVRUN_GPU(cuda::DeviceBuffer da = to_gpu(a); cuda::DeviceBuffer db = to_gpu(b);
+              cuda::DeviceBuffer dbias = to_gpu(bias); cuda::DeviceBuffer dy = gpu_poisoned(n_out);
+              float* x = da.as<float>(); if (c.variant == 0) cuda::scale(gpu(), x, n, 0.37f);
+              if (c.variant == 1) cuda::softcap(gpu(), x, n, 3.0f);
+              if (c.variant == 2) cuda::geglu(gpu(), x, db.as<float>(), dy.as<float>(), n);
+              if (c.variant == 3) cuda::add_row(gpu(), x, dbias.as<float>(), rows, cols);
+              if (c.variant == 4) cuda::copy_cols(gpu(), x, rows, cols, c0, w, dy.as<float>());
+              // scale, softcap and add_row work in place
+              r.out = from_gpu(c.variant == 2 || c.variant == 4 ? dy : da, n_out));
   }
   return r;
 }
@@ -359,7 +412,10 @@ struct PagedSetup {
   }
   cuda::AttnShape gpu_shape() const {
     const cpu::AttnParams& a = p.attn;
-    return {a.n_head, a.n_head_kv, a.head_dim, a.head_dim_v, a.scale, p.rotate};
+    cuda::AttnShape s{a.n_head, a.n_head_kv, a.head_dim, a.head_dim_v, a.scale, p.rotate};
+    s.window = p.window;
+    s.softcap = p.softcap;
+    return s;
   }
 #endif
 };
@@ -415,7 +471,9 @@ Result run_kv_store(const Case& c) {
 
 /// Variants: 0 one long decode (context 3000: split into segments and merged), 1 a batch of a
 /// 37-token prefill and a 2-token continuation with head_dim 128 and blocks of 32, 2 head_dim 8
-/// without GQA (the fixture models' shape), 3 a 700-token decode with --kv-rotate.
+/// without GQA (the fixture models' shape), 3 a 700-token decode with --kv-rotate, 4 a sliding
+/// window of 300 with soft-capped scores (Gemma 2) over a 1000-token decode whose blocks before
+/// the window were given back (−1 in its block table) and a 40-token prefill.
 Result run_attention(const Case& c) {
   struct Shape {
     int64_t n_head, n_head_kv, hd, bs;
@@ -424,10 +482,13 @@ Result run_attention(const Case& c) {
   const Shape shapes[] = {{8, 2, 64, 16, {{2999, 1}}},
                           {6, 3, 128, 32, {{0, 37}, {50, 2}}},
                           {4, 4, 8, 16, {{10, 5}}},
-                          {8, 2, 64, 16, {{699, 1}}}};
+                          {8, 2, 64, 16, {{699, 1}}},
+                          {8, 2, 64, 16, {{999, 1}, {0, 40}}}};
   const Shape& sh = shapes[c.variant];
   PagedSetup ps(c.t1, c.t2, sh.n_head, sh.n_head_kv, sh.hd, sh.bs, sh.seqs, 81);
   ps.p.rotate = c.variant == 3;
+  ps.p.window = c.variant == 4 ? 300 : 0;
+  ps.p.softcap = c.variant == 4 ? 1.5f : 0.0f;  // scores are O(1): the cap bends them
   // Write every position of every sequence (history and step) with the CPU encoder.
   for (size_t s = 0; s < ps.seqs.size(); ++s) {
     const int64_t n_pos = ps.seqs[s].pos0 + ps.seqs[s].n_q;
@@ -436,6 +497,11 @@ Result run_attention(const Case& c) {
     const std::vector<float> v = test::random_floats(size_t(n_pos * ps.kv_width()), 92 + s);
     cpu::paged_kv_store(ps.kv, ps.p, &all, 1, k.data(), v.data());
   }
+  // Blocks wholly before the first row's window are given back: nobody may read them.
+  if (ps.p.window > 0)
+    for (size_t s = 0; s < ps.seqs.size(); ++s)
+      for (int64_t b = 0; (b + 1) * ps.block_size <= ps.seqs[s].pos0 + 1 - ps.p.window; ++b)
+        ps.tables[s][size_t(b)] = -1;
   const cpu::AttnParams& a = ps.p.attn;
   const std::vector<float> q = test::random_floats(size_t(ps.n_rows * a.n_head * a.head_dim), 99);
   std::vector<float> q_ref = q;  // Q as the stored K sees it: rotated per head with --kv-rotate
@@ -456,9 +522,11 @@ Result run_attention(const Case& c) {
   for (const cpu::PagedSeq& s : ps.seqs)
     for (int64_t i = 0; i < s.n_q; ++i) {
       const int64_t n_vis = s.pos0 + i + 1, row = s.q0 + i;
-      std::vector<std::vector<double>> sc(size_t(a.n_head), std::vector<double>(size_t(n_vis)));
+      const int64_t p_lo = ps.p.window > 0 ? std::max<int64_t>(0, n_vis - ps.p.window) : 0;
+      std::vector<std::vector<double>> sc(size_t(a.n_head),
+                                          std::vector<double>(size_t(n_vis), -INFINITY));
       std::vector<std::vector<float>> vals(static_cast<size_t>(n_vis));
-      for (int64_t p = 0; p < n_vis; ++p) {
+      for (int64_t p = p_lo; p < n_vis; ++p) {
         const int32_t id = s.block_table[p / ps.block_size];
         const int64_t j = p % ps.block_size;
         kv_decode_row(ps.kv.k_type, a.n_head_kv, a.head_dim,
@@ -471,14 +539,16 @@ Result run_attention(const Case& c) {
           for (int64_t e = 0; e < a.head_dim; ++e)
             d += double(q_ref[size_t((row * a.n_head + h) * a.head_dim + e)]) *
                  krow[size_t(h / G * a.head_dim + e)];
-          sc[size_t(h)][size_t(p)] = d * a.scale;
+          d *= a.scale;
+          if (ps.p.softcap > 0) d = ps.p.softcap * std::tanh(d / ps.p.softcap);
+          sc[size_t(h)][size_t(p)] = d;
         }
       }
       for (int64_t h = 0; h < a.n_head; ++h) {
         const double mx = *std::max_element(sc[size_t(h)].begin(), sc[size_t(h)].end());
         double den = 0;
         for (double& x : sc[size_t(h)]) den += (x = std::exp(x - mx));
-        for (int64_t p = 0; p < n_vis; ++p)
+        for (int64_t p = p_lo; p < n_vis; ++p)
           for (int64_t e = 0; e < a.head_dim_v; ++e)
             r.exact[size_t((row * a.n_head + h) * a.head_dim_v + e)] +=
                 sc[size_t(h)][size_t(p)] / den * vals[size_t(p)][size_t(h / G * a.head_dim_v + e)];
@@ -509,7 +579,9 @@ double threshold_ref(const Case& c) {
   switch (c.op) {
     case Op::add:
     case Op::kv_store:
-      return 0.0;  // exact
+      return 0.0;      // exact
+    case Op::eltwise:  // scale, add_row, copy_cols exact; softcap and GeGLU through tanhf
+      return gpu_side && (c.variant == 1 || c.variant == 2) ? 1e-8 : 0.0;
     case Op::get_rows:
     case Op::rms_norm:
       return gpu_side ? 1e-12 : 0.0;
@@ -584,6 +656,9 @@ TEST_P(BackendOps, MatchesCpuScalarReference) {
     case Op::attention:
       r = run_attention(c);
       break;
+    case Op::eltwise:
+      r = run_eltwise(c);
+      break;
   }
   const double e_ref = nmse(r.out, r.ref);
   EXPECT_LE(e_ref, threshold_ref(c)) << case_name(c) << ": NMSE against the CPU scalar reference";
@@ -606,8 +681,9 @@ std::vector<Case> all_cases() {
       for (int n : {1, 3, 8, 37}) out.push_back({b, Op::matmul, t, t, n});
     }
     for (int v : {0, 1}) out.push_back({b, Op::rms_norm, DType::F32, DType::F32, v});
-    for (int v : {0, 1, 2, 3}) out.push_back({b, Op::rope, DType::F32, DType::F32, v});
+    for (int v : {0, 1, 2, 3, 4}) out.push_back({b, Op::rope, DType::F32, DType::F32, v});
     out.push_back({b, Op::swiglu});
+    for (int v : {0, 1, 2, 3, 4}) out.push_back({b, Op::eltwise, DType::F32, DType::F32, v});
     for (int v : {0, 1}) out.push_back({b, Op::add, DType::F32, DType::F32, v});
     for (DType t : kKvCacheTypes)
       for (int v : {0, 1, 2, 3}) out.push_back({b, Op::kv_store, t, t, v});
@@ -617,7 +693,7 @@ std::vector<Case> all_cases() {
     for (DType kt : kKvCacheTypes)
       for (DType vt : kKvCacheTypes)
         if (b == Backend::cuda || kt == vt || vt == DType::F16)
-          for (int v : {0, 1, 2, 3}) out.push_back({b, Op::attention, kt, vt, v});
+          for (int v : {0, 1, 2, 3, 4}) out.push_back({b, Op::attention, kt, vt, v});
   }
   return out;
 }

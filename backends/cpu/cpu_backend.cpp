@@ -19,6 +19,7 @@
 #include "cpu/pack.h"
 #include "cpu/paged_attention.h"
 #include "cpu/thread_pool.h"
+#include "gguf.h"
 #include "kv_layout.h"
 
 namespace kvrun::cpu {
@@ -196,12 +197,7 @@ class CpuDevice final : public Device {
     t.packed = buf->data();
     // A tied token embedding still reads its rows through `data`: the lookup faults in the few
     // pages it needs again (the mapping is read-only, so nothing is lost).
-    if (release_mapped) {
-      const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
-      const uintptr_t b = uintptr_t(t.data), e = b + t.nb[1] * size_t(t.ne[1]);
-      const uintptr_t pb = (b + page - 1) / page * page, pe = e / page * page;
-      if (pe > pb) madvise(reinterpret_cast<void*>(pb), pe - pb, MADV_DONTNEED);
-    }
+    if (release_mapped) gguf::release_mapped_pages(t.data, t.nb[1] * size_t(t.ne[1]));
     return buf;
   }
 

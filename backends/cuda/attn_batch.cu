@@ -31,8 +31,9 @@ void AttnBatch::set(Context& ctx, const SeqRows* seqs, int64_t n_seqs, int64_t b
     const int64_t nb = (q.pos0 + q.n_q + block_size - 1) / block_size;
     for (int64_t b = 0; b < nb; ++b) {
       const int32_t id = q.block_table[b];
-      const int32_t slot = slot_of ? slot_of[id] : id;
-      if (id < 0 || slot < 0) throw std::invalid_argument("AttnBatch: negative block id or slot");
+      const int32_t slot = id < 0 ? -1 : slot_of ? slot_of[id] : id;
+      if (id < -1 || (id >= 0 && slot < 0))
+        throw std::invalid_argument("AttnBatch: negative block id or slot");
       tables[tab + b] = slot;
     }
     for (int64_t i = 0; i < q.n_q; ++i) {
@@ -41,7 +42,11 @@ void AttnBatch::set(Context& ctx, const SeqRows* seqs, int64_t n_seqs, int64_t b
       seen[size_t(r)] = true;
       pos[r] = int32_t(p);
       row_tab[r] = int32_t(tab);
-      cells[r] = int64_t(tables[tab + p / block_size]) * block_size + p % block_size;
+      const int32_t own = tables[tab + p / block_size];
+      if (own < 0)
+        throw std::invalid_argument("AttnBatch: the block of position " + std::to_string(p) +
+                                    " was given back (−1)");
+      cells[r] = int64_t(own) * block_size + p % block_size;
       if (p + 1 > max_ctx) max_ctx = p + 1;
     }
     tab += nb;

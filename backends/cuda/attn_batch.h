@@ -25,6 +25,10 @@ using PagedKvLayer = kvrun::KvLayer;
 /// flat aggregate initialization still works) and the --kv-rotate flag.
 struct AttnShape : kvrun::AttnParams {
   bool rotate = false;  ///< --kv-rotate: K stored Hadamard-rotated along head_dim, Q rotated
+  /// Sliding window (0 = none): a row at position p sees positions p − window < j ≤ p only
+  /// (PagedAttnParams::window); blocks wholly before it are never read and may be −1.
+  int64_t window = 0;
+  float softcap = 0;  ///< scores s ← softcap · tanh(s / softcap) after scaling; 0 = off
 };
 
 /// The step's rows and page tables in device memory.
@@ -33,8 +37,9 @@ class AttnBatch {
   /// Builds and uploads the description of `n_seqs` sequences whose rows together are
   /// 0 … n_rows−1, each row exactly once. Block ids are mapped to storage slots with `slot_of`
   /// (host [n_blocks] id → slot, as KvLayer::slot_of; null: slot = id), so the device
-  /// sees slots. Throws std::invalid_argument when the rows do not tile 0 … n_rows−1 or a slot is
-  /// negative, CudaError on failure.
+  /// sees slots. A block id of −1 (a block a sliding window gave back) stays −1; attention must
+  /// not read it (AttnShape::window). Throws std::invalid_argument when the rows do not tile
+  /// 0 … n_rows−1, a row's own block is −1 or a slot is negative, CudaError on failure.
   void set(Context& ctx, const SeqRows* seqs, int64_t n_seqs, int64_t block_size,
            const int32_t* slot_of = nullptr);
 

@@ -32,7 +32,9 @@ struct AttnArgs {
   const float* q;   ///< [n_rows][n_head · head_dim]
   float* partials;  ///< [n_rows][n_head][n_seg][2 + head_dim_v]: m, l, acc
   int n_head, group, hd, hdv, seg_len, n_seg;
+  int window;  ///< sliding window (0: none)
   float scale;
+  float softcap;  ///< 0: off
 };
 
 /// Block (row, KV head, segment); DPL = head dims per lane (head_dim, head_dim_v ≤ 32·DPL).
@@ -42,7 +44,8 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(AttnArgs a) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int G = a.group;
   const int n_vis = a.pos[r] + 1;
-  const int p_begin = z * a.seg_len, p_end = min(n_vis, p_begin + a.seg_len);
+  const int p_lo = a.window > 0 ? max(0, n_vis - a.window) : 0;
+  const int p_begin = max(z * a.seg_len, p_lo), p_end = min(n_vis, z * a.seg_len + a.seg_len);
   const int32_t* table = a.tables + a.row_tab[r];
 
   float qv[kG][DPL], acc[kG][DPL], m[kG], l[kG];
@@ -76,6 +79,7 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(AttnArgs a) {
 #pragma unroll
       for (int i = 0; i < DPL; ++i) s += qv[g][i] * kx[i];
       for (int off = 16; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
+      if (a.softcap > 0.0f) s = a.softcap * tanhf(s / a.softcap);
       if (s > m[g]) {  // a new maximum: rescale what was accumulated (e^−inf = 0 the first time)
         const float corr = expf(m[g] - s);
         l[g] *= corr;
@@ -176,13 +180,15 @@ void paged_attention(Context& ctx, const PagedKvLayer& kv, const AttnShape& shap
   if (rows == 0) return;
   Context::Impl& c = ctx.impl();
   c.activate();
-  // Segments: enough blocks to fill every multiprocessor twice, none shorter than 256 positions.
-  const int64_t base = rows * shape.n_head_kv, target = 2 * int64_t(c.sm_count);
+  // Segments: enough blocks to give every multiprocessor 16 (each warp walks its positions one
+  // dependent load after another, so the memory system needs many warps in flight: with 2 per
+  // multiprocessor an H200 read an f16 context at 121 GB/s), none shorter than 128 positions.
+  const int64_t base = rows * shape.n_head_kv, target = 16 * int64_t(c.sm_count);
   const int64_t max_ctx = batch.max_ctx();
   // The partials are sized for the most segments these rows can get at any context length, so
   // a growing context never grows the scratch (which a graph capture could not do).
   const int64_t seg_cap = std::max<int64_t>(1, (target + base - 1) / base);
-  const int64_t n_seg_first = std::min(seg_cap, (max_ctx + 255) / 256);
+  const int64_t n_seg_first = std::min(seg_cap, (max_ctx + 127) / 128);
   int64_t n_seg = std::max<int64_t>(1, base < target ? n_seg_first : 1);
   const int64_t seg_len = ((max_ctx + n_seg - 1) / n_seg + 31) / 32 * 32;
   n_seg = (max_ctx + seg_len - 1) / seg_len;
@@ -212,6 +218,8 @@ void paged_attention(Context& ctx, const PagedKvLayer& kv, const AttnShape& shap
   a.seg_len = int(seg_len);
   a.n_seg = int(n_seg);
   a.scale = shape.scale;
+  a.window = int(std::min<int64_t>(shape.window, INT32_MAX));
+  a.softcap = shape.softcap;
   const size_t part_bytes = size_t(rows * shape.n_head * seg_cap * (shape.head_dim_v + 2)) * 4;
   a.partials = static_cast<float*>(c.partials.get(c.stream, part_bytes));
 

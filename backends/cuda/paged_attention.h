@@ -6,11 +6,13 @@
 // segment), one CUDA block of 4 warps each: the warps take every 4th position of the segment,
 // decode the K row of the head in place (kv_format.cuh), score it against all query heads of the
 // GQA group, and keep a running max, sum and V accumulator; the warps' states are combined in
-// shared memory. Long contexts are split into segments (enough blocks to fill the GPU twice over)
+// shared memory. Long contexts are split into segments (16 blocks per multiprocessor)
 // whose partial states are merged by log-sum-exp (Flash-Decoding; the formula of
 // cpu::attn_merge_partials). Q, scores and accumulation are f32 and e^x is expf, so results
 // differ from the CPU's (f16-rounded / q8_0-quantized Q, polynomial exp) by rounding only.
-// --kv-rotate (AttnShape::rotate): Q is Hadamard-rotated like the stored K first.
+// --kv-rotate (AttnShape::rotate): Q is Hadamard-rotated like the stored K first. A sliding
+// window (AttnShape::window) skips the positions before it (their blocks may be −1) and
+// soft-capping (AttnShape::softcap) maps each scaled score s to cap · tanh(s / cap).
 // Not here yet: query tiling for prefill (each row re-reads its context; L2 absorbs part of it)
 // and llama.cpp's exact non-flash softmax (-fa off).
 #pragma once

@@ -13,7 +13,8 @@ namespace {
 constexpr int kThreads = 256;
 
 __global__ void k_rope(float* x, int64_t n_heads, int64_t head_dim, const int32_t* pos, int half,
-                       float theta_scale, float freq_scale, const float* ff, bool neox) {
+                       float theta_scale, float freq_scale, float mscale, const float* ff,
+                       bool neox) {
   extern __shared__ float sh[];  // [half] cos, [half] sin
   float* cs = sh;
   float* sn = sh + half;
@@ -27,7 +28,13 @@ __global__ void k_rope(float* x, int64_t n_heads, int64_t head_dim, const int32_
     }
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < half; i += kThreads) sincosf(cs[i], &sn[i], &cs[i]);
+  for (int i = threadIdx.x; i < half; i += kThreads) {
+    sincosf(cs[i], &sn[i], &cs[i]);
+    if (mscale != 1.0f) {
+      cs[i] *= mscale;
+      sn[i] *= mscale;
+    }
+  }
   __syncthreads();
   float* xt = x + t * n_heads * head_dim;
   for (int64_t w = threadIdx.x; w < n_heads * half; w += kThreads) {
@@ -53,7 +60,7 @@ void rope(Context& ctx, float* x, int64_t n_tokens, int64_t n_heads, int64_t hea
   const int half = int(p.n_rot / 2);
   const float theta_scale = std::pow(p.freq_base, -2.0f / float(p.n_rot));
   k_rope<<<unsigned(n_tokens), kThreads, size_t(2 * half) * sizeof(float), c.stream>>>(
-      x, n_heads, head_dim, pos, half, theta_scale, p.freq_scale, p.freq_factors, p.neox);
+      x, n_heads, head_dim, pos, half, theta_scale, p.freq_scale, p.mscale, p.freq_factors, p.neox);
   check_launch("rope");
 }
 

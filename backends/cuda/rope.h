@@ -16,6 +16,7 @@ struct RopeParams {
   float freq_scale = 1;     ///< linear position scaling (1 / rope.scaling.factor)
   const float* freq_factors = nullptr;  ///< device [n_rot/2] divisors (llama3 rope_freqs) or null
   bool neox = false;  ///< false: pairs (x[2i], x[2i+1]) (llama); true: (x[i], x[i + n_rot/2])
+  float mscale = 1;   ///< cos and sin are multiplied by it (ggml's attn_factor; 1 = none)
 };
 
 /// Rotates every head of x in place. θ_i is built by repeated multiplication with

@@ -1,9 +1,6 @@
 // vulkan_backend.cpp — see vulkan_backend.h.
 #include "vulkan/vulkan_backend.h"
 
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -14,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "gguf.h"
 #include "vulkan/vk_context.h"
 #include "vulkan/vk_paged.h"
 
@@ -458,12 +456,7 @@ class VulkanDevice final : public Device {
       transfer_->upload(addr(buf->data()), t.data, bytes);
       transfer_->flush();
     }
-    if (release_mapped) {  // as the CPU device: give back the file pages now copied
-      const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
-      const uintptr_t b = uintptr_t(t.data), e = b + bytes;
-      const uintptr_t pb = (b + page - 1) / page * page, pe = e / page * page;
-      if (pe > pb) madvise(reinterpret_cast<void*>(pb), pe - pb, MADV_DONTNEED);
-    }
+    if (release_mapped) gguf::release_mapped_pages(t.data, bytes);  // the copy is on the GPU
     t.data = buf->data();
     t.packed = nullptr;
     t.device = this;

@@ -1,0 +1,336 @@
+// cuda_backend.cu — the CUDA Device and Backend of the seam (see cuda_backend.h).
+//
+// One Context (device + non-blocking stream + scratch) per Backend; weights and KV rows are
+// plain cudaMalloc'ed buffers any stream of the device reads. The step's page table becomes one
+// AttnBatch upload per step (rebuilt once when the KV layers map block ids to other slots).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "cuda/add.h"
+#include "cuda/attn_batch.h"
+#include "cuda/cuda_backend.h"
+#include "cuda/cuda_check.cuh"
+#include "cuda/cuda_context_impl.cuh"
+#include "cuda/cuda_device.h"
+#include "cuda/eltwise.h"
+#include "cuda/get_rows.h"
+#include "cuda/kv_store.h"
+#include "cuda/matmul.h"
+#include "cuda/paged_attention.h"
+#include "cuda/rms_norm.h"
+#include "cuda/rope.h"
+#include "cuda/swiglu.h"
+#include "gguf.h"
+
+namespace kvrun::cuda {
+namespace {
+
+/// A row length every matmul weight type's block divides (for supports() asked with k = 0).
+constexpr int64_t kAnyK = 2048;
+
+/// True when weights of type `t` can be uploaded: the matmul / get_rows types, and f32 vectors.
+bool weight_type_ok(DType t) { return t == DType::F32 || matmul_supported(t, kAnyK); }
+
+std::string mib(int64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
+
+/// cudaMalloc'ed memory through the seam.
+class SeamBuffer final : public kvrun::DeviceBuffer {
+ public:
+  SeamBuffer(kvrun::Device& dev, Context& ctx, size_t bytes) : dev_(dev), buf_(ctx, bytes) {}
+  void* data() const override { return const_cast<void*>(buf_.data()); }
+  size_t size() const override { return buf_.size(); }
+  kvrun::Device& device() const override { return dev_; }
+
+ private:
+  kvrun::Device& dev_;
+  cuda::DeviceBuffer buf_;
+};
+
+class CudaBackend final : public kvrun::Backend {
+ public:
+  CudaBackend(kvrun::Device& dev, int index) : dev_(dev), ctx_(index) {}
+  kvrun::Device& device() const override { return dev_; }
+  int n_threads() const override { return 1; }
+
+  void begin_step(const PageTable& pt) override {
+    pt_ = pt;
+    seqs_.resize(size_t(pt.n_seqs));
+    for (int64_t i = 0; i < pt.n_seqs; ++i) {
+      PagedSeq& s = seqs_[size_t(i)];
+      s.q0 = pt.seq_indptr[i];
+      s.n_q = pt.seq_indptr[i + 1] - s.q0;
+      s.pos0 = s.n_q > 0 ? pt.pos[s.q0] : 0;
+      s.block_table = pt.block_ids + pt.block_indptr[i];
+    }
+    batch_.set(ctx_, seqs_.data(), pt.n_seqs, pt.block_size, nullptr);
+    batch_slots_ = nullptr;
+  }
+  const int32_t* positions() const override { return batch_.positions(); }
+
+  void get_rows(const Tensor& table, const int32_t* ids, int64_t n, float* out) override {
+    for (int64_t i = 0; i < n; ++i)
+      if (ids[i] < 0 || ids[i] >= table.ne[1])
+        throw std::out_of_range("get_rows: id " + std::to_string(ids[i]) + " outside [0, " +
+                                std::to_string(table.ne[1]) + ")");
+    if (n <= 0) return;
+    const size_t bytes = size_t(n) * sizeof(int32_t);
+    if (ids_.size() < bytes) ids_ = cuda::DeviceBuffer(ctx_, std::max<size_t>(bytes, 4096));
+    ids_.upload(ctx_, ids, bytes);
+    cuda::get_rows(ctx_, table, ids_.as<int32_t>(), n, out);
+  }
+
+  void rms_norm(const float* x, const Tensor* w, float* y, int64_t rows, int64_t cols,
+                float eps) override {
+    if (w && w->type != DType::F32)
+      throw std::invalid_argument("CUDA rms_norm: the weight must be f32");
+    cuda::rms_norm(ctx_, x, w ? static_cast<const float*>(w->data) : nullptr, y, rows, cols, eps);
+  }
+
+  void matmul(const Tensor& w, const float* x, int64_t n, float* y) override {
+    if (n > 0) cuda::matmul(ctx_, w, x, n, y);
+  }
+  void matmul_many(const MatmulOut* outs, int n_outs, const float* x, int64_t n) override {
+    for (int i = 0; i < n_outs; ++i) matmul(*outs[i].w, x, n, outs[i].y);
+  }
+
+  void rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim,
+            const RopeConfig& cfg) override {
+    if (n > batch_.n_rows())
+      throw std::invalid_argument("CUDA rope: more rows than the step's page table has");
+    const RopeParams p{cfg.n_rot,      cfg.freq_base,
+                       cfg.freq_scale, freq_factors(cfg.freq_factors, cfg.n_rot / 2),
+                       cfg.neox,       cfg.mscale};
+    cuda::rope(ctx_, x, n, n_heads, head_dim, batch_.positions(), p);
+  }
+
+  void glu(GluKind kind, const float* gate, const float* up, float* out, int64_t rows,
+           int64_t cols) override {
+    if (kind == GluKind::kGeGlu)
+      cuda::geglu(ctx_, gate, up, out, rows * cols);
+    else
+      cuda::swiglu(ctx_, gate, up, out, rows * cols);
+  }
+  void add(float* y, const float* x, int64_t n) override { cuda::add(ctx_, y, x, n); }
+  void add_row(float* y, const Tensor& row, int64_t rows, int64_t cols) override {
+    if (row.type != DType::F32) throw std::invalid_argument("CUDA add_row: the row must be f32");
+    cuda::add_row(ctx_, y, static_cast<const float*>(row.data), rows, cols);
+  }
+  void scale(float* x, int64_t n, float s) override { cuda::scale(ctx_, x, n, s); }
+  void softcap(float* x, int64_t n, float cap) override { cuda::softcap(ctx_, x, n, cap); }
+  void copy_cols(const float* src, int64_t rows, int64_t cols, int64_t c0, int64_t n,
+                 float* dst) override {
+    cuda::copy_cols(ctx_, src, rows, cols, c0, n, dst);
+  }
+
+  void kv_store(const KvLayer& kv, const PagedAttnParams& p, const float* k,
+                const float* v) override {
+    use_slots(kv);
+    cuda::kv_store(ctx_, kv, shape(p), batch_, k, v);
+  }
+  void paged_attention(const KvLayer& kv, const PagedAttnParams& p, const float* q,
+                       float* out) override {
+    use_slots(kv);
+    cuda::paged_attention(ctx_, kv, shape(p), batch_, q, out);
+  }
+
+  void upload(void* dst, const void* host, size_t bytes) override {
+    if (bytes == 0) return;
+    ctx_.impl().activate();
+    // From pageable memory the call returns once `host` has been read (CUDA's documented
+    // behaviour for pageable sources), so the caller may reuse it.
+    check(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, ctx_.impl().stream),
+          "upload: cudaMemcpyAsync");
+  }
+  void download(void* host, const void* src, size_t bytes) override {
+    ctx_.impl().activate();
+    if (bytes)
+      check(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, ctx_.impl().stream),
+            "download: cudaMemcpyAsync");
+    ctx_.synchronize();
+  }
+  void copy_from(Backend& from, const void* src, void* dst, size_t bytes) override {
+    if (from.device().host_memory()) {
+      from.synchronize();
+      upload(dst, src, bytes);
+    } else if (auto* cb = dynamic_cast<CudaBackend*>(&from); cb && &cb->dev_ == &dev_) {
+      from.synchronize();
+      ctx_.impl().activate();
+      check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ctx_.impl().stream),
+            "copy_from: cudaMemcpyAsync");
+    } else {  // another device: through the host
+      std::vector<uint8_t> tmp(bytes);
+      from.download(tmp.data(), src, bytes);
+      upload(dst, tmp.data(), bytes);
+    }
+  }
+  void synchronize() override { ctx_.synchronize(); }
+
+ private:
+  static AttnShape shape(const PagedAttnParams& p) {
+    AttnShape s;
+    static_cast<AttnParams&>(s) = p.attn;
+    s.rotate = p.rotate;
+    s.window = p.window;
+    s.softcap = p.softcap;
+    return s;
+  }
+
+  /// Rebuilds the step's AttnBatch when `kv` maps block ids to slots other than the ids (the
+  /// batch of begin_step assumed slot = id); a no-op for the layers after the first.
+  void use_slots(const KvLayer& kv) {
+    if (!kv.slot_of || kv.slot_of == batch_slots_) return;
+    bool identity = true;
+    const int64_t n_ids = pt_.n_seqs > 0 ? pt_.block_indptr[pt_.n_seqs] : 0;
+    for (int64_t i = 0; i < n_ids && identity; ++i) {
+      const int32_t id = pt_.block_ids[i];
+      identity = id < 0 || kv.slot_of[id] == id;
+    }
+    if (!identity) batch_.set(ctx_, seqs_.data(), pt_.n_seqs, pt_.block_size, kv.slot_of);
+    batch_slots_ = kv.slot_of;
+  }
+
+  /// The device copy of a model's host [half] RoPE frequency factors (uploaded once).
+  const float* freq_factors(const float* host, int64_t half) {
+    if (!host) return nullptr;
+    auto it = ff_.find(host);
+    if (it == ff_.end()) {
+      cuda::DeviceBuffer b(ctx_, size_t(half) * sizeof(float));
+      b.upload(ctx_, host, size_t(half) * sizeof(float));
+      it = ff_.emplace(host, std::move(b)).first;
+    }
+    return it->second.as<float>();
+  }
+
+  kvrun::Device& dev_;
+  Context ctx_;
+  PageTable pt_;
+  std::vector<PagedSeq> seqs_;
+  AttnBatch batch_;
+  const int32_t* batch_slots_ = nullptr;  // the slot map batch_ was last checked against
+  cuda::DeviceBuffer ids_;                // get_rows' token ids
+  std::unordered_map<const float*, cuda::DeviceBuffer> ff_;
+};
+
+class CudaDevice final : public kvrun::Device {
+ public:
+  explicit CudaDevice(const DeviceInfo& info) : info_(info) {}
+  std::string name() const override { return "CUDA" + std::to_string(info_.index); }
+  std::string description() const override {
+    return info_.name + " (compute " + std::to_string(info_.cc_major) + "." +
+           std::to_string(info_.cc_minor) + ", CUDA runtime " + runtime_version() + ")";
+  }
+  bool host_memory() const override { return false; }
+  int64_t total_memory() const override { return info_.total_bytes; }
+  int64_t free_memory() const override {
+    size_t free_b = 0, total_b = 0;
+    if (cudaSetDevice(info_.index) != cudaSuccess ||
+        cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+      cudaGetLastError();
+      return -1;
+    }
+    return int64_t(free_b);
+  }
+
+  bool supports(Op op, DType a, DType b, int64_t k) const override {
+    switch (op) {
+      case Op::kGetRows:
+        return get_rows_supported(a, k > 0 ? k : kAnyK);
+      case Op::kMatmul:
+        return matmul_supported(a, k > 0 ? k : kAnyK);
+      case Op::kRmsNorm:
+      case Op::kRope:
+      case Op::kGlu:
+      case Op::kAdd:
+      case Op::kScale:
+      case Op::kCopy:
+        return true;
+      case Op::kKvStore:
+      case Op::kPagedAttention:
+        return kv_type_supported(a) && kv_type_supported(b);
+    }
+    return false;
+  }
+
+  std::unique_ptr<kvrun::DeviceBuffer> alloc(size_t bytes, BufferUse use) override {
+    try {
+      return std::make_unique<SeamBuffer>(*this, ctx(), bytes);
+    } catch (const CudaError& e) {
+      throw std::runtime_error(out_of_memory(int64_t(bytes), use == BufferUse::kKv
+                                                                 ? "the KV cache (lower -c or "
+                                                                   "--kv-mem, or use -nkvo)"
+                                                                 : "activations (lower -b)") +
+                               " [" + e.what() + "]");
+    }
+  }
+
+  std::unique_ptr<kvrun::DeviceBuffer> upload_weight(Tensor& t, bool release_mapped) override {
+    if (!weight_type_ok(t.type))
+      throw std::runtime_error(name() + ": weight type " + std::string(traits(t.type).name) +
+                               " is not supported by the CUDA backend");
+    if (!t.is_contiguous())
+      throw std::runtime_error(name() + ": a weight must be contiguous to be uploaded");
+    const size_t bytes = t.n_bytes();
+    std::unique_ptr<SeamBuffer> buf;
+    try {
+      buf = std::make_unique<SeamBuffer>(*this, ctx(), bytes);
+    } catch (const CudaError& e) {
+      throw std::runtime_error(out_of_memory(int64_t(bytes), "a weight (lower -ngl)") + " [" +
+                               e.what() + "]");
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      Context& c = *ctx_;
+      c.impl().activate();
+      check(cudaMemcpy(buf->data(), t.data, bytes, cudaMemcpyHostToDevice),
+            "upload_weight: cudaMemcpy");
+    }
+    if (release_mapped) gguf::release_mapped_pages(t.data, bytes);  // the copy is on the GPU
+    t.data = buf->data();
+    t.packed = nullptr;
+    t.device = this;
+    return buf;
+  }
+
+  std::unique_ptr<Backend> make_backend(int) override {
+    return std::make_unique<CudaBackend>(*this, info_.index);
+  }
+
+ private:
+  Context& ctx() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!ctx_) ctx_ = std::make_unique<Context>(info_.index);
+    return *ctx_;
+  }
+
+  /// "CUDA0: out of memory allocating 512 MiB for <what> (free 100 MiB of 80 GiB)".
+  std::string out_of_memory(int64_t bytes, const std::string& what) const {
+    const int64_t free = free_memory();
+    return name() + ": out of memory allocating " + mib(bytes) + " for " + what + " (free " +
+           (free < 0 ? std::string("unknown") : mib(free)) + " of " + mib(info_.total_bytes) + ")";
+  }
+
+  DeviceInfo info_;
+  std::mutex mu_;
+  std::unique_ptr<Context> ctx_;  // alloc's and upload_weight's context
+};
+
+}  // namespace
+
+std::vector<kvrun::Device*> seam_devices() {
+  // Never destroyed: the CUDA runtime may be torn down before static destructors run.
+  static const std::vector<kvrun::Device*>* const owned = [] {
+    auto* v = new std::vector<kvrun::Device*>;
+    for (const DeviceInfo& d : devices()) v->push_back(new CudaDevice(d));
+    return v;
+  }();
+  return *owned;
+}
+
+}  // namespace kvrun::cuda
