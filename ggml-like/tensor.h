@@ -26,6 +26,8 @@ struct Tensor {
   /// A copy of a weight matrix's rows in a backend's interleaved layout (backends/cpu/pack.h:
   /// the same values, 16 rows per group), or null. Not owned: whoever packed it (the model)
   /// keeps it alive as long as the view. Kernels that do not know the layout read `data`.
+  /// On the CUDA device, packed == data marks a q4_0 / q8_0 matrix uploaded in the split layout
+  /// (backends/cuda/matmul.h), which `data` then holds.
   const void* packed = nullptr;
   /// The device whose memory `data` (and `packed`) are in (backends/backend.h); null: host
   /// memory that no device owns (a mapped file, the heap).

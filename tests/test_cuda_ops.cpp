@@ -168,7 +168,9 @@ Result run_get_rows(const Case& c) {
   if (c.backend == Backend::cpu) {
     cpu::get_rows(t, ids.data(), n, r.out.data());
   } else {
-    KVRUN_GPU(cuda::DeviceTensor dt = cuda::upload_tensor(gpu(), t);
+    // Variant 1: the table uploaded in the split layout (q4_0, q8_0).
+    KVRUN_GPU(cuda::DeviceTensor dt = c.variant == 1 ? cuda::upload_tensor_split(gpu(), t)
+                                                     : cuda::upload_tensor(gpu(), t);
               cuda::DeviceBuffer d_ids = to_gpu(ids);
               cuda::DeviceBuffer d_out = gpu_poisoned(ref.size());
               cuda::get_rows(gpu(), dt.view, d_ids.as<int32_t>(), n, d_out.as<float>());
@@ -324,9 +326,12 @@ Result run_eltwise(const Case& c) {
 
 // ---- matmul ----
 
-/// Variant = activation rows n: 1 and 3 (decode kernel), 8 (its largest), 37 (prefill GEMM).
+/// Variant = activation rows n: 1 and 3 (decode kernels), 8 (their largest), 37 (prefill
+/// GEMM), plus 100 for a weight uploaded in the split layout (q4_0, q8_0) and 200 for a tall
+/// matrix (8200 rows: the one-row kernel's 4 and 2 rows per warp, with a ragged tail).
 Result run_matmul(const Case& c) {
-  const int64_t k = 512, m = 96, n = c.variant;
+  const bool split = c.variant / 100 % 2 == 1, tall = c.variant / 200 == 1;
+  const int64_t k = 512, m = tall ? 8200 : 96, n = c.variant % 100;
   std::vector<uint8_t> wq = random_rows(c.t1, m, k, 61);
   const Tensor w = Tensor::contiguous(c.t1, wq.data(), k, m);
   const std::vector<float> x = test::random_floats(size_t(n * k), 62);
@@ -348,7 +353,8 @@ Result run_matmul(const Case& c) {
   if (c.backend == Backend::cpu) {
     cpu::matmul(pool, w, x.data(), n, r.out.data());
   } else {
-    KVRUN_GPU(cuda::DeviceTensor dw = cuda::upload_tensor(gpu(), w);
+    KVRUN_GPU(cuda::DeviceTensor dw =
+                  split ? cuda::upload_tensor_split(gpu(), w) : cuda::upload_tensor(gpu(), w);
               cuda::DeviceBuffer dx = to_gpu(x); cuda::DeviceBuffer dy = gpu_poisoned(ref.size());
               cuda::matmul(gpu(), dw.view, dx.as<float>(), n, dy.as<float>());
               r.out = from_gpu(dy, ref.size()));
@@ -613,7 +619,7 @@ double threshold_ref(const Case& c) {
 double threshold_exact(const Case& c) {
   if (c.backend == Backend::cpu) return threshold_ref(Case{Backend::cuda, c.op, c.t1, c.t2, 0});
   if (c.op == Op::attention) return 1e-9;
-  if (c.variant <= 8 || c.t1 == DType::F32) return 1e-10;  // f32 decode kernel or SGEMM
+  if (c.variant % 100 <= 8 || c.t1 == DType::F32) return 1e-10;  // f32 decode kernel or SGEMM
   return c.t1 == DType::BF16 ? 5e-5 : 2e-6;                // f16 / bf16 GEMM operands
 }
 
@@ -678,7 +684,11 @@ std::vector<Case> all_cases() {
   for (Backend b : {Backend::cpu, Backend::cuda}) {
     for (DType t : kWeightTypes) {
       out.push_back({b, Op::get_rows, t});
-      for (int n : {1, 3, 8, 37}) out.push_back({b, Op::matmul, t, t, n});
+      for (int n : {1, 3, 8, 37, 201}) out.push_back({b, Op::matmul, t, t, n});
+      if (b == Backend::cuda && (t == DType::Q4_0 || t == DType::Q8_0)) {  // the split layout
+        out.push_back({b, Op::get_rows, t, t, 1});
+        for (int n : {101, 103, 137, 301}) out.push_back({b, Op::matmul, t, t, n});
+      }
     }
     for (int v : {0, 1}) out.push_back({b, Op::rms_norm, DType::F32, DType::F32, v});
     for (int v : {0, 1, 2, 3, 4}) out.push_back({b, Op::rope, DType::F32, DType::F32, v});
@@ -713,6 +723,10 @@ TEST(CudaSupport, TypesAndShapesAreCheckedUpFront) {
     EXPECT_FALSE(cuda::get_rows_supported(t, 512)) << traits(t).name;
   }
   EXPECT_FALSE(cuda::matmul_supported(DType::Q4_K, 128));  // not a whole super-block
+  // stories260K's ffn_down rows have 172 values: whole f32 chunks (4), not f16 ones (8).
+  EXPECT_TRUE(cuda::matmul_supported(DType::F32, 172));
+  EXPECT_FALSE(cuda::matmul_supported(DType::F16, 172));
+  EXPECT_FALSE(cuda::matmul_supported(DType::F32, 170));
   for (DType t : kKvCacheTypes) EXPECT_TRUE(cuda::kv_type_supported(t)) << traits(t).name;
   EXPECT_FALSE(cuda::kv_type_supported(DType::Q4_K));
   const cuda::AttnShape ok{32, 8, 128, 128, 0.1f}, wide_group{32, 2, 128, 128, 0.1f},

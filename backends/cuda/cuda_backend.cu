@@ -284,16 +284,21 @@ class CudaDevice final : public kvrun::Device {
       throw std::runtime_error(out_of_memory(int64_t(bytes), "a weight (lower -ngl)") + " [" +
                                e.what() + "]");
     }
+    // q4_0 / q8_0 matrices go up in the split layout (16-byte loads of their quants).
+    const bool split = split_layout_supported(t.type) && t.n_rows() > 1;
+    std::vector<uint8_t> staged;
+    if (split) staged = split_weight(t);
     {
       std::lock_guard<std::mutex> lock(mu_);
       Context& c = *ctx_;
       c.impl().activate();
-      check(cudaMemcpy(buf->data(), t.data, bytes, cudaMemcpyHostToDevice),
+      check(cudaMemcpy(buf->data(), split ? staged.data() : t.data, bytes,
+                       cudaMemcpyHostToDevice),
             "upload_weight: cudaMemcpy");
     }
     if (release_mapped) gguf::release_mapped_pages(t.data, bytes);  // the copy is on the GPU
     t.data = buf->data();
-    t.packed = nullptr;
+    t.packed = split ? t.data : nullptr;  // matmul.h: packed = data marks the split layout
     t.device = this;
     return buf;
   }

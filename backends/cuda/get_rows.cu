@@ -10,29 +10,28 @@
 namespace kvrun::cuda {
 namespace {
 
-template <DType T>
-__global__ void k_get_rows(const uint8_t* table, size_t stride, int64_t n_rows, int64_t cols,
-                           const int32_t* ids, float* out) {
-  using W = WeightChunk<T>;
+template <typename R>
+__global__ void k_get_rows(R rd, int64_t n_rows, int64_t cols, const int32_t* ids, float* out) {
+  constexpr int V = R::kValues;
   const int32_t id = ids[blockIdx.x];
   float* o = out + int64_t(blockIdx.x) * cols;
   const bool valid = id >= 0 && id < n_rows;
-  for (int64_t c = threadIdx.x; c < cols / W::kValues; c += blockDim.x) {
-    float v[W::kValues];
+  for (int64_t c = threadIdx.x; c < cols / V; c += blockDim.x) {
+    float v[V];
     if (valid) {
-      W::decode(table + id * stride, c, v);
+      rd.decode(id, c, v);
     } else {
-      for (int j = 0; j < W::kValues; ++j) v[j] = __uint_as_float(0x7fc00000u);
+      for (int j = 0; j < V; ++j) v[j] = __uint_as_float(0x7fc00000u);
     }
-    for (int j = 0; j < W::kValues; ++j) o[c * W::kValues + j] = v[j];
+    for (int j = 0; j < V; ++j) o[c * V + j] = v[j];
   }
 }
 
 }  // namespace
 
 bool get_rows_supported(DType t, int64_t cols) {
-  const bool known = dispatch_weight_type(t, [](auto) {});
-  return known && cols > 0 && cols % 8 == 0 && cols % traits(t).block_elems == 0;
+  const int chunk = weight_chunk_values(t);
+  return chunk > 0 && cols > 0 && cols % chunk == 0 && cols % traits(t).block_elems == 0;
 }
 
 void get_rows(Context& ctx, const Tensor& table, const int32_t* ids, int64_t n_ids, float* out) {
@@ -42,10 +41,8 @@ void get_rows(Context& ctx, const Tensor& table, const int32_t* ids, int64_t n_i
   if (n_ids <= 0) return;
   Context::Impl& c = ctx.impl();
   c.activate();
-  dispatch_weight_type(table.type, [&](auto tag) {
-    constexpr DType T = decltype(tag)::value;
-    k_get_rows<T><<<unsigned(n_ids), 128, 0, c.stream>>>(
-        static_cast<const uint8_t*>(table.data), table.nb[1], table.ne[1], table.ne[0], ids, out);
+  with_reader(table, [&](auto rd) {
+    k_get_rows<<<unsigned(n_ids), 128, 0, c.stream>>>(rd, table.ne[1], table.ne[0], ids, out);
   });
   check_launch("get_rows");
 }

@@ -9,7 +9,7 @@
 namespace kvrun::cuda {
 
 /// True when get_rows supports tables of type `t` with rows of `cols` values (the matmul weight
-/// types: f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K).
+/// types: f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K; cols a multiple of the type's chunk).
 bool get_rows_supported(DType t, int64_t cols);
 
 /// out[i] = row ids[i] of `table` decoded to f32, equal to the scalar decoders (the K-quants'

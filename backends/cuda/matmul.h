@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "cuda/cuda_context.h"
 #include "tensor.h"
@@ -23,9 +24,20 @@ namespace kvrun::cuda {
 /// Activation rows up to which matmul uses the matrix-vector kernel.
 constexpr int64_t kMatvecMaxRows = 8;
 
-/// True when matmul supports weights of type `t` with rows of `k` elements (k a multiple of
-/// the type's block size, and of 8 for the 16-byte chunk loads).
+/// True when matmul supports weights of type `t` with rows of `k` elements: k a multiple of
+/// the kernels' chunk of the type (4 values for f32, 8 for f16 / bf16, a 32-value block or
+/// sub-block for the quants) and of 4 (x is read as float4).
 bool matmul_supported(DType t, int64_t k);
+
+/// True for the weight types matmul and get_rows also read in the split layout (q4_0, q8_0):
+/// every block's quants first, 16-byte aligned, then every block's f16 scale
+/// (weight_decode.cuh SplitRows), for 16-byte loads of rows whose 18- / 34-byte blocks are not
+/// aligned.
+bool split_layout_supported(DType t);
+/// The bytes of a q4_0 / q8_0 matrix (host, rows packed) rearranged into the split layout (the
+/// same size). Upload them and mark the device tensor with packed = data (upload_tensor_split);
+/// matmul and get_rows then read that layout. Throws std::invalid_argument for another type.
+std::vector<uint8_t> split_weight(const Tensor& host);
 
 /// y[n, m] = x[n, k] · w[m, k]ᵀ.
 ///   w: a device weight (upload_tensor), ne[0] = k, ne[1] = m, rows nb[1] bytes apart, 16-byte

@@ -13,6 +13,7 @@
 #include "blocks.h"
 #include "cuda/decode.cuh"
 #include "dtype.h"
+#include "tensor.h"
 
 namespace kvrun::cuda {
 
@@ -192,6 +193,95 @@ bool dispatch_weight_type(DType t, F&& f) {
     default:
       return false;
   }
+}
+
+/// A weight matrix in its stored (GGUF) layout as the kernels read it: chunk c of row r is
+/// WeightChunk<T>::decode of the row `stride` bytes after the previous one.
+template <DType T>
+struct StoredRows {
+  static constexpr int kValues = WeightChunk<T>::kValues;
+  const uint8_t* w;
+  size_t stride;
+  KVRUN_HD void decode(int64_t r, int64_t c, float* v) const {
+    WeightChunk<T>::decode(w + r * int64_t(stride), c, v);
+  }
+};
+
+/// The split layout the CUDA backend uploads q4_0 and q8_0 matrices in (split_weight in
+/// matmul.cu): the quants of every block first, in row-major block order, each block's 16
+/// (q4_0) or 32 (q8_0) bytes 16-byte aligned, then every block's f16 scale. One or two 16-byte
+/// loads and one 2-byte load per 32 values instead of 9 or 17 2-byte loads; the same values as
+/// the stored blocks (the same d · q products).
+template <DType T>
+struct SplitRows;
+
+template <>
+struct SplitRows<DType::Q4_0> {
+  static constexpr int kValues = QK4_0;
+  const uint4* q;      ///< [m · nb] 16 bytes of quants per block
+  const uint16_t* d;   ///< [m · nb] f16 scales
+  int64_t nb;          ///< blocks per row
+  KVRUN_HD void decode(int64_t r, int64_t c, float* v) const {
+    const int64_t b = r * nb + c;
+    const uint4 p = q[b];
+    const float s = f16_to_f32(d[b]);
+    const uint32_t w[4] = {p.x, p.y, p.z, p.w};
+    KVRUN_UNROLL
+    for (int j = 0; j < QK4_0 / 2; ++j) {
+      const uint32_t byte = (w[j / 4] >> (8 * (j % 4))) & 0xffu;
+      v[j] = s * float(int(byte & 0x0fu) - 8);
+      v[j + QK4_0 / 2] = s * float(int(byte >> 4) - 8);
+    }
+  }
+};
+
+template <>
+struct SplitRows<DType::Q8_0> {
+  static constexpr int kValues = QK8_0;
+  const uint4* q;      ///< [m · nb] 32 bytes of quants per block (two uint4)
+  const uint16_t* d;   ///< [m · nb] f16 scales
+  int64_t nb;          ///< blocks per row
+  KVRUN_HD void decode(int64_t r, int64_t c, float* v) const {
+    const int64_t b = r * nb + c;
+    const uint4 p0 = q[2 * b], p1 = q[2 * b + 1];
+    const float s = f16_to_f32(d[b]);
+    const uint32_t w[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
+    KVRUN_UNROLL
+    for (int j = 0; j < QK8_0; ++j) v[j] = s * float(int8_t((w[j / 4] >> (8 * (j % 4))) & 0xffu));
+  }
+};
+
+/// Quant bytes per block of the split layout (0: the type has none).
+inline int split_quant_bytes(DType t) {
+  return t == DType::Q4_0 ? QK4_0 / 2 : t == DType::Q8_0 ? QK8_0 : 0;
+}
+
+/// Calls f(reader) with the reader of device weight `w`: SplitRows when it was uploaded in the
+/// split layout (w.packed set, q4_0 / q8_0), StoredRows otherwise. Returns false for a type
+/// without a decoder (the caller reports it).
+template <typename F>
+bool with_reader(const Tensor& w, F&& f) {
+  const auto* wd = static_cast<const uint8_t*>(w.data);
+  if (w.packed && split_quant_bytes(w.type) > 0) {
+    const int64_t nb = w.ne[0] / 32, blocks = nb * w.n_rows();
+    const auto* q = reinterpret_cast<const uint4*>(wd);
+    const auto* d = reinterpret_cast<const uint16_t*>(wd + blocks * split_quant_bytes(w.type));
+    if (w.type == DType::Q4_0)
+      f(SplitRows<DType::Q4_0>{q, d, nb});
+    else
+      f(SplitRows<DType::Q8_0>{q, d, nb});
+    return true;
+  }
+  return dispatch_weight_type(
+      w.type, [&](auto tag) { f(StoredRows<decltype(tag)::value>{wd, size_t(w.nb[1])}); });
+}
+
+/// Values per WeightChunk of type `t` (the granularity of the matmul and get_rows kernels); 0
+/// for a type without one.
+inline int weight_chunk_values(DType t) {
+  int n = 0;
+  dispatch_weight_type(t, [&](auto tag) { n = WeightChunk<decltype(tag)::value>::kValues; });
+  return n;
 }
 
 }  // namespace kvrun::cuda
