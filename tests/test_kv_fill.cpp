@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -156,6 +157,7 @@ TEST(KvFill, OverflowFullPoolAndBadCountsChangeNothing) {
   EXPECT_EQ(ctx.sequence().bytes_held(), held);
   EXPECT_THROW(ctx.fill_synthetic(0, 1), ContextError);
   EXPECT_THROW(ctx.fill_synthetic(-4, 1), ContextError);
+  EXPECT_THROW(ctx.fill_synthetic(INT64_MAX, 1), ContextError);  // no overflow in the check
   EXPECT_EQ(ctx.n_past(), 20);
   ctx.fill_synthetic(12, 1);  // exactly up to n_ctx
   EXPECT_EQ(ctx.n_past(), 32);

@@ -89,7 +89,7 @@ void Context::fill_synthetic(int64_t n, uint64_t seed) {
     throw ContextError("fill_synthetic: n_tokens must be at least 1 (got " + std::to_string(n) +
                        ")");
   const int64_t pos0 = n_past();
-  if (pos0 + n > n_ctx())
+  if (n > n_ctx() - pos0)
     throw ContextError("context overflow: " + std::to_string(pos0) + " tokens held + " +
                        std::to_string(n) + " new > n_ctx " + std::to_string(n_ctx()));
   seq_.reserve(n);  // as eval(): a full pool throws here with nothing changed
