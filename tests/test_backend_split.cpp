@@ -6,6 +6,7 @@
 // "GPU" layers back on the host) and per-layer KV storage, before any GPU exists.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "backend.h"
 #include "engine/context.h"
 #include "engine/scheduler.h"
+#include "kv_layout.h"
 #include "test_util.h"
 #include "text/tokenizer.h"
 #include "tools/synth/synth.h"
@@ -22,13 +24,15 @@ namespace {
 
 namespace fs = std::filesystem;
 
-/// A CPU device that counts the boundary copies its backends receive.
+/// A CPU device that counts the boundary copies and uploads its backends receive; with
+/// `host = false` it says its memory is not the host's, as a GPU would (KvCache then writes its
+/// KV rows through a backend of it).
 class CountingDevice final : public Device {
  public:
   explicit CountingDevice(const std::string& name) : dev_(make_cpu_device(name)) {}
   std::string name() const override { return dev_->name(); }
   std::string description() const override { return "counting " + dev_->description(); }
-  bool host_memory() const override { return true; }
+  bool host_memory() const override { return host; }
   int64_t total_memory() const override { return dev_->total_memory(); }
   int64_t free_memory() const override { return dev_->free_memory(); }
   bool supports(Op op, DType a, DType b, int64_t k) const override {
@@ -50,9 +54,11 @@ class CountingDevice final : public Device {
   std::unique_ptr<Backend> make_backend(int n_threads) override;
 
   bool refuse_q4_0_kv = false;  ///< stands in for a device without q4_0 KV kernels
+  bool host = true;             ///< host_memory()
   int kv_allocs = 0;
   int uploads = 0;
-  int64_t copies_in = 0;  ///< copy_from calls on this device's backends
+  int64_t copies_in = 0;     ///< copy_from calls on this device's backends
+  int64_t upload_bytes = 0;  ///< bytes of Backend::upload calls on this device's backends
 
  private:
   std::unique_ptr<Device> dev_;
@@ -102,7 +108,10 @@ class CountingBackend final : public Backend {
                        float* out) override {
     be_->paged_attention(kv, p, q, out);
   }
-  void upload(void* d, const void* h, size_t n) override { be_->upload(d, h, n); }
+  void upload(void* d, const void* h, size_t n) override {
+    d_.upload_bytes += int64_t(n);
+    be_->upload(d, h, n);
+  }
   void download(void* h, const void* s, size_t n) override { be_->download(h, s, n); }
   void copy_from(Backend& from, const void* src, void* dst, size_t bytes) override {
     ++d_.copies_in;
@@ -273,6 +282,51 @@ TEST(BackendSplit, SchedulerStepMatchesContextOnASplitModel) {
   const std::vector<int32_t> a = greedy(host), b = greedy(split);
   EXPECT_EQ(a.size(), 12u);
   EXPECT_EQ(a, b);
+}
+
+TEST(BackendSplit, SyntheticFillWritesDeviceKvRowsThroughTheDevicesUploads) {
+  const fs::path path = test::fixture("models/stories260K-F32.gguf");
+  if (!fs::exists(path)) GTEST_SKIP() << "fixture missing: " << path;
+  for (bool host : {false, true}) {
+    SCOPED_TRACE(host ? "host memory" : "device memory");
+    CountingDevice gpu("CPU1");
+    gpu.host = host;
+    ModelParams mp;
+    mp.n_gpu_layers = 2;  // the last 2 of 5 layers, their KV rows on the second device
+    mp.gpu = &gpu;
+    const Model m = Model::load(path.string(), mp);
+    ContextParams cp;
+    cp.n_ctx = 64;
+    cp.n_threads = 1;
+    cp.kv.block_size = 16;
+    cp.kv.type_k = cp.kv.type_v = DType::Q8_0;
+    Context ctx(m, cp);
+    const int32_t first[3] = {1, 2, 3};
+    ctx.eval(first);
+    const int64_t before = gpu.upload_bytes;
+    ctx.fill_synthetic(40, 9);
+    // Rows the host cannot address go up through the device's backend, those it can are written
+    // in place (no upload).
+    const KvLayer l = ctx.cache().layer(m.hparams().n_layer - 1);
+    EXPECT_EQ(gpu.upload_bytes - before, host ? 0 : 2 * 40 * (l.k_row_bytes + l.v_row_bytes));
+    // (The stand-in's memory is host memory after all: read the rows back to check them.)
+    for (int64_t il = 0; il < m.hparams().n_layer; ++il) {
+      const KvLayer L = ctx.cache().layer(il);
+      for (int64_t p = 3; p < 43; ++p) {
+        const int32_t b = ctx.sequence().block_table()[size_t(p / 16)];
+        std::vector<float> x(size_t(m.hparams().n_head_kv * m.hparams().head_dim));
+        kv_decode_row(L.k_type, m.hparams().n_head_kv, m.hparams().head_dim,
+                      L.k_block(b) + (p % 16) * L.k_row_bytes, x.data());
+        double sq = 0;
+        for (float v : x) sq += double(v) * v;
+        ASSERT_TRUE(std::isfinite(sq)) << "layer " << il << " position " << p;
+        EXPECT_GT(sq, 0.0) << "layer " << il << " position " << p;  // written, not zeros
+      }
+    }
+    const int32_t next = 7;
+    for (float x : ctx.eval(std::span<const int32_t>(&next, 1))) ASSERT_TRUE(std::isfinite(x));
+    EXPECT_EQ(ctx.n_past(), 44);
+  }
 }
 
 }  // namespace

@@ -143,5 +143,33 @@ TEST(BenchCli, QuantizedKvHoldsWholeBlocksAndBadRunsAreRefused) {
   EXPECT_NE(r.err.find("nothing to measure"), std::string::npos) << r.err;
 }
 
+TEST(BenchCli, SyntheticDepthFillIsReportedAndHoldsWhatAPrefillHolds) {
+  KVRUN_REQUIRE_FIXTURE(kModel);
+  const auto syn = bench("-p 0 -n 2 -d 64 -r 1 --depth-fill synthetic --json");
+  ASSERT_EQ(syn.exit_code, 0) << syn.err;
+  const auto pre = bench("-p 0 -n 2 -d 64 -r 1 --json");
+  ASSERT_EQ(pre.exit_code, 0) << pre.err;
+  const auto s = nlohmann::json::parse(syn.out), p = nlohmann::json::parse(pre.out);
+  ASSERT_EQ(s.size(), 1u);
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(s[0]["depth_fill"], "synthetic");
+  EXPECT_EQ(p[0]["depth_fill"], "prefill");
+  EXPECT_EQ(s[0]["test"], "tg2 @ d64");
+  EXPECT_EQ(s[0]["kv_tokens"], 66);
+  EXPECT_EQ(s[0]["kv_bytes"], p[0]["kv_bytes"]);  // the same blocks as a prefill
+  EXPECT_GT(s[0]["avg_ts"].get<double>(), 0.0);
+  // One fixed context: 96 filled synthetically, truncated to 32, then extended to 80.
+  const auto c = bench("-p 4 -n 2 -d 96,32,80 -c 112 -r 1 --depth-fill synthetic --json");
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  for (const auto& t : nlohmann::json::parse(c.out)) EXPECT_GT(t["avg_ts"].get<double>(), 0.0);
+  const auto table = bench("-p 0 -n 2 -d 64 -r 1 --depth-fill synthetic");
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find("tg2 @ d64"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("filled synthetically"), std::string::npos) << table.out;
+  const auto bad = bench("-p 0 -n 2 --depth-fill maybe");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("--depth-fill"), std::string::npos) << bad.err;
+}
+
 }  // namespace
 }  // namespace kvrun

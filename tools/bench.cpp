@@ -3,13 +3,16 @@
 //
 // For each depth d a context of d + max(p, n) tokens is built and filled with d random tokens
 // (BOS first), untimed; with -c one context of that size serves every depth, each reached by
-// truncating or extending the previous fill. Each test then starts from that depth: a pp test times
-// the prefill of p random tokens (in -b batches), a tg test times n single-token decode steps
-// (random tokens, as llama-bench: speed does not depend on which token is fed). Before the timed
-// repetitions one untimed warm-up run is made (llama-bench: a prompt run, or one decode step).
-// Between runs the context is truncated back to d, so the depth is filled once. Speed is
-// tokens / seconds per repetition; the table shows the mean ± sample standard deviation over the
-// -r repetitions, as llama-bench does.
+// truncating or extending the previous fill. With --depth-fill synthetic the d positions are not
+// prefilled but get random K/V rows encoded in the cache types (Context::fill_synthetic: the same
+// blocks and bytes as a prefill, far faster at 131072 tokens); decode and attention speed at the
+// depth do not depend on the rows' values, a prefill's output would. Each test then starts from
+// that depth: a pp test times the prefill of p random tokens (in -b batches), a tg test times n
+// single-token decode steps (random tokens, as llama-bench: speed does not depend on which token is
+// fed). Before the timed repetitions one untimed warm-up run is made (llama-bench: a prompt run, or
+// one decode step). Between runs the context is truncated back to d, so the depth is filled once.
+// Speed is tokens / seconds per repetition; the table shows the mean ± sample standard deviation
+// over the -r repetitions, as llama-bench does.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -24,12 +27,12 @@
 #include <stdexcept>
 
 #include "commands.h"
-#include "engine/context.h"
 #include "cpu/cpu_info.h"
 #include "cpu/cpu_level.h"
+#include "engine/context.h"
+#include "engine/model.h"
 #include "kv_layout.h"
 #include "membw.h"
-#include "engine/model.h"
 #include "text/tokenizer.h"
 
 namespace kvrun::tools {
@@ -64,6 +67,11 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& o) {
   cmd->add_option("-t,--threads", o.n_threads, "threads (default: physical cores)")
       ->check(CLI::Range(0, 1024));
   add_kv_cache_options(*cmd, o.kv);
+  cmd->add_option("--depth-fill", o.depth_fill,
+                  "how each depth is reached (untimed): prefill (evaluate d random tokens) or "
+                  "synthetic (write random encoded KV rows; for decode/attention speed only)")
+      ->check(CLI::IsMember({"prefill", "synthetic"}))
+      ->capture_default_str();
   cmd->add_flag("--json", o.json, "print a JSON array (one object per test) instead of a table");
   cmd->add_flag("--bandwidth", o.bandwidth,
                 "measure the memory bandwidth (STREAM triad, -t threads) first and give each tg "
@@ -231,7 +239,10 @@ std::vector<BenchResult> run_bench(const BenchOptions& opt, const Model& model, 
     n_threads = ctx.n_threads();
     const int64_t have = std::min(ctx.n_past(), d);  // a prefix of an earlier fill
     ctx.truncate(have);
-    if (d > have) {  // fill the depth once, untimed; every test truncates back to it
+    // Fill the depth once, untimed; every test truncates back to it.
+    if (d > have && opt.depth_fill == "synthetic") {
+      ctx.fill_synthetic(d - have, rng());
+    } else if (d > have) {
       std::vector<int32_t> fill = random_tokens(rng, d - have, ctx.n_vocab());
       if (have == 0 && bos >= 0 && bos < ctx.n_vocab()) fill[0] = bos;
       ctx.eval(fill);
@@ -279,6 +290,7 @@ void print_json(const BenchOptions& opt, const ModelFacts& mf, int n_threads,
     j["n_prompt"] = r.n_prompt;
     j["n_gen"] = r.n_gen;
     j["n_depth"] = r.depth;
+    j["depth_fill"] = opt.depth_fill;
     j["test"] = r.test;
     j["avg_ns"] = r.avg_ns;
     j["stddev_ns"] = r.stddev_ns;
@@ -324,6 +336,10 @@ void print_table(const BenchOptions& opt, const ModelFacts& mf, int n_threads,
                                          : ""))
             .c_str());
   }
+  if (opt.depth_fill == "synthetic")
+    std::printf(
+        "\ndepths filled synthetically (--depth-fill synthetic): random encoded KV rows, "
+        "no prefill; decode/attention speed only\n");
   if (bw <= 0) return;
   std::printf("\nmemory bandwidth (STREAM triad, %d threads): %.1f GB/s\n", n_threads, bw / 1e9);
   for (const BenchResult& r : results)

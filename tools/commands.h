@@ -92,6 +92,9 @@ struct BenchOptions {
   KvCacheOptions kv;                   ///< -ctk / -ctv
   bool json = false;                   ///< --json: one JSON array instead of the table
   bool bandwidth = false;  ///< --bandwidth: STREAM triad, and each tg test's share of it
+  /// --depth-fill: how a depth is reached, "prefill" (evaluate d random tokens) or "synthetic"
+  /// (random encoded KV rows written directly: Context::fill_synthetic).
+  std::string depth_fill = "prefill";
 };
 
 /// Registers `kvrun bench` on `app`, parsing into `o`; returns the subcommand.

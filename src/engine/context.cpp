@@ -84,6 +84,26 @@ int64_t Context::reuse_prefix(std::span<const int32_t> tokens) {
   return seq_.attach_prefix(tokens.first(size_t(std::min(n, n_ctx_))));
 }
 
+void Context::fill_synthetic(int64_t n, uint64_t seed) {
+  if (n < 1)
+    throw ContextError("fill_synthetic: n_tokens must be at least 1 (got " + std::to_string(n) +
+                       ")");
+  const int64_t pos0 = n_past();
+  if (n > n_ctx() - pos0)
+    throw ContextError("context overflow: " + std::to_string(pos0) + " tokens held + " +
+                       std::to_string(n) + " new > n_ctx " + std::to_string(n_ctx()));
+  seq_.reserve(n);  // as eval(): a full pool throws here with nothing changed
+  try {
+    cache_.write_synthetic_rows(seq_.block_table(), pos0, n, seed);
+  } catch (...) {
+    seq_.truncate(pos0);  // gives back the reservation
+    throw;
+  }
+  seq_.commit_synthetic(n);
+  // As Step::run after each chunk: blocks wholly before the next query's window go back.
+  if (release_window_ > 0) seq_.release_before(seq_.n_tokens() - release_window_ + 1);
+}
+
 std::span<const float> Context::eval(std::span<const int32_t> tokens, bool all_logits) {
   const int64_t n = int64_t(tokens.size()), n_vocab = model_.hparams().n_vocab;
   const int64_t width = step_->row_width();

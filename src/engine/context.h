@@ -76,6 +76,18 @@ class Context {
   /// exception the state is unchanged.
   std::span<const float> eval(std::span<const int32_t> tokens, bool all_logits = false);
 
+  /// Reaches a context depth without computing it: positions n_past() … n_past()+n−1 get KV
+  /// blocks exactly as eval() of n tokens would take them (same blocks, bytes_held(), tiers; a
+  /// sliding window's blocks given back likewise), every layer's K and V rows there are written
+  /// with random encoded rows (KvCache::write_synthetic_rows, from `seed`), and n_past() grows
+  /// by n, so the next eval() continues at that position. For speed measurements at a depth
+  /// (`kvrun bench --depth-fill synthetic`): decode and attention cost do not depend on what the
+  /// rows hold, but the model's output over such rows is meaningless. The positions hold token
+  /// id KvSequence::kSyntheticToken and are never offered to the prefix cache. Throws
+  /// ContextError for n < 1 or n_past() + n > n_ctx() ("context overflow"), KvCacheFull when the
+  /// pool has no room; on an exception the state is unchanged.
+  void fill_synthetic(int64_t n_tokens, uint64_t seed = 0);
+
   /// With an empty context: takes the cached KV blocks of the longest full-block prefix of
   /// `tokens` (prefix sharing), leaving at least one token to evaluate. Returns the tokens taken
   /// (the new n_past()); the caller evaluates tokens[n_past() …]. 0 when nothing matches.

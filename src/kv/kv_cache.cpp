@@ -26,11 +26,12 @@
 #include <cstring>
 #include <fstream>
 #include <new>
+#include <random>
 #include <sstream>
 #include <string>
 
-#include "kv_layout.h"
 #include "kv/kv_offload_file.h"
+#include "kv_layout.h"
 
 namespace kvrun {
 
@@ -48,6 +49,22 @@ bool is_kv_type(DType t) {
 }
 
 bool is_pow2(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
+
+/// `reps` copies of `n_rows` rows of n_head_kv × head_dim normal(0, 1) values from `rng`,
+/// encoded in `type` (one after the other: row r of copy i at (i · n_rows + r) · row bytes).
+void random_rows(DType type, int64_t n_head_kv, int64_t head_dim, int64_t n_rows, int64_t reps,
+                 std::mt19937_64& rng, std::vector<uint8_t>& out) {
+  const size_t row = size_t(kv_row_bytes(type, n_head_kv, head_dim));
+  const size_t one = size_t(n_rows) * row;
+  out.resize(one * size_t(reps));
+  std::vector<float> x(size_t(n_head_kv * head_dim));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    for (float& v : x) v = normal(rng);
+    kv_encode_row(type, n_head_kv, head_dim, x.data(), out.data() + size_t(r) * row);
+  }
+  for (int64_t i = 1; i < reps; ++i) std::memcpy(out.data() + size_t(i) * one, out.data(), one);
+}
 
 /// Throws std::invalid_argument for parameters the cache cannot be built with.
 void validate(const Hparams& hp, const KvCacheParams& p) {
@@ -99,6 +116,7 @@ uint64_t kv_block_hash(uint64_t parent, std::span<const int32_t> tokens, DType t
 struct KvCache::Impl {
   KvCacheParams params;
   int64_t n_layer = 0;
+  int64_t n_head_kv = 0, head_dim = 0, head_dim_v = 0;
   int64_t k_row = 0;  // bytes of one K row
   int64_t v_row = 0;  // bytes of one V row
   int64_t bytes_per_token = 0;
@@ -188,6 +206,17 @@ struct KvCache::Impl {
       be->synchronize();
     }
   }
+  /// Writes `bytes` from host memory to `dst` in layer il's rows: in place when the host
+  /// addresses them, else through the layer's copier backend (asynchronously: `src` must stay
+  /// valid until its synchronize()).
+  void write_rows(int64_t il, uint8_t* dst, const uint8_t* src, size_t bytes) {
+    Backend* be = copier.empty() ? nullptr : copier[size_t(il)];
+    if (be)
+      be->upload(dst, src, bytes);
+    else
+      std::memcpy(dst, src, bytes);
+  }
+
   void swap_slots(int32_t a, int32_t b) {
     std::swap(slot_of[size_t(a)], slot_of[size_t(b)]);
     id_at[size_t(slot_of[size_t(a)])] = a;
@@ -288,6 +317,9 @@ KvCache::KvCache(const Hparams& hp, const KvCacheParams& params,
   Impl& c = *impl_;
   c.params = params;
   c.n_layer = hp.n_layer;
+  c.n_head_kv = hp.n_head_kv;
+  c.head_dim = hp.head_dim;
+  c.head_dim_v = hp.head_dim_v;
   c.k_row = kv_row_bytes(params.type_k, hp.n_head_kv, hp.head_dim);
   c.v_row = kv_row_bytes(params.type_v, hp.n_head_kv, hp.head_dim_v);
   c.bytes_per_token = kv_bytes_per_token(params.type_k, params.type_v, hp.n_layer, hp.n_head_kv,
@@ -388,6 +420,62 @@ void KvCache::copy_block(int32_t dst, int32_t src) {
     throw std::out_of_range("KvCache::copy_block: block out of range");
   if (dst == src) return;
   impl_->copy_slot(c.slot_of[size_t(dst)], c.slot_of[size_t(src)]);
+}
+
+namespace {
+
+/// Positions [p0, p1) whose blocks sit in consecutive slots of one tier, from slot `slot` on:
+/// their rows are contiguous in every layer's K (and V) storage.
+struct SlotRun {
+  int64_t p0, p1, slot;
+};
+
+}  // namespace
+
+void KvCache::write_synthetic_rows(std::span<const int32_t> table, int64_t pos0, int64_t n,
+                                   uint64_t seed) {
+  Impl& c = *impl_;
+  if (n < 0 || pos0 < 0)
+    throw std::invalid_argument("KvCache::write_synthetic_rows: negative position or count");
+  if (n == 0) return;
+  const int64_t bs = c.params.block_size, last = (pos0 + n - 1) / bs;
+  if (last >= int64_t(table.size()))
+    throw std::out_of_range("KvCache::write_synthetic_rows: position " +
+                            std::to_string(pos0 + n - 1) + " has no block in the table");
+  for (int64_t b = pos0 / bs; b <= last; ++b)
+    if (table[size_t(b)] < 0 || table[size_t(b)] >= c.n_blocks)
+      throw std::out_of_range("KvCache::write_synthetic_rows: block " + std::to_string(b) +
+                              " of the table is given back or out of range");
+  // One copy per run of consecutive slots, at most run_max blocks (8 MiB of staging) each.
+  const int64_t run_max = std::max<int64_t>(1, (int64_t(8) << 20) / std::max(c.kb(), c.vb()) - 1);
+  std::vector<SlotRun> runs;
+  int64_t longest = 1;
+  for (int64_t p = pos0; p < pos0 + n;) {
+    const int64_t b = p / bs, s = c.slot_of[size_t(table[size_t(b)])];
+    int64_t nb = 1;
+    while (b + nb <= last && nb < run_max && c.slot_of[size_t(table[size_t(b + nb)])] == s + nb &&
+           (s + nb < c.n_fast) == (s < c.n_fast))
+      ++nb;
+    const int64_t end = std::min(pos0 + n, (b + nb) * bs);
+    runs.push_back({p, end, s});
+    longest = std::max(longest, nb);
+    p = end;
+  }
+  // Position p gets pattern row p % bs: a run starting at p0 reads the staging from row p0 % bs.
+  std::vector<uint8_t> stage_k, stage_v;
+  for (int64_t il = 0; il < c.n_layer; ++il) {
+    std::mt19937_64 rng(seed ^ (0x9e3779b97f4a7c15ull * uint64_t(il + 1)));
+    random_rows(c.params.type_k, c.n_head_kv, c.head_dim, bs, longest + 1, rng, stage_k);
+    random_rows(c.params.type_v, c.n_head_kv, c.head_dim_v, bs, longest + 1, rng, stage_v);
+    for (const SlotRun& r : runs) {
+      const int64_t off = r.p0 % bs, len = r.p1 - r.p0;
+      c.write_rows(il, c.k_at(il, r.slot) + off * c.k_row, stage_k.data() + off * c.k_row,
+                   size_t(len * c.k_row));
+      c.write_rows(il, c.v_at(il, r.slot) + off * c.v_row, stage_v.data() + off * c.v_row,
+                   size_t(len * c.v_row));
+    }
+    if (!c.copier.empty() && c.copier[size_t(il)]) c.copier[size_t(il)]->synchronize();
+  }
 }
 
 std::optional<int32_t> KvCache::take_block() {
@@ -576,7 +664,10 @@ void KvSequence::commit(std::span<const int32_t> tokens) {
   const size_t bs = static_cast<size_t>(cache_.block_size());
   const DType tk = cache_.params().type_k, tv = cache_.params().type_v;
   BlockPool& pool = cache_.pool();
-  while ((hashes_.size() + 1) * bs <= tokens_.size()) {
+  // (Blocks from the first synthetic position on are never hashed: commit_synthetic.)
+  const size_t hash_end =
+      synthetic_from_ < 0 ? tokens_.size() : std::min(tokens_.size(), size_t(synthetic_from_));
+  while ((hashes_.size() + 1) * bs <= hash_end) {
     const size_t i = hashes_.size();
     const uint64_t parent = i == 0 ? kKvRootHash : hashes_[i - 1];
     const uint64_t h =
@@ -585,6 +676,16 @@ void KvSequence::commit(std::span<const int32_t> tokens) {
     hashes_.push_back(h);
     cache_.persist_block(table_[i], h, std::span<const int32_t>(tokens_).subspan(i * bs, bs));
   }
+}
+
+void KvSequence::commit_synthetic(int64_t n) {
+  if (n < 0 || n > reserved_)
+    throw std::logic_error("KvSequence::commit_synthetic: " + std::to_string(n) +
+                           " positions but only " + std::to_string(reserved_) + " reserved");
+  if (n == 0) return;
+  if (synthetic_from_ < 0) synthetic_from_ = n_tokens();
+  tokens_.insert(tokens_.end(), size_t(n), kSyntheticToken);
+  reserved_ -= n;
 }
 
 int64_t KvSequence::attach_prefix(std::span<const int32_t> tokens) {
@@ -644,6 +745,7 @@ void KvSequence::truncate(int64_t n) {
   }
   n_released_ = std::min(n_released_, static_cast<int64_t>(keep));
   tokens_.resize(static_cast<size_t>(n));
+  if (synthetic_from_ >= n) synthetic_from_ = -1;  // no synthetic position left
   hashes_.resize(std::min(hashes_.size(), static_cast<size_t>(n / bs)));
   reserved_ = 0;
   if (released) cache_.rebalance();

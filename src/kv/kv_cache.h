@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "backend.h"
-#include "kv/block_pool.h"
 #include "dtype.h"
-#include "models/hparams.h"
+#include "kv/block_pool.h"
 #include "kv/prefix_store.h"
+#include "models/hparams.h"
 
 namespace kvrun {
 
@@ -105,6 +105,16 @@ class KvCache {
   const BlockPool& pool() const;
   /// Copies block `src`'s rows (every layer, K and V) to block `dst` (copy-on-write).
   void copy_block(int32_t dst, int32_t src);
+  /// Writes synthetic K and V rows, every layer, at positions pos0 … pos0+n−1 of the block table
+  /// `table` (blocks already taken; table[p / block_size] holds position p): random values
+  /// (normal, sd 1, from `seed` and the layer) encoded by kv_encode_row in the cache's K/V types,
+  /// so every row decodes to finite values. One block's worth of rows is encoded per layer and
+  /// position p gets its row p % block_size. Host rows (the mapping, a host device's buffer, the
+  /// slow tier) are written in place; rows the host cannot address go through Backend::upload of
+  /// their device, in runs of consecutive slots. What Context::fill_synthetic writes (decode
+  /// speed at a depth does not depend on the rows' values). Throws std::out_of_range when a
+  /// position has no block in `table` (or a given-back one), std::invalid_argument for n < 0.
+  void write_synthetic_rows(std::span<const int32_t> table, int64_t pos0, int64_t n, uint64_t seed);
 
   /// Takes a block for new rows (ref 1) in the fast tier, making room there as the class
   /// comment says; in the slow tier only when no fast block can be freed. nullopt when the pool
@@ -193,6 +203,15 @@ class KvSequence {
   /// and blocks that became full get their prefix hash (when the prefix cache is on). Adds n to
   /// the cache's computed counter. n may be less than reserved (the rest stays reserved).
   void commit(std::span<const int32_t> tokens);
+  /// Declares the next n reserved positions written with rows that no token computed
+  /// (KvCache::write_synthetic_rows, Context::fill_synthetic): n_tokens() grows by n and tokens()
+  /// gets kSyntheticToken for them. Their blocks, and every later block of the sequence (whose
+  /// rows attend to them), are never hashed, so the prefix cache never offers them to anyone; a
+  /// truncate to a position at or before the first synthetic one lifts that. Not counted as
+  /// computed. Throws std::logic_error when fewer than n positions are reserved.
+  void commit_synthetic(int64_t n);
+  /// The token id tokens() holds for synthetic positions.
+  static constexpr int32_t kSyntheticToken = 0;
   /// With n_tokens() == 0: takes the cached blocks matching the longest full-block prefix of
   /// `tokens`, leaving at least the last token to compute — blocks in the pool first, then blocks
   /// read from the persistent prefix cache (--kv-cache-dir) into free blocks; returns the tokens
@@ -218,6 +237,7 @@ class KvSequence {
   std::vector<uint64_t> hashes_;  // [full blocks] prefix hash chain
   int64_t reserved_ = 0;          // positions reserved beyond n_tokens()
   int64_t n_released_ = 0;        // leading table entries given back (−1)
+  int64_t synthetic_from_ = -1;   // first synthetic position (−1: none); no block from it hashed
 };
 
 }  // namespace kvrun
