@@ -129,13 +129,22 @@ PY
   local model=/tmp/llama3.1-8b-Q4_0.gguf t0=$SECONDS
   "$kit/bin/kvrun" synth --shape llama3.1-8b --type Q4_0 -o "$model" -t "$(nproc)" >/dev/null || exit 1
   echo "gpu-check: synth llama3.1-8b Q4_0 in $((SECONDS - t0)) s"
-  local depth=(-d 0)
-  "$kit/bin/kvrun" bench --help | grep -q -- --depth-fill && depth=(-d 0,32768,131072 --depth-fill synthetic)
+  local fill=()
+  "$kit/bin/kvrun" bench --help | grep -q -- --depth-fill && fill=(--depth-fill synthetic)
   for kv in f16 fp8 nvfp4; do
-    "$kit/bin/kvrun" bench -m "$model" -ngl 99 -p 512 -n 32 "${depth[@]}" -r 2 \
-      -ctk "$kv" -ctv "$kv" --json >"$LOG_DIR/bench-$kv.json" \
-      2>"$LOG_DIR/bench-$kv.err" || { status=1; tail -5 "$LOG_DIR/bench-$kv.err"; }
-    python3 -c "import json,sys; [print('$kv', r.get('test'), round(r.get('avg_ts',0),1), 't/s', r.get('bytes_read_per_token')) for r in json.load(open(sys.argv[1]))]" "$LOG_DIR/bench-$kv.json" || true
+    # pp512 and tg32 from an empty context; tg32 at depths 32K and 128K (rows written, not
+    # prefilled, where this kvrun has --depth-fill).
+    local runs=("-p 512 -n 32 -d 0")
+    [[ ${#fill[@]} -gt 0 ]] && runs+=("-p 0 -n 32 -d 32768,131072")
+    local i=0
+    for r in "${runs[@]}"; do
+      # shellcheck disable=SC2086
+      "$kit/bin/kvrun" bench -m "$model" -ngl 99 $r -r 3 "${fill[@]}" -ctk "$kv" -ctv "$kv" \
+        --json >"$LOG_DIR/bench-$kv-$i.json" 2>"$LOG_DIR/bench-$kv-$i.err" ||
+        { status=1; tail -5 "$LOG_DIR/bench-$kv-$i.err"; }
+      python3 -c "import json,sys; [print('$kv', r['test'], round(r['avg_ts'],1), 't/s', r.get('bytes_read_per_token'), r['backends']) for r in json.load(open(sys.argv[1]))]" "$LOG_DIR/bench-$kv-$i.json" || true
+      i=$((i + 1))
+    done
   done
   exit $status
 }

@@ -260,11 +260,16 @@ struct ModelFacts {
   std::string name;  ///< file name without directory and extension
   int64_t size = 0;  ///< bytes of tensor data
   int64_t n_params = 0;
+  /// The devices the model runs on: "CPU avx2", or "CUDA0+CPU avx2" with -ngl (the GPU first).
+  std::string backends;
 };
 
 ModelFacts model_facts(const BenchOptions& opt, const Model& model) {
   ModelFacts f;
   f.name = std::filesystem::path(opt.model).stem().string();
+  for (const Device* d : model.placement().devices())
+    if (!d->host_memory()) f.backends += d->name() + "+";
+  f.backends += std::string("CPU ") + cpu::cpu_level_name(cpu::cpu_level());
   for (const auto& t : model.file().tensors()) {
     f.size += int64_t(t.n_bytes);
     f.n_params += t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3];
@@ -280,7 +285,7 @@ void print_json(const BenchOptions& opt, const ModelFacts& mf, int n_threads,
     j["model_filename"] = opt.model;
     j["model_size"] = mf.size;
     j["model_n_params"] = mf.n_params;
-    j["backends"] = "CPU";
+    j["backends"] = mf.backends;
     j["cpu_level"] = cpu::cpu_level_name(cpu::cpu_level());
     j["n_batch"] = opt.n_batch;
     j["n_threads"] = n_threads;
@@ -326,7 +331,7 @@ void print_table(const BenchOptions& opt, const ModelFacts& mf, int n_threads,
     std::snprintf(ts, sizeof ts, "%.2f ± %.2f", r.avg_ts, r.stddev_ts);
     std::snprintf(params, sizeof params, "%.2f M", double(mf.n_params) / 1e6);
     // "±" is two bytes but one column: pad one more.
-    const std::string backend = std::string("CPU ") + cpu::cpu_level_name(cpu::cpu_level());
+    const std::string& backend = mf.backends;
     std::printf(
         "| %-24s | %10s | %8s | %-10s | %7d | %-6s | %-6s | %16s | %21s | %12s |\n",
         mf.name.c_str(), format_bytes(mf.size).c_str(), params, backend.c_str(), n_threads,
