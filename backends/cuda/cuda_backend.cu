@@ -292,8 +292,7 @@ class CudaDevice final : public kvrun::Device {
       std::lock_guard<std::mutex> lock(mu_);
       Context& c = *ctx_;
       c.impl().activate();
-      check(cudaMemcpy(buf->data(), split ? staged.data() : t.data, bytes,
-                       cudaMemcpyHostToDevice),
+      check(cudaMemcpy(buf->data(), split ? staged.data() : t.data, bytes, cudaMemcpyHostToDevice),
             "upload_weight: cudaMemcpy");
     }
     if (release_mapped) gguf::release_mapped_pages(t.data, bytes);  // the copy is on the GPU

@@ -2,6 +2,7 @@
 // paged_attention.h).
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -33,18 +34,51 @@ struct AttnArgs {
   float* partials;  ///< [n_rows][n_head][n_seg][2 + head_dim_v]: m, l, acc
   int n_head, group, hd, hdv, seg_len, n_seg;
   int window;  ///< sliding window (0: none)
+  int k_vec;   ///< K rows read 8 values per load: 1 f16, 2 bf16, 3 fp8 (aligned rows); 0 no
   float scale;
   float softcap;  ///< 0: off
 };
 
+/// K values e0 … e0+7 (e = hk·head_dim + d) of head hk of one encoded row, 0 past the head:
+/// one 16-byte load for f16 / bf16 rows and one 8-byte load for fp8 rows whose heads are so
+/// aligned (AttnArgs::k_vec), the per-element decoder otherwise. Values equal kv_value's.
+__device__ void k_values8(const KvFormat& f, int vec, const uint8_t* row, int hk, int e0, int e_end,
+                          float* x) {
+  if (vec == 1 || vec == 2) {
+    const uint4 u = *reinterpret_cast<const uint4*>(row + 2 * e0);
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint16_t lo = uint16_t(w[j] & 0xffffu), hi = uint16_t(w[j] >> 16);
+      x[2 * j] = vec == 1 ? f16_to_f32(lo) : bf16_to_f32(lo);
+      x[2 * j + 1] = vec == 1 ? f16_to_f32(hi) : bf16_to_f32(hi);
+    }
+  } else if (vec == 3) {
+    const uint2 u = *reinterpret_cast<const uint2*>(row + e0);
+    const uint8_t sb = row[f.n_head_kv * f.head_dim + hk];
+    const bool e4m3 = f.type == DType::FP8_E4M3;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const uint8_t c = uint8_t((j < 4 ? u.x >> (8 * j) : u.y >> (8 * (j - 4))) & 0xffu);
+      const float v = e4m3 ? fp8_e4m3_to_f32(c) : fp8_e5m2_to_f32(c);
+      x[j] = sb == 255 ? bits_as_f32(0x7fc00000u) : ldexpf(v, int(sb) - 127);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) x[j] = e0 + j < e_end ? kv_value(f, row, hk, e0 + j) : 0.0f;
+  }
+}
+
 /// Block (row, KV head, segment); DPL = head dims per lane (head_dim, head_dim_v ≤ 32·DPL),
-/// GM ≥ the GQA group (query heads per KV head), U = positions a warp takes per iteration: their
-/// K and V rows are loaded together and their score reductions interleaved, so U loads and U
-/// shuffle chains are in flight at once instead of one (the loop was latency-bound: 121 GB/s
-/// over an f16 context on an H200).
+/// GM ≥ the GQA group (query heads per KV head). The 4 warps take tiles of 32 positions in
+/// turn. In a tile each lane scores one position against every query head of the group (its K
+/// row read with vector loads, Q from shared memory), the tile's softmax step is one warp
+/// reduction per head, and then the 32 V rows are accumulated with the lanes over head_dim. (The
+/// first kernel had the lanes over head_dim for K too: a warp reduction per position and head,
+/// latency-bound at 121 GB/s over an f16 context on an H200.)
 template <int DPL, int GM>
 __global__ void __launch_bounds__(kWarps * 32) k_attn(AttnArgs a) {
-  constexpr int U = DPL >= 8 ? 2 : 4;
+  constexpr int HD = 32 * DPL;
   const int r = blockIdx.x, hk = blockIdx.y, z = blockIdx.z;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int G = a.group;
@@ -53,72 +87,80 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(AttnArgs a) {
   const int p_begin = max(z * a.seg_len, p_lo), p_end = min(n_vis, z * a.seg_len + a.seg_len);
   const int32_t* table = a.tables + a.row_tab[r];
 
-  float qv[GM][DPL], acc[GM][DPL], m[GM], l[GM];
+  __shared__ float q_s[GM][HD];  // the group's query heads, scaled; 0 past head_dim
+  for (int i = threadIdx.x; i < GM * HD; i += kWarps * 32) {
+    const int g = i / HD, d = i % HD;
+    q_s[g][d] =
+        g < G && d < a.hd ? a.q[(int64_t(r) * a.n_head + hk * G + g) * a.hd + d] * a.scale : 0.0f;
+  }
+  __syncthreads();
+
+  float acc[GM][DPL], m[GM], l[GM];  // l: this lane's share of the sum (reduced at the end)
 #pragma unroll
   for (int g = 0; g < GM; ++g) {
     m[g] = -INFINITY;
     l[g] = 0.0f;
 #pragma unroll
-    for (int i = 0; i < DPL; ++i) {
-      const int d = lane + 32 * i;
-      acc[g][i] = 0.0f;
-      qv[g][i] =
-          g < G && d < a.hd ? a.q[(int64_t(r) * a.n_head + hk * G + g) * a.hd + d] * a.scale : 0.0f;
-    }
+    for (int i = 0; i < DPL; ++i) acc[g][i] = 0.0f;
   }
-  for (int p0 = p_begin + warp * U; p0 < p_end; p0 += kWarps * U) {
-    float kx[U][DPL], vx[U][DPL];
+  const int e_end = (hk + 1) * a.hd;
+  for (int t0 = p_begin + warp * 32; t0 < p_end; t0 += kWarps * 32) {
+    const int p = t0 + lane;
+    const bool ok = p < p_end;
+    const long long cell =
+        ok ? (long long)(table[p / a.block_size]) * a.block_size + p % a.block_size : 0;
+    float s[GM];
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int p = p0 + u;
-      const bool ok = p < p_end;
-      const int64_t cell =
-          ok ? int64_t(table[p / a.block_size]) * a.block_size + p % a.block_size : 0;
+    for (int g = 0; g < GM; ++g) s[g] = 0.0f;
+    if (ok) {
       const uint8_t* krow = a.k + cell * a.k_row_bytes;
-      const uint8_t* vrow = a.v + cell * a.v_row_bytes;
+      for (int d0 = 0; d0 < a.hd; d0 += 8) {
+        float kx[8];
+        k_values8(a.kf, a.k_vec, krow, hk, hk * a.hd + d0, e_end, kx);
+#pragma unroll
+        for (int g = 0; g < GM; ++g)
+#pragma unroll
+          for (int j = 0; j < 8; ++j) s[g] += q_s[g][d0 + j] * kx[j];
+      }
+    }
+    float pj[GM];
+#pragma unroll
+    for (int g = 0; g < GM; ++g) {
+      if (a.softcap > 0.0f) s[g] = a.softcap * tanhf(s[g] / a.softcap);
+      if (!ok) s[g] = -INFINITY;
+      float tmax = s[g];
+      for (int off = 16; off > 0; off /= 2)
+        tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, off));
+      const float mnew = fmaxf(m[g], tmax);  // finite: lane 0's position is valid
+      const float corr = expf(m[g] - mnew);  // e^(−inf) = 0 the first time
+      pj[g] = ok ? expf(s[g] - mnew) : 0.0f;
+      l[g] = l[g] * corr + pj[g];
+#pragma unroll
+      for (int i = 0; i < DPL; ++i) acc[g][i] *= corr;
+      m[g] = mnew;
+    }
+    const int n_t = min(32, p_end - t0);
+#pragma unroll 4
+    for (int j = 0; j < n_t; ++j) {
+      const long long cj = __shfl_sync(0xffffffffu, cell, j);
+      const uint8_t* vrow = a.v + cj * a.v_row_bytes;
+      float vx[DPL];
 #pragma unroll
       for (int i = 0; i < DPL; ++i) {
         const int d = lane + 32 * i;
-        kx[u][i] = ok && d < a.hd ? kv_value(a.kf, krow, hk, hk * a.hd + d) : 0.0f;
-        vx[u][i] = ok && d < a.hdv ? kv_value(a.vf, vrow, hk, hk * a.hdv + d) : 0.0f;
-      }
-    }
-#pragma unroll
-    for (int g = 0; g < GM; ++g) {
-      if (g >= G) break;
-      float s[U];
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        s[u] = 0.0f;
-#pragma unroll
-        for (int i = 0; i < DPL; ++i) s[u] += qv[g][i] * kx[u][i];
+        vx[i] = d < a.hdv ? kv_value(a.vf, vrow, hk, hk * a.hdv + d) : 0.0f;
       }
 #pragma unroll
-      for (int off = 16; off > 0; off /= 2)
+      for (int g = 0; g < GM; ++g) {
+        const float w = __shfl_sync(0xffffffffu, pj[g], j);
 #pragma unroll
-        for (int u = 0; u < U; ++u) s[u] += __shfl_xor_sync(0xffffffffu, s[u], off);
-      float mx = m[g];
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        if (a.softcap > 0.0f) s[u] = a.softcap * tanhf(s[u] / a.softcap);
-        if (p0 + u >= p_end) s[u] = -INFINITY;
-        mx = fmaxf(mx, s[u]);
+        for (int i = 0; i < DPL; ++i) acc[g][i] += w * vx[i];
       }
-      // mx is finite (position p0 is valid); e^(−inf − mx) = 0 the first time.
-      const float corr = expf(m[g] - mx);
-      l[g] *= corr;
-#pragma unroll
-      for (int i = 0; i < DPL; ++i) acc[g][i] *= corr;
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const float e = expf(s[u] - mx);
-        l[g] += e;
-#pragma unroll
-        for (int i = 0; i < DPL; ++i) acc[g][i] += e * vx[u][i];
-      }
-      m[g] = mx;
     }
   }
+#pragma unroll
+  for (int g = 0; g < GM; ++g)
+    for (int off = 16; off > 0; off /= 2) l[g] += __shfl_xor_sync(0xffffffffu, l[g], off);
   // Combine the warps' states in shared memory, then write this segment's (m, l, acc).
   __shared__ float sm_m[kWarps][GM], sm_l[kWarps][GM], sm_acc[kWarps][GM][32 * DPL];
 #pragma unroll
@@ -211,15 +253,14 @@ void paged_attention(Context& ctx, const PagedKvLayer& kv, const AttnShape& shap
   if (rows == 0) return;
   Context::Impl& c = ctx.impl();
   c.activate();
-  // Segments: enough blocks to give every multiprocessor 16 (each warp walks its positions one
-  // dependent load after another, so the memory system needs many warps in flight: with 2 per
-  // multiprocessor an H200 read an f16 context at 121 GB/s), none shorter than 128 positions.
-  const int64_t base = rows * shape.n_head_kv, target = 16 * int64_t(c.sm_count);
+  // Segments: enough blocks to give every multiprocessor 8, none shorter than 256 positions
+  // (two tiles per warp); their partial states are merged by k_merge.
+  const int64_t base = rows * shape.n_head_kv, target = 8 * int64_t(c.sm_count);
   const int64_t max_ctx = batch.max_ctx();
   // The partials are sized for the most segments these rows can get at any context length, so
   // a growing context never grows the scratch (which a graph capture could not do).
   const int64_t seg_cap = std::max<int64_t>(1, (target + base - 1) / base);
-  const int64_t n_seg_first = std::min(seg_cap, (max_ctx + 127) / 128);
+  const int64_t n_seg_first = std::min(seg_cap, (max_ctx + 255) / 256);
   int64_t n_seg = std::max<int64_t>(1, base < target ? n_seg_first : 1);
   const int64_t seg_len = ((max_ctx + n_seg - 1) / n_seg + 31) / 32 * 32;
   n_seg = (max_ctx + seg_len - 1) / seg_len;
@@ -250,6 +291,16 @@ void paged_attention(Context& ctx, const PagedKvLayer& kv, const AttnShape& shap
   a.n_seg = int(n_seg);
   a.scale = shape.scale;
   a.window = int(std::min<int64_t>(shape.window, INT32_MAX));
+  // Vector loads of K: head starts 16-byte (f16 / bf16) or 8-byte (fp8) aligned in every row.
+  const bool k_aligned16 = kv.k_row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(kv.k) % 16 == 0;
+  const bool k_aligned8 = kv.k_row_bytes % 8 == 0 && reinterpret_cast<uintptr_t>(kv.k) % 8 == 0;
+  if (shape.head_dim % 8 == 0 && kv.k_type == DType::F16 && k_aligned16)
+    a.k_vec = 1;
+  else if (shape.head_dim % 8 == 0 && kv.k_type == DType::BF16 && k_aligned16)
+    a.k_vec = 2;
+  else if (shape.head_dim % 8 == 0 &&
+           (kv.k_type == DType::FP8_E4M3 || kv.k_type == DType::FP8_E5M2) && k_aligned8)
+    a.k_vec = 3;
   a.softcap = shape.softcap;
   const size_t part_bytes = size_t(rows * shape.n_head * seg_cap * (shape.head_dim_v + 2)) * 4;
   a.partials = static_cast<float*>(c.partials.get(c.stream, part_bytes));

@@ -218,9 +218,9 @@ struct SplitRows;
 template <>
 struct SplitRows<DType::Q4_0> {
   static constexpr int kValues = QK4_0;
-  const uint4* q;      ///< [m · nb] 16 bytes of quants per block
-  const uint16_t* d;   ///< [m · nb] f16 scales
-  int64_t nb;          ///< blocks per row
+  const uint4* q;     ///< [m · nb] 16 bytes of quants per block
+  const uint16_t* d;  ///< [m · nb] f16 scales
+  int64_t nb;         ///< blocks per row
   KVRUN_HD void decode(int64_t r, int64_t c, float* v) const {
     const int64_t b = r * nb + c;
     const uint4 p = q[b];
@@ -238,9 +238,9 @@ struct SplitRows<DType::Q4_0> {
 template <>
 struct SplitRows<DType::Q8_0> {
   static constexpr int kValues = QK8_0;
-  const uint4* q;      ///< [m · nb] 32 bytes of quants per block (two uint4)
-  const uint16_t* d;   ///< [m · nb] f16 scales
-  int64_t nb;          ///< blocks per row
+  const uint4* q;     ///< [m · nb] 32 bytes of quants per block (two uint4)
+  const uint16_t* d;  ///< [m · nb] f16 scales
+  int64_t nb;         ///< blocks per row
   KVRUN_HD void decode(int64_t r, int64_t c, float* v) const {
     const int64_t b = r * nb + c;
     const uint4 p0 = q[2 * b], p1 = q[2 * b + 1];
@@ -272,8 +272,9 @@ bool with_reader(const Tensor& w, F&& f) {
       f(SplitRows<DType::Q8_0>{q, d, nb});
     return true;
   }
-  return dispatch_weight_type(
-      w.type, [&](auto tag) { f(StoredRows<decltype(tag)::value>{wd, size_t(w.nb[1])}); });
+  return dispatch_weight_type(w.type, [&](auto tag) {
+    f(StoredRows<decltype(tag)::value>{wd, size_t(w.nb[1])});
+  });
 }
 
 /// Values per WeightChunk of type `t` (the granularity of the matmul and get_rows kernels); 0
