@@ -42,7 +42,7 @@ void add_device_options(CLI::App& app, DeviceOptions& o) {
   // (rewrite_short_aliases).
   app.add_option("--n-gpu-layers,--gpu-layers", o.n_gpu_layers,
                  "(-ngl) layers to run on the GPU: N (the last N; more than the model has also "
-                 "places the output), all, or auto (as many as fit)")
+                 "places the output), all, or auto (for now: 0, with a note when a GPU exists)")
       ->capture_default_str();
   app.add_option("--device", o.device, "(-dev) GPU device for -ngl (kvrun --list-devices)");
   app.add_flag("--list-devices", o.list_devices, "print the available devices and exit");
@@ -58,7 +58,13 @@ ModelParams resolve_device_options(const DeviceOptions& o, int64_t n_layer) {
   const int64_t all = n_layer >= 0 ? n_layer + 1 : int64_t(1) << 30;
   int64_t n = 0;
   if (v == "auto") {
-    // As many as fit the free memory: none without a GPU (the CUDA issue sizes this).
+    // As many as fit the free memory is not written yet (docs/cuda.md): the CPU runs every
+    // layer, and with a GPU present the user is told so rather than left to guess.
+    if (gpu)
+      std::fprintf(stderr,
+                   "kvrun: -ngl auto: sizing the layers to %s's free memory is not implemented "
+                   "yet; running every layer on the CPU (give -ngl N or -ngl all)\n",
+                   gpu->name().c_str());
     return mp;
   } else if (v == "all") {
     n = all;

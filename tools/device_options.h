@@ -31,8 +31,8 @@ void add_device_options(CLI::App& app, DeviceOptions& o);
 
 /// Checks `o` against this build and machine and returns the model placement it asks for:
 /// -ngl N (the last N layers; N > n_layer also places the output head), "all" (every layer and
-/// the output), "auto" (as many as fit the free memory of the device: 0 without one), on the
-/// -dev device or the first GPU. Throws DeviceOptionError naming what is missing: no GPU
+/// the output), "auto" (0 for now: sizing to free memory is not written; a note on stderr when a
+/// GPU exists), on the -dev device or the first GPU. Throws DeviceOptionError naming what is missing: no GPU
 /// backend built, no GPU device found, an unknown device name, a value that is not a count.
 /// `n_layer` is the model's layer count (-1 before it is known: "all" becomes a large count).
 ModelParams resolve_device_options(const DeviceOptions& o, int64_t n_layer = -1);
