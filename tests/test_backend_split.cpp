@@ -15,6 +15,7 @@
 #include "engine/context.h"
 #include "engine/scheduler.h"
 #include "kv_layout.h"
+#include "synth_util.h"
 #include "test_util.h"
 #include "text/tokenizer.h"
 #include "tools/synth/synth.h"
@@ -157,16 +158,6 @@ void expect_bit_identical(const std::vector<float>& a, const std::vector<float>&
   EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << what;
 }
 
-std::string synth(const test::TempDir& dir, const std::string& shape) {
-  SynthParams p;
-  p.shape = find_synth_shape(shape);
-  p.type = SynthFileType::Q8_0;
-  p.n_threads = 2;
-  p.out_path = (dir / (shape + ".gguf")).string();
-  write_synth_model(p);
-  return p.out_path;
-}
-
 /// Every placement of `path` on host + a counting second device gives the host-only logits.
 void check_splits(const std::string& path) {
   int64_t n_layer = 0;
@@ -204,7 +195,7 @@ TEST(BackendSplit, SyntheticArchitecturesBitIdenticalAcrossTwoCpuDevices) {
   // Q/K/V biases (qwen2), fused QKV and gate/up (phi3), post-norms, GeGLU and soft-caps (gemma2).
   for (const char* shape : {"tiny", "tiny-qwen2", "tiny-phi3", "tiny-gemma2"}) {
     SCOPED_TRACE(shape);
-    check_splits(synth(dir, shape));
+    check_splits(test::synth_model(dir, shape));
   }
 }
 

@@ -249,8 +249,8 @@ TEST(Cli, PromptLongerThanTheContextIsAnError) {
 // they never reach stdout.
 TEST(Cli, ProgressLinesForLoadingAndLongPrefill) {
   KVRUN_REQUIRE_FIXTURE(kModel);
-  const std::string args =
-      "-p " + q("Once upon a time there was a little girl who liked to play") + " -n 2 -b 4 --temp 0";
+  const std::string args = "-p " + q("Once upon a time there was a little girl who liked to play") +
+                           " -n 2 -b 4 --temp 0";
   const auto quiet = test::run_command(kvrun(args));
   ASSERT_EQ(quiet.exit_code, 0) << quiet.err;
   EXPECT_EQ(quiet.err.find("loading model"), std::string::npos) << "stderr is not a terminal";
@@ -284,6 +284,7 @@ TEST(Cli, MissingOrUnusableModelIsAnError) {
 
 // Device flags (-ngl, -dev, --list-devices, -nkvo) are parsed and checked in every command; a
 // build without a GPU backend behind the seam refuses -ngl N > 0 with one line and exit 2.
+// (`kvrun info -ngl N` plans without a GPU too: tests/test_gpu_plan.cpp.)
 TEST(Cli, NglWithoutAGpuIsOneLineAndExit2InEveryCommand) {
   const std::string m = " -m " + q(test::fixture(kModel).string());
   const std::string bin = q(test::kvrun_binary());
@@ -291,8 +292,8 @@ TEST(Cli, NglWithoutAGpuIsOneLineAndExit2InEveryCommand) {
        {bin + m + " -p hi -n 1 -ngl 99", bin + m + " -p hi -n 1 -ngl all",
         bin + m + " -p hi -n 1 -ngl 1 -dev CUDA0", bin + " serve" + m + " -ngl 99",
         bin + " bench" + m + " -ngl 99", bin + " perplexity" + m + " -f /dev/null -ngl 99",
-        bin + " batch" + m + " -ngl 99 -i /dev/null -o /dev/null", bin + " info" + m + " -ngl 99",
-        bin + m + " -p hi -n 1 -ngl abc", bin + m + " -p hi -n 1 -ngl=-3"}) {
+        bin + " batch" + m + " -ngl 99 -i /dev/null -o /dev/null", bin + m + " -p hi -n 1 -ngl abc",
+        bin + m + " -p hi -n 1 -ngl=-3"}) {
     SCOPED_TRACE(cmd);
     const auto r = test::run_command(cmd);
     EXPECT_EQ(r.exit_code, 2) << r.err;

@@ -18,8 +18,7 @@
 
 #include "backend.h"
 #include "engine/context.h"
-#include "test_util.h"
-#include "tools/synth/synth.h"
+#include "synth_util.h"
 
 namespace kvrun {
 namespace {
@@ -168,16 +167,6 @@ void check_model(Device& gpu, const std::string& path, const std::vector<KvPair>
   }
 }
 
-std::string synth(const test::TempDir& dir, const std::string& shape, SynthFileType type) {
-  SynthParams p;
-  p.shape = find_synth_shape(shape);
-  p.type = type;
-  p.n_threads = 2;
-  p.out_path = (dir / (shape + "-" + synth_file_type_name(type) + ".gguf")).string();
-  write_synth_model(p);
-  return p.out_path;
-}
-
 const std::vector<KvPair> kAllPairs = {
     {DType::F16, DType::F16},   {DType::BF16, DType::BF16},         {DType::Q8_0, DType::Q8_0},
     {DType::Q4_0, DType::Q4_0}, {DType::FP8_E4M3, DType::FP8_E5M2}, {DType::NVFP4, DType::NVFP4},
@@ -200,9 +189,9 @@ TEST(GpuEndToEnd, SyntheticArchitecturesFollowTheCpu) {
   // per-head Q/K norms (qwen3); q8_0, q4_0 and K-quant weights.
   const std::vector<KvPair> pairs = {{DType::F16, DType::F16}, {DType::Q8_0, DType::Q4_0}};
   for (const char* shape : {"tiny", "tiny-qwen2", "tiny-phi3", "tiny-gemma2", "tiny-qwen3"})
-    for (Device* gpu : gpus) check_model(*gpu, synth(dir, shape, SynthFileType::Q8_0), pairs);
+    for (Device* gpu : gpus) check_model(*gpu, test::synth_model(dir, shape), pairs);
   for (SynthFileType t : {SynthFileType::Q4_0, SynthFileType::Q4_K, SynthFileType::Q6_K})
-    for (Device* gpu : gpus) check_model(*gpu, synth(dir, "tiny", t), pairs);
+    for (Device* gpu : gpus) check_model(*gpu, test::synth_model(dir, "tiny", t), pairs);
 }
 
 }  // namespace

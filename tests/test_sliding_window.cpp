@@ -15,32 +15,27 @@
 #include <vector>
 
 #include "engine/context.h"
-#include "kv/kv_cache.h"
 #include "engine/model.h"
-#include "eval/model_info.h"
 #include "engine/scheduler.h"
-#include "tools/synth/synth.h"
+#include "eval/model_info.h"
+#include "kv/kv_cache.h"
+#include "synth_util.h"
 #include "test_util.h"
 #include "text/tokenizer.h"
+#include "tools/synth/synth.h"
 
 namespace kvrun {
 namespace {
 
 namespace fs = std::filesystem;
 
-Model synth_model(const test::TempDir& dir, const std::string& shape) {
-  SynthParams p;
-  p.shape = find_synth_shape(shape);
-  p.type = SynthFileType::F32;
-  p.n_threads = 2;
-  p.out_path = (dir / (shape + ".gguf")).string();
-  write_synth_model(p);
-  return Model::load(p.out_path);
+Model load_synth(const test::TempDir& dir, const std::string& shape) {
+  return Model::load(test::synth_model(dir, shape, SynthFileType::F32));
 }
 
 TEST(SlidingWindow, ReleaseBeforeGivesBlocksBack) {
   test::TempDir dir;
-  const Model m = synth_model(dir, "tiny-phi3");
+  const Model m = load_synth(dir, "tiny-phi3");
   KvCacheParams kp;
   kp.block_size = 4;
   kp.mem_bytes = 64 * kp.block_size * 2 * 2 * 64 * 2 * 2;  // ample
@@ -106,7 +101,7 @@ TEST(SlidingWindow, AllWindowedModelsHoldFlatKvBytesWithTheSameLogits) {
   test::TempDir dir;
   for (const std::string shape : {"tiny-phi3", "tiny-mistral"}) {
     SCOPED_TRACE(shape);
-    const Model m = synth_model(dir, shape);
+    const Model m = load_synth(dir, shape);
     const int64_t w = m.hparams().n_swa;
     ASSERT_EQ(m.hparams().all_swa_window(), w);
     ASSERT_GT(w, 0);
@@ -134,7 +129,7 @@ TEST(SlidingWindow, AllWindowedModelsHoldFlatKvBytesWithTheSameLogits) {
 // back: the logits stay those of a run that keeps every block in one tier.
 TEST(SlidingWindow, ReleaseWorksWithOffloadTiers) {
   test::TempDir dir;
-  const Model m = synth_model(dir, "tiny-phi3");  // f16 KV: 512 bytes per token
+  const Model m = load_synth(dir, "tiny-phi3");  // f16 KV: 512 bytes per token
   const fs::path off = dir / "offload";
   fs::create_directories(off);
   const auto kept = run(m, false, true, 150);
@@ -144,7 +139,7 @@ TEST(SlidingWindow, ReleaseWorksWithOffloadTiers) {
 
 TEST(SlidingWindow, InterleavedModelsKeepEveryBlock) {
   test::TempDir dir;
-  const Model m = synth_model(dir, "tiny-gemma3");
+  const Model m = load_synth(dir, "tiny-gemma3");
   EXPECT_GT(m.hparams().n_swa, 0);
   EXPECT_EQ(m.hparams().all_swa_window(), 0);  // a global layer reads every position
   ContextParams cp;
@@ -156,7 +151,7 @@ TEST(SlidingWindow, InterleavedModelsKeepEveryBlock) {
 
 TEST(SlidingWindow, TruncateIntoTheReleasedRangeStartsOver) {
   test::TempDir dir;
-  const Model m = synth_model(dir, "tiny-phi3");  // window 48
+  const Model m = load_synth(dir, "tiny-phi3");  // window 48
   ContextParams cp;
   cp.n_ctx = 256;
   cp.n_threads = 2;
@@ -224,7 +219,7 @@ TEST(SlidingWindow, InfoCountsTheWindowOnly) {
 // one of them whole, with the greedy tokens of a lone Context run; every block comes back.
 TEST(SlidingWindow, SchedulerSessionsFitInAPoolSmallerThanOneSequence) {
   test::TempDir dir;
-  const Model m = synth_model(dir, "tiny-phi3");
+  const Model m = load_synth(dir, "tiny-phi3");
   const Tokenizer tok = Tokenizer::from_gguf(m.file());
   ContextParams small;
   small.n_ctx = 192;

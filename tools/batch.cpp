@@ -170,7 +170,10 @@ int cmd_batch(const BatchOptions& opt_in) {
     input = folder ? read_batch_folder(opt.input) : read_batch_jsonl(opt.input);
     resume = scan_batch_output(opt.output);
 
-    model = std::make_unique<Model>(Model::load(opt.model, resolve_device_options(opt.kv.dev)));
+    AutoFit fit = auto_fit(opt.kv, opt.model, opt.n_ctx, opt.n_batch);
+    fit.n_seqs = opt.n_parallel;
+    model = std::make_unique<Model>(
+        Model::load(opt.model, resolve_device_options(opt.kv.dev, -1, &fit)));
     tok = std::make_unique<Tokenizer>(Tokenizer::from_gguf(model->file()));
     opt.n_ctx = resolve_n_ctx(*model, opt.n_ctx);
     ContextParams cp;

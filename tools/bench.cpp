@@ -359,7 +359,14 @@ void print_table(const BenchOptions& opt, const ModelFacts& mf, int n_threads,
 
 int cmd_bench(const BenchOptions& opt) {
   try {
-    const Model model = Model::load(opt.model, resolve_device_options(opt.kv.dev));
+    check_options(opt);
+    // -ngl auto sizes for the deepest test's context.
+    const int64_t deepest = *std::max_element(opt.depth.begin(), opt.depth.end()) +
+                            std::max(*std::max_element(opt.n_prompt.begin(), opt.n_prompt.end()),
+                                     *std::max_element(opt.n_gen.begin(), opt.n_gen.end()));
+    const AutoFit fit =
+        auto_fit(opt.kv, opt.model, opt.n_ctx > 0 ? opt.n_ctx : deepest, opt.n_batch);
+    const Model model = Model::load(opt.model, resolve_device_options(opt.kv.dev, -1, &fit));
     const Tokenizer tok = Tokenizer::from_gguf(model.file());
     int n_threads = 0;
     // STREAM triad over 3 × 256 MiB (far past any last-level cache), best of 10, before the

@@ -1,11 +1,15 @@
 // device_options.cpp — see device_options.h.
 #include "device_options.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "backend.h"
+#include "commands.h"
+#include "eval/model_info.h"
+#include "gguf.h"
 
 namespace kvrun::tools {
 namespace {
@@ -16,7 +20,8 @@ std::string list_names(const std::vector<Device*>& devs) {
   return s.empty() ? "none" : s;
 }
 
-/// The GPU named `name`, or the first one when `name` is empty; null for "none"/"CPU".
+}  // namespace
+
 Device* pick_gpu(const std::string& name) {
   if (name == "none" || name == "CPU" || name == "cpu") return nullptr;
   const std::vector<Device*> gpus = gpu_devices();
@@ -27,12 +32,44 @@ Device* pick_gpu(const std::string& name) {
                           "; kvrun --list-devices)");
 }
 
+namespace {
+
 /// Why no GPU can take layers here, for the error line.
 std::string no_gpu_reason() {
   if (gpu_backends_built().empty())
     return "this kvrun has no GPU backend behind its device seam yet (the CUDA and Vulkan "
            "backends are not wired to -ngl); run without -ngl";
   return "no GPU device found (kvrun --list-devices)";
+}
+
+/// -ngl auto on `gpu`: the layers that fit its free memory (eval/model_info.h), with one line on
+/// stderr saying what was planned; 0 when the device does not say its free memory (with a line)
+/// or no model facts were given (main()'s early check of the options: silent).
+int64_t auto_layers(Device& gpu, const AutoFit* fit, bool kv_on_gpu) {
+  if (!fit) return 0;  // main()'s check of the options before the command runs
+  const int64_t free = gpu.free_memory();
+  if (free < 0) {
+    std::fprintf(stderr,
+                 "kvrun: -ngl auto: %s does not report its free memory; running every layer on "
+                 "the CPU (give -ngl N)\n",
+                 gpu.name().c_str());
+    return 0;
+  }
+  const gguf::File file = gguf::File::open_metadata_only(fit->model_path);
+  ModelInfo mi = describe_model(file, fit->n_ctx);
+  if (fit->n_ctx <= 0) mi = describe_model(file, std::min<int64_t>(4096, mi.hp.n_ctx_train));
+  mi.kv_tokens *= std::max<int64_t>(1, fit->n_seqs);
+  const int64_t n =
+      fit_gpu_layers(mi, file, fit->type_k, fit->type_v, kv_on_gpu, free, fit->n_batch);
+  const GpuPlan p = plan_gpu(mi, file, n, fit->type_k, fit->type_v, kv_on_gpu, fit->n_batch);
+  std::fprintf(stderr,
+               "kvrun: -ngl auto: %lld of %lld layers%s on %s: weights %s, KV %s (%lld positions), "
+               "scratch ~%s; %s free\n",
+               (long long)p.layers, (long long)mi.hp.n_layer, p.output ? " and the output" : "",
+               gpu.name().c_str(), format_bytes(p.weight_bytes).c_str(),
+               format_bytes(p.kv_bytes).c_str(), (long long)mi.kv_tokens,
+               format_bytes(p.scratch_bytes).c_str(), format_bytes(free).c_str());
+  return n;
 }
 
 }  // namespace
@@ -42,7 +79,7 @@ void add_device_options(CLI::App& app, DeviceOptions& o) {
   // (rewrite_short_aliases).
   app.add_option("--n-gpu-layers,--gpu-layers", o.n_gpu_layers,
                  "(-ngl) layers to run on the GPU: N (the last N; more than the model has also "
-                 "places the output), all, or auto (for now: 0, with a note when a GPU exists)")
+                 "places the output), all, or auto (as many as fit the free memory)")
       ->capture_default_str();
   app.add_option("--device", o.device, "(-dev) GPU device for -ngl (kvrun --list-devices)");
   app.add_flag("--list-devices", o.list_devices, "print the available devices and exit");
@@ -50,7 +87,7 @@ void add_device_options(CLI::App& app, DeviceOptions& o) {
                "(-nkvo) keep the KV cache and attention of GPU layers on the host");
 }
 
-ModelParams resolve_device_options(const DeviceOptions& o, int64_t n_layer) {
+ModelParams resolve_device_options(const DeviceOptions& o, int64_t n_layer, const AutoFit* fit) {
   ModelParams mp;
   mp.kv_offload = !o.no_kv_offload;
   const std::string& v = o.n_gpu_layers;
@@ -58,14 +95,9 @@ ModelParams resolve_device_options(const DeviceOptions& o, int64_t n_layer) {
   const int64_t all = n_layer >= 0 ? n_layer + 1 : int64_t(1) << 30;
   int64_t n = 0;
   if (v == "auto") {
-    // As many as fit the free memory is not written yet (docs/cuda.md): the CPU runs every
-    // layer, and with a GPU present the user is told so rather than left to guess.
-    if (gpu)
-      std::fprintf(stderr,
-                   "kvrun: -ngl auto: sizing the layers to %s's free memory is not implemented "
-                   "yet; running every layer on the CPU (give -ngl N or -ngl all)\n",
-                   gpu->name().c_str());
-    return mp;
+    if (!gpu) return mp;
+    n = auto_layers(*gpu, fit, mp.kv_offload);
+    if (n == 0) return mp;
   } else if (v == "all") {
     n = all;
   } else {

@@ -26,16 +26,33 @@ class DeviceOptionError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// What `-ngl auto` sizes the GPU layers against: the model file, the context and the KV cache
+/// types (eval/model_info.h fit_gpu_layers).
+struct AutoFit {
+  std::string model_path;
+  int64_t n_ctx = 0;  ///< ≤ 0: the model's n_ctx_train
+  DType type_k = DType::F16, type_v = DType::F16;
+  int64_t n_batch = 512;
+  int64_t n_seqs = 1;  ///< sessions whose KV the cache holds at once (serve / batch: -np)
+};
+
+/// The GPU named `name` (-dev), or the first one when `name` is empty; null for "none" / "CPU"
+/// and when there is no GPU. Throws DeviceOptionError for a name no device has.
+Device* pick_gpu(const std::string& name);
+
 /// Registers the options on `app`.
 void add_device_options(CLI::App& app, DeviceOptions& o);
 
 /// Checks `o` against this build and machine and returns the model placement it asks for:
 /// -ngl N (the last N layers; N > n_layer also places the output head), "all" (every layer and
-/// the output), "auto" (0 for now: sizing to free memory is not written; a note on stderr when a
-/// GPU exists), on the -dev device or the first GPU. Throws DeviceOptionError naming what is missing: no GPU
-/// backend built, no GPU device found, an unknown device name, a value that is not a count.
-/// `n_layer` is the model's layer count (-1 before it is known: "all" becomes a large count).
-ModelParams resolve_device_options(const DeviceOptions& o, int64_t n_layer = -1);
+/// the output), "auto" (with `fit`: as many of the last layers as fit the device's free memory
+/// after their KV rows and scratch, printed on stderr; 0 without a GPU, when the device does not
+/// say its free memory, or without `fit`), on the -dev device or the first GPU. Throws
+/// DeviceOptionError naming what is missing: no GPU backend built, no GPU device found, an unknown
+/// device name, a value that is not a count. `n_layer` is the model's layer count (-1 before it is
+/// known: "all" becomes a large count).
+ModelParams resolve_device_options(const DeviceOptions& o, int64_t n_layer = -1,
+                                   const AutoFit* fit = nullptr);
 
 /// Prints the devices for --list-devices ("no GPU devices" when there are none). Returns 0.
 int print_devices();

@@ -61,7 +61,8 @@ std::vector<std::string> read_texts(const EmbedOptions& o) {
 int cmd_embed(const EmbedOptions& o) {
   try {
     const std::vector<std::string> texts = read_texts(o);
-    Model model = Model::load(o.model, resolve_device_options(o.kv.dev));
+    const AutoFit fit = auto_fit(o.kv, o.model, o.n_ctx, o.n_batch);
+    Model model = Model::load(o.model, resolve_device_options(o.kv.dev, -1, &fit));
     const Tokenizer tok = Tokenizer::from_gguf(model.file());
     ContextParams cp;
     cp.n_ctx = resolve_n_ctx(model, o.n_ctx);

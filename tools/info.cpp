@@ -5,9 +5,11 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "backend.h"
 #include "commands.h"
 #include "cpu/cpu_info.h"
 #include "cpu/cpu_level.h"
+#include "device_options.h"
 #include "eval/model_info.h"
 #include "gguf.h"
 #include "kv/kv_cache.h"
@@ -123,6 +125,96 @@ void print_text(const ModelInfo& mi, const std::string& fast_source) {
                 format_bytes(e.bytes_offloaded, true).c_str());
 }
 
+/// `kvrun info -ngl N|all|auto`: what the GPU part needs per KV cache type, against the free
+/// memory of the chosen GPU when there is one.
+struct GpuPlanReport {
+  std::string device;  ///< "" without a GPU
+  int64_t free = -1;   ///< bytes; −1 unknown
+  struct Row {
+    DType type;
+    GpuPlan plan;
+    int64_t fit = -1;  ///< the largest -ngl that fits (−1: free memory unknown)
+  };
+  std::vector<Row> rows;
+};
+
+GpuPlanReport plan_report(const InfoOptions& opt, const ModelInfo& mi, const gguf::File& file) {
+  GpuPlanReport r;
+  const Device* gpu = pick_gpu(opt.dev.device);
+  if (gpu) {
+    r.device = gpu->name();
+    r.free = gpu->free_memory();
+  }
+  const std::string& v = opt.dev.n_gpu_layers;
+  for (DType t : kKvCacheTypes) {
+    GpuPlanReport::Row row{t, {}, -1};
+    const bool kv_on_gpu = !opt.dev.no_kv_offload;
+    if (r.free >= 0) row.fit = fit_gpu_layers(mi, file, t, t, kv_on_gpu, r.free);
+    int64_t n = mi.hp.n_layer + 1;  // "all"
+    if (v == "auto") {
+      n = std::max<int64_t>(0, row.fit);
+    } else if (v != "all") {
+      size_t used = 0;
+      try {
+        n = std::stoll(v, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != v.size() || n < 0)
+        throw DeviceOptionError("-ngl " + v + ": expected a layer count, all or auto");
+    }
+    row.plan = plan_gpu(mi, file, n, t, t, kv_on_gpu);
+    r.rows.push_back(row);
+  }
+  return r;
+}
+
+nlohmann::ordered_json plan_json(const GpuPlanReport& r) {
+  nlohmann::ordered_json j;
+  j["device"] = r.device.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(r.device);
+  j["free_bytes"] = r.free;
+  nlohmann::ordered_json per = nlohmann::ordered_json::object();
+  for (const auto& row : r.rows) {
+    const GpuPlan& p = row.plan;
+    nlohmann::ordered_json e = {{"n_gpu_layers", p.n_gpu}, {"layers", p.layers},
+                                {"output", p.output},      {"weight_bytes", p.weight_bytes},
+                                {"kv_bytes", p.kv_bytes},  {"scratch_bytes", p.scratch_bytes},
+                                {"total_bytes", p.total()}};
+    if (r.free >= 0) {
+      e["fits"] = p.total() <= r.free;
+      e["max_n_gpu_layers"] = row.fit;
+    }
+    per[kv_type_name(row.type)] = e;
+  }
+  j["by_kv_type"] = per;
+  return j;
+}
+
+void print_plan(const GpuPlanReport& r, const ModelInfo& mi) {
+  const GpuPlan& first = r.rows.front().plan;
+  std::printf("\nGPU plan for -ngl %lld: the last %lld of %lld layers%s", (long long)first.n_gpu,
+              (long long)first.layers, (long long)mi.hp.n_layer,
+              first.output ? " and the output head" : "");
+  if (r.device.empty())
+    std::printf(" (no GPU device here: sizes only)\n");
+  else if (r.free < 0)
+    std::printf(" on %s (free memory unknown)\n", r.device.c_str());
+  else
+    std::printf(" on %s, %s free\n", r.device.c_str(), format_bytes(r.free).c_str());
+  std::printf("  %-9s %12s %12s %12s %12s %6s %s\n", "KV type", "weights", "KV", "scratch~",
+              "total", "fits", "largest -ngl that fits");
+  for (const auto& row : r.rows) {
+    const GpuPlan& p = row.plan;
+    std::printf("  %-9s %12s %12s %12s %12s %6s %s\n", kv_type_name(row.type),
+                format_bytes(p.weight_bytes).c_str(), format_bytes(p.kv_bytes).c_str(),
+                format_bytes(p.scratch_bytes).c_str(), format_bytes(p.total()).c_str(),
+                r.free < 0            ? "?"
+                : p.total() <= r.free ? "yes"
+                                      : "no",
+                row.fit < 0 ? "?" : std::to_string(row.fit).c_str());
+  }
+}
+
 }  // namespace
 
 int cmd_info(const InfoOptions& opt) {
@@ -143,10 +235,16 @@ int cmd_info(const InfoOptions& opt) {
                     format_bytes(mi.has_weights ? mi.weight_bytes : 0, true) + " of weights";
     }
     plan_kv_tiers(mi, fast);
-    if (opt.json)
-      std::printf("%s\n", to_json(mi).dump(2).c_str());
-    else
+    const bool want_plan = opt.dev.n_gpu_layers != "0";
+    const GpuPlanReport plan = want_plan ? plan_report(opt, mi, file) : GpuPlanReport{};
+    if (opt.json) {
+      nlohmann::ordered_json j = to_json(mi);
+      if (want_plan) j["gpu_plan"] = plan_json(plan);
+      std::printf("%s\n", j.dump(2).c_str());
+    } else {
       print_text(mi, fast_source);
+      if (want_plan) print_plan(plan, mi);
+    }
     if (mi.truncated()) {
       // A download cut mid-data: the report above is what the header promises, but the file
       // cannot be loaded (kvrun -m refuses it), so say so and fail.
@@ -158,6 +256,9 @@ int cmd_info(const InfoOptions& opt) {
       return 1;
     }
     return 0;
+  } catch (const DeviceOptionError& e) {
+    std::fprintf(stderr, "kvrun: %s\n", e.what());
+    return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kvrun: error: %s: %s\n", opt.model.c_str(), e.what());
     return 1;

@@ -96,15 +96,33 @@ int64_t parse_size(const std::string& s) {
   return v << shift;
 }
 
+namespace {
+
+/// The KV cache type `name` of option `opt`; throws std::invalid_argument naming both.
+DType kv_type_option(const std::string& name, const char* opt) {
+  auto t = kv_type_from_name(name);
+  if (!t)
+    throw std::invalid_argument(std::string(opt) + ": unknown KV cache type '" + name +
+                                "' (f32, f16, bf16, q8_0, q4_0, fp8, fp8_e4m3, fp8_e5m2, nvfp4)");
+  return *t;
+}
+
+}  // namespace
+
+AutoFit auto_fit(const KvCacheOptions& o, const std::string& model_path, int64_t n_ctx,
+                 int64_t n_batch) {
+  AutoFit f;
+  f.model_path = model_path;
+  f.n_ctx = n_ctx;
+  f.type_k = kv_type_option(o.type_k, "--cache-type-k");
+  f.type_v = kv_type_option(o.type_v, "--cache-type-v");
+  f.n_batch = n_batch;
+  return f;
+}
+
 void apply_kv_cache_options(const KvCacheOptions& o, const std::string& model_path,
                             ContextParams& params) {
-  auto type = [](const std::string& name, const char* opt) {
-    auto t = kv_type_from_name(name);
-    if (!t)
-      throw std::invalid_argument(std::string(opt) + ": unknown KV cache type '" + name +
-                                  "' (f32, f16, bf16, q8_0, q4_0, fp8, fp8_e4m3, fp8_e5m2, nvfp4)");
-    return *t;
-  };
+  auto type = [](const std::string& name, const char* opt) { return kv_type_option(name, opt); };
   params.kv.type_k = type(o.type_k, "--cache-type-k");
   params.kv.type_v = type(o.type_v, "--cache-type-v");
   params.kv.block_size = o.block_size;

@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/context.h"
 #include "device_options.h"
+#include "engine/context.h"
 
 namespace kvrun::tools {
 
@@ -37,6 +37,12 @@ void add_kv_cache_options(CLI::App& app, KvCacheOptions& o);
 /// cache type, bad size, bad -fa value), std::runtime_error when the model cannot be read.
 void apply_kv_cache_options(const KvCacheOptions& o, const std::string& model_path,
                             ContextParams& params);
+
+/// The `-ngl auto` inputs of a command (device_options.h AutoFit): its model, context (≤ 0:
+/// min(4096, n_ctx_train), the default of run, REPL, serve and batch), KV cache types (an unknown
+/// name throws std::invalid_argument as apply_kv_cache_options does) and prefill batch.
+AutoFit auto_fit(const KvCacheOptions& o, const std::string& model_path, int64_t n_ctx,
+                 int64_t n_batch);
 
 /// Rewrites the multi-letter single-dash options CLI11 (2.1) cannot declare (-ctk, -ctv, -fa, -np,
 /// also as -ctk=T) to their long forms, in place, before parsing.

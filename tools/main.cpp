@@ -118,7 +118,7 @@ int main(int argc, char** argv) {
                                                    : run.kv.dev;
   if (dev.list_devices) return print_devices();
   if (pull_cmd->parsed()) return kvrun::tools::cmd_pull(pull);
-  if (!synth_cmd->parsed()) {
+  if (!synth_cmd->parsed() && !info_cmd->parsed()) {  // info plans -ngl without a GPU too
     try {
       resolve_device_options(dev);
     } catch (const DeviceOptionError& e) {

@@ -1,6 +1,6 @@
 // perplexity.cpp — `kvrun perplexity`: llama-perplexity's measurement of a text
-// (src/eval/perplexity.h), with KL divergence against a saved base run. Also the command-line helpers
-// shared with `kvrun bench`: -ctk / -ctv.
+// (src/eval/perplexity.h), with KL divergence against a saved base run. Also the command-line
+// helpers shared with `kvrun bench`: -ctk / -ctv.
 #include "eval/perplexity.h"
 
 #include <CLI/CLI.hpp>
@@ -16,8 +16,8 @@
 
 #include "commands.h"
 #include "engine/context.h"
-#include "kv_layout.h"
 #include "engine/model.h"
+#include "kv_layout.h"
 #include "text/tokenizer.h"
 
 namespace kvrun::tools {
@@ -118,7 +118,8 @@ void print_json(const PerplexityOptions& opt, const Context& ctx, const Perplexi
 
 int run_perplexity(const PerplexityOptions& opt) {
   const std::string text = read_file(opt.text_file);
-  Model model = Model::load(opt.model, resolve_device_options(opt.kv.dev));
+  const AutoFit fit = auto_fit(opt.kv, opt.model, opt.n_ctx > 0 ? opt.n_ctx : 512, opt.n_batch);
+  Model model = Model::load(opt.model, resolve_device_options(opt.kv.dev, -1, &fit));
   const Tokenizer tok = Tokenizer::from_gguf(model.file());
   const int64_t n_ctx = choose_n_ctx(opt, model.hparams());
   ContextParams cp;

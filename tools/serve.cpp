@@ -475,7 +475,10 @@ int cmd_serve(const ServeOptions& opt_in) {
   try {
     max_body = parse_size(opt.max_body);
     if (max_body < 1) throw std::invalid_argument("--max-body must be positive");
-    model = std::make_unique<Model>(Model::load(opt.model, resolve_device_options(opt.kv.dev)));
+    AutoFit fit = auto_fit(opt.kv, opt.model, opt.n_ctx, opt.n_batch);
+    fit.n_seqs = opt.n_parallel;
+    model = std::make_unique<Model>(
+        Model::load(opt.model, resolve_device_options(opt.kv.dev, -1, &fit)));
     tok = std::make_unique<Tokenizer>(Tokenizer::from_gguf(model->file()));
     opt.n_ctx = resolve_n_ctx(*model, opt.n_ctx);
     ContextParams cp;

@@ -117,7 +117,8 @@ std::optional<ChatTemplate> chat_template_for(const Model& model, const Tokenize
 
 Loaded load(const RunOptions& opt) {
   const bool show = progress_enabled(opt.log_disable);
-  ModelParams mp = resolve_device_options(opt.kv.dev);
+  const AutoFit fit = auto_fit(opt.kv, opt.model, opt.n_ctx, opt.n_batch);
+  ModelParams mp = resolve_device_options(opt.kv.dev, -1, &fit);
   mp.progress = progress_callback(show, "loading model", "MiB");
   Model model = Model::load(opt.model, mp);
   Tokenizer tok = Tokenizer::from_gguf(model.file());

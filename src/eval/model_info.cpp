@@ -69,4 +69,62 @@ void plan_kv_tiers(ModelInfo& mi, int64_t fast_budget) {
   }
 }
 
+namespace {
+
+/// The layer index of a "blk.<i>.…" tensor name, or −1.
+int64_t layer_of(std::string_view name) {
+  if (name.substr(0, 4) != "blk.") return -1;
+  int64_t i = 0;
+  size_t p = 4;
+  if (p >= name.size() || name[p] < '0' || name[p] > '9') return -1;
+  for (; p < name.size() && name[p] >= '0' && name[p] <= '9'; ++p) i = i * 10 + (name[p] - '0');
+  return p < name.size() && name[p] == '.' ? i : -1;
+}
+
+}  // namespace
+
+GpuPlan plan_gpu(const ModelInfo& mi, const gguf::File& file, int64_t n_gpu, DType type_k,
+                 DType type_v, bool kv_on_gpu, int64_t n_batch) {
+  const Hparams& hp = mi.hp;
+  GpuPlan p;
+  p.n_gpu = std::max<int64_t>(0, n_gpu);
+  p.layers = std::min(p.n_gpu, hp.n_layer);
+  p.output = p.n_gpu > hp.n_layer;
+  const int64_t first = hp.n_layer - p.layers;  // the last `layers` layers
+  bool has_output = false;
+  int64_t embd = 0;
+  uint64_t rope_freqs = 0;
+  for (const gguf::TensorInfo& t : file.tensors()) {
+    const int64_t il = layer_of(t.name);
+    if (il >= first && il < hp.n_layer) p.weight_bytes += int64_t(t.n_bytes);
+    if (t.name == "output.weight") has_output = true;
+    if (t.name == "token_embd.weight") embd = int64_t(t.n_bytes);
+    if (t.name == "rope_freqs.weight") rope_freqs = t.n_bytes;
+    if (p.output && (t.name == "output.weight" || t.name == "output_norm.weight"))
+      p.weight_bytes += int64_t(t.n_bytes);
+  }
+  if (p.output && !has_output) p.weight_bytes += embd;  // a tied head uploads the embedding
+  // RoPE frequency factors (llama3 scaling): one copy on the GPU for its layers.
+  if (p.layers > 0) p.weight_bytes += int64_t(rope_freqs);
+  if (kv_on_gpu && p.layers > 0)
+    p.kv_bytes =
+        kv_bytes_per_token(type_k, type_v, p.layers, hp.n_head_kv, hp.head_dim, hp.head_dim_v) *
+        mi.kv_tokens;
+  if (p.n_gpu > 0) {
+    const int64_t q = hp.n_head * hp.head_dim, kv = 2 * hp.n_head_kv * hp.head_dim;
+    const int64_t per_row = 4 * hp.n_embd + q + kv + 3 * hp.n_ff + (p.output ? hp.n_vocab : 0);
+    p.scratch_bytes = n_batch * per_row * 4 + (int64_t(64) << 20) + (int64_t(128) << 20);
+  }
+  return p;
+}
+
+int64_t fit_gpu_layers(const ModelInfo& mi, const gguf::File& file, DType type_k, DType type_v,
+                       bool kv_on_gpu, int64_t free_bytes, int64_t n_batch) {
+  int64_t n = 0;
+  while (n <= mi.hp.n_layer &&
+         plan_gpu(mi, file, n + 1, type_k, type_v, kv_on_gpu, n_batch).total() <= free_bytes)
+    ++n;
+  return n;
+}
+
 }  // namespace kvrun

@@ -70,4 +70,32 @@ ModelInfo describe_model(const gguf::File& file, int64_t n_ctx, int64_t block_si
 /// fast tier is RAM (`--kv-mem`, or what the machine has available beside the weights).
 void plan_kv_tiers(ModelInfo& mi, int64_t fast_budget);
 
+/// What `-ngl N` puts in a GPU's memory (llama.cpp's rule, models/llama.h Placement: the last
+/// min(N, n_layer) layers; N > n_layer also the output head and its norm; the token embedding
+/// lookup stays on the host). Bytes are what the CUDA backend allocates for them: the layers'
+/// tensors as stored, their KV rows for ModelInfo::kv_tokens positions (one buffer per layer sized
+/// for the context), the RoPE frequency factors, and an estimate of the step's scratch.
+struct GpuPlan {
+  int64_t n_gpu = 0;         ///< -ngl as asked
+  int64_t layers = 0;        ///< layers placed on the GPU: min(n_gpu, n_layer)
+  bool output = false;       ///< the output head on the GPU (n_gpu > n_layer)
+  int64_t weight_bytes = 0;  ///< those layers' tensors, plus the head's
+  int64_t kv_bytes = 0;      ///< their K and V rows (0 when the KV stays on the host, -nkvo)
+  /// Activations of one n_batch step, the logits when the head is placed, the 64 MiB tile of
+  /// dequantized weights cuBLAS multiplies in prefill, and 128 MiB for the runtime's own
+  /// allocations (cuBLAS workspace, scratch growth): an estimate, not a measurement.
+  int64_t scratch_bytes = 0;
+  int64_t total() const { return weight_bytes + kv_bytes + scratch_bytes; }
+};
+
+/// The plan of `-ngl n_gpu` (≥ 0) for the model `file` described by `mi`, with K/V cache types
+/// type_k / type_v and prefill chunks of n_batch tokens; kv_on_gpu false for -nkvo.
+GpuPlan plan_gpu(const ModelInfo& mi, const gguf::File& file, int64_t n_gpu, DType type_k,
+                 DType type_v, bool kv_on_gpu, int64_t n_batch = 512);
+
+/// `-ngl auto`: the largest N in 0 … n_layer + 1 whose plan_gpu total is at most free_bytes
+/// (the plan grows with N, so the answer is the first N that no longer fits, minus one).
+int64_t fit_gpu_layers(const ModelInfo& mi, const gguf::File& file, DType type_k, DType type_v,
+                       bool kv_on_gpu, int64_t free_bytes, int64_t n_batch = 512);
+
 }  // namespace kvrun

@@ -1,0 +1,108 @@
+// test_gpu_plan.cpp — what `-ngl N` puts in a GPU's memory (eval/model_info.h plan_gpu), the
+// `-ngl auto` fit against a free-memory figure (fit_gpu_layers) and `kvrun info -ngl`, on
+// synthetic models: the plan's parts must add up to the file's own tensor sizes and the KV
+// layout's row sizes, grow with N, and the fit must be the exact boundary.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "eval/model_info.h"
+#include "gguf.h"
+#include "kv_layout.h"
+#include "synth_util.h"
+
+namespace kvrun {
+namespace {
+
+int64_t tensor_bytes(const gguf::File& f, const std::string& name) {
+  const gguf::TensorInfo* t = f.find_tensor(name);
+  return t ? int64_t(t->n_bytes) : 0;
+}
+
+void check_plan(const std::string& path) {
+  const gguf::File f = gguf::File::open(path);
+  const ModelInfo mi = describe_model(f, 256);
+  const Hparams& hp = mi.hp;
+  ASSERT_GE(hp.n_layer, 2);
+  const bool tied = f.find_tensor("output.weight") == nullptr;
+  const int64_t head = tensor_bytes(f, "output_norm.weight") +
+                       tensor_bytes(f, tied ? "token_embd.weight" : "output.weight");
+  // Every layer and the head: all tensors but the token embedding, which a tied head uploads.
+  const GpuPlan all = plan_gpu(mi, f, hp.n_layer + 1, DType::F16, DType::F16, true);
+  EXPECT_EQ(all.layers, hp.n_layer);
+  EXPECT_TRUE(all.output);
+  // The blk.* tensors are all but these; rope_freqs (llama3 scaling) goes up once with them.
+  const int64_t outside_layers =
+      tensor_bytes(f, "token_embd.weight") + tensor_bytes(f, "output.weight") +
+      tensor_bytes(f, "output_norm.weight") + tensor_bytes(f, "rope_freqs.weight");
+  EXPECT_EQ(all.weight_bytes,
+            mi.weight_bytes - outside_layers + head + tensor_bytes(f, "rope_freqs.weight"));
+  const GpuPlan layers_only = plan_gpu(mi, f, hp.n_layer, DType::F16, DType::F16, true);
+  EXPECT_FALSE(layers_only.output);
+  EXPECT_EQ(all.weight_bytes - layers_only.weight_bytes, head);
+  // KV: the layout's row sizes for the placed layers, for every position of the context.
+  for (DType t : kKvCacheTypes) {
+    const GpuPlan p = plan_gpu(mi, f, hp.n_layer, t, t, true);
+    EXPECT_EQ(p.kv_bytes,
+              kv_bytes_per_token(t, t, hp.n_layer, hp.n_head_kv, hp.head_dim, hp.head_dim_v) *
+                  mi.kv_tokens)
+        << traits(t).name;
+    EXPECT_EQ(plan_gpu(mi, f, 1, t, t, true).kv_bytes * hp.n_layer, p.kv_bytes);
+    EXPECT_EQ(plan_gpu(mi, f, hp.n_layer, t, t, false).kv_bytes, 0);  // -nkvo
+  }
+  EXPECT_EQ(plan_gpu(mi, f, 0, DType::F16, DType::F16, true).total(), 0);
+  // Grows with N; the fit is the exact boundary.
+  for (int64_t n = 1; n <= hp.n_layer + 1; ++n) {
+    const GpuPlan p = plan_gpu(mi, f, n, DType::Q8_0, DType::Q4_0, true);
+    const GpuPlan prev = plan_gpu(mi, f, n - 1, DType::Q8_0, DType::Q4_0, true);
+    EXPECT_GT(p.total(), prev.total()) << n;
+    EXPECT_EQ(fit_gpu_layers(mi, f, DType::Q8_0, DType::Q4_0, true, p.total()), n) << n;
+    EXPECT_EQ(fit_gpu_layers(mi, f, DType::Q8_0, DType::Q4_0, true, p.total() - 1), n - 1) << n;
+  }
+  EXPECT_EQ(fit_gpu_layers(mi, f, DType::F16, DType::F16, true, int64_t(1) << 50), hp.n_layer + 1);
+  EXPECT_EQ(fit_gpu_layers(mi, f, DType::F16, DType::F16, true, 0), 0);
+}
+
+TEST(GpuPlan, PartsAddUpAndTheFitIsTheBoundary) {
+  test::TempDir dir;
+  for (const char* shape : {"tiny", "tiny-qwen3" /* tied head */, "tiny-gemma2"}) {
+    SCOPED_TRACE(shape);
+    check_plan(test::synth_model(dir, shape));
+  }
+}
+
+TEST(GpuPlan, InfoAnswersDoesItFit) {
+  test::TempDir dir;
+  const std::string path = test::synth_model(dir, "tiny");
+  const gguf::File f = gguf::File::open(path);
+  const ModelInfo mi = describe_model(f, 512);
+  const auto r =
+      test::run_command(test::kvrun_binary() + " info --json -c 512 -ngl all -m '" + path + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(j.contains("gpu_plan")) << r.out;
+  const auto& e = j["gpu_plan"]["by_kv_type"]["q8_0"];
+  const GpuPlan p = plan_gpu(mi, f, mi.hp.n_layer + 1, DType::Q8_0, DType::Q8_0, true);
+  EXPECT_EQ(e["layers"].get<int64_t>(), mi.hp.n_layer);
+  EXPECT_TRUE(e["output"].get<bool>());
+  EXPECT_EQ(e["weight_bytes"].get<int64_t>(), p.weight_bytes);
+  EXPECT_EQ(e["kv_bytes"].get<int64_t>(), p.kv_bytes);
+  EXPECT_EQ(e["total_bytes"].get<int64_t>(), p.total());
+  // With a GPU the answer compares with its free memory; without one it says so.
+  if (j["gpu_plan"]["device"].is_null())
+    EXPECT_FALSE(e.contains("fits"));
+  else
+    EXPECT_EQ(e["fits"].get<bool>(), p.total() <= j["gpu_plan"]["free_bytes"].get<int64_t>());
+
+  const auto text =
+      test::run_command(test::kvrun_binary() + " info -c 512 -ngl 1 -m '" + path + "'");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("GPU plan for -ngl 1: the last 1 of"), std::string::npos) << text.out;
+  const auto bad = test::run_command(test::kvrun_binary() + " info -ngl x -m '" + path + "'");
+  EXPECT_EQ(bad.exit_code, 2) << bad.out;
+  EXPECT_NE(bad.err.find("-ngl x"), std::string::npos) << bad.err;
+}
+
+}  // namespace
+}  // namespace kvrun
