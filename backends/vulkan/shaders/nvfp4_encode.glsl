@@ -6,6 +6,7 @@
 // The float32 divisions and the block factor's product are done on the bits in integer
 // arithmetic (a shader's division may be off by 2.5 ulp, and subnormal floats may be flushed):
 // positive floats are carried as their bit patterns, which order as the values do.
+#extension GL_EXT_control_flow_attributes : require
 
 // RN(q · 2^E), q > 0 and < 2^31, plus a nonzero remainder below q's last bit when `sticky`, as
 // binary32 bits: round to nearest even, subnormal results rounded at 2^-149, too large → +inf.
@@ -116,7 +117,7 @@ uint absmax_step(uint amax, uint x) {
 double nvfp4_block_error(uint x[16], uint f, out uint codes[16]) {
   precise double err = 0.0;
   const double fd = f32_bits_to_f64(f);
-  for (uint i = 0u; i < 16u; ++i) {
+  [[dont_unroll]] for (uint i = 0u; i < 16u; ++i) {
     codes[i] = f != 0u ? e2m1_code(x[i], f) : 0u;
     precise double prod = fd * double(e2m1_value(codes[i]));
     precise double e = f32_bits_to_f64(x[i]) - prod;
@@ -128,26 +129,27 @@ double nvfp4_block_error(uint x[16], uint f, out uint codes[16]) {
 
 // One nvfp4 block of 16 values (bits) for the group scale s2 (bits): the E4M3 scale byte lo ≤
 // absmax / 6 / s2 < lo + 1 (one code up) with the smaller squared error, lo on a tie
-// (quantize_block_nvfp4). Returns the scale byte; the 16 E2M1 codes in `codes`.
+// (quantize_block_nvfp4). Returns the scale byte; the 16 E2M1 codes in `codes`. (One loop over
+// the two candidates, not unrolled: lavapipe's JIT time grows with every inlined copy.)
 uint encode_nvfp4_block(uint x[16], uint s2, out uint codes[16]) {
   uint amax = 0u;
   for (uint i = 0u; i < 16u; ++i) amax = absmax_step(amax, x[i]);
   const uint target = fdiv_bits(fdiv_bits(amax, floatBitsToUint(6.0)), s2);
-  uint lo = 0u, hi = 0u, c_lo[16], c_hi[16];
-  for (uint i = 0u; i < 16u; ++i) c_lo[i] = c_hi[i] = 0u;
-  double err_lo = 0.0, err_hi = 0.0;
+  uint sc[2] = uint[2](0u, 0u), c[2][16];
+  double err[2] = double[2](0.0, 0.0);
+  for (uint i = 0u; i < 16u; ++i) c[0][i] = c[1][i] = 0u;
   if (target > 0u) {
-    lo = fp8_encode(4u, uintBitsToFloat(target));
-    if (floatBitsToUint(fp8_decode(4u, lo)) > target) --lo;  // rounded up: step down
-    hi = lo < 0x7Eu ? lo + 1u : lo;
-    err_lo = nvfp4_block_error(x, fmul_bits(s2, floatBitsToUint(fp8_decode(4u, lo))), c_lo);
-    err_hi = hi == lo ? err_lo
-                      : nvfp4_block_error(x, fmul_bits(s2, floatBitsToUint(fp8_decode(4u, hi))),
-                                          c_hi);
+    sc[0] = fp8_encode(4u, uintBitsToFloat(target));
+    if (floatBitsToUint(fp8_decode(4u, sc[0])) > target) --sc[0];  // rounded up: step down
+    sc[1] = sc[0] < 0x7Eu ? sc[0] + 1u : sc[0];
+    [[dont_unroll]] for (uint k = 0u; k < (sc[1] == sc[0] ? 1u : 2u); ++k) {
+      err[k] = nvfp4_block_error(x, fmul_bits(s2, floatBitsToUint(fp8_decode(4u, sc[k]))), c[k]);
+    }
+    if (sc[1] == sc[0]) err[1] = err[0];
   }
-  const bool use_lo = err_lo <= err_hi;  // false for NaN errors, as on the CPU
-  for (uint i = 0u; i < 16u; ++i) codes[i] = use_lo ? c_lo[i] : c_hi[i];
-  return use_lo ? lo : hi;
+  const uint use = err[0] <= err[1] ? 0u : 1u;  // hi for NaN errors, as on the CPU
+  for (uint i = 0u; i < 16u; ++i) codes[i] = c[use][i];
+  return sc[use];
 }
 
 // The FP32 scale of a group with largest finite magnitude amax (bits): amax / (6 · 448), at
