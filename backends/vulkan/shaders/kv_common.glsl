@@ -1,7 +1,7 @@
 // kv_common.glsl — K/V cache element codecs of the types the Vulkan KV store and attention
 // support (ggml-like/kv_layout.h): 0 f32, 1 f16, 2 bf16, 3 q8_0, 4 fp8_e4m3, 5 fp8_e5m2,
-// 6 q4_0, 7 nvfp4 (the numbering of vk_paged.h's kv_code). A block's rows start at a 4-byte aligned address; element e of row j of a block is
-// read at byte j·row_bytes + e·size.
+// 6 q4_0, 7 nvfp4 (the numbering of vk_paged.h's kv_code). A block's rows start at a 4-byte
+// aligned address; element e of row j of a block is read at byte j·row_bytes + e·size.
 #include "common.glsl"
 
 // FP8 formats (ggml-like/quants_kv.cpp): e4m3 (type 4) has 3 mantissa bits, bias 7, largest

@@ -3,8 +3,9 @@
 // one thread per 32-bit word of a cache row (one f32, or two f16 / bf16 values), per q8_0
 // block, per fp8 head or per nvfp4 block, K rows then V rows, grid-stride. Built twice: with
 // -DKV_NVFP4 ("kv_store_nvfp4", float64 in the nvfp4 encoder: needs shaderFloat64) and without
-// ("kv_store", every other type). The host resolved each row's destination (block id → slot → tier
-// address, position in the block) into `dst`: per row, the K row's and the V row's address.
+// ("kv_store", every other type). The host resolved each row's destination (block id → slot →
+// tier address, position in the block) into `dst`: per row, the K row's and the V row's
+// address.
 // The bytes equal the CPU's kv_encode_row.
 #include "kv_common.glsl"
 #ifdef KV_NVFP4
