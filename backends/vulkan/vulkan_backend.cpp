@@ -133,8 +133,8 @@ void check_paged(const KvLayer& kv, const PagedAttnParams& p, bool store = false
          " are not supported");
   if (store && !float64 && (kv.k_type == DType::NVFP4 || kv.v_type == DType::NVFP4))
     fail(
-        "the nvfp4 encoder needs shaderFloat64 (its block errors are float64, as the CPU's), "
-        "which this device does not have");
+        "the nvfp4 encoder needs shaderFloat64 (its block errors are float64, as the "
+        "CPU's), which this device does not have");
   if (p.rotate) fail("--kv-rotate (Hadamard-rotated K) is not supported");
   if (a.n_head_kv <= 0 || a.n_head % a.n_head_kv) fail("n_head must be a multiple of n_head_kv");
   if (a.head_dim > 256 || a.head_dim_v > 256) fail("head_dim and head_dim_v must be ≤ 256");
@@ -146,8 +146,8 @@ void check_paged(const KvLayer& kv, const PagedAttnParams& p, bool store = false
     fail("f16 / bf16 rows of an odd number of values are not supported");
   if ((kv.block_size * kv.k_row_bytes) % 4 || (kv.block_size * kv.v_row_bytes) % 4)
     fail(
-        "a block of q8_0 / q4_0 / fp8 / nvfp4 rows must be a multiple of 4 bytes (block_size 4, 8, "
-        "…)");
+        "a block of q8_0 / q4_0 / fp8 / nvfp4 rows must be a multiple of 4 bytes "
+        "(block_size 4, 8, …)");
 }
 
 /// Activation rows up to this use the matrix-vector shader; more use the tiled one.
