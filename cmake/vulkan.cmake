@@ -26,6 +26,7 @@ if(_kvrun_want_vulkan)
     "rms_norm|rms_norm.comp|"
     "rope|rope.comp|"
     "kv_store|kv_store.comp|"
+    "kv_store_nvfp4|kv_store.comp|-DKV_NVFP4"
     "attention|attention.comp|"
     "attn_merge|attn_merge.comp|")
   foreach(_t F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K)

@@ -320,16 +320,17 @@ TEST(VulkanSupport, UnimplementedOpsAndTypesAreRefusedUpFront) {
     Tensor w = Tensor::contiguous(t, bytes.data(), 256, 1);
     EXPECT_THROW(d.upload_weight(w, false), std::runtime_error) << traits(t).name;
   }
-  // The KV store and paged attention: every KV type but nvfp4 so far.
+  // The KV store and paged attention: every KV type (nvfp4's store where the device has
+  // shaderFloat64, which lavapipe has).
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::FP8_E4M3,
-                  DType::FP8_E5M2}) {
+                  DType::FP8_E5M2, DType::NVFP4}) {
     EXPECT_TRUE(d.supports(Op::kKvStore, t, DType::F16)) << traits(t).name;
+    EXPECT_TRUE(d.supports(Op::kKvStore, DType::F16, t)) << traits(t).name;
+    EXPECT_TRUE(d.supports(Op::kPagedAttention, t, DType::F16)) << traits(t).name;
     EXPECT_TRUE(d.supports(Op::kPagedAttention, DType::F16, t)) << traits(t).name;
   }
-  for (DType t : {DType::NVFP4}) {
+  for (DType t : {DType::Q4_1, DType::Q4_K, DType::I32}) {
     EXPECT_FALSE(d.supports(Op::kKvStore, t, DType::F16)) << traits(t).name;
-    EXPECT_FALSE(d.supports(Op::kKvStore, DType::F16, t)) << traits(t).name;
-    EXPECT_FALSE(d.supports(Op::kPagedAttention, t, DType::F16)) << traits(t).name;
     EXPECT_FALSE(d.supports(Op::kPagedAttention, DType::F16, t)) << traits(t).name;
   }
 }
@@ -370,16 +371,15 @@ TEST(VulkanModel, GreedyTokensEqualTheCpuWithLayersOnVulkan) {
   }
 }
 
-/// What the backend lacks is refused with one line naming it: a KV type (nvfp4), the slow KV
-/// tier for rows on the device, a weight type (the q5_1 of this Q5_K_M file).
+/// What the backend lacks is refused with one line naming it: the slow KV tier for rows on the
+/// device, a weight type (the q5_1 of this Q5_K_M file). (Every KV type is supported on
+/// lavapipe; a device without shaderFloat64 answers false to supports() for an nvfp4 KV store,
+/// which step.cpp turns into "has no paged attention over K … / V …": not testable here.)
 TEST(VulkanModel, WhatIsNotSupportedIsRefusedClearly) {
   REQUIRE_VULKAN();
   const std::string dev = " -dev " + vk_device()->name();
   const std::string f32 = test::kvrun_binary() + " -m " +
                           test::fixture("models/stories260K-F32.gguf").string() + " -p hi -n 1";
-  const test::CommandResult q4 = test::run_command(f32 + " -ngl 1 -ctk nvfp4" + dev);
-  EXPECT_EQ(q4.exit_code, 1);
-  EXPECT_NE(q4.err.find("has no paged attention over K nvfp4"), std::string::npos) << q4.err;
   test::TempDir dir;
   const test::CommandResult off =
       test::run_command(f32 + " -ngl 1 --kv-offload-dir " + dir.path().string() + dev);

@@ -91,6 +91,7 @@ PhysicalDevice describe(VkPhysicalDevice h) {
   vkGetPhysicalDeviceFeatures2(h, &f);
   d.float16 = f12.shaderFloat16;
   d.int8_dot = f13.shaderIntegerDotProduct;
+  d.float64 = f.features.shaderFloat64;
   if (!has_compute)
     d.unusable = "no compute queue";
   else if (!f12.bufferDeviceAddress)
@@ -129,8 +130,11 @@ Context::Context(const PhysicalDevice& pd) : pd_(pd) {
   auto f12 = vk_struct<VkPhysicalDeviceVulkan12Features>(
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES);
   f12.bufferDeviceAddress = VK_TRUE;
+  VkPhysicalDeviceFeatures core{};
+  core.shaderFloat64 = pd.float64 ? VK_TRUE : VK_FALSE;
   auto ci = vk_struct<VkDeviceCreateInfo>(VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO);
   ci.pNext = &f12;
+  ci.pEnabledFeatures = &core;
   ci.queueCreateInfoCount = 1;
   ci.pQueueCreateInfos = &qci;
   check(vkCreateDevice(pd.handle, &ci, nullptr, &device_), "vkCreateDevice");

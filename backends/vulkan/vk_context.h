@@ -41,6 +41,7 @@ struct PhysicalDevice {
   uint32_t queue_family = 0;   ///< a queue family with compute
   bool float16 = false;        ///< shaderFloat16 reported (not used yet)
   bool int8_dot = false;       ///< shaderIntegerDotProduct reported (not used yet)
+  bool float64 = false;        ///< shaderFloat64: enabled when reported (the nvfp4 KV store)
   std::string unusable;        ///< empty when usable, else why (e.g. no bufferDeviceAddress)
 };
 

@@ -21,6 +21,8 @@ int kv_code(DType t) {
       return 5;
     case DType::Q4_0:
       return 6;
+    case DType::NVFP4:
+      return 7;
     default:
       return -1;
   }

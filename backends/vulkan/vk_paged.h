@@ -12,8 +12,7 @@
 namespace kvrun::vulkan {
 
 /// The cache type code of kv_common.glsl (0 f32, 1 f16, 2 bf16, 3 q8_0, 4 fp8_e4m3, 5
-/// fp8_e5m2, 6 q4_0), or −1 for a type the Vulkan KV store and attention do not support yet
-/// (nvfp4).
+/// fp8_e5m2, 6 q4_0, 7 nvfp4), or −1 for a type that is not a KV cache type.
 int kv_code(DType t);
 
 /// Per row of the step: the device address of its K row and of its V row (row r at [2r] and

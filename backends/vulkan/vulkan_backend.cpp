@@ -120,8 +120,10 @@ static_assert(sizeof(AttnPush) <= kPushBytes && sizeof(RopePush) <= kPushBytes);
 /// segments are merged by log-sum-exp).
 constexpr int64_t kAttnSegment = 512;
 
-/// Throws std::invalid_argument unless the Vulkan KV ops take this layer and call.
-void check_paged(const KvLayer& kv, const PagedAttnParams& p) {
+/// Throws std::invalid_argument unless the Vulkan KV ops take this layer and call; `store`: for
+/// kv_store on a device with (`float64`) or without shaderFloat64, which the nvfp4 encoder needs.
+void check_paged(const KvLayer& kv, const PagedAttnParams& p, bool store = false,
+                 bool float64 = true) {
   const AttnParams& a = p.attn;
   auto fail = [](const std::string& why) {
     throw std::invalid_argument("Vulkan kv_store / paged_attention: " + why);
@@ -129,6 +131,10 @@ void check_paged(const KvLayer& kv, const PagedAttnParams& p) {
   if (kv_code(kv.k_type) < 0 || kv_code(kv.v_type) < 0)
     fail(std::string("K/V types ") + traits(kv.k_type).name + "/" + traits(kv.v_type).name +
          " are not supported");
+  if (store && !float64 && (kv.k_type == DType::NVFP4 || kv.v_type == DType::NVFP4))
+    fail(
+        "the nvfp4 encoder needs shaderFloat64 (its block errors are float64, as the "
+        "CPU's), which this device does not have");
   if (p.rotate) fail("--kv-rotate (Hadamard-rotated K) is not supported");
   if (a.n_head_kv <= 0 || a.n_head % a.n_head_kv) fail("n_head must be a multiple of n_head_kv");
   if (a.head_dim > 256 || a.head_dim_v > 256) fail("head_dim and head_dim_v must be ≤ 256");
@@ -139,7 +145,9 @@ void check_paged(const KvLayer& kv, const PagedAttnParams& p) {
   if ((words(kv.k_type) && kv.k_row_bytes % 4) || (words(kv.v_type) && kv.v_row_bytes % 4))
     fail("f16 / bf16 rows of an odd number of values are not supported");
   if ((kv.block_size * kv.k_row_bytes) % 4 || (kv.block_size * kv.v_row_bytes) % 4)
-    fail("a block of q8_0 / q4_0 / fp8 rows must be a multiple of 4 bytes (block_size 4, 8, …)");
+    fail(
+        "a block of q8_0 / q4_0 / fp8 / nvfp4 rows must be a multiple of 4 bytes "
+        "(block_size 4, 8, …)");
 }
 
 /// Activation rows up to this use the matrix-vector shader; more use the tiled one.
@@ -278,7 +286,7 @@ class VulkanBackend final : public Backend {
 
   void kv_store(const KvLayer& kv, const PagedAttnParams& p, const float* k,
                 const float* v) override {
-    check_paged(kv, p);
+    check_paged(kv, p, true, ctx_.physical().float64);
     const auto hold = s_.hold();  // staged bytes stay until the dispatch is recorded
     if (pt_.n_tokens <= 0) return;
     const std::vector<uint64_t> dst = kv_store_targets(kv, pt_);
@@ -293,7 +301,8 @@ class VulkanBackend final : public Backend {
                            uint32_t(kv_code(kv.v_type)),
                            uint32_t(p.attn.n_head_kv)};
     const int64_t words = (kv.k_row_bytes + kv.v_row_bytes) / 4;
-    s_.dispatch("kv_store", &push, sizeof push,
+    const bool nvfp4 = kv.k_type == DType::NVFP4 || kv.v_type == DType::NVFP4;
+    s_.dispatch(nvfp4 ? "kv_store_nvfp4" : "kv_store", &push, sizeof push,
                 stride_groups(u32(pt_.n_tokens * words, "kv_store words")));
   }
 
@@ -429,9 +438,11 @@ class VulkanDevice final : public Device {
       case Op::kScale:
       case Op::kCopy:
         return true;
-      case Op::kKvStore:
+      case Op::kKvStore:  // the nvfp4 encoder needs shaderFloat64 (check_paged says so)
+        if ((a == DType::NVFP4 || b == DType::NVFP4) && !pd_.float64) return false;
+        return kv_code(a) >= 0 && kv_code(b) >= 0;
       case Op::kPagedAttention:
-        return kv_code(a) >= 0 && kv_code(b) >= 0;  // all but nvfp4 (docs/vulkan.md)
+        return kv_code(a) >= 0 && kv_code(b) >= 0;
     }
     return false;
   }

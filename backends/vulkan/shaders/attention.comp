@@ -64,7 +64,8 @@ void main() {
       const uint jr = j % p.block_size, e0 = hk * p.head_dim;
       float dot = 0.0;
       for (uint d = 0u; d < p.head_dim; ++d)
-        dot += qs[d] * kv_read(kb, p.k_type, p.k_row_bytes, jr, e0 + d, hk, p.n_head_kv);
+        dot += qs[d] * kv_read(kb, p.k_type, p.k_row_bytes, jr, e0 + d, hk, p.n_head_kv,
+                              p.head_dim);
       s = dot * p.scale;
       if (p.softcap > 0.0) s = p.softcap * tanh(s / p.softcap);
     }
@@ -89,7 +90,7 @@ void main() {
         const uint jj = c0 + u;
         U32Buf vb = U32Buf(blocks.v[2u * (bt + jj / p.block_size) + 1u]);
         a += exp(sc[u] - m_new) * kv_read(vb, p.v_type, p.v_row_bytes, jj % p.block_size,
-                                          hk * p.head_dim_v + d, hk, p.n_head_kv);
+                                          hk * p.head_dim_v + d, hk, p.n_head_kv, p.head_dim_v);
       }
       acc[i] = a;
     }

@@ -1,7 +1,7 @@
 // kv_common.glsl — K/V cache element codecs of the types the Vulkan KV store and attention
-// support (ggml-like/kv_layout.h): 0 f32, 1 f16, 2 bf16 (the numbering of vk_paged.h's
-// KvCode). A block's rows start at a 4-byte aligned address; element e of row j of a block is
-// read at byte j·row_bytes + e·size.
+// support (ggml-like/kv_layout.h): 0 f32, 1 f16, 2 bf16, 3 q8_0, 4 fp8_e4m3, 5 fp8_e5m2,
+// 6 q4_0, 7 nvfp4 (the numbering of vk_paged.h's kv_code). A block's rows start at a 4-byte
+// aligned address; element e of row j of a block is read at byte j·row_bytes + e·size.
 #include "common.glsl"
 
 // FP8 formats (ggml-like/quants_kv.cpp): e4m3 (type 4) has 3 mantissa bits, bias 7, largest
@@ -27,10 +27,36 @@ float fp8_decode(uint type, uint c) {
   return (c & 0x80u) != 0u ? -v : v;
 }
 
-// Element e (of head `head`, one of hkv) of row j of the block at `b`. An fp8 row is the
-// n = hkv · head_dim codes, then one E8M0 scale byte per head (255: NaN).
-float kv_read(U32Buf b, uint type, uint row_bytes, uint j, uint e, uint head, uint hkv) {
+// E2M1 code → its value ±{0, 0.5, 1, 1.5, 2, 3, 4, 6} (quants_kv.cpp e2m1_to_f32).
+float e2m1_value(uint c) {
+  const float kLevels[8] = float[8](0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0);
+  const float v = kLevels[c & 7u];
+  return (c & 8u) != 0u ? -v : v;
+}
+
+// Values per nvfp4 scale group of rows of heads of hd values: lcm(hd, 16) (kv_layout.cpp).
+uint nvfp4_group(uint hd) { return hd / (1u << min(findLSB(hd), 4)) * 16u; }
+
+// Value e of an nvfp4 row at byte o of `b` (row_bytes long, hkv heads of hd values): the
+// 9-byte blocks (E4M3 scale, 8 bytes of E2M1 codes: value 2i in the low nibble of byte i) group
+// after group, then one little-endian FP32 scale per group; value = (s2 · e4m3) · e2m1
+// (dequantize_row_nvfp4_scaled).
+float nvfp4_read(U32Buf b, uint o, uint row_bytes, uint e, uint hd, uint hkv) {
+  const uint grp = nvfp4_group(hd), n_grp = (hkv * hd + grp - 1u) / grp;
+  const uint so = o + row_bytes - 4u * (n_grp - e / grp);
+  const float s2 = uintBitsToFloat(rd8(b, so) | (rd8(b, so + 1u) << 8) | (rd8(b, so + 2u) << 16) |
+                                   (rd8(b, so + 3u) << 24));
+  const uint blk = o + 9u * (e / 16u), k = e % 16u;
+  precise float fac = s2 * fp8_decode(4u, rd8(b, blk));
+  precise float v = fac * e2m1_value(rd8(b, blk + 1u + k / 2u) >> (4u * (k & 1u)));
+  return v;
+}
+
+// Element e (of head `head`, one of hkv heads of hd values) of row j of the block at `b`. An
+// fp8 row is the n = hkv · hd codes, then one E8M0 scale byte per head (255: NaN).
+float kv_read(U32Buf b, uint type, uint row_bytes, uint j, uint e, uint head, uint hkv, uint hd) {
   const uint o = j * row_bytes;
+  if (type == 7u) return nvfp4_read(b, o, row_bytes, e, hd, hkv);
   if (type == 0u) return uintBitsToFloat(b.v[(o >> 2) + e]);
   if (type == 1u) return rdf16(b, o + 2u * e);
   if (type == 2u) return rdbf16(b, o + 2u * e);

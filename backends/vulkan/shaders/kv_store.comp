@@ -1,10 +1,16 @@
 #version 450
 // kv_store.comp — encodes the step's K and V rows into their cache rows (Backend::kv_store):
 // one thread per 32-bit word of a cache row (one f32, or two f16 / bf16 values), per q8_0
-// block or per fp8 head, K rows then V rows, grid-stride. The host resolved each row's destination (block id → slot → tier
-// address, position in the block) into `dst`: per row, the K row's and the V row's address.
+// block, per fp8 head or per nvfp4 block, K rows then V rows, grid-stride. Built twice: with
+// -DKV_NVFP4 ("kv_store_nvfp4", float64 in the nvfp4 encoder: needs shaderFloat64) and without
+// ("kv_store", every other type). The host resolved each row's destination (block id → slot →
+// tier address, position in the block) into `dst`: per row, the K row's and the V row's
+// address.
 // The bytes equal the CPU's kv_encode_row.
 #include "kv_common.glsl"
+#ifdef KV_NVFP4
+#include "nvfp4_encode.glsl"
+#endif
 
 layout(local_size_x = 64) in;
 layout(buffer_reference, std430, buffer_reference_align = 8) buffer AddrBuf { uvec2 v[]; };
@@ -21,9 +27,14 @@ layout(push_constant) uniform Push {
   uint n_head_kv;
 } p;
 
-// Units of work per row: a 32-bit word (f32, f16, bf16), a q8_0 block, or an fp8 head.
+// Units of work per row: a 32-bit word (f32, f16, bf16), a q8_0 / q4_0 block, an fp8 head or
+// an nvfp4 block (of 16 values; the groups zero-padded to whole groups).
 uint units(uint type, uint n, uint hkv) {
   if (type == 0u) return n;
+  if (type == 7u) {
+    const uint grp = nvfp4_group(n / hkv);
+    return (n + grp - 1u) / grp * (grp / 16u);
+  }
   if (type == 3u || type == 6u) return (n + 31u) / 32u;
   if (type >= 4u) return hkv;
   return n / 2u;
@@ -77,10 +88,46 @@ void store_fp8_head(uint type, F32Buf src, uint base, uint n, uint hkv, uvec2 ro
   write_bytes(dst, o + n + h, bytes_, 1u);
 }
 
+#ifdef KV_NVFP4
+// nvfp4 block w of a row of n values (hkv heads, from the bits at src[base …]): the group scale
+// from the block's whole group (each of the group's blocks finds the same; the first writes
+// it after the group's blocks), then the block's 9 bytes (encode_nvfp4).
+void store_nvfp4_block(U32Buf src, uint base, uint n, uint hkv, uvec2 row, uint w) {
+  const uint grp = nvfp4_group(n / hkv), g = w / (grp / 16u);
+  uint amax = 0u;
+  for (uint e = g * grp; e < min(n, g * grp + grp); ++e) amax = absmax_step(amax, src.v[base + e]);
+  const uint s2 = nvfp4_group_scale(amax);
+  uint x[16], codes[16];
+  for (uint i = 0u; i < 16u; ++i) {
+    const uint e = 16u * w + i;
+    x[i] = e < n ? src.v[base + e] : 0u;  // the last group is zero-padded
+  }
+  uint bytes_[9];
+  for (uint i = 0u; i < 9u; ++i) bytes_[i] = 0u;
+  bytes_[0] = encode_nvfp4_block(x, s2, codes);
+  for (uint j = 0u; j < 8u; ++j)
+    bytes_[(1u + j) >> 2] |= (codes[2u * j] | (codes[2u * j + 1u] << 4)) << (((1u + j) & 3u) * 8u);
+  U32Buf dst = U32Buf(uvec2(row.x & ~3u, row.y));
+  const uint o = row.x & 3u, n_grp = (n + grp - 1u) / grp;
+  write_bytes(dst, o + 9u * w, bytes_, 9u);
+  if (w % (grp / 16u) == 0u) {
+    for (uint i = 0u; i < 9u; ++i) bytes_[i] = 0u;
+    bytes_[0] = s2;
+    write_bytes(dst, o + 9u * n_grp * (grp / 16u) + 4u * g, bytes_, 4u);
+  }
+}
+#endif
+
 // Writes unit w of a row of n values (hkv heads) from src[base …] into the cache row at `row`
 // (an address that is 4-byte aligned for f32 / f16 / bf16 rows, 2-byte for q8_0 / q4_0, any
-// for fp8).
+// for fp8 and nvfp4).
 void store_unit(uint type, F32Buf src, uint base, uint n, uint hkv, uvec2 row, uint w) {
+#ifdef KV_NVFP4
+  if (type == 7u) {
+    store_nvfp4_block(U32Buf(src), base, n, hkv, row, w);
+    return;
+  }
+#endif
   if (type == 4u || type == 5u) {
     store_fp8_head(type, src, base, n, hkv, row, w);
     return;
