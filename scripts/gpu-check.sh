@@ -110,7 +110,7 @@ e2e() {
   local kit=/tmp/kvrun-e2e status=0
   rm -rf "$kit" && mkdir -p "$kit" && tar -C "$kit" -xJf "$DEPS/e2e.tar.xz"
   export LD_LIBRARY_PATH="$kit/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-  export KVRUN_FIXTURES="$kit/fixtures"
+  export KVRUN_FIXTURES="$kit/fixtures" KVRUN_BINARY="$kit/bin/kvrun"  # test_gpu_e2e's serve runs
   mkdir -p "$LOG_DIR"
   "$kit/bin/kvrun" --list-devices || status=1
   "$kit/bin/test_gpu_e2e" --gtest_output="xml:$LOG_DIR/test_gpu_e2e.xml" >"$LOG_DIR/e2e.log" 2>&1 || status=1

@@ -18,6 +18,7 @@
 
 #include "backend.h"
 #include "engine/context.h"
+#include "serve_process.h"
 #include "synth_util.h"
 
 namespace kvrun {
@@ -192,6 +193,32 @@ TEST(GpuEndToEnd, SyntheticArchitecturesFollowTheCpu) {
     for (Device* gpu : gpus) check_model(*gpu, test::synth_model(dir, shape), pairs);
   for (SynthFileType t : {SynthFileType::Q4_0, SynthFileType::Q4_K, SynthFileType::Q6_K})
     for (Device* gpu : gpus) check_model(*gpu, test::synth_model(dir, "tiny", t), pairs);
+}
+
+/// `kvrun serve` with the model on the GPU (-ngl all, KV rows there too) answers a greedy
+/// completion with the CPU server's text.
+TEST(GpuEndToEnd, ServeOnTheGpuGivesTheCpusGreedyText) {
+  const std::vector<Device*> gpus = gpu_devices();
+  if (gpus.empty()) GTEST_SKIP() << "no GPU device (gpu_devices() is empty)";
+  if (!fs::exists(test::fixture(serve_test::kModel)))
+    GTEST_SKIP() << "fixture missing: " << serve_test::kModel;
+  const nlohmann::json req = {{"prompt", "Once upon a time"}, {"n_predict", 24},
+                              {"temperature", 0}, {"top_k", 1}};
+  auto complete = [&](const serve_test::ServerProcess& s) {
+    const auto r = s.client()->Post("/completion", req.dump(), "application/json");
+    if (!r || r->status != 200) return std::string("<no answer>");
+    return nlohmann::json::parse(r->body)["content"].get<std::string>();
+  };
+  const serve_test::ServerProcess cpu({});
+  ASSERT_TRUE(cpu.ok()) << cpu.log();
+  const std::string want = complete(cpu);
+  ASSERT_GT(want.size(), 10u);
+  for (Device* gpu : gpus) {
+    SCOPED_TRACE(gpu->name());
+    const serve_test::ServerProcess s({"-ngl", "all", "-dev", gpu->name()});
+    ASSERT_TRUE(s.ok()) << s.log();
+    EXPECT_EQ(complete(s), want);
+  }
 }
 
 }  // namespace

@@ -31,7 +31,12 @@ inline std::filesystem::path test_data(const std::string& rel) {
 }
 
 /// Path of the kvrun binary built with the tests.
-inline std::string kvrun_binary() { return KVRUN_BINARY; }
+/// The kvrun binary the tests run: $KVRUN_BINARY when set (a build carried to another machine,
+/// scripts/gpu-check.sh e2e), else the one this build made.
+inline std::string kvrun_binary() {
+  const char* e = std::getenv("KVRUN_BINARY");
+  return e && *e ? std::string(e) : std::string(KVRUN_BINARY);
+}
 
 /// `n` normally distributed floats (mean 0, sd `sd`), never all zeros.
 inline std::vector<float> random_floats(size_t n, uint32_t seed, float sd = 1.0f) {
