@@ -5,7 +5,8 @@
 //    final object's counters, num_predict, format (a JSON Schema; "json"), a tool-call history,
 //    and the errors (mirostat, template, another model);
 //  * over plain HTTP: the NDJSON framing (content type, one object per line, the last one done),
-//    ollama's {"error": "..."} objects naming the field, and the options kvrun refuses;
+//    ollama's {"error": "..."} objects naming the field, and the options kvrun refuses; suffix
+//    gives what /infill gives for the same prefix and suffix;
 //  * in process: a Hermes reply with a call, streamed a byte at a time through the NDJSON chunks,
 //    adds up to the whole message; tool-call arguments are objects.
 #include <gtest/gtest.h>
@@ -182,6 +183,35 @@ TEST(ServeOllama, NdjsonFramingAndErrors) {
                    {"num_ctx", 256}}}},
                 200);
   EXPECT_EQ(j["eval_count"], 2) << j;
+  expect_clean_exit(srv);
+}
+
+TEST(ServeOllama, SuffixIsTheInfillPrompt) {
+  KVRUN_REQUIRE_FIXTURE(kModel);
+  test::TempDir dir;
+  const auto fim_model = (dir / "fim.gguf").string();
+  write_fim_fixture(fim_model);
+  ServerProcess srv({"-c", "128"}, fim_model);
+  ASSERT_TRUE(srv.ok()) << srv.log();
+  auto c = srv.client();
+  // The reference: llama.cpp's /infill with the same prefix and suffix, greedy.
+  const json ref = post_json(*c, "/infill",
+                             {{"input_prefix", "Once upon"},
+                              {"input_suffix", "the end."},
+                              {"n_predict", 6},
+                              {"temperature", 0}},
+                             200);
+  const json j = post_json(*c, "/api/generate",
+                           {{"model", "fim"},
+                            {"prompt", "Once upon"},
+                            {"suffix", "the end."},
+                            {"stream", false},
+                            {"options", {{"num_predict", 6}, {"temperature", 0}}}},
+                           200);
+  EXPECT_GT(j["eval_count"].get<int>(), 0) << j;
+  EXPECT_EQ(j["response"], ref["content"]);
+  EXPECT_EQ(j["prompt_eval_count"], ref["tokens_evaluated"]);
+  EXPECT_EQ(j["eval_count"], ref["tokens_predicted"]);
   expect_clean_exit(srv);
 }
 
