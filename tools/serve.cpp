@@ -1,7 +1,8 @@
 // serve.cpp — `kvrun serve`: a local HTTP endpoint (cpp-httplib) in front of the
 // continuous-batching scheduler (src/engine/scheduler.h). OpenAI-compatible /v1/completions,
 // /v1/chat/completions, /v1/models; llama.cpp-compatible /completion, /infill, /tokenize,
-// /detokenize, /apply-template, /health, /metrics, /slots. Requests and responses:
+// /detokenize, /apply-template, /health, /metrics, /slots; ollama's /api/generate and /api/chat
+// (serve_ollama.h, NDJSON through the same streaming loop). Requests and responses:
 // docs/http-api.md.
 #include <httplib.h>
 #include <malloc.h>
@@ -150,7 +151,8 @@ struct Server {
     return std::string(a == Api::kChat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
   }
 
-  void generate(const httplib::Request& req, httplib::Response& res, Api api_kind) {
+  /// The checked request of an endpoint's body (the parsers of serve_api.h, serve_ollama.h).
+  ApiRequest parse_request(const httplib::Request& req, Api api_kind) {
     const json body = parse_body(req.body);
     ApiRequest ar;
     switch (api_kind) {
@@ -170,6 +172,11 @@ struct Server {
         ar = parse_ollama_chat(body, api);
         break;
     }
+    return ar;
+  }
+
+  void generate(const httplib::Request& req, httplib::Response& res, Api api_kind) {
+    ApiRequest ar = parse_request(req, api_kind);
     std::shared_ptr<Request> handle;
     try {
       handle = sched.submit(ar.params);
