@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "gguf.h"
 #include "test_util.h"
 
 extern char** environ;
@@ -125,6 +126,21 @@ class ServerProcess {
   int status_ = 0;
   int exit_code_ = -1;
 };
+
+/// Writes the stories260K fixture with FIM token ids added (three byte tokens, ids 3, 4, 5,
+/// stand in for <PRE> <SUF> <MID>) to `path`, for the fill-in-the-middle endpoints.
+inline void write_fim_fixture(const std::string& path) {
+  const gguf::File f = gguf::File::open(test::fixture(kModel).string());
+  gguf::Writer w;
+  for (const auto& kv : f.metadata()) w.set_value(std::string(kv.key), kv.value);
+  w.set_u32("tokenizer.ggml.fim_pre_token_id", 3);
+  w.set_u32("tokenizer.ggml.fim_suf_token_id", 4);
+  w.set_u32("tokenizer.ggml.fim_mid_token_id", 5);
+  for (const auto& t : f.tensors())
+    w.add_tensor(std::string(t.name), t.type,
+                 std::vector<int64_t>(t.ne, t.ne + std::max(1, t.n_dims)), t.data);
+  w.write(path);
+}
 
 #define START_SERVER(name, ...)                              \
   KVRUN_REQUIRE_FIXTURE(kModel);                             \

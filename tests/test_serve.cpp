@@ -502,21 +502,9 @@ TEST(Serve, OffloadTierKeepsServingAndReportsTiers) {
 
 TEST(Serve, InfillPutsPrefixAndSuffixAroundTheFimTokens) {
   KVRUN_REQUIRE_FIXTURE(kModel);
-  // The fixture with FIM token ids added (three byte tokens stand in for <PRE> <SUF> <MID>).
   test::TempDir dir;
   const auto fim_model = (dir / "fim.gguf").string();
-  {
-    const gguf::File f = gguf::File::open(test::fixture(kModel).string());
-    gguf::Writer w;
-    for (const auto& kv : f.metadata()) w.set_value(std::string(kv.key), kv.value);
-    w.set_u32("tokenizer.ggml.fim_pre_token_id", 3);
-    w.set_u32("tokenizer.ggml.fim_suf_token_id", 4);
-    w.set_u32("tokenizer.ggml.fim_mid_token_id", 5);
-    for (const auto& t : f.tensors())
-      w.add_tensor(std::string(t.name), t.type,
-                   std::vector<int64_t>(t.ne, t.ne + std::max(1, t.n_dims)), t.data);
-    w.write(fim_model);
-  }
+  write_fim_fixture(fim_model);
   ServerProcess srv({"-c", "128"}, fim_model);
   ASSERT_TRUE(srv.ok()) << srv.log();
   auto c = srv.client();

@@ -1,7 +1,8 @@
 // serve.cpp — `kvrun serve`: a local HTTP endpoint (cpp-httplib) in front of the
 // continuous-batching scheduler (src/engine/scheduler.h). OpenAI-compatible /v1/completions,
 // /v1/chat/completions, /v1/models; llama.cpp-compatible /completion, /infill, /tokenize,
-// /detokenize, /apply-template, /health, /metrics, /slots. Requests and responses:
+// /detokenize, /apply-template, /health, /metrics, /slots; ollama's /api/generate and /api/chat
+// (serve_ollama.h, NDJSON through the same streaming loop). Requests and responses:
 // docs/http-api.md.
 #include <httplib.h>
 #include <malloc.h>
@@ -26,6 +27,7 @@
 #include "serve_api.h"
 #include "serve_chat.h"
 #include "serve_http.h"
+#include "serve_ollama.h"
 #include "serve_reply.h"
 #include "session.h"
 
@@ -35,7 +37,7 @@ namespace {
 using std::chrono::milliseconds;
 
 /// "data: {...}\n\n"
-std::string sse(const json& j) { return "data: " + to_wire(j) + "\n\n"; }
+std::string frame_sse(const json& j) { return "data: " + to_wire(j) + "\n\n"; }
 
 /// Prometheus text exposition of the scheduler's counters and the KV pool.
 std::string metrics_text(const SchedulerStats& s, const KvCache& cache) {
@@ -149,7 +151,8 @@ struct Server {
     return std::string(a == Api::kChat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
   }
 
-  void generate(const httplib::Request& req, httplib::Response& res, Api api_kind) {
+  /// The checked request of an endpoint's body (the parsers of serve_api.h, serve_ollama.h).
+  ApiRequest parse_request(const httplib::Request& req, Api api_kind) {
     const json body = parse_body(req.body);
     ApiRequest ar;
     switch (api_kind) {
@@ -162,7 +165,18 @@ struct Server {
       case Api::kLlamaCompletion:
         ar = req.path == "/infill" ? parse_infill(body, api) : parse_llama_completion(body, api);
         break;
+      case Api::kOllamaGenerate:
+        ar = parse_ollama_generate(body, api);
+        break;
+      case Api::kOllamaChat:
+        ar = parse_ollama_chat(body, api);
+        break;
     }
+    return ar;
+  }
+
+  void generate(const httplib::Request& req, httplib::Response& res, Api api_kind) {
+    ApiRequest ar = parse_request(req, api_kind);
     std::shared_ptr<Request> handle;
     try {
       handle = sched.submit(ar.params);
@@ -196,12 +210,17 @@ struct Server {
     }
     res.set_header("Cache-Control", "no-cache");
     auto state = std::make_shared<ApiRequest>(std::move(ar));
+    // ollama streams NDJSON (one object per line); the others server-sent events.
+    const bool ndjson = is_ollama(state->api);
     res.set_chunked_content_provider(
-        "text/event-stream",
-        [this, handle, state, id, created](size_t, httplib::DataSink& sink) {
+        ndjson ? "application/x-ndjson" : "text/event-stream",
+        [this, handle, state, id, created, ndjson](size_t, httplib::DataSink& sink) {
           auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
+          auto frame = [ndjson](const json& j) {
+            return ndjson ? to_wire(j) + "\n" : frame_sse(j);
+          };
           if (auto begin = stream_begin_json(*state, api, id, created))
-            if (!write(sse(*begin))) return handle->cancel(), false;
+            if (!write(frame(*begin))) return handle->cancel(), false;
           for (;;) {
             auto ev = handle->next(milliseconds(100));
             if (!ev) {
@@ -210,16 +229,18 @@ struct Server {
             }
             if (!ev->done) {
               if (auto chunk = stream_chunk_json(*state, ev->token, api, id, created))
-                if (!write(sse(*chunk))) return handle->cancel(), false;
+                if (!write(frame(*chunk))) return handle->cancel(), false;
               continue;
             }
             if (auto err = result_error(ev->result)) {
-              write(sse(error_json(err->status, err->what(), err->type)));
+              write(frame(ndjson ? json{{"error", err->what()}}
+                                 : error_json(err->status, err->what(), err->type)));
             } else {
               for (const json& j : stream_end_json(*state, ev->result, api, id, created))
-                if (!write(sse(j))) return false;
+                if (!write(frame(j))) return false;
             }
-            if (state->api != Api::kLlamaCompletion) write("data: [DONE]\n\n");
+            if (state->api == Api::kCompletions || state->api == Api::kChat)
+              write("data: [DONE]\n\n");
             sink.done();
             return true;
           }
@@ -322,6 +343,18 @@ void add_routes(httplib::Server& svr, Server& s, ExtrasContext& x) {
            guarded([&](const auto& q, auto& r) { s.generate(q, r, Api::kLlamaCompletion); }));
   svr.Post("/infill",
            guarded([&](const auto& q, auto& r) { s.generate(q, r, Api::kLlamaCompletion); }));
+  // ollama: answered in its own error form; a request without a prompt / messages only "loads".
+  auto ollama = [&](Api kind) {
+    return guarded(
+        [&s, kind](const httplib::Request& q, httplib::Response& r) {
+          if (auto load = ollama_load_only(parse_body(q.body), s.api, kind == Api::kOllamaChat))
+            return send_json(r, *load);
+          s.generate(q, r, kind);
+        },
+        true);
+  };
+  svr.Post("/api/generate", ollama(Api::kOllamaGenerate));
+  svr.Post("/api/chat", ollama(Api::kOllamaChat));
   svr.Post("/apply-template", guarded([&](const auto& q, auto& r) {
              send_json(r, apply_template_response(parse_body(q.body), s.api));
            }));

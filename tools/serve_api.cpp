@@ -6,6 +6,7 @@
 
 #include "serve_chat.h"
 #include "serve_grammar.h"
+#include "serve_ollama.h"
 
 namespace kvrun::tools {
 namespace {
@@ -389,6 +390,12 @@ ApiRequest parse_infill(const json& j, const ApiContext& ctx) {
   const std::string prefix = extra + string(j, "input_prefix").value_or("");
   const std::string suffix = string(j, "input_suffix").value_or("");
   const std::string middle = string(j, "prompt").value_or("");
+  body["prompt"] = fim_prompt(tok, prefix, suffix, middle);
+  return parse_llama_completion(body, ctx);
+}
+
+std::vector<int32_t> fim_prompt(const Tokenizer& tok, const std::string& prefix,
+                                const std::string& suffix, const std::string& middle) {
   std::vector<int32_t> p;
   if (tok.add_bos() && tok.bos() >= 0) p.push_back(tok.bos());
   p.push_back(tok.fim_prefix());
@@ -397,8 +404,7 @@ ApiRequest parse_infill(const json& j, const ApiContext& ctx) {
   for (int32_t id : tok.tokenize(suffix, false, false)) p.push_back(id);
   p.push_back(tok.fim_middle());
   for (int32_t id : tok.tokenize(middle, false, false)) p.push_back(id);
-  body["prompt"] = p;
-  return parse_llama_completion(body, ctx);
+  return p;
 }
 
 json response_json(const ApiRequest& r, const RequestResult& result,
@@ -447,6 +453,9 @@ json response_json(const ApiRequest& r, const RequestResult& result,
       if (r.params.n_probs > 0) out["completion_probabilities"] = llama_probs(evs, *ctx.tok);
       return out;
     }
+    case Api::kOllamaGenerate:
+    case Api::kOllamaChat:
+      return ollama_final_json(r, res, ctx, false);
   }
   return {};
 }
@@ -500,6 +509,9 @@ std::optional<json> stream_chunk_json(const ApiRequest& r, const TokenEvent& ev,
       if (r.params.n_probs > 0) out["completion_probabilities"] = llama_probs(evs, *ctx.tok);
       return out;
     }
+    case Api::kOllamaGenerate:
+    case Api::kOllamaChat:
+      return ollama_chunk_json(r, ev, ctx);
   }
   return std::nullopt;
 }
@@ -543,6 +555,10 @@ std::vector<json> stream_end_json(const ApiRequest& r, const RequestResult& resu
       out.push_back(end);
       break;
     }
+    case Api::kOllamaGenerate:
+    case Api::kOllamaChat:
+      out.push_back(ollama_final_json(r, res, ctx, true));
+      break;
   }
   return out;
 }

@@ -40,8 +40,9 @@ struct ApiError : std::runtime_error {
 json error_json(int status, const std::string& message, const std::string& type,
                 const std::string& param = "");
 
-/// Which endpoint a generation request came through (its response format).
-enum class Api { kCompletions, kChat, kLlamaCompletion };
+/// Which endpoint a generation request came through (its response format; the ollama ones are
+/// answered by serve_ollama.h and streamed as NDJSON).
+enum class Api { kCompletions, kChat, kLlamaCompletion, kOllamaGenerate, kOllamaChat };
 
 /// What the server knows when it reads a request.
 struct ApiContext {
@@ -64,6 +65,8 @@ struct ApiRequest {
   /// llama.cpp n_predict 0: the prompt is evaluated (warming the prefix cache) but no token is
   /// returned; the scheduler runs with n_predict 1 and the response drops that token.
   bool no_tokens = false;
+  /// ollama: the model name as the request gave it (echoed in "model"; "" = the server's).
+  std::string reply_model;
   /// Chat: how the reply is split into content, reasoning and tool calls (serve_chat.h).
   std::shared_ptr<struct ChatReply> chat_reply;
 };
@@ -99,6 +102,12 @@ ApiRequest parse_llama_completion(const json& body, const ApiContext& ctx);
 /// POST /infill (llama.cpp): input_prefix, input_suffix, input_extra around the model's FIM
 /// tokens. Throws ApiError 400 when the model has no FIM tokens, or as above.
 ApiRequest parse_infill(const json& body, const ApiContext& ctx);
+
+/// The fill-in-the-middle prompt of the model's FIM tokens: [BOS] FIM_PRE prefix FIM_SUF suffix
+/// FIM_MID middle (the PSM order llama.cpp's /infill uses). The caller checks that the tokenizer
+/// has the three FIM tokens.
+std::vector<int32_t> fim_prompt(const Tokenizer& tok, const std::string& prefix,
+                                const std::string& suffix, const std::string& middle);
 
 /// The whole (non-streamed) response. `events` are the request's token events in order.
 json response_json(const ApiRequest& r, const RequestResult& res,

@@ -16,6 +16,7 @@
 #include "dtype.h"
 #include "gguf.h"
 #include "serve_api.h"
+#include "serve_ollama.h"
 #include "serve_reply.h"
 
 // tools/web/index.html, embedded by cmake/embed_file.cmake.
@@ -256,14 +257,7 @@ void add_extra_routes(httplib::Server& svr, ExtrasContext& x) {
   });
   svr.Post("/api/show", guarded([&x](const httplib::Request& req, httplib::Response& res) {
              const json body = parse_body(req.body);
-             std::string name = body.value("model", body.value("name", ""));
-             if (name.empty()) throw ApiError(400, "'model' is required", "model");
-             if (name.size() > 7 && name.compare(name.size() - 7, 7, ":latest") == 0)
-               name.resize(name.size() - 7);
-             if (name != x.model_name)
-               throw ApiError(
-                   404, "model '" + name + "' not found (this server has " + x.model_name + ")",
-                   "model", "not_found_error");
+             check_ollama_model(body.value("model", body.value("name", "")), x.model_name);
              send_json(res, x.ollama_info);
            }));
   if (!x.opt->no_webui) {

@@ -22,17 +22,24 @@ inline void send_error(httplib::Response& res, const ApiError& e) {
   res.set_content(to_wire(error_json(e.status, e.what(), e.type, e.param)), "application/json");
 }
 
-/// Wraps a handler: ApiError → its status and error object; anything else → 500.
+/// The error's status and ollama's error object {"error": "message"} (ollama's docs/api.md).
+inline void send_ollama_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.status;
+  res.set_content(to_wire(json{{"error", e.what()}}), "application/json");
+}
+
+/// Wraps a handler: ApiError → its status and error object (ollama's form when `ollama`);
+/// anything else → 500.
 template <class F>
-httplib::Server::Handler guarded(F f) {
-  return [f](const httplib::Request& req, httplib::Response& res) {
+httplib::Server::Handler guarded(F f, bool ollama = false) {
+  return [f, ollama](const httplib::Request& req, httplib::Response& res) {
+    auto fail = [&](const ApiError& e) { ollama ? send_ollama_error(res, e) : send_error(res, e); };
     try {
       f(req, res);
     } catch (const ApiError& e) {
-      send_error(res, e);
+      fail(e);
     } catch (const std::exception& e) {
-      send_error(res,
-                 ApiError(500, std::string("internal error: ") + e.what(), "", "server_error"));
+      fail(ApiError(500, std::string("internal error: ") + e.what(), "", "server_error"));
     }
   };
 }

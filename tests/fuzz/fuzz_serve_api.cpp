@@ -2,7 +2,9 @@
 // request body bytes → the handler code of /completion, /v1/completions, /v1/chat/completions
 // (and /apply-template: messages, tools and kwargs through a Jinja chat template that writes
 // Hermes tool calls and opens <think>, so that the reply parser sees calls and reasoning),
-// /infill, /tokenize and /detokenize → the response bytes, without the network or the engine.
+// /infill, /tokenize and /detokenize, and ollama's /api/generate and /api/chat (on the bodies of
+// /v1/completions and /v1/chat/completions) → the response bytes, without the network or the
+// engine.
 //
 // Input: the first byte picks the endpoint, the rest is the request body. A refusal must be an
 // ApiError with a 4xx/5xx status; any other exception is what the server would answer with a
@@ -24,6 +26,7 @@
 #include "ggml-like/gguf.h"
 #include "serve_api.h"
 #include "serve_chat.h"
+#include "serve_ollama.h"
 
 namespace {
 
@@ -86,6 +89,22 @@ void generation(const ApiRequest& r, uint8_t pick) {
   for (const json& j : stream_end_json(r, res, g_ctx, "cmpl-1", 0)) check_wire(j);
 }
 
+void check_error(const ApiError& e) {
+  if (e.status < 400 || e.status > 599) fail("ApiError status outside 4xx/5xx", e.what());
+  check_wire(error_json(e.status, e.what(), e.type, e.param));
+}
+
+/// ollama's /api/generate (chat false) or /api/chat on the same body (serve_ollama.h): its
+/// refusals are checked like the others, its replies go through every response builder.
+void ollama(const json& b, bool chat, uint8_t pick) {
+  try {
+    if (auto load = ollama_load_only(b, g_ctx, chat)) return check_wire(*load);
+    generation(chat ? parse_ollama_chat(b, g_ctx) : parse_ollama_generate(b, g_ctx), pick);
+  } catch (const ApiError& e) {
+    check_error(e);
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
@@ -124,9 +143,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         generation(parse_llama_completion(b, g_ctx), data[0] / 6);
         break;
       case 1:
+        ollama(b, false, data[0] / 6);
         generation(parse_completions(b, g_ctx), data[0] / 6);
         break;
       case 2:
+        ollama(b, true, data[0] / 6);
         check_wire(apply_template_response(b, g_ctx));
         generation(parse_chat(b, g_ctx), data[0] / 6);
         break;
@@ -141,8 +162,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         break;
     }
   } catch (const ApiError& e) {
-    if (e.status < 400 || e.status > 599) fail("ApiError status outside 4xx/5xx", e.what());
-    check_wire(error_json(e.status, e.what(), e.type, e.param));
+    check_error(e);
   }
   return 0;
 }
