@@ -9,65 +9,66 @@
 #include "serve_ollama.h"
 
 namespace kvrun::tools {
-namespace {
 
-constexpr int64_t kMaxInt = int64_t(1) << 40;
-
-[[noreturn]] void bad(const std::string& param, const std::string& what) {
+void bad_field(const std::string& param, const std::string& what) {
   throw ApiError(400, "'" + param + "' " + what, param);
 }
 
-/// The field `key`, or nullptr when absent or null.
-const json* field(const json& j, const char* key) {
+const json* json_field(const json& j, const char* key) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return nullptr;
   return &*it;
 }
 
+namespace {
+
+constexpr int64_t kMaxInt = int64_t(1) << 40;
+
 std::optional<double> number(const json& j, const char* key, double lo, double hi) {
-  const json* v = field(j, key);
+  const json* v = json_field(j, key);
   if (!v) return std::nullopt;
-  if (!v->is_number()) bad(key, "must be a number");
+  if (!v->is_number()) bad_field(key, "must be a number");
   const double x = v->get<double>();
   if (!std::isfinite(x) || x < lo || x > hi)
-    bad(key, "must be in [" + json(lo).dump() + ", " + json(hi).dump() + "]");
+    bad_field(key, "must be in [" + json(lo).dump() + ", " + json(hi).dump() + "]");
   return x;
 }
 
 std::optional<int64_t> integer(const json& j, const char* key, int64_t lo, int64_t hi) {
-  const json* v = field(j, key);
+  const json* v = json_field(j, key);
   if (!v) return std::nullopt;
-  if (!v->is_number_integer()) bad(key, "must be an integer");
+  if (!v->is_number_integer()) bad_field(key, "must be an integer");
   if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(hi))
-    bad(key, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    bad_field(key, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
   const int64_t x = v->get<int64_t>();
   if (x < lo || x > hi)
-    bad(key, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    bad_field(key, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
   return x;
 }
 
 std::optional<bool> boolean(const json& j, const char* key) {
-  const json* v = field(j, key);
+  const json* v = json_field(j, key);
   if (!v) return std::nullopt;
-  if (!v->is_boolean()) bad(key, "must be a boolean");
+  if (!v->is_boolean()) bad_field(key, "must be a boolean");
   return v->get<bool>();
 }
 
 std::optional<std::string> string(const json& j, const char* key) {
-  const json* v = field(j, key);
+  const json* v = json_field(j, key);
   if (!v) return std::nullopt;
-  if (!v->is_string()) bad(key, "must be a string");
+  if (!v->is_string()) bad_field(key, "must be a string");
   return v->get<std::string>();
 }
 
 std::vector<std::string> stop_strings(const json& j) {
-  const json* v = field(j, "stop");
+  const json* v = json_field(j, "stop");
   if (!v) return {};
   if (v->is_string()) return {v->get<std::string>()};
-  if (!v->is_array() || v->size() > 16) bad("stop", "must be a string or an array of at most 16");
+  if (!v->is_array() || v->size() > 16)
+    bad_field("stop", "must be a string or an array of at most 16");
   std::vector<std::string> out;
   for (const auto& s : *v) {
-    if (!s.is_string()) bad("stop", "must hold strings");
+    if (!s.is_string()) bad_field("stop", "must hold strings");
     out.push_back(s.get<std::string>());
   }
   return out;
@@ -92,7 +93,7 @@ void parse_sampling(const json& j, SamplerParams& sp, double max_temp) {
 
 /// Common checks after the prompt is known.
 void finish_params(ApiRequest& r, const ApiContext& ctx) {
-  if (r.params.prompt.empty()) bad("prompt", "is empty");
+  if (r.params.prompt.empty()) bad_field("prompt", "is empty");
   if (int64_t(r.params.prompt.size()) > ctx.n_ctx)
     throw ApiError(400,
                    "the prompt is " + std::to_string(r.params.prompt.size()) +
@@ -104,31 +105,31 @@ void finish_params(ApiRequest& r, const ApiContext& ctx) {
 
 /// A prompt: a string (tokenized with BOS), an array of token ids, or an array of one string.
 std::vector<int32_t> prompt_tokens(const json& j, const char* key, const ApiContext& ctx) {
-  const json* v = field(j, key);
-  if (!v) bad(key, "is required");
+  const json* v = json_field(j, key);
+  if (!v) bad_field(key, "is required");
   if (v->is_array() && v->size() == 1 && (*v)[0].is_string()) v = &(*v)[0];
   if (v->is_string()) return ctx.tok->tokenize(v->get<std::string>(), true, true);
-  if (!v->is_array()) bad(key, "must be a string or an array of token ids");
+  if (!v->is_array()) bad_field(key, "must be a string or an array of token ids");
   std::vector<int32_t> out;
   for (const auto& t : *v) {
-    if (!t.is_number_integer()) bad(key, "must be a string or an array of token ids");
+    if (!t.is_number_integer()) bad_field(key, "must be a string or an array of token ids");
     const int64_t id = t.get<int64_t>();
     if (id < 0 || id >= ctx.tok->n_vocab())
-      bad(key, "holds token id " + std::to_string(id) + " outside [0, " +
-                   std::to_string(ctx.tok->n_vocab()) + ")");
+      bad_field(key, "holds token id " + std::to_string(id) + " outside [0, " +
+                         std::to_string(ctx.tok->n_vocab()) + ")");
     out.push_back(int32_t(id));
   }
   return out;
 }
 
 void check_n(const json& j) {
-  if (auto n = integer(j, "n", 1, kMaxInt); n && *n != 1) bad("n", "must be 1 (one choice)");
+  if (auto n = integer(j, "n", 1, kMaxInt); n && *n != 1) bad_field("n", "must be 1 (one choice)");
 }
 
 void parse_stream(const json& j, ApiRequest& r) {
   r.stream = boolean(j, "stream").value_or(false);
-  if (const json* so = field(j, "stream_options")) {
-    if (!so->is_object()) bad("stream_options", "must be an object");
+  if (const json* so = json_field(j, "stream_options")) {
+    if (!so->is_object()) bad_field("stream_options", "must be an object");
     r.include_usage = boolean(*so, "include_usage").value_or(false);
   }
 }
@@ -311,7 +312,7 @@ ApiRequest parse_completions(const json& j, const ApiContext& ctx) {
     r.logprobs = true;
     r.params.n_probs = std::max<int>(1, int(*lp));
   }
-  if (boolean(j, "echo").value_or(false)) bad("echo", "is not supported");
+  if (boolean(j, "echo").value_or(false)) bad_field("echo", "is not supported");
   r.params.stop = stop_strings(j);
   r.params.prompt = prompt_tokens(j, "prompt", ctx);
   finish_params(r, ctx);
@@ -329,7 +330,7 @@ ApiRequest parse_chat(const json& j, const ApiContext& ctx) {
   if (auto n = integer(j, "max_completion_tokens", 1, kMaxInt)) r.params.n_predict = *n;
   r.logprobs = boolean(j, "logprobs").value_or(false);
   const auto top = integer(j, "top_logprobs", 0, 20);
-  if (top && !r.logprobs) bad("top_logprobs", "needs logprobs: true");
+  if (top && !r.logprobs) bad_field("top_logprobs", "needs logprobs: true");
   if (r.logprobs) r.params.n_probs = std::max<int>(1, int(top.value_or(0)));
   r.params.stop = stop_strings(j);
   const std::string text = render_chat_body(j, ctx, &r.chat_reply);
@@ -378,10 +379,10 @@ ApiRequest parse_infill(const json& j, const ApiContext& ctx) {
     throw ApiError(400, "this model has no fill-in-the-middle tokens (FIM prefix/suffix/middle)");
   json body = j;  // every /completion field; "prompt" is replaced by the FIM token sequence
   std::string extra;
-  if (const json* ex = field(j, "input_extra")) {
-    if (!ex->is_array()) bad("input_extra", "must be an array of {filename, text}");
+  if (const json* ex = json_field(j, "input_extra")) {
+    if (!ex->is_array()) bad_field("input_extra", "must be an array of {filename, text}");
     for (const auto& chunk : *ex) {
-      if (!chunk.is_object()) bad("input_extra", "must be an array of {filename, text}");
+      if (!chunk.is_object()) bad_field("input_extra", "must be an array of {filename, text}");
       const std::string name = string(chunk, "filename").value_or("");
       extra += (name.empty() ? "" : "// " + name + "\n") + string(chunk, "text").value_or("");
       if (!extra.empty() && extra.back() != '\n') extra += "\n";

@@ -36,6 +36,12 @@ struct ApiError : std::runtime_error {
   std::string param;
 };
 
+/// Throws ApiError 400 "'<param>' <what>" naming the request field `param`.
+[[noreturn]] void bad_field(const std::string& param, const std::string& what);
+
+/// The member `key` of the JSON object `j`, or nullptr when it is absent or null.
+const json* json_field(const json& j, const char* key);
+
 /// The error object of `e`.
 json error_json(int status, const std::string& message, const std::string& type,
                 const std::string& param = "");

@@ -9,23 +9,13 @@
 namespace kvrun::tools {
 namespace {
 
-[[noreturn]] void bad(const std::string& param, const std::string& what) {
-  throw ApiError(400, "'" + param + "' " + what, param);
-}
-
-const json* field(const json& j, const char* key) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
 std::string text_content(const json& c) {
   if (c.is_string()) return c.get<std::string>();
   std::string out;
   for (const auto& part : c) {
     if (!part.is_object() || !part.contains("type") || part["type"] != "text" ||
         (part.contains("text") && !part["text"].is_string()))
-      bad("messages", "content parts must be of type text");
+      bad_field("messages", "content parts must be of type text");
     out += part.value("text", "");
   }
   return out;
@@ -34,18 +24,18 @@ std::string text_content(const json& c) {
 /// An assistant message's tool_calls, checked (OpenAI: id, type "function", function.name,
 /// function.arguments as a JSON string).
 json checked_tool_calls(const json& calls) {
-  if (!calls.is_array()) bad("messages", "tool_calls must be an array");
+  if (!calls.is_array()) bad_field("messages", "tool_calls must be an array");
   json out = json::array();
   for (const auto& c : calls) {
-    const json* fn = c.is_object() ? field(c, "function") : nullptr;
+    const json* fn = c.is_object() ? json_field(c, "function") : nullptr;
     if (!fn || !fn->is_object() || !fn->contains("name") || !(*fn)["name"].is_string())
-      bad("messages", "each tool call needs function.name");
-    const json* id = field(c, "id");
-    if (id && !id->is_string()) bad("messages", "a tool call id must be a string");
+      bad_field("messages", "each tool call needs function.name");
+    const json* id = json_field(c, "id");
+    if (id && !id->is_string()) bad_field("messages", "a tool call id must be a string");
     json call = {{"id", id ? *id : json("")}, {"type", "function"}};
     json args = fn->value("arguments", json("{}"));
     if (!args.is_string() && !args.is_object())
-      bad("messages", "tool call arguments must be a JSON string");
+      bad_field("messages", "tool call arguments must be a JSON string");
     call["function"] = {{"name", (*fn)["name"]},
                         {"arguments", args.is_string() ? args : json(args.dump())}};
     out.push_back(call);
@@ -55,24 +45,24 @@ json checked_tool_calls(const json& calls) {
 
 /// One message, checked and normalised (developer → system; text parts joined).
 json checked_message(const json& m) {
-  if (!m.is_object()) bad("messages", "must hold objects");
-  const json* role = field(m, "role");
+  if (!m.is_object()) bad_field("messages", "must hold objects");
+  const json* role = json_field(m, "role");
   static const char* const kRoles[] = {"system", "developer", "user", "assistant", "tool"};
   if (!role || !role->is_string() ||
       std::find(std::begin(kRoles), std::end(kRoles), role->get<std::string>()) == std::end(kRoles))
-    bad("messages", "roles must be system, developer, user, assistant or tool");
+    bad_field("messages", "roles must be system, developer, user, assistant or tool");
   const std::string r = *role == "developer" ? "system" : role->get<std::string>();
   json out = {{"role", r}};
-  const json* c = field(m, "content");
+  const json* c = json_field(m, "content");
   if (c && !c->is_string() && !c->is_array())
-    bad("messages", "content must be a string or an array of text parts");
-  const json* calls = r == "assistant" ? field(m, "tool_calls") : nullptr;
-  if (!c && !calls && r != "assistant") bad("messages", "a " + r + " message needs content");
+    bad_field("messages", "content must be a string or an array of text parts");
+  const json* calls = r == "assistant" ? json_field(m, "tool_calls") : nullptr;
+  if (!c && !calls && r != "assistant") bad_field("messages", "a " + r + " message needs content");
   out["content"] = c ? json(text_content(*c)) : json(calls ? json(nullptr) : json(""));
   if (calls) out["tool_calls"] = checked_tool_calls(*calls);
   for (const char* key : {"name", "tool_call_id", "reasoning_content"})
-    if (const json* v = field(m, key)) {
-      if (!v->is_string()) bad("messages", std::string(key) + " must be a string");
+    if (const json* v = json_field(m, key)) {
+      if (!v->is_string()) bad_field("messages", std::string(key) + " must be a string");
       out[key] = *v;
     }
   return out;
@@ -80,15 +70,16 @@ json checked_message(const json& m) {
 
 /// `tools`: an array of {"type": "function", "function": {"name", ...}}.
 json checked_tools(const json& j) {
-  const json* tools = field(j, "tools");
+  const json* tools = json_field(j, "tools");
   if (!tools) return nullptr;
-  if (!tools->is_array()) bad("tools", "must be an array");
+  if (!tools->is_array()) bad_field("tools", "must be an array");
   for (const auto& t : *tools) {
-    const json* fn = t.is_object() ? field(t, "function") : nullptr;
-    const json* type = t.is_object() ? field(t, "type") : nullptr;
+    const json* fn = t.is_object() ? json_field(t, "function") : nullptr;
+    const json* type = t.is_object() ? json_field(t, "type") : nullptr;
     if (!type || *type != "function" || !fn || !fn->is_object() || !fn->contains("name") ||
         !(*fn)["name"].is_string())
-      bad("tools", "must hold {\"type\": \"function\", \"function\": {\"name\": ...}} objects");
+      bad_field("tools",
+                "must hold {\"type\": \"function\", \"function\": {\"name\": ...}} objects");
   }
   return tools->empty() ? json(nullptr) : *tools;
 }
@@ -102,18 +93,19 @@ struct ToolChoice {
 };
 
 ToolChoice tool_choice(const json& j) {
-  const json* tc = field(j, "tool_choice");
+  const json* tc = json_field(j, "tool_choice");
   if (!tc || (tc->is_string() && *tc == "auto")) return {};
   if (tc->is_string() && *tc == "none") return {false, false, ""};
   if (tc->is_string() && *tc == "required") return {true, true, ""};
   if (tc->is_object()) {
-    const json* fn = field(*tc, "function");
-    const json* name = fn && fn->is_object() ? field(*fn, "name") : nullptr;
+    const json* fn = json_field(*tc, "function");
+    const json* name = fn && fn->is_object() ? json_field(*fn, "name") : nullptr;
     if (!name || !name->is_string())
-      bad("tool_choice", "a function choice is {\"type\": \"function\", \"function\": {\"name\"}}");
+      bad_field("tool_choice",
+                "a function choice is {\"type\": \"function\", \"function\": {\"name\"}}");
     return {true, true, name->get<std::string>()};
   }
-  bad("tool_choice", "must be \"auto\", \"none\", \"required\" or a function");
+  bad_field("tool_choice", "must be \"auto\", \"none\", \"required\" or a function");
 }
 
 std::string plain_chat(const json& msgs) {
@@ -164,26 +156,26 @@ void limit_calls(const ChatReply& reply, std::vector<ToolCall>& calls, int alrea
 
 std::string render_chat_body(const json& j, const ApiContext& ctx,
                              std::shared_ptr<ChatReply>* reply) {
-  const json* msgs = field(j, "messages");
-  if (!msgs) bad("messages", "is required");
-  if (!msgs->is_array() || msgs->empty()) bad("messages", "must be a non-empty array");
+  const json* msgs = json_field(j, "messages");
+  if (!msgs) bad_field("messages", "is required");
+  if (!msgs->is_array() || msgs->empty()) bad_field("messages", "must be a non-empty array");
   ChatInputs in;
   for (const auto& m : *msgs) in.messages.push_back(checked_message(m));
   in.tools = checked_tools(j);
   const ToolChoice choice = tool_choice(j);
   const bool tools_auto = choice.allowed;
-  const json* par = field(j, "parallel_tool_calls");
-  if (par && !par->is_boolean()) bad("parallel_tool_calls", "must be a boolean");
-  const json* agp = field(j, "add_generation_prompt");
-  if (agp && !agp->is_boolean()) bad("add_generation_prompt", "must be a boolean");
+  const json* par = json_field(j, "parallel_tool_calls");
+  if (par && !par->is_boolean()) bad_field("parallel_tool_calls", "must be a boolean");
+  const json* agp = json_field(j, "add_generation_prompt");
+  if (agp && !agp->is_boolean()) bad_field("add_generation_prompt", "must be a boolean");
   in.add_generation_prompt = agp ? agp->get<bool>() : true;
-  if (const json* kw = field(j, "chat_template_kwargs")) {
-    if (!kw->is_object()) bad("chat_template_kwargs", "must be an object");
+  if (const json* kw = json_field(j, "chat_template_kwargs")) {
+    if (!kw->is_object()) bad_field("chat_template_kwargs", "must be an object");
     in.kwargs = *kw;
   }
   std::string text;
   if (!ctx.chat) {
-    if (!in.tools.is_null() || field(j, "chat_template_kwargs"))
+    if (!in.tools.is_null() || json_field(j, "chat_template_kwargs"))
       throw ApiError(400, "the model has no chat template (start the server with --chat-template)",
                      in.tools.is_null() ? "chat_template_kwargs" : "tools");
     text = plain_chat(in.messages);
@@ -211,7 +203,8 @@ std::string render_chat_body(const json& j, const ApiContext& ctx,
     r->id_prefix = random_id();
     r->stream = std::make_unique<ChatOutputParser>(r->format, r->reasoning, r->thinking_open);
     if (choice.forced) {  // the reply is one call, by grammar (serve_grammar.h)
-      if (in.tools.is_null()) bad("tool_choice", "forces a call but the request has no tools");
+      if (in.tools.is_null())
+        bad_field("tool_choice", "forces a call but the request has no tools");
       r->grammar = forced_tool_call_grammar(f, in.tools, choice.only);
     }
     *reply = std::move(r);

@@ -11,9 +11,7 @@ namespace {
 
 std::shared_ptr<const Grammar> compile_gbnf(const std::string& field, const std::string& gbnf) {
   try {
-    auto g = std::make_shared<const Grammar>(parse_grammar(gbnf));
-    GrammarMatcher start(g);  // its first expansion is bounded too: refuse it here, not later
-    return g;
+    return compile_grammar(gbnf);
   } catch (const GrammarError& e) {
     throw ApiError(400, "'" + field + "' is not a valid grammar: " + e.what(), field);
   }

@@ -11,28 +11,19 @@
 namespace kvrun::tools {
 namespace {
 
-[[noreturn]] void bad(const std::string& param, const std::string& what) {
-  throw ApiError(400, "'" + param + "' " + what, param);
-}
-
-const json* field(const json& j, const char* key) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
 double number_option(const json& v, const std::string& name, double lo, double hi) {
-  if (!v.is_number()) bad(name, "must be a number");
+  if (!v.is_number()) bad_field(name, "must be a number");
   const double x = v.get<double>();
   if (!std::isfinite(x) || x < lo || x > hi)
-    bad(name, "must be in [" + json(lo).dump() + ", " + json(hi).dump() + "]");
+    bad_field(name, "must be in [" + json(lo).dump() + ", " + json(hi).dump() + "]");
   return x;
 }
 
 int64_t integer_option(const json& v, const std::string& name, int64_t lo, int64_t hi) {
   if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(hi)) ||
       v.get<int64_t>() < lo || v.get<int64_t>() > hi)
-    bad(name, "must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    bad_field(name,
+              "must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
   return v.get<int64_t>();
 }
 
@@ -85,29 +76,29 @@ void apply_one_option(const std::string& key, const json& v, ApiRequest& r, cons
   } else if (key == "frequency_penalty") {
     sp.frequency_penalty = float(number_option(v, name, -2, 2));
   } else if (key == "stop") {
-    if (!v.is_array() || v.size() > 16) bad(name, "must be an array of at most 16 strings");
+    if (!v.is_array() || v.size() > 16) bad_field(name, "must be an array of at most 16 strings");
     r.params.stop.clear();
     for (const auto& s : v) {
-      if (!s.is_string()) bad(name, "must hold strings");
+      if (!s.is_string()) bad_field(name, "must hold strings");
       r.params.stop.push_back(s.get<std::string>());
     }
   } else if (key == "num_ctx") {
     if (integer_option(v, name, 1, int64_t(1) << 40) > ctx.n_ctx)
-      bad(name, "is larger than the server's context (n_ctx = " + std::to_string(ctx.n_ctx) +
-                    "; start it with a larger -c)");
+      bad_field(name, "is larger than the server's context (n_ctx = " + std::to_string(ctx.n_ctx) +
+                          "; start it with a larger -c)");
   } else if (disabled_value(key, v) || ignored_options().count(key)) {
     // accepted: the sampler is off, or the option only concerns loading (see ignored_options)
   } else if (key == "mirostat" || key == "typical_p" || key == "tfs_z") {
-    bad(name, "is not supported by kvrun (only its off value is accepted)");
+    bad_field(name, "is not supported by kvrun (only its off value is accepted)");
   } else {
-    bad(name, "is not an option kvrun knows");
+    bad_field(name, "is not an option kvrun knows");
   }
 }
 
 void apply_options(const json& body, ApiRequest& r, const ApiContext& ctx) {
-  const json* opts = field(body, "options");
+  const json* opts = json_field(body, "options");
   if (!opts) return;
-  if (!opts->is_object()) bad("options", "must be an object");
+  if (!opts->is_object()) bad_field("options", "must be an object");
   for (const auto& [key, v] : opts->items())
     if (!v.is_null()) apply_one_option(key, v, r, ctx);
 }
@@ -115,26 +106,26 @@ void apply_options(const json& body, ApiRequest& r, const ApiContext& ctx) {
 /// The top-level fields shared by both endpoints: model (404 for another), stream (default
 /// true), keep_alive (ignored), and those refused.
 bool common_fields(const json& body, const ApiContext& ctx) {
-  const json* model = field(body, "model");
-  if (model && !model->is_string()) bad("model", "must be a string");
+  const json* model = json_field(body, "model");
+  if (model && !model->is_string()) bad_field("model", "must be a string");
   check_ollama_model(model ? model->get<std::string>() : "", ctx.model_name);
   for (const char* key : {"template", "images", "context", "think"})
-    if (field(body, key)) bad(key, "is not supported by kvrun");
-  const json* stream = field(body, "stream");
-  if (stream && !stream->is_boolean()) bad("stream", "must be a boolean");
+    if (json_field(body, key)) bad_field(key, "is not supported by kvrun");
+  const json* stream = json_field(body, "stream");
+  if (stream && !stream->is_boolean()) bad_field("stream", "must be a boolean");
   return stream ? stream->get<bool>() : true;
 }
 
 /// ollama's `format` ("json", or a JSON Schema object) as the grammar field of the OpenAI parsers.
 void add_format(const json& body, json& out) {
-  const json* f = field(body, "format");
+  const json* f = json_field(body, "format");
   if (!f || (f->is_string() && f->get<std::string>().empty())) return;
   if (f->is_string() && *f == "json")
     out["response_format"] = {{"type", "json_object"}};
   else if (f->is_object())
     out["json_schema"] = *f;
   else
-    bad("format", "must be \"json\" or a JSON Schema object");
+    bad_field("format", "must be \"json\" or a JSON Schema object");
 }
 
 /// Runs a parser of serve_api.h, renaming the fields of its errors to ollama's.
@@ -154,13 +145,13 @@ ApiRequest translated(F parse) {
 
 /// An ollama message as the OpenAI message render_chat_body reads.
 json openai_message(const json& m) {
-  if (!m.is_object()) bad("messages", "must hold objects");
-  if (field(m, "images")) bad("messages.images", "is not supported (no vision model)");
+  if (!m.is_object()) bad_field("messages", "must hold objects");
+  if (json_field(m, "images")) bad_field("messages.images", "is not supported (no vision model)");
   json out = m;
   out.erase("thinking");
-  if (const json* t = field(m, "thinking")) out["reasoning_content"] = *t;
+  if (const json* t = json_field(m, "thinking")) out["reasoning_content"] = *t;
   out.erase("tool_name");
-  if (const json* n = field(m, "tool_name")) out["name"] = *n;
+  if (const json* n = json_field(m, "tool_name")) out["name"] = *n;
   return out;
 }
 
@@ -201,24 +192,25 @@ std::string ollama_created_at() {
 
 ApiRequest parse_ollama_generate(const json& body, const ApiContext& ctx) {
   const bool stream = common_fields(body, ctx);
-  const json* p = field(body, "prompt");
-  if (p && !p->is_string()) bad("prompt", "must be a string");
+  const json* p = json_field(body, "prompt");
+  if (p && !p->is_string()) bad_field("prompt", "must be a string");
   const std::string prompt = p ? p->get<std::string>() : "";
-  const json* sys = field(body, "system");
-  if (sys && !sys->is_string()) bad("system", "must be a string");
-  const json* suffix = field(body, "suffix");
-  if (suffix && !suffix->is_string()) bad("suffix", "must be a string");
-  const json* raw_v = field(body, "raw");
-  if (raw_v && !raw_v->is_boolean()) bad("raw", "must be a boolean");
+  const json* sys = json_field(body, "system");
+  if (sys && !sys->is_string()) bad_field("system", "must be a string");
+  const json* suffix = json_field(body, "suffix");
+  if (suffix && !suffix->is_string()) bad_field("suffix", "must be a string");
+  const json* raw_v = json_field(body, "raw");
+  if (raw_v && !raw_v->is_boolean()) bad_field("raw", "must be a boolean");
   const bool raw = raw_v && raw_v->get<bool>();
-  if (sys && (raw || suffix)) bad("system", "cannot be combined with raw or suffix");
+  if (sys && (raw || suffix)) bad_field("system", "cannot be combined with raw or suffix");
   json inner = json::object();
   add_format(body, inner);
   ApiRequest r;
   if (suffix) {  // fill-in-the-middle: the prompt before the cursor, the suffix after it
     const Tokenizer& tok = *ctx.tok;
     if (tok.fim_prefix() < 0 || tok.fim_suffix() < 0 || tok.fim_middle() < 0)
-      bad("suffix", "needs a model with fill-in-the-middle tokens (FIM prefix/suffix/middle)");
+      bad_field("suffix",
+                "needs a model with fill-in-the-middle tokens (FIM prefix/suffix/middle)");
     inner["prompt"] = fim_prompt(tok, prompt, suffix->get<std::string>(), "");
     r = translated([&] { return parse_completions(inner, ctx); });
   } else if (raw || !ctx.chat) {
@@ -241,12 +233,12 @@ ApiRequest parse_ollama_generate(const json& body, const ApiContext& ctx) {
 
 ApiRequest parse_ollama_chat(const json& body, const ApiContext& ctx) {
   const bool stream = common_fields(body, ctx);
-  const json* msgs = field(body, "messages");
-  if (!msgs || !msgs->is_array()) bad("messages", "must be an array");
+  const json* msgs = json_field(body, "messages");
+  if (!msgs || !msgs->is_array()) bad_field("messages", "must be an array");
   json inner = json::object();
   inner["messages"] = json::array();
   for (const auto& m : *msgs) inner["messages"].push_back(openai_message(m));
-  if (const json* tools = field(body, "tools")) inner["tools"] = *tools;
+  if (const json* tools = json_field(body, "tools")) inner["tools"] = *tools;
   add_format(body, inner);
   ApiRequest r = translated([&] { return parse_chat(inner, ctx); });
   r.api = Api::kOllamaChat;
@@ -259,17 +251,17 @@ ApiRequest parse_ollama_chat(const json& body, const ApiContext& ctx) {
 std::optional<json> ollama_load_only(const json& body, const ApiContext& ctx, bool chat) {
   json out = base_reply(ApiRequest(), ctx);
   if (chat) {
-    const json* msgs = field(body, "messages");
+    const json* msgs = json_field(body, "messages");
     if (msgs && (!msgs->is_array() || !msgs->empty())) return std::nullopt;
     out["message"] = {{"role", "assistant"}, {"content", ""}};
   } else {
-    const json* p = field(body, "prompt");
-    if (field(body, "suffix") || (p && (!p->is_string() || !p->get<std::string>().empty())))
+    const json* p = json_field(body, "prompt");
+    if (json_field(body, "suffix") || (p && (!p->is_string() || !p->get<std::string>().empty())))
       return std::nullopt;
     out["response"] = "";
   }
-  const json* model = field(body, "model");
-  if (model && !model->is_string()) bad("model", "must be a string");
+  const json* model = json_field(body, "model");
+  if (model && !model->is_string()) bad_field("model", "must be a string");
   check_ollama_model(model ? model->get<std::string>() : "", ctx.model_name);
   out["model"] = *model;
   out["done"] = true;
@@ -279,10 +271,10 @@ std::optional<json> ollama_load_only(const json& body, const ApiContext& ctx, bo
 
 json ollama_message(const json& m) {
   json out = {{"role", "assistant"}};
-  const json* c = field(m, "content");
+  const json* c = json_field(m, "content");
   out["content"] = c ? *c : json("");
-  if (const json* t = field(m, "reasoning_content")) out["thinking"] = *t;
-  if (const json* calls = field(m, "tool_calls")) {
+  if (const json* t = json_field(m, "reasoning_content")) out["thinking"] = *t;
+  if (const json* calls = json_field(m, "tool_calls")) {
     json a = json::array();
     for (const auto& call : *calls) {
       const json& fn = call["function"];

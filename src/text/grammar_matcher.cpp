@@ -204,4 +204,10 @@ bool GrammarMatcher::can_continue(State s) const {
   return s >= 0 && (states_[size_t(s)].rem > 0 || set_continues_[size_t(states_[size_t(s)].set)]);
 }
 
+std::shared_ptr<const Grammar> compile_grammar(std::string_view text) {
+  auto g = std::make_shared<const Grammar>(parse_grammar(text));
+  GrammarMatcher start(g);
+  return g;
+}
+
 }  // namespace kvrun

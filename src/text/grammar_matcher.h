@@ -109,4 +109,9 @@ class GrammarMatcher {
   State start_ = kDead;
 };
 
+/// Parses GBNF `text` (parse_grammar) and builds its matcher's start state once, so a grammar
+/// whose first expansion exceeds the matcher's bounds is refused now rather than at the first
+/// token. Throws GrammarError for either.
+std::shared_ptr<const Grammar> compile_grammar(std::string_view text);
+
 }  // namespace kvrun

@@ -19,9 +19,7 @@ std::string read_file(const std::string& option, const std::string& path) {
 
 std::shared_ptr<const Grammar> from_gbnf(const std::string& what, const std::string& text) {
   try {
-    auto g = std::make_shared<const Grammar>(parse_grammar(text));
-    GrammarMatcher start(g);  // its first expansion is bounded too: refuse it here, not later
-    return g;
+    return compile_grammar(text);
   } catch (const GrammarError& e) {
     throw GrammarSourceError(what + ": " + e.what());
   }
