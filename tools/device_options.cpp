@@ -10,6 +10,7 @@
 #include "commands.h"
 #include "eval/model_info.h"
 #include "gguf.h"
+#include "session.h"
 
 namespace kvrun::tools {
 namespace {
@@ -56,8 +57,8 @@ int64_t auto_layers(Device& gpu, const AutoFit* fit, bool kv_on_gpu) {
     return 0;
   }
   const gguf::File file = gguf::File::open_metadata_only(fit->model_path);
-  ModelInfo mi = describe_model(file, fit->n_ctx);
-  if (fit->n_ctx <= 0) mi = describe_model(file, std::min<int64_t>(4096, mi.hp.n_ctx_train));
+  const int64_t n_ctx = fit->n_ctx > 0 ? fit->n_ctx : default_n_ctx(load_hparams(file).n_ctx_train);
+  ModelInfo mi = describe_model(file, n_ctx);
   mi.kv_tokens *= std::max<int64_t>(1, fit->n_seqs);
   const int64_t n =
       fit_gpu_layers(mi, file, fit->type_k, fit->type_v, kv_on_gpu, free, fit->n_batch);
@@ -87,29 +88,30 @@ void add_device_options(CLI::App& app, DeviceOptions& o) {
                "(-nkvo) keep the KV cache and attention of GPU layers on the host");
 }
 
+std::optional<int64_t> parse_ngl(const std::string& v, int64_t all) {
+  if (v == "auto") return std::nullopt;
+  if (v == "all") return all;
+  size_t used = 0;
+  int64_t n = 0;
+  try {
+    n = std::stoll(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != v.size() || v.empty() || n < 0)
+    throw DeviceOptionError("-ngl " + v + ": expected a layer count, all or auto");
+  return n;
+}
+
 ModelParams resolve_device_options(const DeviceOptions& o, int64_t n_layer, const AutoFit* fit) {
   ModelParams mp;
   mp.kv_offload = !o.no_kv_offload;
   const std::string& v = o.n_gpu_layers;
   Device* gpu = pick_gpu(o.device);
   const int64_t all = n_layer >= 0 ? n_layer + 1 : int64_t(1) << 30;
-  int64_t n = 0;
-  if (v == "auto") {
-    if (!gpu) return mp;
-    n = auto_layers(*gpu, fit, mp.kv_offload);
-    if (n == 0) return mp;
-  } else if (v == "all") {
-    n = all;
-  } else {
-    size_t used = 0;
-    try {
-      n = std::stoll(v, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != v.size() || v.empty() || n < 0)
-      throw DeviceOptionError("-ngl " + v + ": expected a layer count, all or auto");
-  }
+  const std::optional<int64_t> asked = parse_ngl(v, all);
+  if (!asked && !gpu) return mp;  // auto without a GPU: the CPU
+  const int64_t n = asked ? *asked : auto_layers(*gpu, fit, mp.kv_offload);
   if (n == 0) return mp;
   if (!gpu)
     throw DeviceOptionError(

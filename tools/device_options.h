@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -30,7 +31,7 @@ class DeviceOptionError : public std::runtime_error {
 /// types (eval/model_info.h fit_gpu_layers).
 struct AutoFit {
   std::string model_path;
-  int64_t n_ctx = 0;  ///< ≤ 0: the model's n_ctx_train
+  int64_t n_ctx = 0;  ///< ≤ 0: default_n_ctx (session.h), what -c 0 means
   DType type_k = DType::F16, type_v = DType::F16;
   int64_t n_batch = 512;
   int64_t n_seqs = 1;  ///< sessions whose KV the cache holds at once (serve / batch: -np)
@@ -39,6 +40,10 @@ struct AutoFit {
 /// The GPU named `name` (-dev), or the first one when `name` is empty; null for "none" / "CPU"
 /// and when there is no GPU. Throws DeviceOptionError for a name no device has.
 Device* pick_gpu(const std::string& name);
+
+/// The layer count an -ngl value asks for: N, or `all` (n_layer + 1: the output head too) for
+/// "all"; nullopt for "auto". Throws DeviceOptionError for anything else.
+std::optional<int64_t> parse_ngl(const std::string& v, int64_t all);
 
 /// Registers the options on `app`.
 void add_device_options(CLI::App& app, DeviceOptions& o);

@@ -150,19 +150,7 @@ GpuPlanReport plan_report(const InfoOptions& opt, const ModelInfo& mi, const ggu
     GpuPlanReport::Row row{t, {}, -1};
     const bool kv_on_gpu = !opt.dev.no_kv_offload;
     if (r.free >= 0) row.fit = fit_gpu_layers(mi, file, t, t, kv_on_gpu, r.free);
-    int64_t n = mi.hp.n_layer + 1;  // "all"
-    if (v == "auto") {
-      n = std::max<int64_t>(0, row.fit);
-    } else if (v != "all") {
-      size_t used = 0;
-      try {
-        n = std::stoll(v, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used != v.size() || n < 0)
-        throw DeviceOptionError("-ngl " + v + ": expected a layer count, all or auto");
-    }
+    const int64_t n = parse_ngl(v, mi.hp.n_layer + 1).value_or(std::max<int64_t>(0, row.fit));
     row.plan = plan_gpu(mi, file, n, t, t, kv_on_gpu);
     r.rows.push_back(row);
   }

@@ -43,10 +43,14 @@ InterruptGuard::InterruptGuard() {
 
 InterruptGuard::~InterruptGuard() { sigaction(SIGINT, &g_previous, nullptr); }
 
+int64_t default_n_ctx(int64_t n_ctx_train) {
+  return n_ctx_train > 0 ? std::min<int64_t>(4096, n_ctx_train) : 4096;
+}
+
 int64_t resolve_n_ctx(const Model& model, int64_t requested) {
   const int64_t n_ctx_train = model.hparams().n_ctx_train;
   int64_t n_ctx = requested;
-  if (n_ctx == 0) n_ctx = n_ctx_train > 0 ? std::min<int64_t>(4096, n_ctx_train) : 4096;
+  if (n_ctx == 0) n_ctx = default_n_ctx(n_ctx_train);
   if (n_ctx_train > 0 && n_ctx > n_ctx_train)
     std::fprintf(stderr,
                  "kvrun: warning: n_ctx %lld is larger than the model's n_ctx_train %lld; quality "

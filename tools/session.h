@@ -23,8 +23,12 @@ struct Loaded {
   std::unique_ptr<Context> ctx;
 };
 
-/// The context length to use for `model` when -c gave `requested` tokens (0: min(4096,
-/// n_ctx_train), 4096 when the file does not say); warns on stderr when it exceeds n_ctx_train.
+/// The context length -c 0 means for a model trained on `n_ctx_train` positions: min(4096,
+/// n_ctx_train), or 4096 when the file does not say.
+int64_t default_n_ctx(int64_t n_ctx_train);
+
+/// The context length to use for `model` when -c gave `requested` tokens (0: default_n_ctx);
+/// warns on stderr when it exceeds n_ctx_train.
 int64_t resolve_n_ctx(const Model& model, int64_t requested);
 
 /// The BOS/EOS text a chat template reads ("" for a token the model does not have).
