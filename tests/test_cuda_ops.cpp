@@ -330,7 +330,7 @@ Result run_eltwise(const Case& c) {
 /// GEMM), plus 100 for a weight uploaded in the split layout (q4_0, q8_0) and 200 for a tall
 /// matrix (8200 rows: the one-row kernel's 4 and 2 rows per warp, with a ragged tail).
 Result run_matmul(const Case& c) {
-  const bool split = c.variant / 100 % 2 == 1, tall = c.variant / 200 == 1;
+  [[maybe_unused]] const bool split = c.variant / 100 % 2 == 1, tall = c.variant / 200 == 1;
   const int64_t k = 512, m = tall ? 8200 : 96, n = c.variant % 100;
   std::vector<uint8_t> wq = random_rows(c.t1, m, k, 61);
   const Tensor w = Tensor::contiguous(c.t1, wq.data(), k, m);
