@@ -21,6 +21,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -262,6 +263,14 @@ class Backend {
   virtual void copy_from(Backend& from, const void* src, void* dst, size_t bytes) = 0;
   /// Waits until every op issued so far has finished.
   virtual void synchronize() = 0;
+
+  /// Runs `issue`, a function that issues ops of the current step on this backend only, with
+  /// the results of calling it directly. A GPU backend may record what it issues and replay the
+  /// recording as one unit (CUDA: a graph, one launch instead of hundreds), so `issue` must not
+  /// wait on or read results (no download, synchronize or copy_from). It may be called twice:
+  /// when recording fails part way, nothing recorded runs and `issue` is called again directly.
+  /// The CPU runs it directly (this default).
+  virtual void run_graph(const std::function<void()>& issue) { issue(); }
 };
 
 // ---- The registry: which devices this build and machine have ----

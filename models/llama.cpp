@@ -343,10 +343,11 @@ void ffn_block(const Hparams& hp, const LlamaWeights& w, int64_t il, Backend& be
   be.add(s.x, s.proj, n * d);
 }
 
-/// Output norm, head and final soft-cap of b.out_rows, into b.logits (host); with b.embd the
-/// normed rows themselves, into b.embd.
-void output_head(const Hparams& hp, const LlamaWeights& w, Backend& be, LlamaScratch& s,
-                 const LlamaBatch& b) {
+/// Output norm, head and final soft-cap of b.out_rows on backend `be`; returns the device rows
+/// output_fetch copies out: the logits [n_out, n_vocab], or with b.embd the normed rows
+/// [n_out, n_embd] themselves. Issues ops only (run_graph may record it).
+const float* output_compute(const Hparams& hp, const LlamaWeights& w, Backend& be, LlamaScratch& s,
+                            const LlamaBatch& b) {
   const int64_t d = hp.n_embd, n_vocab = hp.n_vocab, n_out = b.n_out;
   // Normalize the wanted rows into consecutive rows of xn (runs of consecutive rows in one
   // call), then one matmul for all of them.
@@ -357,18 +358,25 @@ void output_head(const Hparams& hp, const LlamaWeights& w, Backend& be, LlamaScr
                 hp.rms_eps);
     i = j;
   }
+  if (b.embd) return s.xn;
   const bool host = be.device().host_memory();
-  if (b.embd) {
-    if (host)
-      std::copy(s.xn, s.xn + n_out * d, b.embd);
-    else
-      be.download(b.embd, s.xn, size_t(n_out * d) * sizeof(float));
-    return;
-  }
   float* logits = host ? b.logits : s.grow(LlamaScratch::kLogits, n_out * n_vocab);
   be.matmul(w.output, s.xn, n_out, logits);
   if (hp.final_softcap > 0) be.softcap(logits, n_out * n_vocab, hp.final_softcap);
-  if (!host) be.download(b.logits, logits, size_t(n_out * n_vocab) * sizeof(float));
+  return logits;
+}
+
+/// Copies output_compute's rows `out` into b.logits or b.embd (host) and waits for them.
+void output_fetch(const Hparams& hp, Backend& be, const float* out, const LlamaBatch& b) {
+  const int64_t cols = b.embd ? hp.n_embd : hp.n_vocab;
+  float* dst = b.embd ? b.embd : b.logits;
+  if (dst != out) {
+    if (be.device().host_memory())
+      std::copy(out, out + b.n_out * cols, dst);
+    else
+      be.download(dst, out, size_t(b.n_out * cols) * sizeof(float));
+  }
+  be.synchronize();
 }
 
 }  // namespace
@@ -390,16 +398,37 @@ void llama_forward(const Hparams& hp, const LlamaWeights& w, const Placement& p,
     next.copy_from(*be, s->x, ns.x, size_t(n * d) * sizeof(float));
     cur = dev, be = &next, s = &ns;
   };
-  for (int64_t il = 0; il < hp.n_layer; ++il) {
+  // Each run of consecutive layers on one device (and the output head where it follows them
+  // there) is issued as one unit a GPU backend may replay as a graph; a run whose KV rows live
+  // on another device (-nkvo) copies between backends and is issued directly.
+  const float* out = nullptr;
+  for (int64_t il = 0; il < hp.n_layer;) {
     move_to(p.layers[size_t(il)]);
-    const Device* kv_dev = p.kv[size_t(il)];
-    attention_block(hp, w, il, *be, *s, exec.backend(kv_dev), exec.scratch(kv_dev), b, n);
-    ffn_block(hp, w, il, *be, *s, n);
+    int64_t end = il + 1;
+    while (end < hp.n_layer && p.layers[size_t(end)] == cur) ++end;
+    bool local_kv = true;
+    for (int64_t j = il; j < end; ++j) local_kv = local_kv && p.kv[size_t(j)] == cur;
+    const bool head = end == hp.n_layer && b.n_out > 0 && p.output == cur;
+    auto issue = [&, il, end] {
+      for (int64_t j = il; j < end; ++j) {
+        const Device* kv_dev = p.kv[size_t(j)];
+        attention_block(hp, w, j, *be, *s, exec.backend(kv_dev), exec.scratch(kv_dev), b, n);
+        ffn_block(hp, w, j, *be, *s, n);
+      }
+      if (head) out = output_compute(hp, w, *be, *s, b);
+    };
+    if (local_kv)
+      be->run_graph(issue);
+    else
+      issue();
+    il = end;
   }
   if (b.n_out == 0) return;
-  move_to(p.output);
-  output_head(hp, w, *be, *s, b);
-  be->synchronize();
+  if (!out) {
+    move_to(p.output);
+    out = output_compute(hp, w, *be, *s, b);
+  }
+  output_fetch(hp, *be, out, b);
 }
 
 }  // namespace kvrun

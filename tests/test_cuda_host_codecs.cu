@@ -6,6 +6,7 @@
 // _rn intrinsics; test_cuda_ops checks the kernels there.)
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -124,6 +125,65 @@ TEST_P(CudaHostWeights, ChunkDecoderMatchesToFloat) {
 INSTANTIATE_TEST_SUITE_P(Types, CudaHostWeights,
                          ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0,
                                            DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K),
+                         [](const auto& info) { return std::string(traits(info.param).name); });
+
+/// The split q4_0 / q8_0 readers' integer dot product (the decode matmul's k_matvec_q8) against
+/// decode()'s values dotted in double with the int8 activation block's values: checks the
+/// nibble / byte pairing of weights with activations and q4_0's folded −8.
+class CudaHostSplitDot : public ::testing::TestWithParam<DType> {};
+
+TEST_P(CudaHostSplitDot, DotQ8MatchesDecodedValues) {
+  const DType t = GetParam();
+  const int64_t k = 512, rows = 6, nb = k / 32;
+  const int qb = cuda::split_quant_bytes(t), block = int(traits(t).block_bytes);
+  ASSERT_GT(qb, 0);
+  const std::vector<float> x = test::random_floats(size_t(rows * k), 91, 2.0f);
+  std::vector<uint8_t> stored(size_t(rows * nb * block));
+  traits(t).from_float(x.data(), stored.data(), rows * k);
+  // The split layout: every block's quants (16-byte aligned), then every block's f16 scale.
+  std::vector<uint4> q(size_t(rows * nb * qb / 16));
+  std::vector<uint16_t> d(size_t(rows * nb));
+  for (int64_t b = 0; b < rows * nb; ++b) {
+    std::memcpy(&d[size_t(b)], stored.data() + b * block, 2);
+    std::memcpy(reinterpret_cast<uint8_t*>(q.data()) + b * qb, stored.data() + b * block + 2,
+                size_t(qb));
+  }
+  const std::vector<float> act = test::random_floats(size_t(k), 92, 3.0f);
+  auto check = [&](auto rd) {
+    using R = decltype(rd);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < nb; ++c) {
+        cuda::ActQ8 a{};
+        float amax = 0;
+        for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(act[size_t(c * 32 + j)]));
+        a.d = amax / 127.0f;
+        int sum = 0;
+        int8_t xq[32];
+        for (int j = 0; j < 32; ++j) {
+          xq[j] = int8_t(std::lround(act[size_t(c * 32 + j)] / a.d));
+          sum += xq[j];
+        }
+        std::memcpy(a.xq, xq, 32);
+        a.s = a.d * float(sum);
+        float v[32];
+        rd.decode(r, c, v);
+        double want = 0, mag = 0;
+        for (int j = 0; j < 32; ++j) {
+          want += double(v[j]) * double(a.d) * xq[j];
+          mag += std::fabs(double(v[j]) * double(a.d) * xq[j]);
+        }
+        const float got = R::dot_q8(rd.load(r, c), a);
+        ASSERT_NEAR(got, want, 1e-5 * mag + 1e-30)
+            << traits(t).name << " row " << r << " block " << c;
+      }
+  };
+  if (t == DType::Q4_0)
+    check(cuda::SplitRows<DType::Q4_0>{q.data(), d.data(), nb});
+  else
+    check(cuda::SplitRows<DType::Q8_0>{q.data(), d.data(), nb});
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, CudaHostSplitDot, ::testing::Values(DType::Q8_0, DType::Q4_0),
                          [](const auto& info) { return std::string(traits(info.param).name); });
 
 }  // namespace

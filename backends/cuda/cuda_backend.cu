@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -19,6 +20,7 @@
 #include "cuda/cuda_check.cuh"
 #include "cuda/cuda_context_impl.cuh"
 #include "cuda/cuda_device.h"
+#include "cuda/cuda_graph.h"
 #include "cuda/eltwise.h"
 #include "cuda/get_rows.h"
 #include "cuda/kv_store.h"
@@ -37,6 +39,12 @@ constexpr int64_t kAnyK = 2048;
 
 /// True when weights of type `t` can be uploaded: the matmul / get_rows types, and f32 vectors.
 bool weight_type_ok(DType t) { return t == DType::F32 || matmul_supported(t, kAnyK); }
+
+/// False when KVRUN_CUDA_GRAPHS=0 asks for every op to be launched directly.
+bool graphs_enabled() {
+  const char* e = std::getenv("KVRUN_CUDA_GRAPHS");
+  return !(e && std::string(e) == "0");
+}
 
 std::string mib(int64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
 
@@ -81,6 +89,7 @@ class CudaBackend final : public kvrun::Backend {
                                 std::to_string(table.ne[1]) + ")");
     if (n <= 0) return;
     const size_t bytes = size_t(n) * sizeof(int32_t);
+    not_recording("get_rows' token ids");
     if (ids_.size() < bytes) ids_ = cuda::DeviceBuffer(ctx_, std::max<size_t>(bytes, 4096));
     ids_.upload(ctx_, ids, bytes);
     cuda::get_rows(ctx_, table, ids_.as<int32_t>(), n, out);
@@ -142,6 +151,7 @@ class CudaBackend final : public kvrun::Backend {
 
   void upload(void* dst, const void* host, size_t bytes) override {
     if (bytes == 0) return;
+    not_recording("upload");
     ctx_.impl().activate();
     // From pageable memory the call returns once `host` has been read (CUDA's documented
     // behaviour for pageable sources), so the caller may reuse it.
@@ -149,6 +159,7 @@ class CudaBackend final : public kvrun::Backend {
           "upload: cudaMemcpyAsync");
   }
   void download(void* host, const void* src, size_t bytes) override {
+    not_recording("download");
     ctx_.impl().activate();
     if (bytes)
       check(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, ctx_.impl().stream),
@@ -156,6 +167,7 @@ class CudaBackend final : public kvrun::Backend {
     ctx_.synchronize();
   }
   void copy_from(Backend& from, const void* src, void* dst, size_t bytes) override {
+    not_recording("copy_from");
     if (from.device().host_memory()) {
       from.synchronize();
       upload(dst, src, bytes);
@@ -170,9 +182,45 @@ class CudaBackend final : public kvrun::Backend {
       upload(dst, tmp.data(), bytes);
     }
   }
-  void synchronize() override { ctx_.synchronize(); }
+  void synchronize() override {
+    not_recording("synchronize");
+    ctx_.synchronize();
+  }
+
+  /// Decode steps (at most kMatvecMaxRows rows) as a CUDA graph: recorded anew every step and
+  /// replayed with one launch (StepGraph updates the executable graph in place while only kernel
+  /// parameters change). The first step of each row count runs directly, so scratch memory, the
+  /// logits buffer and RoPE factors exist before recording; a recording that fails (an op that
+  /// had to allocate or upload) throws nothing recorded away and runs `issue` directly; two
+  /// failures in a row turn graphs off for this backend. KVRUN_CUDA_GRAPHS=0 turns them off.
+  void run_graph(const std::function<void()>& issue) override {
+    const int64_t rows = pt_.n_tokens;
+    if (!graphs_ || rows > kMatvecMaxRows || rows < 1 || !warm_[size_t(rows)]) {
+      warm_[size_t(rows > 0 && rows <= kMatvecMaxRows ? rows : 0)] = true;
+      issue();
+      return;
+    }
+    capturing_ = true;
+    try {
+      graph_.capture(ctx_, issue);
+    } catch (const std::exception&) {
+      capturing_ = false;
+      graphs_ = ++graph_failures_ < 2;
+      issue();
+      return;
+    }
+    capturing_ = false;
+    graph_failures_ = 0;
+    graph_.launch(ctx_);
+  }
 
  private:
+  /// Throws CudaError while a step is being recorded: `what` would copy from host memory that
+  /// a replay would not see again (run_graph then runs the step directly).
+  void not_recording(const char* what) const {
+    if (capturing_) throw CudaError(std::string(what) + " while recording a CUDA graph");
+  }
+
   static AttnShape shape(const PagedAttnParams& p) {
     AttnShape s;
     static_cast<AttnParams&>(s) = p.attn;
@@ -192,7 +240,10 @@ class CudaBackend final : public kvrun::Backend {
       const int32_t id = pt_.block_ids[i];
       identity = id < 0 || kv.slot_of[id] == id;
     }
-    if (!identity) batch_.set(ctx_, seqs_.data(), pt_.n_seqs, pt_.block_size, kv.slot_of);
+    if (!identity) {
+      not_recording("the step's slot table");
+      batch_.set(ctx_, seqs_.data(), pt_.n_seqs, pt_.block_size, kv.slot_of);
+    }
     batch_slots_ = kv.slot_of;
   }
 
@@ -201,6 +252,7 @@ class CudaBackend final : public kvrun::Backend {
     if (!host) return nullptr;
     auto it = ff_.find(host);
     if (it == ff_.end()) {
+      not_recording("RoPE frequency factors");
       cuda::DeviceBuffer b(ctx_, size_t(half) * sizeof(float));
       b.upload(ctx_, host, size_t(half) * sizeof(float));
       it = ff_.emplace(host, std::move(b)).first;
@@ -216,6 +268,11 @@ class CudaBackend final : public kvrun::Backend {
   const int32_t* batch_slots_ = nullptr;  // the slot map batch_ was last checked against
   cuda::DeviceBuffer ids_;                // get_rows' token ids
   std::unordered_map<const float*, cuda::DeviceBuffer> ff_;
+  StepGraph graph_;
+  bool graphs_ = graphs_enabled();
+  bool capturing_ = false;
+  int graph_failures_ = 0;
+  bool warm_[kMatvecMaxRows + 1] = {};  // a step of this many rows has run directly
 };
 
 class CudaDevice final : public kvrun::Device {

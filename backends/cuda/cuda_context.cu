@@ -1,4 +1,5 @@
 // cuda_context.cu — Context and DeviceBuffer (see cuda_context.h).
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -53,6 +54,8 @@ Context::Context(int device) : impl_(std::make_unique<Impl>()) {
   check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
   impl_->cc = prop.major * 10 + prop.minor;
   impl_->sm_count = prop.multiProcessorCount;
+  const char* mv = std::getenv("KVRUN_CUDA_MATVEC");
+  impl_->act_q8_matvec = !(mv && std::string(mv) == "f32");
   check(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking), "cudaStreamCreate");
 }
 

@@ -39,8 +39,13 @@ struct Context::Impl {
   Scratch staging;                  ///< small host→device inputs of ops (ids, positions)
   Scratch weights;                  ///< matmul: dequantized weight tiles
   Scratch acts;                     ///< matmul: activations converted for cuBLAS
-  Scratch partials;                 ///< paged attention: per-segment (m, l, acc)
-  Scratch rotated;                  ///< --kv-rotate: the rotated K (kv_store) or Q (attention)
+  Scratch act_q8;                   ///< matmul: activations quantized for the integer matvec
+  /// Decode matmuls of split q4_0 / q8_0 weights quantize the activations to int8 blocks and
+  /// use integer dot products (the CPU's arithmetic); false (KVRUN_CUDA_MATVEC=f32) keeps them
+  /// in f32 (for side-by-side measurement).
+  bool act_q8_matvec = true;
+  Scratch partials;  ///< paged attention: per-segment (m, l, acc)
+  Scratch rotated;   ///< --kv-rotate: the rotated K (kv_store) or Q (attention)
 
   /// The cuBLAS handle bound to `stream` (created on first use; throws CudaError).
   cublasHandle_t blas();

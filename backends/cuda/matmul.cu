@@ -97,6 +97,93 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   }
 }
 
+/// x [n_blocks · 32] f32 (n rows of k, k a multiple of 32) quantized per block of 32 for the
+/// integer dot products: xq the int8 values (round to nearest of x / d, d = amax / 127 as q8_0),
+/// ds [n_blocks] (d, d · Σ xq). One warp per block, lane i quantizes value i.
+__global__ void k_quantize_act_q8(const float* x, int64_t n_blocks, int8_t* xq, float2* ds) {
+  const int64_t blk = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (blk >= n_blocks) return;  // whole warps: blockDim is a multiple of 32
+  const float v = x[blk * 32 + lane];
+  float amax = fabsf(v);
+  for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+  const float d = amax / 127.0f;
+  const int q = amax > 0.0f ? int(roundf(v / d)) : 0;
+  xq[blk * 32 + lane] = int8_t(q);
+  int sum = q;
+  for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  if (lane == 0) ds[blk] = make_float2(d, d * float(sum));
+}
+
+/// The decode matmul of split q4_0 / q8_0 weights (R: SplitRows) against activations quantized
+/// by k_quantize_act_q8: integer dot products (dp4a) per 32-value block instead of 32 int → f32
+/// conversions and FMAs. RW weight rows per warp, up to NR activation rows (n at run time);
+/// lanes walk the blocks lane, lane + 32, … and each weight block is loaded once for all n.
+template <typename R, int RW, int NR>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    k_matvec_q8(R rd, int64_t m, int64_t k, const int8_t* xq, const float2* ds, int n, float* y) {
+  const int lane = threadIdx.x % 32;
+  const int64_t row0 = (int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32) * RW;
+  if (row0 >= m) return;
+  const int64_t nb = k / 32;
+  float acc[NR][RW] = {};
+  for (int64_t c = lane; c < nb; c += 32) {
+    ActQ8 a[NR];
+#pragma unroll
+    for (int r = 0; r < NR; ++r) {
+      if (r >= n) break;
+      const int4* p = reinterpret_cast<const int4*>(xq + (r * nb + c) * 32);
+      const int4 a0 = p[0], a1 = p[1];
+      const float2 t = ds[r * nb + c];
+      int* w = a[r].xq;
+      w[0] = a0.x, w[1] = a0.y, w[2] = a0.z, w[3] = a0.w;
+      w[4] = a1.x, w[5] = a1.y, w[6] = a1.z, w[7] = a1.w;
+      a[r].d = t.x;
+      a[r].s = t.y;
+    }
+#pragma unroll
+    for (int j = 0; j < RW; ++j) {
+      if (row0 + j >= m) break;
+      const typename R::Block wb = rd.load(row0 + j, c);
+#pragma unroll
+      for (int r = 0; r < NR; ++r) {
+        if (r >= n) break;
+        acc[r][j] += R::dot_q8(wb, a[r]);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < NR; ++r)
+#pragma unroll
+    for (int j = 0; j < RW; ++j) {
+      float s = acc[r][j];
+      for (int off = 16; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
+      if (lane == 0 && r < n && row0 + j < m) y[r * m + row0 + j] = s;
+    }
+}
+
+/// The split q4_0 / q8_0 decode matmul: x quantized once (k_quantize_act_q8, into the
+/// context's act_q8 scratch), then k_matvec_q8 with rows per warp chosen as k_matvec1's.
+template <typename R>
+void matvec_q8(Context::Impl& c, R rd, int64_t m, int64_t k, const float* x, int64_t n, float* y) {
+  const int64_t blocks = n * k / 32;
+  auto* xq = static_cast<int8_t*>(c.act_q8.get(c.stream, size_t(blocks) * 40));
+  auto* ds = reinterpret_cast<float2*>(xq + blocks * 32);
+  k_quantize_act_q8<<<grid_for(blocks * 32, 256), 256, 0, c.stream>>>(x, blocks, xq, ds);
+  constexpr int T = kWarpsPerBlock * 32;
+  if (n == 1 && m >= 8192)
+    k_matvec_q8<R, 4, 1>
+        <<<grid_for(m, kWarpsPerBlock * 4), T, 0, c.stream>>>(rd, m, k, xq, ds, 1, y);
+  else if (n == 1 && m >= 2048)
+    k_matvec_q8<R, 2, 1>
+        <<<grid_for(m, kWarpsPerBlock * 2), T, 0, c.stream>>>(rd, m, k, xq, ds, 1, y);
+  else if (n == 1)
+    k_matvec_q8<R, 1, 1><<<grid_for(m, kWarpsPerBlock), T, 0, c.stream>>>(rd, m, k, xq, ds, 1, y);
+  else
+    k_matvec_q8<R, 1, kMatvecMaxRows>
+        <<<grid_for(m, kWarpsPerBlock), T, 0, c.stream>>>(rd, m, k, xq, ds, int(n), y);
+}
+
 /// Decodes rows [r0, r0 + rows) of a weight to f16, row-major [rows][k].
 template <typename R>
 __global__ void k_dequant_f16(R rd, int64_t r0, int64_t rows, int64_t k, __half* out) {
@@ -213,6 +300,18 @@ void matmul(Context& ctx, const Tensor& w, const float* x, int64_t n, float* y) 
   c.activate();
   if (n > kMatvecMaxRows) {
     prefill(c, w, x, n, y);
+    return;
+  }
+  if (w.packed && split_quant_bytes(w.type) > 0 && c.act_q8_matvec) {
+    const auto* wd = static_cast<const uint8_t*>(w.data);
+    const int64_t nb = k / 32;
+    const auto* q = reinterpret_cast<const uint4*>(wd);
+    const auto* d = reinterpret_cast<const uint16_t*>(wd + nb * m * split_quant_bytes(w.type));
+    if (w.type == DType::Q4_0)
+      matvec_q8(c, SplitRows<DType::Q4_0>{q, d, nb}, m, k, x, n, y);
+    else
+      matvec_q8(c, SplitRows<DType::Q8_0>{q, d, nb}, m, k, x, n, y);
+    check_launch("matmul: matvec_q8");
     return;
   }
   with_reader(w, [&](auto rd) {

@@ -34,14 +34,16 @@ struct AttnArgs {
   float* partials;  ///< [n_rows][n_head][n_seg][2 + head_dim_v]: m, l, acc
   int n_head, group, hd, hdv, seg_len, n_seg;
   int window;  ///< sliding window (0: none)
-  int k_vec;   ///< K rows read 8 values per load: 1 f16, 2 bf16, 3 fp8 (aligned rows); 0 no
+  int k_vec;  ///< K rows read 8 values at a time: 1 f16, 2 bf16, 3 fp8 (aligned rows: one
+              ///< vector load), 4 q8_0, 5 nvfp4 (one scale, packed quants); 0 per element
   float scale;
   float softcap;  ///< 0: off
 };
 
 /// K values e0 … e0+7 (e = hk·head_dim + d) of head hk of one encoded row, 0 past the head:
 /// one 16-byte load for f16 / bf16 rows and one 8-byte load for fp8 rows whose heads are so
-/// aligned (AttnArgs::k_vec), the per-element decoder otherwise. Values equal kv_value's.
+/// aligned, one scale and four 2-byte (q8_0) or 1-byte (nvfp4) loads (AttnArgs::k_vec), the
+/// per-element decoder otherwise. Values equal kv_value's.
 __device__ void k_values8(const KvFormat& f, int vec, const uint8_t* row, int hk, int e0, int e_end,
                           float* x) {
   if (vec == 1 || vec == 2) {
@@ -62,6 +64,31 @@ __device__ void k_values8(const KvFormat& f, int vec, const uint8_t* row, int hk
       const uint8_t c = uint8_t((j < 4 ? u.x >> (8 * j) : u.y >> (8 * (j - 4))) & 0xffu);
       const float v = e4m3 ? fp8_e4m3_to_f32(c) : fp8_e5m2_to_f32(c);
       x[j] = sb == 255 ? bits_as_f32(0x7fc00000u) : ldexpf(v, int(sb) - 127);
+    }
+  } else if (vec == 4) {  // q8_0: the 8 values lie in one 34-byte block (head_dim % 32 == 0)
+    const uint8_t* b = row + (e0 / QK8_0) * int(sizeof(block_q8_0));
+    const float d = load_f16(reinterpret_cast<const uint16_t*>(b));
+    const uint16_t* qs = reinterpret_cast<const uint16_t*>(b + 2 + e0 % QK8_0);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint16_t w = qs[j];
+      x[2 * j] = d * float(int8_t(w & 0xffu));
+      x[2 * j + 1] = d * float(int8_t(w >> 8));
+    }
+  } else if (vec == 5) {  // nvfp4: the 8 values are half of one 16-value block
+    const int g = e0 / f.nvfp4_group, w = e0 % f.nvfp4_group;
+    const uint8_t* blk =
+        row + (g * (f.nvfp4_group / QK_NVFP4) + w / QK_NVFP4) * int(sizeof(block_nvfp4));
+    const uint8_t* sp = row + f.nvfp4_scale_off + 4 * g;
+    const float s2 = bits_as_f32(uint32_t(sp[0]) | uint32_t(sp[1]) << 8 | uint32_t(sp[2]) << 16 |
+                                 uint32_t(sp[3]) << 24);
+    const float fac = s2 * fp8_e4m3_to_f32(blk[0]);
+    const uint8_t* qs = blk + 1 + (w % QK_NVFP4) / 2;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint8_t byte = qs[j];
+      x[2 * j] = fac * e2m1_to_f32(uint8_t(byte & 0x0f));
+      x[2 * j + 1] = fac * e2m1_to_f32(uint8_t(byte >> 4));
     }
   } else {
 #pragma unroll
@@ -301,6 +328,10 @@ void paged_attention(Context& ctx, const PagedKvLayer& kv, const AttnShape& shap
   else if (shape.head_dim % 8 == 0 &&
            (kv.k_type == DType::FP8_E4M3 || kv.k_type == DType::FP8_E5M2) && k_aligned8)
     a.k_vec = 3;
+  else if (shape.head_dim % QK8_0 == 0 && kv.k_type == DType::Q8_0)
+    a.k_vec = 4;
+  else if (shape.head_dim % 8 == 0 && kv.k_type == DType::NVFP4)
+    a.k_vec = 5;
   a.softcap = shape.softcap;
   const size_t part_bytes = size_t(rows * shape.n_head * seg_cap * (shape.head_dim_v + 2)) * 4;
   a.partials = static_cast<float*>(c.partials.get(c.stream, part_bytes));

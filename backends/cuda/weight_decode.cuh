@@ -207,6 +207,28 @@ struct StoredRows {
   }
 };
 
+/// Σ_{i<4} a_i · b_i over the four signed bytes of a and b, plus c: CUDA's __dp4a on the GPU,
+/// a loop on the host (the host-side codec tests).
+KVRUN_HD int dot4_i8(int a, int b, int c) {
+#ifdef __CUDA_ARCH__
+  return __dp4a(a, b, c);
+#else
+  for (int i = 0; i < 4; ++i)
+    c += int(int8_t(uint32_t(a) >> (8 * i))) * int(int8_t(uint32_t(b) >> (8 * i)));
+  return c;
+#endif
+}
+
+/// One block of 32 activations quantized to int8 for the split q4_0 / q8_0 dot products (the
+/// q8_1 idea of ggml's block layouts: a q8_0 block that also carries d · Σq, which turns
+/// q4_0's −8 offset into one multiply): value i = d · xq byte i, bytes little-endian in 8 words
+/// (value i in byte i % 4 of word i / 4); s = d · Σ xq.
+struct ActQ8 {
+  int xq[8];
+  float d;
+  float s;
+};
+
 /// The split layout the CUDA backend uploads q4_0 and q8_0 matrices in (split_weight in
 /// matmul.cu): the quants of every block first, in row-major block order, each block's 16
 /// (q4_0) or 32 (q8_0) bytes 16-byte aligned, then every block's f16 scale. One or two 16-byte
@@ -233,6 +255,27 @@ struct SplitRows<DType::Q4_0> {
       v[j + QK4_0 / 2] = s * float(int(byte >> 4) - 8);
     }
   }
+  /// Block c of row r as stored: byte j holds value j (low nibble) and j + 16 (high), offset 8.
+  struct Block {
+    uint4 q;
+    float d;
+  };
+  KVRUN_HD Block load(int64_t r, int64_t c) const {
+    const int64_t b = r * nb + c;
+    return {q[b], f16_to_f32(d[b])};
+  }
+  /// Σ_j value_j · a_j over the block: d_w · (d_a · Σ q_j · xq_j − 8 · s_a), integer products
+  /// exact (equal to decode()'s values dotted with a's up to the f32 rounding of the sums).
+  KVRUN_HD static float dot_q8(const Block& w, const ActQ8& a) {
+    const uint32_t u[4] = {w.q.x, w.q.y, w.q.z, w.q.w};
+    int sum = 0;
+    KVRUN_UNROLL
+    for (int j = 0; j < 4; ++j) {
+      sum = dot4_i8(int(u[j] & 0x0f0f0f0fu), a.xq[j], sum);
+      sum = dot4_i8(int((u[j] >> 4) & 0x0f0f0f0fu), a.xq[j + 4], sum);
+    }
+    return w.d * (a.d * float(sum) - 8.0f * a.s);
+  }
 };
 
 template <>
@@ -248,6 +291,23 @@ struct SplitRows<DType::Q8_0> {
     const uint32_t w[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
     KVRUN_UNROLL
     for (int j = 0; j < QK8_0; ++j) v[j] = s * float(int8_t((w[j / 4] >> (8 * (j % 4))) & 0xffu));
+  }
+  /// Block c of row r as stored: 32 int8 values.
+  struct Block {
+    uint4 q0, q1;
+    float d;
+  };
+  KVRUN_HD Block load(int64_t r, int64_t c) const {
+    const int64_t b = r * nb + c;
+    return {q[2 * b], q[2 * b + 1], f16_to_f32(d[b])};
+  }
+  /// Σ_j value_j · a_j over the block: d_w · d_a · Σ q_j · xq_j.
+  KVRUN_HD static float dot_q8(const Block& w, const ActQ8& a) {
+    const uint32_t u[8] = {w.q0.x, w.q0.y, w.q0.z, w.q0.w, w.q1.x, w.q1.y, w.q1.z, w.q1.w};
+    int sum = 0;
+    KVRUN_UNROLL
+    for (int j = 0; j < 8; ++j) sum = dot4_i8(int(u[j]), a.xq[j], sum);
+    return w.d * a.d * float(sum);
   }
 };
 
