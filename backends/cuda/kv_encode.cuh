@@ -152,17 +152,24 @@ KVRUN_HD float finite_absmax(const float* x, int n) {
   return m;
 }
 
-/// One head of n values to FP8 with a per-head power-of-two scale; returns the E8M0 byte
-/// (quants_kv.cpp quantize_row_fp8_scaled).
-KVRUN_HD uint8_t enc_fp8_scaled(const float* x, uint8_t* q, int n, bool e4m3) {
+/// The power-of-two exponent e of a head's FP8 scale 2^e for its largest finite magnitude
+/// `amax` (quants_kv.cpp quantize_row_fp8_scaled): the smallest e ≥ −127 with amax / 2^e in the
+/// format's range.
+KVRUN_HD int fp8_scale_exp(float amax, bool e4m3) {
   const float fmax = e4m3 ? 448.0f : 57344.0f;
-  const float amax = finite_absmax(x, n);
   int e = 0;
   if (amax > 0.0f) {
     e = ilogbf(amax) - ilogbf(fmax) - 1;
     while (ldexpf(amax, -e) > fmax) ++e;
     if (e < -127) e = -127;
   }
+  return e;
+}
+
+/// One head of n values to FP8 with a per-head power-of-two scale; returns the E8M0 byte
+/// (quants_kv.cpp quantize_row_fp8_scaled).
+KVRUN_HD uint8_t enc_fp8_scaled(const float* x, uint8_t* q, int n, bool e4m3) {
+  const int e = fp8_scale_exp(finite_absmax(x, n), e4m3);
   for (int i = 0; i < n; ++i) q[i] = enc_fp8(ldexpf(x[i], -e), e4m3);
   return uint8_t(e + 127);
 }
@@ -200,10 +207,9 @@ KVRUN_HD void enc_nvfp4_block(const float* x, float s2, uint8_t* out) {
     out[1 + j] = uint8_t((codes[2 * j] & 0x0f) | ((codes[2 * j + 1] & 0x0f) << 4));
 }
 
-/// The second-level scale of a scale group of n values (quants_kv.cpp
-/// quantize_row_nvfp4_scaled).
-KVRUN_HD float nvfp4_s2(const float* x, int n) {
-  const float amax = finite_absmax(x, n);
+/// The second-level scale of a scale group whose largest finite magnitude is `amax`
+/// (quants_kv.cpp quantize_row_nvfp4_scaled).
+KVRUN_HD float nvfp4_s2_of_absmax(float amax) {
   float s2 = 1.0f;
   if (amax > 0.0f) {
     s2 = amax / (6.0f * 448.0f);
@@ -212,6 +218,9 @@ KVRUN_HD float nvfp4_s2(const float* x, int n) {
   }
   return s2;
 }
+
+/// The second-level scale of a scale group of n values.
+KVRUN_HD float nvfp4_s2(const float* x, int n) { return nvfp4_s2_of_absmax(finite_absmax(x, n)); }
 
 /// Encoding units of one row of format f: elements (f32, f16, bf16), blocks of 32 (q8_0, q4_0),
 /// heads (fp8) or nvfp4 scale groups. Each unit is encoded independently (one GPU thread each).

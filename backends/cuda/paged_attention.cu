@@ -34,8 +34,8 @@ struct AttnArgs {
   float* partials;  ///< [n_rows][n_head][n_seg][2 + head_dim_v]: m, l, acc
   int n_head, group, hd, hdv, seg_len, n_seg;
   int window;  ///< sliding window (0: none)
-  int k_vec;  ///< K rows read 8 values at a time: 1 f16, 2 bf16, 3 fp8 (aligned rows: one
-              ///< vector load), 4 q8_0, 5 nvfp4 (one scale, packed quants); 0 per element
+  int k_vec;   ///< K rows read 8 values at a time: 1 f16, 2 bf16, 3 fp8 (aligned rows: one
+               ///< vector load), 4 q8_0, 5 nvfp4 (one scale, packed quants); 0 per element
   float scale;
   float softcap;  ///< 0: off
 };
