@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "dtype.h"
@@ -13,8 +14,10 @@
 #include "tensor.h"
 #include "test_util.h"
 #ifdef KVRUN_HAVE_CUDA
+#include "backend.h"
 #include "cuda/add.h"
 #include "cuda/attn_batch.h"
+#include "cuda/cuda_backend.h"
 #include "cuda/cuda_context.h"
 #include "cuda/cuda_device.h"
 #include "cuda/cuda_graph.h"
@@ -109,6 +112,57 @@ TEST(CudaGraph, ReplayEqualsEagerAcrossSteps) {
   EXPECT_TRUE(ka == kb) << "the graph wrote other K bytes";
   EXPECT_GE(graph.instantiations(), 1);
   RecordProperty("instantiations", graph.instantiations());
+#endif
+}
+
+/// Backend::run_graph of the CUDA backend through the seam: a first direct step, recorded and
+/// replayed steps, and a step whose ops upload from the host (recording refused: it must run
+/// directly, once) all leave what the same ops computed on the host.
+TEST(CudaGraph, SeamRunGraphEqualsDirectAndFallsBack) {
+#ifndef KVRUN_HAVE_CUDA
+  GTEST_SKIP() << "built without CUDA (configure with -DKVRUN_CUDA=ON)";
+#else
+  const std::vector<Device*> devs = cuda::seam_devices();
+  if (devs.empty()) GTEST_SKIP() << "no CUDA device on this machine";
+  Device& dev = *devs.front();
+  std::unique_ptr<Backend> be = dev.make_backend(1);
+  const int32_t seq_indptr[2] = {0, 1}, block_indptr[2] = {0, 1}, block_ids[1] = {0};
+  const int32_t last_block_len[1] = {1}, pos[1] = {0};
+  const int64_t write_slot[1] = {0};
+  PageTable pt;
+  pt.n_seqs = 1;
+  pt.n_tokens = 1;
+  pt.block_size = 16;
+  pt.seq_indptr = seq_indptr;
+  pt.block_indptr = block_indptr;
+  pt.block_ids = block_ids;
+  pt.last_block_len = last_block_len;
+  pt.pos = pos;
+  pt.write_slot = write_slot;
+  constexpr int64_t n = 1000;
+  std::unique_ptr<DeviceBuffer> buf = dev.alloc(n * sizeof(float), BufferUse::kActivations);
+  auto* x = static_cast<float*>(buf->data());
+  std::vector<float> want = test::random_floats(size_t(n), 11);
+  const std::vector<float> fresh = test::random_floats(size_t(n), 12);
+  be->upload(x, want.data(), n * sizeof(float));
+  for (int step = 0; step < 6; ++step) {
+    be->begin_step(pt);
+    const bool upload = step == 3;
+    int calls = 0;
+    be->run_graph([&] {
+      ++calls;
+      if (upload) be->upload(x, fresh.data(), n * sizeof(float));
+      be->scale(x, n, 1.5f);
+      be->add(x, x, n);
+    });
+    if (upload) want = fresh;
+    for (float& v : want) v = (v * 1.5f) + (v * 1.5f);
+    EXPECT_GE(calls, 1) << "step " << step;
+  }
+  std::vector<float> got(static_cast<size_t>(n));
+  be->download(got.data(), x, n * sizeof(float));
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
+      << "run_graph steps differ from the same ops on the host";
 #endif
 }
 
