@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "cpu/vec_dot.h"
 #include "dtype.h"
 #include "kv_layout.h"
 #include "tensor.h"
@@ -94,24 +95,38 @@ TEST_P(CudaBenchMatvec, FfnUpShapeBandwidth) {
   cuda::Context ctx(0);
   const DType t = GetParam();
   const HostWeight hw = host_weight(t, kFF, kD, 7);
-  std::vector<cuda::DeviceTensor> copies;  // 4 copies: ≥ 95 MB for q4_0, above the L2
-  for (int i = 0; i < 4; ++i) copies.push_back(cuda::upload_tensor(ctx, hw.view));
   const std::vector<float> x = test::random_floats(size_t(kD), 8);
-  cuda::DeviceBuffer dx = upload_floats(ctx, x), dy(ctx, size_t(kFF) * 4);
-  dy.fill_bytes(ctx, 0xFF);
-  const double s = time_per_call(ctx, 10, 200, [&](int i) {
-    cuda::matmul(ctx, copies[size_t(i % 4)].view, dx.as<float>(), 1, dy.as<float>());
-  });
-  std::vector<float> y(static_cast<size_t>(kFF));
-  dy.download(ctx, y.data(), y.size() * 4);
-  double want = 0;
-  for (int64_t e = 0; e < kD; ++e) want += double(hw.row0[size_t(e)]) * x[size_t(e)];
-  EXPECT_NEAR(y[0], want, 1e-4 * std::fabs(want) + 1e-6);
-  EXPECT_NEAR(y[64], want, 1e-4 * std::fabs(want) + 1e-6);  // row 64 repeats row 0
-  const double gbs = double(hw.bytes.size()) / s / 1e9;
-  std::printf("matvec %-5s 14336x4096: %8.1f us  %7.1f GB/s\n", traits(t).name, s * 1e6, gbs);
-  RecordProperty("us", std::to_string(s * 1e6));
-  RecordProperty("GBps", std::to_string(gbs));
+  // The stored layout, and for q4_0 / q8_0 the split layout the backend uploads them in, whose
+  // decode matmul takes x quantized as the CPU's q8_0 activations.
+  for (const bool split : {false, true}) {
+    if (split && !cuda::split_layout_supported(t)) continue;
+    std::vector<cuda::DeviceTensor> copies;  // 4 copies: ≥ 95 MB for q4_0, above the L2
+    for (int i = 0; i < 4; ++i)
+      copies.push_back(split ? cuda::upload_tensor_split(ctx, hw.view)
+                             : cuda::upload_tensor(ctx, hw.view));
+    cuda::DeviceBuffer dx = upload_floats(ctx, x), dy(ctx, size_t(kFF) * 4);
+    dy.fill_bytes(ctx, 0xFF);
+    const double s = time_per_call(ctx, 10, 200, [&](int i) {
+      cuda::matmul(ctx, copies[size_t(i % 4)].view, dx.as<float>(), 1, dy.as<float>());
+    });
+    std::vector<float> y(static_cast<size_t>(kFF));
+    dy.download(ctx, y.data(), y.size() * 4);
+    std::vector<float> xe = x;
+    if (split) {
+      std::vector<uint8_t> xq(size_t(kD / 32 * 34));
+      cpu::act_from_float_q8_0(x.data(), xq.data(), kD);
+      traits(DType::Q8_0).to_float(xq.data(), xe.data(), kD);
+    }
+    double want = 0;
+    for (int64_t e = 0; e < kD; ++e) want += double(hw.row0[size_t(e)]) * xe[size_t(e)];
+    EXPECT_NEAR(y[0], want, 1e-4 * std::fabs(want) + 1e-6);
+    EXPECT_NEAR(y[64], want, 1e-4 * std::fabs(want) + 1e-6);  // row 64 repeats row 0
+    const double gbs = double(hw.bytes.size()) / s / 1e9;
+    std::printf("matvec %-5s 14336x4096%s: %8.1f us  %7.1f GB/s\n", traits(t).name,
+                split ? " split, q8_0 x" : "", s * 1e6, gbs);
+    RecordProperty(split ? "split_us" : "us", std::to_string(s * 1e6));
+    RecordProperty(split ? "split_GBps" : "GBps", std::to_string(gbs));
+  }
 #endif
 }
 
@@ -143,15 +158,13 @@ TEST_P(CudaBenchDecode, Llama8BShapesAt32k) {
   const int64_t kr = kv_row_bytes(kv_type, kHeadKv, kHd);
   std::vector<Layer> layers;
   for (int64_t l = 0; l < n_layer; ++l) {
-    Layer L{cuda::upload_tensor(ctx, wq.view),
-            cuda::upload_tensor(ctx, wk.view),
-            cuda::upload_tensor(ctx, wk.view),
-            cuda::upload_tensor(ctx, wo.view),
-            cuda::upload_tensor(ctx, wg.view),
-            cuda::upload_tensor(ctx, wg.view),
-            cuda::upload_tensor(ctx, wd.view),
-            cuda::DeviceBuffer(ctx, size_t(ctx_len * kr)),
-            cuda::DeviceBuffer(ctx, size_t(ctx_len * kr))};
+    // q4_0 in the split layout, as the backend uploads it.
+    Layer L{
+        cuda::upload_tensor_split(ctx, wq.view),      cuda::upload_tensor_split(ctx, wk.view),
+        cuda::upload_tensor_split(ctx, wk.view),      cuda::upload_tensor_split(ctx, wo.view),
+        cuda::upload_tensor_split(ctx, wg.view),      cuda::upload_tensor_split(ctx, wg.view),
+        cuda::upload_tensor_split(ctx, wd.view),      cuda::DeviceBuffer(ctx, size_t(ctx_len * kr)),
+        cuda::DeviceBuffer(ctx, size_t(ctx_len * kr))};
     layers.push_back(std::move(L));
   }
   const cuda::DeviceTensor dhead = cuda::upload_tensor(ctx, head.view);

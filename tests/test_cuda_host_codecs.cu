@@ -153,18 +153,16 @@ TEST_P(CudaHostSplitDot, DotQ8MatchesDecodedValues) {
     using R = decltype(rd);
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < nb; ++c) {
+        // The activation block as the CPU quantizes it (q8_0: f16 scale, 32 int8).
+        uint8_t blk[34];
+        traits(DType::Q8_0).from_float(act.data() + c * 32, blk, 32);
         cuda::ActQ8 a{};
-        float amax = 0;
-        for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(act[size_t(c * 32 + j)]));
-        a.d = amax / 127.0f;
-        int sum = 0;
-        int8_t xq[32];
-        for (int j = 0; j < 32; ++j) {
-          xq[j] = int8_t(std::lround(act[size_t(c * 32 + j)] / a.d));
-          sum += xq[j];
-        }
+        uint16_t dh;
+        std::memcpy(&dh, blk, 2);
+        a.d = fp16_to_f32(dh);
+        const auto* xq = reinterpret_cast<const int8_t*>(blk + 2);
         std::memcpy(a.xq, xq, 32);
-        a.s = a.d * float(sum);
+        for (int j = 0; j < 32; ++j) a.sum += xq[j];
         float v[32];
         rd.decode(r, c, v);
         double want = 0, mag = 0;

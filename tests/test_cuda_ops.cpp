@@ -28,6 +28,7 @@
 #include "cpu/ops.h"
 #include "cpu/paged_attention.h"
 #include "cpu/thread_pool.h"
+#include "cpu/vec_dot.h"
 #include "dtype.h"
 #include "kv_layout.h"
 #include "tensor.h"
@@ -342,11 +343,19 @@ Result run_matmul(const Case& c) {
   r.ref = to_double(ref);
   std::vector<float> wf(size_t(m * k));
   traits(c.t1).to_float(wq.data(), wf.data(), m * k);
+  // The CUDA decode matmul of split q4_0 / q8_0 weights (n ≤ 8) takes x quantized as the CPU's
+  // q8_0 activations: its float64 evaluation is over those values.
+  std::vector<float> xe = x;
+  if (c.backend == Backend::cuda && split && n <= 8) {
+    std::vector<uint8_t> xq(size_t(n * k / 32 * 34));
+    cpu::act_from_float_q8_0(x.data(), xq.data(), n * k);
+    traits(DType::Q8_0).to_float(xq.data(), xe.data(), n * k);
+  }
   r.exact.assign(size_t(n * m), 0.0);
   for (int64_t j = 0; j < n; ++j)
     for (int64_t i = 0; i < m; ++i) {
       double s = 0;
-      for (int64_t e = 0; e < k; ++e) s += double(wf[size_t(i * k + e)]) * x[size_t(j * k + e)];
+      for (int64_t e = 0; e < k; ++e) s += double(wf[size_t(i * k + e)]) * xe[size_t(j * k + e)];
       r.exact[size_t(j * m + i)] = s;
     }
   r.out = poisoned(ref.size());
@@ -599,6 +608,8 @@ double threshold_ref(const Case& c) {
       return gpu_side ? 1e-10 : 0.0;
     case Op::matmul:
       if (!gpu_side) return 1e-12;  // every CPU level: the scalar reference's floats
+      if (c.variant / 100 % 2 == 1 && c.variant % 100 <= 8)
+        return 1e-10;  // split q4_0 / q8_0 decode: the CPU's q8_0 x and integer block sums
       switch (c.t1) {
         case DType::F32:
           return 1e-10;
@@ -622,8 +633,9 @@ double threshold_ref(const Case& c) {
 double threshold_exact(const Case& c) {
   if (c.backend == Backend::cpu) return threshold_ref(Case{Backend::cuda, c.op, c.t1, c.t2, 0});
   if (c.op == Op::attention) return 1e-9;
-  if (c.variant % 100 <= 8 || c.t1 == DType::F32) return 1e-10;  // f32 decode kernel or SGEMM
-  return c.t1 == DType::BF16 ? 5e-5 : 2e-6;                      // f16 / bf16 GEMM operands
+  // The decode kernels (f32 x, or the CPU's q8_0 x for split q4_0 / q8_0) or SGEMM.
+  if (c.variant % 100 <= 8 || c.t1 == DType::F32) return 1e-10;
+  return c.t1 == DType::BF16 ? 5e-5 : 2e-6;  // f16 / bf16 GEMM operands
 }
 
 // ---- the suite ----

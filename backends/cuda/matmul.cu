@@ -98,8 +98,10 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 }
 
 /// x [n_blocks · 32] f32 (n rows of k, k a multiple of 32) quantized per block of 32 for the
-/// integer dot products: xq the int8 values (round to nearest of x / d, d = amax / 127 as q8_0),
-/// ds [n_blocks] (d, d · Σ xq). One warp per block, lane i quantizes value i.
+/// integer dot products exactly as the CPU backend quantizes activations for q4_0 / q8_0
+/// weights (backends/cpu act_from_float_q8_0: q = round-half-even(x · 127 / absmax), d =
+/// f16(absmax / 127)): xq the int8 values, ds [n_blocks] (d, Σ xq as an exact float). One warp
+/// per block, lane i quantizes value i.
 __global__ void k_quantize_act_q8(const float* x, int64_t n_blocks, int8_t* xq, float2* ds) {
   const int64_t blk = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
@@ -107,12 +109,13 @@ __global__ void k_quantize_act_q8(const float* x, int64_t n_blocks, int8_t* xq, 
   const float v = x[blk * 32 + lane];
   float amax = fabsf(v);
   for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-  const float d = amax / 127.0f;
-  const int q = amax > 0.0f ? int(roundf(v / d)) : 0;
+  const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+  const float d = __half2float(__float2half_rn(amax / 127.0f));
+  const int q = __float2int_rn(v * id);
   xq[blk * 32 + lane] = int8_t(q);
   int sum = q;
   for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-  if (lane == 0) ds[blk] = make_float2(d, d * float(sum));
+  if (lane == 0) ds[blk] = make_float2(d, float(sum));
 }
 
 /// The decode matmul of split q4_0 / q8_0 weights (R: SplitRows) against activations quantized
@@ -139,7 +142,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
       w[0] = a0.x, w[1] = a0.y, w[2] = a0.z, w[3] = a0.w;
       w[4] = a1.x, w[5] = a1.y, w[6] = a1.z, w[7] = a1.w;
       a[r].d = t.x;
-      a[r].s = t.y;
+      a[r].sum = int(t.y);
     }
 #pragma unroll
     for (int j = 0; j < RW; ++j) {

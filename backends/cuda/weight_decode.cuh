@@ -219,14 +219,15 @@ KVRUN_HD int dot4_i8(int a, int b, int c) {
 #endif
 }
 
-/// One block of 32 activations quantized to int8 for the split q4_0 / q8_0 dot products (the
-/// q8_1 idea of ggml's block layouts: a q8_0 block that also carries d · Σq, which turns
-/// q4_0's −8 offset into one multiply): value i = d · xq byte i, bytes little-endian in 8 words
-/// (value i in byte i % 4 of word i / 4); s = d · Σ xq.
+/// One block of 32 activations quantized to int8 as the CPU quantizes them for q4_0 / q8_0
+/// weights (backends/cpu act_from_float_q8_0: q = round(x · 127 / absmax), d = f16(absmax /
+/// 127)): value i =
+/// d · xq byte i, bytes little-endian in 8 words (value i in byte i % 4 of word i / 4), and
+/// sum = Σ xq (which turns q4_0's −8 offset into one integer multiply).
 struct ActQ8 {
   int xq[8];
   float d;
-  float s;
+  int sum;
 };
 
 /// The split layout the CUDA backend uploads q4_0 and q8_0 matrices in (split_weight in
@@ -264,8 +265,8 @@ struct SplitRows<DType::Q4_0> {
     const int64_t b = r * nb + c;
     return {q[b], f16_to_f32(d[b])};
   }
-  /// Σ_j value_j · a_j over the block: d_w · (d_a · Σ q_j · xq_j − 8 · s_a), integer products
-  /// exact (equal to decode()'s values dotted with a's up to the f32 rounding of the sums).
+  /// Σ_j value_j · a_j over the block: d_w · d_a · (Σ q_j · xq_j − 8 · Σ xq_j), the integer sum
+  /// exact, as the CPU's q4_0 × q8_0 dot forms it.
   KVRUN_HD static float dot_q8(const Block& w, const ActQ8& a) {
     const uint32_t u[4] = {w.q.x, w.q.y, w.q.z, w.q.w};
     int sum = 0;
@@ -274,7 +275,7 @@ struct SplitRows<DType::Q4_0> {
       sum = dot4_i8(int(u[j] & 0x0f0f0f0fu), a.xq[j], sum);
       sum = dot4_i8(int((u[j] >> 4) & 0x0f0f0f0fu), a.xq[j + 4], sum);
     }
-    return w.d * (a.d * float(sum) - 8.0f * a.s);
+    return w.d * a.d * float(sum - 8 * a.sum);
   }
 };
 
