@@ -124,18 +124,18 @@ uint16_t quantize_q8(const float* x, int8_t* q, int* sum) {
   return dh;
 }
 
-/// Index of the iq4_nl level nearest to v (levels are sorted ascending).
+/// Index of the iq4_nl level nearest to v (levels are sorted ascending; the lower one when v is
+/// halfway): a binary search over the midpoints between neighbouring levels.
 int nearest_iq4nl(float v) {
-  int best = 0;
-  float best_err = std::fabs(v - kvalues_iq4nl[0]);
-  for (int k = 1; k < 16; ++k) {
-    const float err = std::fabs(v - kvalues_iq4nl[k]);
-    if (err < best_err) {
-      best_err = err;
-      best = k;
-    }
+  int lo = 0, hi = 15;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (v > 0.5f * static_cast<float>(kvalues_iq4nl[mid] + kvalues_iq4nl[mid + 1]))
+      lo = mid + 1;
+    else
+      hi = mid;
   }
-  return best;
+  return lo;
 }
 
 /// Squared error of the n values x coded with scale d (nearest iq4_nl level each); writes the
