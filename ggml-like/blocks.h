@@ -12,12 +12,16 @@
 //   q8_0:  x = d * q,              q in -128..127
 //   q8_1:  x = d * q, s = d * sum(q) (activation format)
 //   iq4_nl: x = d * kvalues_iq4nl[nibble], element order as q4_0
+//   iq4_xs: super-block of 256 = 8 sub-blocks of 32; x = d * (ls - 32) * kvalues_iq4nl[nibble],
+//           ls the 6-bit scale of the sub-block; each sub-block's nibbles ordered as q4_0
+//   mxfp4:  x = 2^(e - 127) * e2m1(nibble) = e8m0_half(e) * kvalues_mxfp4[nibble], order as q4_0
 //   K-quants: see quants_k.cpp for the sub-block scale packing of each.
 //   nvfp4: x = s2 * e4m3(scale) * e2m1(nibble); element 2i in the low nibble of qs[i], 2i+1 in
 //          the high nibble; s2 is the second-level scale held by the container (see dtype.h).
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 namespace kvrun {
 
@@ -151,6 +155,54 @@ static_assert(sizeof(block_iq4_nl) == 18, "wrong iq4_nl block size");
 /// The 16 non-linear levels of iq4_nl (GGUF/ggml `kvalues_iq4nl`).
 inline constexpr int8_t kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                              1,    13,   25,  38,  53,  69,  89,  113};
+
+/// iq4_xs super-block (GGUF type 23; ggml's block_iq4_xs in ggml-common.h): 4.25 bits per
+/// weight. Eight sub-blocks of 32 share the f16 `d`; sub-block j's 6-bit scale code is
+/// ls_j = ((scales_l[j/2] >> 4·(j%2)) & 15) | ((scales_h >> 2·j) & 3) << 4, its scale
+/// d·(ls_j − 32). The 16 bytes qs[16·j .. 16·j+15] hold its 32 indices into kvalues_iq4nl in
+/// the q4_0 element order (byte i: element i low nibble, element i+16 high nibble).
+struct block_iq4_xs {
+  f16_bits d;
+  uint16_t scales_h;            ///< high 2 bits of the 8 scale codes (little-endian)
+  uint8_t scales_l[QK_K / 64];  ///< low 4 bits of the 8 scale codes, two per byte
+  uint8_t qs[QK_K / 2];         ///< 4-bit indices into kvalues_iq4nl
+};
+static_assert(sizeof(block_iq4_xs) == 136, "wrong iq4_xs block size");
+
+/// iq4_xs: the 6-bit scale code (0..63; the scale is d·(code − 32)) of sub-block j (0..7).
+inline int iq4_xs_scale_code(const block_iq4_xs& b, int j) {
+  return ((b.scales_l[j / 2] >> (4 * (j % 2))) & 0x0F) | (((b.scales_h >> (2 * j)) & 3) << 4);
+}
+
+constexpr int QK_MXFP4 = 32;
+
+/// MXFP4 block (GGUF type 39; ggml's block_mxfp4): one MX block of the OCP Microscaling
+/// Formats (MX) Specification v1.0 (§5: 32 elements of FP4 E2M1 sharing one E8M0 scale,
+/// 2^(e − 127)). ggml stores it as the scale byte then 16 bytes of E2M1 codes, 17 bytes with no
+/// padding, in the q4_0 element order (byte i: element i low nibble, element i+16 high).
+/// E2M1 code: bit 3 sign, then the magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6; ggml decodes them as
+/// the doubled integers kvalues_mxfp4 times half the E8M0 scale (mxfp4_half_scale), which gives
+/// the same products exactly.
+struct block_mxfp4 {
+  uint8_t e;                 ///< E8M0 shared scale (bias 127)
+  uint8_t qs[QK_MXFP4 / 2];  ///< E2M1 codes
+};
+static_assert(sizeof(block_mxfp4) == 17, "wrong mxfp4 block size");
+
+/// The 16 E2M1 values doubled (OCP MX v1.0 §5.3.3, FP4 E2M1: ±{0, 0.5, 1, 1.5, 2, 3, 4, 6}),
+/// as ggml's `kvalues_mxfp4` holds them.
+inline constexpr int8_t kvalues_mxfp4[16] = {0, 1,  2,  3,  4,  6,  8,  12,
+                                             0, -1, -2, -3, -4, -6, -8, -12};
+
+/// Half of the E8M0 scale 2^(e − 127), i.e. 2^(e − 128), as a float (exact; e = 0 and 1 give
+/// the subnormals 2^−128 and 2^−127). ggml's convention for MXFP4 (ggml_e8m0_to_fp32_half in
+/// ggml-impl.h); the NaN code e = 255 is not special-cased there either (gives 2^127).
+inline float mxfp4_half_scale(uint8_t e) {
+  const uint32_t bits = e >= 2 ? uint32_t(e - 1) << 23 : (0x00200000u << e);
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
 
 /// NVFP4 block: 16 E2M1 values and one E4M3 block scale (NVIDIA's NVFP4 format: 16-element
 /// micro-blocks, FP8 E4M3 scale; the FP32 second-level scale is held outside the block).

@@ -45,6 +45,10 @@ constexpr DTypeTraits kTraits[] = {
      quantize_row_q8_K},
     {DType::IQ4_NL, "iq4_nl", QK4_NL, sizeof(block_iq4_nl), true, true, dequantize_row_iq4_nl,
      quantize_row_iq4_nl},
+    {DType::IQ4_XS, "iq4_xs", QK_K, sizeof(block_iq4_xs), true, true, dequantize_row_iq4_xs,
+     quantize_row_iq4_xs},
+    {DType::MXFP4, "mxfp4", QK_MXFP4, sizeof(block_mxfp4), true, true, dequantize_row_mxfp4,
+     quantize_row_mxfp4},
     {DType::I8, "i8", 1, 1, false, true, nullptr, nullptr},
     {DType::I16, "i16", 1, 2, false, true, nullptr, nullptr},
     {DType::I32, "i32", 1, 4, false, true, nullptr, nullptr},
@@ -60,10 +64,11 @@ constexpr DTypeTraits kTraits[] = {
 constexpr size_t kNumTypes = sizeof(kTraits) / sizeof(kTraits[0]);
 
 constexpr DType kAll[] = {
-    DType::F32,  DType::F16,  DType::BF16, DType::F64,      DType::Q4_0,     DType::Q4_1,
-    DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q8_1,     DType::Q2_K,     DType::Q3_K,
-    DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_K,     DType::IQ4_NL,   DType::I8,
-    DType::I16,  DType::I32,  DType::I64,  DType::FP8_E4M3, DType::FP8_E5M2, DType::NVFP4,
+    DType::F32,      DType::F16,   DType::BF16, DType::F64,  DType::Q4_0,   DType::Q4_1,
+    DType::Q5_0,     DType::Q5_1,  DType::Q8_0, DType::Q8_1, DType::Q2_K,   DType::Q3_K,
+    DType::Q4_K,     DType::Q5_K,  DType::Q6_K, DType::Q8_K, DType::IQ4_NL, DType::IQ4_XS,
+    DType::MXFP4,    DType::I8,    DType::I16,  DType::I32,  DType::I64,    DType::FP8_E4M3,
+    DType::FP8_E5M2, DType::NVFP4,
 };
 static_assert(sizeof(kAll) / sizeof(kAll[0]) == kNumTypes, "kAll must list every table row");
 

@@ -5,7 +5,7 @@
 // are the functions the traits table (dtype.cpp) points at, and the oracle for SIMD and CUDA
 // kernels. Layouts: blocks.h. Decoders are bit-exact with GGUF's definitions; the quantizers
 // are kvrun's own (absmax or min/max rules for the legacy formats, a least-squares scale search
-// for iq4_nl and the K-quants), not copies of llama.cpp's.
+// for iq4_nl, iq4_xs, mxfp4 and the K-quants), not copies of llama.cpp's.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +39,11 @@ void dequantize_row_q8_1(const void* src, float* dst, int64_t n);
 void quantize_row_q8_1(const float* src, void* dst, int64_t n);
 void dequantize_row_iq4_nl(const void* src, float* dst, int64_t n);
 void quantize_row_iq4_nl(const float* src, void* dst, int64_t n);
+// The other 4-bit non-linear formats (quants_legacy.cpp too: they share iq4_nl's level search).
+void dequantize_row_iq4_xs(const void* src, float* dst, int64_t n);
+void quantize_row_iq4_xs(const float* src, void* dst, int64_t n);
+void dequantize_row_mxfp4(const void* src, float* dst, int64_t n);
+void quantize_row_mxfp4(const float* src, void* dst, int64_t n);
 
 // K-quants, super-blocks of QK_K = 256 (quants_k.cpp).
 void dequantize_row_q2_K(const void* src, float* dst, int64_t n);

@@ -1,5 +1,6 @@
 // quants_legacy.cpp — scalar reference codecs of GGUF's legacy block quants: q4_0, q4_1, q5_0,
-// q5_1, q8_0, q8_1 and iq4_nl.
+// q5_1, q8_0, q8_1, and the 4-bit non-linear formats iq4_nl, iq4_xs (its 256-value super-block
+// of iq4_nl-coded sub-blocks) and mxfp4 (OCP MX FP4).
 //
 // Layouts and value formulas: blocks.h (source: the GGUF specification, ggml docs/gguf.md, and
 // the ggml block definitions it refers to). All blocks hold 32 values. The decoders follow
@@ -15,7 +16,9 @@
 //               lands exactly on the extreme level q = 0; q = floor(x / d + 8.5) (or + 16.5),
 //               clamped to 0..15 (0..31).
 //   q4_1, q5_1: min/max: m = min, d = (max - min) / 15 (or / 31), q = round((x - m) / d).
-//   iq4_nl:     a small least-squares search over candidate scales (see quantize_block_iq4_nl).
+//   iq4_nl:     a small least-squares search over candidate scales (see iq4nl_search).
+//   iq4_xs:     the same search per sub-block, then 6-bit sub-block scales (quantize_block_iq4_xs).
+//   mxfp4:      a power-of-two scale from the block's absmax (quantize_block_mxfp4).
 // Scales are rounded to f16 first and the quants are computed against the rounded scale, so the
 // quantization error bounds hold for the stored block. A scale too large for f16 saturates to
 // the largest finite f16 (65504). Inputs are expected finite.
@@ -121,12 +124,117 @@ uint16_t quantize_q8(const float* x, int8_t* q, int* sum) {
   return dh;
 }
 
-/// Index of the iq4_nl level nearest to v (levels are sorted ascending).
+/// Index of the iq4_nl level nearest to v (levels are sorted ascending; the lower one when v is
+/// halfway): a binary search over the midpoints between neighbouring levels.
 int nearest_iq4nl(float v) {
+  int lo = 0, hi = 15;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (v > 0.5f * static_cast<float>(kvalues_iq4nl[mid] + kvalues_iq4nl[mid + 1]))
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+/// Squared error of the n values x coded with scale d (nearest iq4_nl level each); writes the
+/// codes to q.
+double iq4nl_error(const float* x, int n, float d, uint8_t* q) {
+  const float id = inverse_or_zero(d);
+  double err = 0.0;
+  for (int i = 0; i < n; ++i) {
+    q[i] = uint8_t(nearest_iq4nl(x[i] * id));
+    const double e = double(x[i]) - double(d) * kvalues_iq4nl[q[i]];
+    err += e * e;
+  }
+  return err;
+}
+
+/// The iq4_nl level search (iq4_nl blocks and iq4_xs sub-blocks, n ≤ 32 values): candidate
+/// scales d = m / c, with m the signed absmax and c around the extreme levels (-127 maps m to
+/// the lowest level, +113 to the highest), each followed by one least-squares refit
+/// d = Σ x·l / Σ l·l of its code assignment. Each candidate is scored as `stored(d)`, the scale
+/// the format will hold (f16-rounded for iq4_nl); the smallest squared error wins (the zero
+/// scale when nothing beats it). Returns that scale and writes its codes to q.
+float iq4nl_search(const float* x, int n, float (*stored)(float), uint8_t* q) {
+  const float m = signed_absmax(x, n);
+  uint8_t cand[32];
+  float best_d = 0.0f;
+  double best_err = iq4nl_error(x, n, 0.0f, q);  // the all-zero block
+  auto consider = [&](float d) {
+    d = stored(d);
+    const double err = iq4nl_error(x, n, d, cand);
+    if (err < best_err) {
+      best_err = err;
+      best_d = d;
+      std::memcpy(q, cand, size_t(n));
+    }
+  };
+  if (m == 0.0f) return best_d;
+  for (const float c0 : {-127.0f, 113.0f}) {
+    for (int k = -8; k <= 8; ++k) {
+      consider(m / (c0 + static_cast<float>(k)));  // leaves that candidate's codes in cand
+      double sxl = 0.0, sll = 0.0;
+      for (int i = 0; i < n; ++i) {
+        sxl += double(x[i]) * kvalues_iq4nl[cand[i]];
+        sll += double(kvalues_iq4nl[cand[i]]) * kvalues_iq4nl[cand[i]];
+      }
+      if (sll > 0.0) consider(static_cast<float>(sxl / sll));
+    }
+  }
+  return best_d;
+}
+
+float f16_stored(float d) { return fp16_to_f32(f32_to_fp16_sat(d)); }
+float as_is(float d) { return d; }
+
+/// iq4_nl: the level search at f16 scales.
+void quantize_block_iq4_nl(const float* x, block_iq4_nl* y) {
+  uint8_t q[32];
+  y->d = f32_to_fp16_sat(iq4nl_search(x, 32, f16_stored, q));
+  pack_nibbles(q, y->qs);
+}
+
+/// iq4_xs: the level search per sub-block of 32 at a free scale s_j; the super-block scale
+/// d = f16(m / −32), m the s_j of largest magnitude (so m gets code 0, i.e. d·(0 − 32) = m);
+/// each sub-block's code is round(s_j / d) + 32 or a neighbour (clamped to 0..63), whichever
+/// codes the sub-block with the smaller squared error.
+void quantize_block_iq4_xs(const float* x, block_iq4_xs* y) {
+  float s[8];
+  uint8_t q[32];
+  for (int j = 0; j < 8; ++j) s[j] = iq4nl_search(x + 32 * j, 32, as_is, q);
+  y->d = f32_to_fp16_sat(signed_absmax(s, 8) / -32.0f);
+  const float d = fp16_to_f32(y->d);
+  const float id = inverse_or_zero(d);
+  y->scales_h = 0;
+  std::memset(y->scales_l, 0, sizeof(y->scales_l));
+  for (int j = 0; j < 8; ++j) {
+    const int ls0 = static_cast<int>(std::lround(s[j] * id)) + 32;
+    int best_ls = 32;
+    uint8_t best_q[32];
+    double best_err = iq4nl_error(x + 32 * j, 32, 0.0f, best_q);
+    for (int ls = ls0 - 1; ls <= ls0 + 1; ++ls) {
+      if (ls < 0 || ls > 63) continue;
+      const double err = iq4nl_error(x + 32 * j, 32, d * static_cast<float>(ls - 32), q);
+      if (err < best_err) {
+        best_err = err;
+        best_ls = ls;
+        std::memcpy(best_q, q, sizeof(q));
+      }
+    }
+    y->scales_l[j / 2] = uint8_t(y->scales_l[j / 2] | (best_ls & 0x0F) << (4 * (j % 2)));
+    y->scales_h = uint16_t(y->scales_h | (best_ls >> 4) << (2 * j));
+    pack_nibbles(best_q, y->qs + 16 * j);
+  }
+}
+
+/// Index of the mxfp4 level (doubled E2M1, kvalues_mxfp4) nearest to v; the first on ties.
+int nearest_mxfp4(float v) {
   int best = 0;
-  float best_err = std::fabs(v - kvalues_iq4nl[0]);
+  float best_err = std::fabs(v);
   for (int k = 1; k < 16; ++k) {
-    const float err = std::fabs(v - kvalues_iq4nl[k]);
+    const float err = std::fabs(v - kvalues_mxfp4[k]);
     if (err < best_err) {
       best_err = err;
       best = k;
@@ -135,52 +243,40 @@ int nearest_iq4nl(float v) {
   return best;
 }
 
-/// Squared error of 32 values coded with f16 scale `dh` (nearest level each); writes codes.
-double iq4nl_error(const float* x, uint16_t dh, uint8_t* q) {
-  const float d = fp16_to_f32(dh);
-  const float id = inverse_or_zero(d);
+/// Squared error of 32 values coded at E8M0 exponent e (nearest level each); writes codes.
+double mxfp4_error(const float* x, int e, uint8_t* q) {
+  const float h = mxfp4_half_scale(uint8_t(e));
   double err = 0.0;
   for (int i = 0; i < 32; ++i) {
-    q[i] = uint8_t(nearest_iq4nl(x[i] * id));
-    const double e = double(x[i]) - double(d) * kvalues_iq4nl[q[i]];
-    err += e * e;
+    q[i] = uint8_t(nearest_mxfp4(x[i] / h));
+    const double r = double(x[i]) - double(h) * kvalues_mxfp4[q[i]];
+    err += r * r;
   }
   return err;
 }
 
-/// iq4_nl scale search: candidate scales d = m / c, with m the signed absmax and c around the
-/// extreme levels (-127 maps m to the lowest level, +113 to the highest), each followed by one
-/// least-squares refit d = Σ x·l / Σ l·l of its code assignment. Every candidate is scored with
-/// its f16-rounded scale; the one with the smallest squared error wins.
-void quantize_block_iq4_nl(const float* x, block_iq4_nl* y) {
-  const float m = signed_absmax(x, 32);
-  uint8_t q[32], best_q[32] = {};
-  uint16_t best_dh = 0;
-  double best_err = iq4nl_error(x, 0, best_q);  // the all-zero block
-  auto consider = [&](float d) {
-    const uint16_t dh = f32_to_fp16_sat(d);
-    const double err = iq4nl_error(x, dh, q);
-    if (err < best_err) {
-      best_err = err;
-      best_dh = dh;
-      std::memcpy(best_q, q, sizeof(q));
-    }
-  };
-  if (m != 0.0f) {
-    for (const float c0 : {-127.0f, 113.0f}) {
-      for (int k = -8; k <= 8; ++k) {
-        const float d = m / (c0 + static_cast<float>(k));
-        consider(d);  // leaves d's code assignment in q
-        double sxl = 0.0, sll = 0.0;
-        for (int i = 0; i < 32; ++i) {
-          sxl += double(x[i]) * kvalues_iq4nl[q[i]];
-          sll += double(kvalues_iq4nl[q[i]]) * kvalues_iq4nl[q[i]];
-        }
-        if (sll > 0.0) consider(static_cast<float>(sxl / sll));
+/// mxfp4: the power-of-two scale 2^(e − 127) with e = floor(log2 max|x|) − 2 + 127 (max|x| lands
+/// in E2M1's [4, 8) binade, the OCP MX v1.0 §6.3 rule) or one step larger (no clipping above
+/// 6), whichever codes the block with the smaller squared error; e clamped to 0..254.
+void quantize_block_mxfp4(const float* x, block_mxfp4* y) {
+  float amax = 0.0f;
+  for (int i = 0; i < 32; ++i) amax = std::fmax(amax, std::fabs(x[i]));
+  uint8_t q[32] = {}, best_q[32] = {};
+  int best_e = 0;
+  if (amax > 0.0f) {
+    const int e0 = std::ilogb(amax) - 2 + 127;
+    double best_err = -1.0;
+    for (int e = e0; e <= e0 + 1; ++e) {
+      const int ec = e < 0 ? 0 : (e > 254 ? 254 : e);
+      const double err = mxfp4_error(x, ec, q);
+      if (best_err < 0.0 || err < best_err) {
+        best_err = err;
+        best_e = ec;
+        std::memcpy(best_q, q, sizeof(q));
       }
     }
   }
-  y->d = best_dh;
+  y->e = uint8_t(best_e);
   pack_nibbles(best_q, y->qs);
 }
 
@@ -323,6 +419,44 @@ void dequantize_row_iq4_nl(const void* src, float* dst, int64_t n) {
 void quantize_row_iq4_nl(const float* src, void* dst, int64_t n) {
   auto* b = static_cast<block_iq4_nl*>(dst);
   for (int64_t ib = 0; ib < n / QK4_NL; ++ib, src += QK4_NL) quantize_block_iq4_nl(src, &b[ib]);
+}
+
+/// iq4_xs → float: x = d · (ls_j − 32) · kvalues_iq4nl[nibble] for sub-block j, computed as
+/// ggml does it (the sub-block scale d·(ls_j − 32) rounded to float first).
+void dequantize_row_iq4_xs(const void* src, float* dst, int64_t n) {
+  const auto* b = static_cast<const block_iq4_xs*>(src);
+  uint8_t q[32];
+  for (int64_t ib = 0; ib < n / QK_K; ++ib) {
+    const float d = fp16_to_f32(b[ib].d);
+    for (int j = 0; j < 8; ++j, dst += 32) {
+      const float dl = d * static_cast<float>(iq4_xs_scale_code(b[ib], j) - 32);
+      unpack_nibbles(b[ib].qs + 16 * j, q);
+      for (int i = 0; i < 32; ++i) dst[i] = dl * static_cast<float>(kvalues_iq4nl[q[i]]);
+    }
+  }
+}
+
+/// float → iq4_xs (level search per sub-block, see quantize_block_iq4_xs).
+void quantize_row_iq4_xs(const float* src, void* dst, int64_t n) {
+  auto* b = static_cast<block_iq4_xs*>(dst);
+  for (int64_t ib = 0; ib < n / QK_K; ++ib, src += QK_K) quantize_block_iq4_xs(src, &b[ib]);
+}
+
+/// mxfp4 → float: x = mxfp4_half_scale(e) · kvalues_mxfp4[nibble] (= 2^(e−127) · E2M1).
+void dequantize_row_mxfp4(const void* src, float* dst, int64_t n) {
+  const auto* b = static_cast<const block_mxfp4*>(src);
+  uint8_t q[32];
+  for (int64_t ib = 0; ib < n / QK_MXFP4; ++ib, dst += QK_MXFP4) {
+    const float h = mxfp4_half_scale(b[ib].e);
+    unpack_nibbles(b[ib].qs, q);
+    for (int i = 0; i < 32; ++i) dst[i] = h * static_cast<float>(kvalues_mxfp4[q[i]]);
+  }
+}
+
+/// float → mxfp4 (power-of-two scale choice, see quantize_block_mxfp4).
+void quantize_row_mxfp4(const float* src, void* dst, int64_t n) {
+  auto* b = static_cast<block_mxfp4*>(dst);
+  for (int64_t ib = 0; ib < n / QK_MXFP4; ++ib, src += QK_MXFP4) quantize_block_mxfp4(src, &b[ib]);
 }
 
 }  // namespace kvrun

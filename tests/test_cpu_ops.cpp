@@ -92,7 +92,7 @@ INSTANTIATE_TEST_SUITE_P(AllWeightTypes, MatmulTypes,
                          ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q4_0,
                                            DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0,
                                            DType::IQ4_NL, DType::Q2_K, DType::Q3_K, DType::Q4_K,
-                                           DType::Q5_K, DType::Q6_K),
+                                           DType::Q5_K, DType::Q6_K, DType::MXFP4, DType::IQ4_XS),
                          [](const ::testing::TestParamInfo<DType>& info) {
                            return std::string(traits(info.param).name);
                          });

@@ -143,6 +143,13 @@ TEST_P(SimdLevel, SimdKernelsAreWired) {
     const bool want = level == CpuLevel::avx2 || (level == CpuLevel::avx512 && t != DType::Q4_K);
     EXPECT_EQ(cpu_traits(t, level)->packed_tile != nullptr, want) << lv << " " << traits(t).name;
   }
+  // mxfp4 and iq4_xs have x86 kernels only (backends/cpu/x86/iq_x86.inl); NEON runs the scalar.
+  for (DType t : {DType::MXFP4, DType::IQ4_XS}) {
+    const bool x86 = level == CpuLevel::avx2 || level == CpuLevel::avx512;
+    EXPECT_EQ(cpu_traits(t, level)->vec_dot != cpu_traits(t, CpuLevel::scalar)->vec_dot, x86)
+        << lv << " " << traits(t).name;
+    EXPECT_EQ(cpu_traits(t, level)->vec_dot_tile != nullptr, x86) << lv << " " << traits(t).name;
+  }
   EXPECT_NE(op_kernels(level).silu_mul, op_kernels(CpuLevel::scalar).silu_mul) << lv;
   EXPECT_NE(op_kernels(level).exp_blocks, op_kernels(CpuLevel::scalar).exp_blocks) << lv;
   EXPECT_NE(op_kernels(level).rope_rotate, op_kernels(CpuLevel::scalar).rope_rotate) << lv;
@@ -238,7 +245,7 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q4_0,
                                          DType::Q5_0, DType::Q8_0, DType::IQ4_NL, DType::Q4_1,
                                          DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q4_K,
-                                         DType::Q5_K, DType::Q6_K)),
+                                         DType::Q5_K, DType::Q6_K, DType::MXFP4, DType::IQ4_XS)),
     [](const auto& info) {
       return std::string(cpu_level_name(std::get<0>(info.param))) + "_" +
              traits(std::get<1>(info.param)).name;
@@ -249,7 +256,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST_P(MatmulLevel, EqualsScalarDots) {
   const CpuLevel level = GetParam();
   for (DType t : {DType::F16, DType::F32, DType::BF16, DType::Q4_0, DType::Q5_0, DType::Q8_0,
-                  DType::Q5_K, DType::Q4_K, DType::Q6_K}) {
+                  DType::Q5_K, DType::Q4_K, DType::Q6_K, DType::MXFP4, DType::IQ4_XS}) {
     const CpuTypeTraits* ref = cpu_traits(t, CpuLevel::scalar);
     const int64_t k = 512;
     for (int64_t m : {int64_t(40), int64_t(36), int64_t(21)}) {

@@ -733,7 +733,8 @@ TEST(CudaSupport, TypesAndShapesAreCheckedUpFront) {
     EXPECT_TRUE(cuda::matmul_supported(t, 512)) << traits(t).name;
     EXPECT_TRUE(cuda::get_rows_supported(t, 512)) << traits(t).name;
   }
-  for (DType t : {DType::Q5_0, DType::Q4_1, DType::Q2_K, DType::Q3_K, DType::IQ4_NL}) {
+  for (DType t : {DType::Q5_0, DType::Q4_1, DType::Q2_K, DType::Q3_K, DType::IQ4_NL, DType::IQ4_XS,
+                  DType::MXFP4}) {
     EXPECT_FALSE(cuda::matmul_supported(t, 512)) << traits(t).name;
     EXPECT_FALSE(cuda::get_rows_supported(t, 512)) << traits(t).name;
   }

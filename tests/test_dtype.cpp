@@ -41,6 +41,8 @@ const Expected kExpected[] = {
     {DType::Q6_K, 14, "q6_K", 256, sizeof(block_q6_K), false},
     {DType::Q8_K, 15, "q8_K", 256, sizeof(block_q8_K), false},
     {DType::IQ4_NL, 20, "iq4_nl", 32, sizeof(block_iq4_nl), false},
+    {DType::IQ4_XS, 23, "iq4_xs", 256, 136, false},  // f16 d, u16 scales_h, 4 scales_l, 128 qs
+    {DType::MXFP4, 39, "mxfp4", 32, 17, false},      // E8M0 byte, 16 bytes of E2M1 pairs
     {DType::I8, 24, "i8", 1, sizeof(int8_t), true},
     {DType::I16, 25, "i16", 1, sizeof(int16_t), true},
     {DType::I32, 26, "i32", 1, sizeof(int32_t), true},
@@ -98,7 +100,7 @@ TEST(DType, GgufIdsAcceptedAndRejected) {
       EXPECT_EQ(dtype_from_gguf_id(e.id), std::nullopt) << e.name;  // KV-only formats
   }
   // Ids GGUF removed (4, 5: q4_2/q4_3), ones kvrun does not implement, and garbage.
-  for (const uint32_t id : {4u, 5u, 16u, 19u, 21u, 23u, 29u, 31u, 39u, 99u, 0x100u, 0x101u, 0x102u,
+  for (const uint32_t id : {4u, 5u, 16u, 19u, 21u, 22u, 29u, 31u, 40u, 99u, 0x100u, 0x101u, 0x102u,
                             0x103u, 0xFFFFu, 0xFFFFFFFFu})
     EXPECT_EQ(dtype_from_gguf_id(id), std::nullopt) << id;
 }

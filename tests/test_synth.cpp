@@ -1,7 +1,7 @@
-// test_synth.cpp — synthetic models (tools/synth/synth.h, `kvrun synth`): the shapes' parameter counts,
-// the tensor plan and llama.cpp's type rules, files of the tiny shapes in every type (metadata,
-// tensor shapes/types, real quantization, weight statistics), determinism, the forward pass,
-// the vocabulary (minimal and copied), errors, and the CLI through the real binary.
+// test_synth.cpp — synthetic models (tools/synth/synth.h, `kvrun synth`): the shapes' parameter
+// counts, the tensor plan and llama.cpp's type rules, files of the tiny shapes in every type
+// (metadata, tensor shapes/types, real quantization, weight statistics), determinism, the forward
+// pass, the vocabulary (minimal and copied), errors, and the CLI through the real binary.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -17,27 +18,27 @@
 #include <utility>
 #include <vector>
 
-#include "engine/context.h"
 #include "cpu/cpu_level.h"
 #include "cpu/cpu_traits.h"
-#include "gguf.h"
+#include "engine/context.h"
 #include "engine/model.h"
+#include "gguf.h"
 #include "models/hparams.h"
 #include "models/llama.h"
+#include "test_util.h"
+#include "text/tokenizer.h"
 #include "tools/synth/synth.h"
 #include "tools/synth/synth_random.h"
 #include "tools/synth/synth_vocab.h"
-#include "test_util.h"
-#include "text/tokenizer.h"
 
 namespace kvrun {
 namespace {
 
 namespace fs = std::filesystem;
 
-constexpr SynthFileType kAllTypes[] = {SynthFileType::F32,  SynthFileType::F16,
-                                       SynthFileType::Q8_0, SynthFileType::Q4_0,
-                                       SynthFileType::Q4_K, SynthFileType::Q6_K};
+constexpr SynthFileType kAllTypes[] = {
+    SynthFileType::F32,  SynthFileType::F16,  SynthFileType::Q8_0,   SynthFileType::Q4_0,
+    SynthFileType::Q4_K, SynthFileType::Q6_K, SynthFileType::IQ4_XS, SynthFileType::MXFP4};
 
 const SynthShape& shape(const std::string& name) {
   const SynthShape* s = find_synth_shape(name);
@@ -212,6 +213,14 @@ TEST(SynthPlan, TypesFollowLlamaCppRules) {
   p = synth_tensor_plan(shape("qwen2.5-0.5b"), SynthFileType::Q6_K);
   EXPECT_EQ(type_of(p, "blk.5.attn_q.weight"), DType::Q8_0);
   EXPECT_EQ(type_of(p, "blk.5.ffn_down.weight"), DType::Q6_K);
+  // IQ4_XS: rows of 128 (tiny's n_embd) cannot hold 256-blocks → IQ4_NL, llama.cpp's fallback.
+  p = synth_tensor_plan(shape("tiny"), SynthFileType::IQ4_XS);
+  EXPECT_EQ(type_of(p, "blk.0.attn_q.weight"), DType::IQ4_NL);
+  EXPECT_EQ(type_of(p, "blk.1.ffn_down.weight"), DType::IQ4_XS);  // rows of n_ff = 256
+  EXPECT_EQ(type_of(p, "output.weight"), DType::Q8_0);
+  p = synth_tensor_plan(shape("tiny"), SynthFileType::MXFP4);
+  EXPECT_EQ(type_of(p, "blk.0.attn_q.weight"), DType::MXFP4);
+  EXPECT_EQ(type_of(p, "blk.1.ffn_down.weight"), DType::MXFP4);
   p = synth_tensor_plan(shape("qwen2.5-0.5b"), SynthFileType::F16);
   for (const SynthTensor& t : p) EXPECT_EQ(t.type, t.ne.size() == 1 ? DType::F32 : DType::F16);
 }
@@ -227,7 +236,9 @@ TEST(SynthPlan, FileTypeNames) {
   EXPECT_FALSE(synth_file_type_from_name("Q4_K_M"));
   EXPECT_FALSE(synth_file_type_from_name("q5_0"));
   EXPECT_EQ(synth_llama_ftype(SynthFileType::Q4_0), 2u);
-  EXPECT_EQ(synth_llama_ftype(SynthFileType::Q4_K), 14u);  // MOSTLY_Q4_K_S
+  EXPECT_EQ(synth_llama_ftype(SynthFileType::Q4_K), 14u);    // MOSTLY_Q4_K_S
+  EXPECT_EQ(synth_llama_ftype(SynthFileType::IQ4_XS), 30u);  // MOSTLY_IQ4_XS
+  EXPECT_EQ(synth_llama_ftype(SynthFileType::MXFP4), 38u);   // MOSTLY_MXFP4
 }
 
 TEST(SynthRandom, IsCounterBasedAndRoughlyStandardNormal) {
@@ -328,11 +339,10 @@ TEST(SynthFile, WeightsHaveTheDocumentedScale) {
 TEST(SynthFile, QuantizedWeightsAreQuantizationsOfTheSameValues) {
   test::TempDir dir;
   const gguf::File ref = gguf::File::open(make(dir, "tiny", SynthFileType::F32).string());
-  const std::map<SynthFileType, double> max_rel_rms = {{SynthFileType::F16, 0.001},
-                                                       {SynthFileType::Q8_0, 0.01},
-                                                       {SynthFileType::Q6_K, 0.05},
-                                                       {SynthFileType::Q4_K, 0.15},
-                                                       {SynthFileType::Q4_0, 0.15}};
+  const std::map<SynthFileType, double> max_rel_rms = {
+      {SynthFileType::F16, 0.001}, {SynthFileType::Q8_0, 0.01},   {SynthFileType::Q6_K, 0.05},
+      {SynthFileType::Q4_K, 0.15}, {SynthFileType::IQ4_XS, 0.15}, {SynthFileType::MXFP4, 0.2},
+      {SynthFileType::Q4_0, 0.15}};
   for (const auto& [type, tol] : max_rel_rms) {
     const gguf::File f = gguf::File::open(make(dir, "tiny", type).string());
     for (const std::string name : {"blk.1.ffn_down.weight", "blk.0.attn_k.weight"}) {
@@ -360,6 +370,36 @@ TEST(SynthFile, QuantizedLogitsTrackTheF32Model) {
     const Model m = Model::load(make(dir, "tiny", type).string());
     const double c = correlation(lref, last_logits(m, prompt));
     EXPECT_GT(c, type == SynthFileType::Q8_0 ? 0.99 : 0.8) << synth_file_type_name(type);
+  }
+}
+
+// The 4-bit non-linear types: the logits' error against the F32 model, as a normalized MSE
+// (Σ (l − l_ref)² / Σ (l_ref − mean)²), against Q4_0's (measured: Q4_0 0.12, IQ4_XS 0.11,
+// MXFP4 0.35). IQ4_XS has iq4_nl's levels at 4.25 bits (weight rel. RMSE 0.075 vs Q4_0's 0.088):
+// at most 1.5× Q4_0. MXFP4's power-of-two scales are coarser (weight rel. RMSE 0.11, and
+// token_embd is MXFP4 too, so the error enters at the input as well): at most 4× Q4_0. Both
+// under 0.5 outright.
+TEST(SynthFile, IqLogitsTrackTheF32Model) {
+  test::TempDir dir;
+  const Model ref = Model::load(make(dir, "tiny", SynthFileType::F32).string());
+  const Tokenizer tok = Tokenizer::from_gguf(ref.file());
+  const std::vector<int32_t> prompt = tok.tokenize("The quick brown fox", true, false);
+  const std::vector<float> lref = last_logits(ref, prompt);
+  const Stats st = stats(lref);
+  auto nmse = [&](SynthFileType type) {
+    const std::vector<float> l = last_logits(Model::load(make(dir, "tiny", type).string()), prompt);
+    double e = 0;
+    for (size_t i = 0; i < l.size(); ++i) e += (double(l[i]) - lref[i]) * (double(l[i]) - lref[i]);
+    return e / (double(lref.size()) * st.sd * st.sd);
+  };
+  const double q4_0 = nmse(SynthFileType::Q4_0);
+  for (SynthFileType type : {SynthFileType::IQ4_XS, SynthFileType::MXFP4}) {
+    const double v = nmse(type);
+    std::cout << "[ metric ] logits NMSE vs F32: " << synth_file_type_name(type) << " " << v
+              << " (Q4_0 " << q4_0 << ")\n";
+    EXPECT_GT(v, 0.0) << "not quantized?";
+    EXPECT_LT(v, 0.5) << synth_file_type_name(type);
+    EXPECT_LT(v, (type == SynthFileType::IQ4_XS ? 1.5 : 4.0) * q4_0) << synth_file_type_name(type);
   }
 }
 

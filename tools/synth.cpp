@@ -27,7 +27,7 @@ CLI::App* add_synth_command(CLI::App& app, SynthOptions& o) {
   CLI::App* cmd = app.add_subcommand(
       "synth", "write a GGUF with random weights of a real model's shape (for benchmarks)");
   cmd->add_option("--shape", o.shape, "model shape: " + shape_names())->required();
-  cmd->add_option("--type", o.type, "weight type: F32, F16, Q8_0, Q4_0, Q4_K, Q6_K")
+  cmd->add_option("--type", o.type, "weight type: " + synth_file_type_names())
       ->capture_default_str();
   cmd->add_option("-o,--output", o.output, "GGUF file to write")->required();
   cmd->add_option("--vocab-from", o.vocab_from,
@@ -48,9 +48,8 @@ int cmd_synth(const SynthOptions& opt) {
   }
   const auto type = synth_file_type_from_name(opt.type);
   if (!type) {
-    std::fprintf(stderr,
-                 "kvrun: error: unknown type '%s' (known: F32, F16, Q8_0, Q4_0, Q4_K, Q6_K)\n",
-                 opt.type.c_str());
+    std::fprintf(stderr, "kvrun: error: unknown type '%s' (known: %s)\n", opt.type.c_str(),
+                 synth_file_type_names().c_str());
     return 1;
   }
   SynthParams p;

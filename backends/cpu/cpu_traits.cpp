@@ -31,6 +31,8 @@ constexpr CpuTypeTraits kScalar[] = {
      nullptr, nullptr, nullptr},
     {DType::IQ4_NL, DType::Q8_0, act_from_float_q8_0, vec_dot_iq4_nl_q8_0, nullptr, nullptr,
      nullptr, nullptr, nullptr, nullptr},
+    {DType::MXFP4, DType::Q8_0, act_from_float_q8_0, vec_dot_mxfp4_q8_0, nullptr, nullptr, nullptr,
+     nullptr, nullptr, nullptr},
     {DType::Q4_1, DType::Q8_1, act_from_float_q8_1, vec_dot_q4_1_q8_1, nullptr, nullptr, nullptr,
      nullptr, nullptr, nullptr},
     {DType::Q5_1, DType::Q8_1, act_from_float_q8_1, vec_dot_q5_1_q8_1, nullptr, nullptr, nullptr,
@@ -45,6 +47,8 @@ constexpr CpuTypeTraits kScalar[] = {
      nullptr, nullptr, nullptr},
     {DType::Q6_K, DType::Q8_K, act_from_float_q8_K, vec_dot_q6_K_q8_K, nullptr, nullptr, nullptr,
      nullptr, nullptr, nullptr},
+    {DType::IQ4_XS, DType::Q8_K, act_from_float_q8_K, vec_dot_iq4_xs_q8_K, nullptr, nullptr,
+     nullptr, nullptr, nullptr, nullptr},
 };
 
 constexpr size_t kTypes = sizeof(kScalar) / sizeof(kScalar[0]);
@@ -98,6 +102,17 @@ CpuTypeTraits& row_of(Table& t, DType type) {
     q6_K.vec_dot_tile = NS::tile_q6_K_q8_K;                                          \
   } while (0)
 
+#if defined(__x86_64__)
+/// The x86 kernels of mxfp4 and iq4_xs (iq_x86.inl; not in the common SIMD set yet).
+void apply_x86_iq(Table& t, VecDotFn mxfp4, DotTileFn mxfp4_tile, VecDotFn iq4_xs,
+                  DotTileFn iq4_xs_tile) {
+  row_of(t, DType::MXFP4).vec_dot = mxfp4;
+  row_of(t, DType::MXFP4).vec_dot_tile = mxfp4_tile;
+  row_of(t, DType::IQ4_XS).vec_dot = iq4_xs;
+  row_of(t, DType::IQ4_XS).vec_dot_tile = iq4_xs_tile;
+}
+#endif
+
 std::array<Table, kLevels> build_tables() {
   std::array<Table, kLevels> tables;
   for (Table& t : tables)
@@ -105,6 +120,10 @@ std::array<Table, kLevels> build_tables() {
 #if defined(__x86_64__)
   KVRUN_APPLY_SIMD(tables[size_t(CpuLevel::avx2)], avx2);
   KVRUN_APPLY_SIMD(tables[size_t(CpuLevel::avx512)], avx512);
+  apply_x86_iq(tables[size_t(CpuLevel::avx2)], avx2::vec_dot_mxfp4_q8_0, avx2::tile_mxfp4_q8_0,
+               avx2::vec_dot_iq4_xs_q8_K, avx2::tile_iq4_xs_q8_K);
+  apply_x86_iq(tables[size_t(CpuLevel::avx512)], avx512::vec_dot_mxfp4_q8_0,
+               avx512::tile_mxfp4_q8_0, avx512::vec_dot_iq4_xs_q8_K, avx512::tile_iq4_xs_q8_K);
   row_of(tables[size_t(CpuLevel::avx2)], DType::Q4_0).packed_tile = avx2::packed_q4_0_q8_0;
   row_of(tables[size_t(CpuLevel::avx2)], DType::Q8_0).packed_tile = avx2::packed_q8_0_q8_0;
   row_of(tables[size_t(CpuLevel::avx2)], DType::Q4_K).packed_tile = avx2::packed_q4_K_q8_K;

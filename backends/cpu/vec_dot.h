@@ -2,10 +2,10 @@
 // and the activation converters/quantizers they pair with.
 //
 // A weight row of type W is dotted with an activation row already converted to W's activation
-// type (cpu_traits.h says which): f32→f32, f16→f16, bf16→bf16, q4_0/q5_0/q8_0/iq4_nl→q8_0,
-// q4_1/q5_1→q8_1, K-quants→q8_K. This is the pairing llama.cpp's CPU backend uses
-// (ggml-cpu's `vec_dot_type`), so results track its numerics: integer products inside a block,
-// one float multiply-add per block with the two block scales.
+// type (cpu_traits.h says which): f32→f32, f16→f16, bf16→bf16,
+// q4_0/q5_0/q8_0/iq4_nl/mxfp4→q8_0, q4_1/q5_1→q8_1, K-quants/iq4_xs→q8_K. This is the pairing
+// llama.cpp's CPU backend uses (ggml-cpu's `vec_dot_type`), so results track its numerics: integer
+// products inside a block, one float multiply-add per block with the two block scales.
 //
 // Activation quantizers follow the rules of llama.cpp's CPU backend (facts, not its code):
 //   q8_0 / q8_1: per block of 32, d = max|x| / 127 stored as f16, q =
@@ -85,6 +85,9 @@ float vec_dot_q4_0_q8_0(int64_t n, const void* w, const void* x);
 float vec_dot_q5_0_q8_0(int64_t n, const void* w, const void* x);
 float vec_dot_q8_0_q8_0(int64_t n, const void* w, const void* x);
 float vec_dot_iq4_nl_q8_0(int64_t n, const void* w, const void* x);
+/// mxfp4 (OCP MX FP4) against q8_0: as iq4_nl's dot with the doubled E2M1 levels
+/// (kvalues_mxfp4) and half the E8M0 scale as the weight's block scale (blocks.h).
+float vec_dot_mxfp4_q8_0(int64_t n, const void* w, const void* x);
 float vec_dot_q4_1_q8_1(int64_t n, const void* w, const void* x);
 /// vec_dot_q4_0_q8_0 in the order of llama.cpp's repacked q4_0 kernels (CPU_AARCH64 buffer,
 /// q4_0_8x8 layout, which x86 with AVX2 uses for every q4_0 weight with a multiple of 8 rows,
@@ -99,5 +102,9 @@ float vec_dot_q3_K_q8_K(int64_t n, const void* w, const void* x);
 float vec_dot_q4_K_q8_K(int64_t n, const void* w, const void* x);
 float vec_dot_q5_K_q8_K(int64_t n, const void* w, const void* x);
 float vec_dot_q6_K_q8_K(int64_t n, const void* w, const void* x);
+/// iq4_xs against q8_K, in q4_K's main-term order: per super-block 8 integer lanes (lane i =
+/// Σ_j (ls_j − 32) · Σ_{e=4i..4i+3} of sub-block j's level·q_x), each fused-multiply-added with
+/// d_w·d_x into a float lane; the 8 lanes folded at the end.
+float vec_dot_iq4_xs_q8_K(int64_t n, const void* w, const void* x);
 
 }  // namespace kvrun::cpu

@@ -1,4 +1,5 @@
-// vec_dot_k.cpp — the q8_K activation quantizer and the K-quant (q2_K … q6_K) dots against it.
+// vec_dot_k.cpp — the q8_K activation quantizer and the K-quant (q2_K … q6_K) and iq4_xs dots
+// against it.
 //
 // Per super-block of 256: unpack the weight quants to int8, form exact integer sums per
 // sub-block, weight them by the integer sub-block scales, then one float step:
@@ -213,6 +214,27 @@ float vec_dot_q6_K_q8_K(int64_t n, const void* w, const void* x) {
       lane[(e % 32) / 4] += int(blk.scales[e / 16]) * int(q[e]) * int(bx[b].qs[e]);
     const float d = bx[b].d * fp16_lut(blk.d);
     for (int l = 0; l < 8; ++l) acc[l] = std::fma(d, float(lane[l]), acc[l]);
+  }
+  return fold8(acc);
+}
+
+float vec_dot_iq4_xs_q8_K(int64_t n, const void* w, const void* x) {
+  // q4_K's main term (k4_lanes_fma) with the iq4_nl levels as the integers and the signed
+  // sub-block scales ls_j − 32; no min term.
+  const auto* bw = static_cast<const block_iq4_xs*>(w);
+  const auto* bx = static_cast<const block_q8_K*>(x);
+  float acc[8] = {};
+  int8_t q[QK_K];
+  int sc[8];
+  for (int64_t b = 0; b < n / QK_K; ++b) {
+    for (int j = 0; j < 8; ++j) {
+      sc[j] = iq4_xs_scale_code(bw[b], j) - 32;
+      for (int i = 0; i < 16; ++i) {
+        q[32 * j + i] = kvalues_iq4nl[bw[b].qs[16 * j + i] & 0x0F];
+        q[32 * j + i + 16] = kvalues_iq4nl[bw[b].qs[16 * j + i] >> 4];
+      }
+    }
+    k4_lanes_fma(q, bx[b].qs, sc, bx[b].d * fp16_lut(bw[b].d), acc);
   }
   return fold8(acc);
 }

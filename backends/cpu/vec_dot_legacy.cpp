@@ -1,8 +1,9 @@
 // vec_dot_legacy.cpp — q8_0 / q8_1 activation quantizers and the dots of the 32-element block
-// formats (q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl) against them.
+// formats (q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl, mxfp4) against them.
 //
 // Per block: exact integer sums of the products in 8 lanes of 4 consecutive elements, then per
-// lane one fused multiply-add with the block scale product:
+// lane one fused multiply-add with the block scale product (mxfp4: half its E8M0 scale, with
+// the doubled E2M1 levels as the integers):
 //   lane[i] = fma(d_w·d_x, Σ_{e=4i..4i+3} q_w·q_x, lane[i])
 // and at the end the 8 lanes are folded (i+4, then i+2, then i+1). Offset formats (× q8_1) add
 // Σ m_w·s_x in a separate f32 sum (s_x = d_x·Σq_x is stored in the q8_1 block). This is the
@@ -63,7 +64,8 @@ inline float quantize_block_32(const float* x, int8_t* q) {
   return amax;
 }
 
-/// Dot of symmetric blocks against q8_0; `unpack` fills 32 signed quants of block `b`.
+/// Dot of symmetric blocks against q8_0; `unpack` fills 32 signed quants of block `b` and
+/// returns its scale.
 template <typename Block, typename Unpack>
 float dot_sym_q8_0(int64_t n, const void* w, const void* x, Unpack unpack) {
   const Block* bw = static_cast<const Block*>(w);
@@ -71,8 +73,8 @@ float dot_sym_q8_0(int64_t n, const void* w, const void* x, Unpack unpack) {
   float lane[8] = {};
   int8_t q[32];
   for (int64_t b = 0; b < n / 32; ++b) {
-    unpack(bw[b], q);
-    lanes_fma(q, bx[b].qs, fp16_lut(bw[b].d) * fp16_lut(bx[b].d), lane);
+    const float dw = unpack(bw[b], q);
+    lanes_fma(q, bx[b].qs, dw * fp16_lut(bx[b].d), lane);
   }
   return fold8(lane);
 }
@@ -116,8 +118,10 @@ void act_from_float_q8_1(const float* src, void* dst, int64_t n) {
 }
 
 float vec_dot_q4_0_q8_0(int64_t n, const void* w, const void* x) {
-  return dot_sym_q8_0<block_q4_0>(
-      n, w, x, [](const block_q4_0& b, int8_t* q) { unpack_nibbles(b.qs, 8, q); });
+  return dot_sym_q8_0<block_q4_0>(n, w, x, [](const block_q4_0& b, int8_t* q) {
+    unpack_nibbles(b.qs, 8, q);
+    return fp16_lut(b.d);
+  });
 }
 
 float repack_dot_q4_0_q8_0(int64_t n, const void* w, const void* x) {
@@ -135,13 +139,17 @@ float repack_dot_q4_0_q8_0(int64_t n, const void* w, const void* x) {
 }
 
 float vec_dot_q5_0_q8_0(int64_t n, const void* w, const void* x) {
-  return dot_sym_q8_0<block_q5_0>(
-      n, w, x, [](const block_q5_0& b, int8_t* q) { unpack_5bit(b.qs, b.qh, 16, q); });
+  return dot_sym_q8_0<block_q5_0>(n, w, x, [](const block_q5_0& b, int8_t* q) {
+    unpack_5bit(b.qs, b.qh, 16, q);
+    return fp16_lut(b.d);
+  });
 }
 
 float vec_dot_q8_0_q8_0(int64_t n, const void* w, const void* x) {
-  return dot_sym_q8_0<block_q8_0>(n, w, x,
-                                  [](const block_q8_0& b, int8_t* q) { std::memcpy(q, b.qs, 32); });
+  return dot_sym_q8_0<block_q8_0>(n, w, x, [](const block_q8_0& b, int8_t* q) {
+    std::memcpy(q, b.qs, 32);
+    return fp16_lut(b.d);
+  });
 }
 
 float vec_dot_iq4_nl_q8_0(int64_t n, const void* w, const void* x) {
@@ -150,6 +158,18 @@ float vec_dot_iq4_nl_q8_0(int64_t n, const void* w, const void* x) {
       q[i] = kvalues_iq4nl[b.qs[i] & 0x0F];
       q[i + 16] = kvalues_iq4nl[b.qs[i] >> 4];
     }
+    return fp16_lut(b.d);
+  });
+}
+
+float vec_dot_mxfp4_q8_0(int64_t n, const void* w, const void* x) {
+  // Doubled E2M1 levels times half the E8M0 scale (blocks.h): integer products as iq4_nl's.
+  return dot_sym_q8_0<block_mxfp4>(n, w, x, [](const block_mxfp4& b, int8_t* q) {
+    for (int i = 0; i < 16; ++i) {
+      q[i] = kvalues_mxfp4[b.qs[i] & 0x0F];
+      q[i + 16] = kvalues_mxfp4[b.qs[i] >> 4];
+    }
+    return mxfp4_half_scale(b.e);
   });
 }
 

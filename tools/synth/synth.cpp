@@ -31,9 +31,14 @@ struct FileTypeRow {
 };
 
 constexpr FileTypeRow kFileTypes[] = {
-    {SynthFileType::F32, "F32", DType::F32, 0},     {SynthFileType::F16, "F16", DType::F16, 1},
-    {SynthFileType::Q8_0, "Q8_0", DType::Q8_0, 7},  {SynthFileType::Q4_0, "Q4_0", DType::Q4_0, 2},
-    {SynthFileType::Q4_K, "Q4_K", DType::Q4_K, 14}, {SynthFileType::Q6_K, "Q6_K", DType::Q6_K, 18},
+    {SynthFileType::F32, "F32", DType::F32, 0},
+    {SynthFileType::F16, "F16", DType::F16, 1},
+    {SynthFileType::Q8_0, "Q8_0", DType::Q8_0, 7},
+    {SynthFileType::Q4_0, "Q4_0", DType::Q4_0, 2},
+    {SynthFileType::Q4_K, "Q4_K", DType::Q4_K, 14},
+    {SynthFileType::Q6_K, "Q6_K", DType::Q6_K, 18},
+    {SynthFileType::IQ4_XS, "IQ4_XS", DType::IQ4_XS, 30},
+    {SynthFileType::MXFP4, "MXFP4", DType::MXFP4, 38},
 };
 
 const FileTypeRow& row_of(SynthFileType t) {
@@ -51,6 +56,7 @@ DType with_fallback(DType t, int64_t ne0) {
   if (t == DType::Q4_K) f = DType::Q5_0;
   if (t == DType::Q5_K) f = DType::Q5_1;
   if (t == DType::Q6_K) f = DType::Q8_0;
+  if (t == DType::IQ4_XS) f = DType::IQ4_NL;
   return divides(f, ne0) ? f : DType::F16;
 }
 
@@ -186,6 +192,12 @@ std::optional<SynthFileType> synth_file_type_from_name(std::string_view name) {
 }
 
 const char* synth_file_type_name(SynthFileType t) { return row_of(t).name; }
+
+std::string synth_file_type_names() {
+  std::string s;
+  for (const auto& r : kFileTypes) s += std::string(s.empty() ? "" : ", ") + r.name;
+  return s;
+}
 
 uint32_t synth_llama_ftype(SynthFileType t) { return row_of(t).ftype; }
 

@@ -12,7 +12,10 @@
   KVRUN_SIMD_KERNEL_DECLS                                                                   \
   /* packed_q4_K_q8_K is defined at the avx2 level only */                                  \
   std::remove_pointer_t<PackedTileFn> packed_q4_0_q8_0, packed_q8_0_q8_0, packed_q4_K_q8_K, \
-      packed_q6_K_q8_K;
+      packed_q6_K_q8_K;                                                                     \
+  /* x86 only so far (iq_x86.inl; NEON uses the scalar dots) */                             \
+  std::remove_pointer_t<VecDotFn> vec_dot_mxfp4_q8_0, vec_dot_iq4_xs_q8_K;                  \
+  std::remove_pointer_t<DotTileFn> tile_mxfp4_q8_0, tile_iq4_xs_q8_K;
 
 namespace kvrun::cpu::avx2 {
 KVRUN_X86_KERNEL_DECLS

@@ -898,6 +898,8 @@ constexpr int kKR = 2, kKC = 4;  // q4_K / q6_K
 constexpr int kKR = 2, kKC = 2;
 #endif
 
+#include "cpu/x86/iq_x86.inl"  // mxfp4 and iq4_xs
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -1020,6 +1022,9 @@ KVRUN_X86_DOT_AND_TILE(repack_dot_q4_0_q8_0, tile_repack_q4_0_q8_0, repack_q4_0_
 KVRUN_X86_DOT_AND_TILE(vec_dot_q4_K_q8_K, tile_q4_K_q8_K, q4_K_q8_K_tile, QK_K, kKR, kKC)
 KVRUN_X86_DOT_AND_TILE(vec_dot_q5_K_q8_K, tile_q5_K_q8_K, q5_K_q8_K_tile, QK_K, kKR, kKC)
 KVRUN_X86_DOT_AND_TILE(vec_dot_q6_K_q8_K, tile_q6_K_q8_K, q6_K_q8_K_tile, QK_K, kKR, kKC)
+KVRUN_X86_DOT_AND_TILE(vec_dot_mxfp4_q8_0, tile_mxfp4_q8_0, mxfp4_q8_0_tile, QK_MXFP4, kQuantR,
+                       kQuantC)
+KVRUN_X86_DOT_AND_TILE(vec_dot_iq4_xs_q8_K, tile_iq4_xs_q8_K, iq4_xs_q8_K_tile, QK_K, kKR, kKC)
 
 #undef KVRUN_X86_DOT_AND_TILE
 
