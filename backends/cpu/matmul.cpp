@@ -185,22 +185,13 @@ void matmul_id(ThreadPool& pool, const Tensor& w, const float* x, bool x_per_slo
   matmul_id(pool, w, x, x_per_slot, ids, n, n_used, y, cpu_level());
 }
 
-void matmul_id(ThreadPool& pool, const Tensor& w, const float* x, bool x_per_slot,
-               const int32_t* ids, int64_t n, int64_t n_used, float* y, CpuLevel level) {
-  check_weight(w);
-  if (w.ne[3] != 1) throw std::invalid_argument("matmul_id: weight must be 3-D");
-  const int64_t k = w.ne[0], m = w.ne[1], n_exp = w.ne[2], n_pairs = n * n_used;
-  if (n_pairs <= 0) return;
-  const CpuTypeTraits& ct = *cpu_traits(w.type, level);
-  const size_t act_row = size_t(*row_bytes(ct.act_type, k));
+namespace {
 
-  // The (row, slot) pairs grouped per expert, in row order: expert e's are order[start[e] ..
-  // start[e+1]), so each expert's weights are read once for all its rows.
-  // Scratch kept per calling thread (steady state does not allocate); the pool's lambdas reach
-  // it through these references, not as their own threads' thread_locals.
-  thread_local std::vector<int64_t> tl_start, tl_order;
-  std::vector<int64_t>& start = tl_start;
-  std::vector<int64_t>& order = tl_order;
+/// The (row, slot) pairs i < n_pairs grouped per expert, in row order (a counting sort):
+/// expert e's are order[start[e] … start[e+1]), so each expert's weights are read once for all
+/// its rows. Throws std::out_of_range for an id outside [0, n_exp).
+void group_by_expert(const int32_t* ids, int64_t n_pairs, int64_t n_exp,
+                     std::vector<int64_t>& start, std::vector<int64_t>& order) {
   start.assign(size_t(n_exp + 1), 0);
   order.resize(size_t(n_pairs));
   for (int64_t i = 0; i < n_pairs; ++i) {
@@ -210,11 +201,43 @@ void matmul_id(ThreadPool& pool, const Tensor& w, const float* x, bool x_per_slo
     ++start[size_t(ids[i]) + 1];
   }
   for (int64_t e = 0; e < n_exp; ++e) start[size_t(e + 1)] += start[size_t(e)];
-  {
-    thread_local std::vector<int64_t> fill;
-    fill.assign(start.begin(), start.end() - 1);
-    for (int64_t i = 0; i < n_pairs; ++i) order[size_t(fill[size_t(ids[i])]++)] = i;
-  }
+  thread_local std::vector<int64_t> fill;
+  fill.assign(start.begin(), start.end() - 1);
+  for (int64_t i = 0; i < n_pairs; ++i) order[size_t(fill[size_t(ids[i])]++)] = i;
+}
+
+/// Expert e of the 3-D weight w as a 2-D matrix, with its rows in w's packed copy (pack.h: the
+/// experts' 16-row groups one after the other) when w has one.
+Tensor expert_view(const Tensor& w, int64_t e) {
+  const int64_t k = w.ne[0], m = w.ne[1];
+  Tensor t = w;
+  t.ne[2] = 1;
+  t.nb[2] = t.nb[3] = t.nb[1] * size_t(m);
+  t.data = static_cast<char*>(w.data) + size_t(e) * w.nb[2];
+  t.packed = w.packed && m % kPackRows == 0
+                 ? static_cast<const char*>(w.packed) +
+                       size_t(e * (m / kPackRows)) * packed_group_bytes(w.type, k)
+                 : nullptr;
+  return t;
+}
+
+}  // namespace
+
+void matmul_id(ThreadPool& pool, const Tensor& w, const float* x, bool x_per_slot,
+               const int32_t* ids, int64_t n, int64_t n_used, float* y, CpuLevel level) {
+  check_weight(w);
+  if (w.ne[3] != 1) throw std::invalid_argument("matmul_id: weight must be 3-D");
+  const int64_t k = w.ne[0], m = w.ne[1], n_exp = w.ne[2], n_pairs = n * n_used;
+  if (n_pairs <= 0) return;
+  const CpuTypeTraits& ct = *cpu_traits(w.type, level);
+  const size_t act_row = size_t(*row_bytes(ct.act_type, k));
+
+  // Scratch kept per calling thread (steady state does not allocate); the pool's lambdas reach
+  // it through these references, not as their own threads' thread_locals.
+  thread_local std::vector<int64_t> tl_start, tl_order;
+  std::vector<int64_t>& start = tl_start;
+  std::vector<int64_t>& order = tl_order;
+  group_by_expert(ids, n_pairs, n_exp, start, order);
 
   // Each pair's input row in the paired activation type, in grouped order.
   thread_local std::vector<uint8_t> act;
@@ -252,14 +275,7 @@ void matmul_id(ThreadPool& pool, const Tensor& w, const float* x, bool x_per_slo
     const int64_t s0 = start[size_t(e)], cnt = start[size_t(e + 1)] - s0;
     if (cnt == 0) continue;
     Tensor& t = slices[size_t(e)];
-    t = w;
-    t.ne[2] = 1;
-    t.nb[2] = t.nb[3] = t.nb[1] * size_t(m);
-    t.data = static_cast<char*>(w.data) + size_t(e) * w.nb[2];
-    t.packed = w.packed && m % kPackRows == 0
-                   ? static_cast<const char*>(w.packed) +
-                         size_t(e * (m / kPackRows)) * packed_group_bytes(w.type, k)
-                   : nullptr;
+    t = expert_view(w, e);
     Part& p = parts[size_t(e)];
     choose_kernel(p, t, out.data() + s0 * m, ct, cnt, k);
     if (p.packed) p.xoff = xoff.data() + s0 * per_row;
