@@ -28,13 +28,11 @@ Tensor get(const gguf::File& f, const std::string& name, int64_t ne0, int64_t ne
     return Tensor{};
   }
   const int64_t want[4] = {ne0, ne1 ? ne1 : 1, ne2, 1};
+  const int n_dims = ne2 > 1 ? 3 : ne1 ? 2 : 1;
   for (int i = 0; i < 4; ++i)
     if (info->ne[i] != want[i])
       throw ModelError("tensor " + name + " has shape " + shape_str(info->ne, info->n_dims) +
-                       ", expected " +
-                       shape_str(want, ne2 > 1 ? 3
-                                       : ne1   ? 2
-                                               : 1));
+                       ", expected " + shape_str(want, n_dims));
   if (!info->data) throw ModelError("tensor " + name + " has no data");
   if (ne1 == 0 && info->type != DType::F32)
     throw ModelError("tensor " + name + " is " + traits(info->type).name + ", expected f32");

@@ -6,7 +6,8 @@
 // residual; output norm and head. kvrun runs with an f32 KV cache and the exact attention
 // scheme, so the only differences are f32 rounding: logprobs of every prompt position and of
 // the greedy steps agree within 1e-4 and the greedy tokens are equal. Prefill runs in chunks
-// of 5 tokens (several rows per expert per step), decode one token per step.
+// of 5 tokens (several rows per expert per step), decode one token per step. Bad expert keys are
+// ModelErrors naming the key.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,6 +21,7 @@
 #include "engine/context.h"
 #include "engine/model.h"
 #include "gguf.h"
+#include "models/arch.h"
 #include "synth_util.h"
 #include "test_util.h"
 
@@ -198,6 +200,39 @@ TEST(Qwen3Moe, ForwardMatchesDoublePrecisionReference) {
   }
   std::cout << "[ qwen3moe ] max |logprob diff| against the double-precision reference: "
             << max_diff << "\n";
+}
+
+// qwen3moe's expert keys are checked when the file is read: a missing or out-of-range key is a
+// ModelError naming it.
+TEST(Qwen3Moe, BadExpertKeysAreClearErrors) {
+  test::TempDir dir;
+  struct Case {
+    int64_t count, used, ff;
+    const char* key;
+  };
+  for (const Case& c :
+       {Case{0, 2, 64, "qwen3moe.expert_count"}, Case{8, 9, 64, "qwen3moe.expert_used_count"},
+        Case{8, 0, 64, "qwen3moe.expert_used_count"},
+        Case{8, 2, -1, "qwen3moe.expert_feed_forward_length"}}) {
+    gguf::Writer w;
+    w.set_string("general.architecture", "qwen3moe");
+    w.set_u32("qwen3moe.block_count", 1);
+    w.set_u32("qwen3moe.embedding_length", 64);
+    w.set_u32("qwen3moe.attention.head_count", 1);
+    if (c.count > 0) w.set_u32("qwen3moe.expert_count", uint32_t(c.count));
+    w.set_u32("qwen3moe.expert_used_count", uint32_t(c.used));
+    if (c.ff > 0) w.set_u32("qwen3moe.expert_feed_forward_length", uint32_t(c.ff));
+    const std::string path = (dir / "bad.gguf").string();
+    w.write(path);
+    const gguf::File f = gguf::File::open_metadata_only(path);
+    Hparams hp = load_hparams(f);
+    try {
+      configure_arch(f, hp);
+      ADD_FAILURE() << c.key << " was accepted";
+    } catch (const ModelError& e) {
+      EXPECT_NE(std::string(e.what()).find(c.key), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace
