@@ -45,6 +45,8 @@ enum class Op {
   kKvStore,         ///< K rows in type a, V rows in type b
   kPagedAttention,  ///< attention over K of type a and V of type b, read in place
   kCopy,            ///< host ↔ device and backend ↔ backend copies
+  kMoeRoute,        ///< MoE router: softmax, top-k experts and their weights per row
+  kMatmulId,        ///< per-row expert matmul of a 3-D weight of type a (ggml's mul_mat_id)
 };
 
 /// The name of `op` ("matmul", "paged_attention", …).
@@ -198,6 +200,15 @@ class Device {
   virtual std::unique_ptr<Backend> make_backend(int n_threads) = 0;
 };
 
+/// How a mixture-of-experts router turns one row of expert logits into expert weights
+/// (Shazeer et al. 2017, "Outrageously Large Neural Networks"; Qwen3 MoE: softmax gating,
+/// top-k, the k probabilities renormalized to sum to 1 when norm_topk_prob is set).
+struct MoeRouteParams {
+  int64_t n_expert = 0;  ///< logits per row
+  int64_t n_used = 0;    ///< k: experts chosen per row (1 ≤ k ≤ n_expert)
+  bool norm = true;      ///< divide the k chosen probabilities by their sum
+};
+
 /// One output of Backend::matmul_many.
 struct MatmulOut {
   const Tensor* w = nullptr;  ///< [m rows, k] weight on the backend's device
@@ -271,6 +282,26 @@ class Backend {
   /// when recording fails part way, nothing recorded runs and `issue` is called again directly.
   /// The CPU runs it directly (this default).
   virtual void run_graph(const std::function<void()>& issue) { issue(); }
+
+  // ---- Mixture of experts (Op::kMoeRoute, Op::kMatmulId). The defaults throw
+  // std::logic_error: a device that does not override them must say no in supports(). ----
+
+  /// The router of n rows: p = softmax(logits[r, :]) over p.n_expert, the p.n_used largest
+  /// (descending; the lower id first on a tie) into ids[r, :] and their probabilities into
+  /// weights[r, :], divided by their sum when p.norm. logits: [n, n_expert]; ids: [n, n_used]
+  /// int32; weights: [n, n_used] f32. Throws std::invalid_argument when n_used is out of range.
+  virtual void moe_route(const float* logits, int64_t n, const MoeRouteParams& p, int32_t* ids,
+                         float* weights);
+  /// The experts' matmul of n rows, n_used experts each (ggml's mul_mat_id): w is 3-D
+  /// [k, m, n_expert] (ne[2] matrices of m rows of k), ids [n, n_used] as moe_route writes them.
+  /// For row r and slot j, with e = ids[r, j] and input row xr = x[r, :] (x [n, k]) or, with
+  /// x_per_slot, x[r, j, :] (x [n, n_used, k]):
+  ///   weights == null: y[r, j, :] = w[e] · xr            (y [n, n_used, m])
+  ///   weights != null: y[r, :] = Σ_j weights[r, j] · (w[e] · xr), summed in slot order (y [n, m])
+  /// Each w[e] equals matmul's result on the rows routed to e. Throws std::out_of_range for an
+  /// id outside [0, n_expert) and std::invalid_argument for an unsupported weight.
+  virtual void matmul_id(const Tensor& w, const float* x, bool x_per_slot, const int32_t* ids,
+                         const float* weights, int64_t n, int64_t n_used, float* y);
 };
 
 // ---- The registry: which devices this build and machine have ----

@@ -17,6 +17,9 @@
 //            soft-capping, sliding window on even layers (Team Gemma 2024, "Gemma 2")
 //   gemma3   as gemma2 without soft-capping, with per-head Q/K RMSNorm, 5 windowed layers per
 //            global one, RoPE base 10000 on windowed layers (Team Gemma 2025, "Gemma 3")
+//   qwen3moe qwen3's attention with a mixture-of-experts FFN in every layer: a router
+//            (ffn_gate_inp), softmax, top-k experts with renormalized weights, SwiGLU experts
+//            (ffn_{gate,up,down}_exps, 3-D) (Qwen3 technical report 2025, Qwen3-30B-A3B)
 #pragma once
 
 #include <string>
@@ -45,6 +48,8 @@ struct ArchSpec {
   float attn_scale = 0;     ///< score scale when q_scale is 0; 0 = 1/sqrt(head_dim)
   FfnAct ffn = FfnAct::SiLU;
   bool output_optional = true;  ///< output.weight may be absent (tied to token_embd)
+  bool moe = false;             ///< the FFN is a mixture of experts (Hparams::n_expert)
+  bool moe_norm = true;         ///< the top-k router weights are renormalized to sum 1
 };
 
 /// The architectures kvrun runs, comma-separated (for error messages).
@@ -56,12 +61,13 @@ const char* supported_archs();
 ArchSpec configure_arch(const gguf::File& file, Hparams& hp);
 
 // One per architecture (models/<arch>.cpp).
-ArchSpec llama_arch(const gguf::File& file, Hparams& hp);   ///< llama / mistral
-ArchSpec qwen2_arch(const gguf::File& file, Hparams& hp);   ///< qwen2
-ArchSpec qwen3_arch(const gguf::File& file, Hparams& hp);   ///< qwen3
-ArchSpec phi3_arch(const gguf::File& file, Hparams& hp);    ///< phi3
-ArchSpec gemma2_arch(const gguf::File& file, Hparams& hp);  ///< gemma2
-ArchSpec gemma3_arch(const gguf::File& file, Hparams& hp);  ///< gemma3
+ArchSpec llama_arch(const gguf::File& file, Hparams& hp);     ///< llama / mistral
+ArchSpec qwen2_arch(const gguf::File& file, Hparams& hp);     ///< qwen2
+ArchSpec qwen3_arch(const gguf::File& file, Hparams& hp);     ///< qwen3
+ArchSpec phi3_arch(const gguf::File& file, Hparams& hp);      ///< phi3
+ArchSpec gemma2_arch(const gguf::File& file, Hparams& hp);    ///< gemma2
+ArchSpec gemma3_arch(const gguf::File& file, Hparams& hp);    ///< gemma3
+ArchSpec qwen3moe_arch(const gguf::File& file, Hparams& hp);  ///< qwen3moe
 
 /// `{arch}.attention.sliding_window` if present (else `fallback`), checked to be ≥ 0.
 int64_t read_sliding_window(const gguf::File& file, const Hparams& hp, int64_t fallback);

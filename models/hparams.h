@@ -60,6 +60,11 @@ struct Hparams {
   /// Soft-capping (Gemma 2 report, Team Gemma 2024, §2): s ← cap · tanh(s / cap); 0 = off.
   float attn_softcap = 0.0f;   ///< on attention scores (attn_logit_softcapping)
   float final_softcap = 0.0f;  ///< on the output logits (final_logit_softcapping)
+  /// Mixture of experts (Shazeer et al. 2017; {arch}.expert_count, .expert_used_count,
+  /// .expert_feed_forward_length): 0 experts = a dense FFN.
+  int64_t n_expert = 0;       ///< experts per MoE layer
+  int64_t n_expert_used = 0;  ///< experts each token is routed to (top-k)
+  int64_t n_ff_exp = 0;       ///< hidden size of one expert's FFN
 
   /// n_swa when every layer attends within the sliding window (then blocks before the window
   /// of the newest position can be given back), else 0.

@@ -17,29 +17,33 @@ std::string shape_str(const int64_t* ne, int n) {
   return s + "}";
 }
 
-/// The tensor `name` with shape {ne0} (ne1 == 0) or {ne0, ne1}; absent → null view unless
-/// `required`. Norms and biases (1-D) must be f32; matrices must be usable by the CPU matmul.
+/// The tensor `name` with shape {ne0} (ne1 == 0), {ne0, ne1} or {ne0, ne1, ne2} (ne2 > 1);
+/// absent → null view unless `required`. Norms and biases (1-D) must be f32; matrices must be
+/// usable by the CPU matmul.
 Tensor get(const gguf::File& f, const std::string& name, int64_t ne0, int64_t ne1,
-           bool required = true) {
+           bool required = true, int64_t ne2 = 1) {
   const gguf::TensorInfo* info = f.find_tensor(name);
   if (!info) {
     if (required) throw ModelError("tensor " + name + " is missing");
     return Tensor{};
   }
-  const int64_t want[4] = {ne0, ne1 ? ne1 : 1, 1, 1};
+  const int64_t want[4] = {ne0, ne1 ? ne1 : 1, ne2, 1};
+  const int n_dims = ne2 > 1 ? 3 : ne1 ? 2 : 1;
   for (int i = 0; i < 4; ++i)
     if (info->ne[i] != want[i])
       throw ModelError("tensor " + name + " has shape " + shape_str(info->ne, info->n_dims) +
-                       ", expected " + shape_str(want, ne1 ? 2 : 1));
+                       ", expected " + shape_str(want, n_dims));
   if (!info->data) throw ModelError("tensor " + name + " has no data");
   if (ne1 == 0 && info->type != DType::F32)
     throw ModelError("tensor " + name + " is " + traits(info->type).name + ", expected f32");
   return f.view(*info);
 }
 
-/// A matrix the host's matmul can multiply by (every model runs on the host when -ngl is 0).
-Tensor get_matrix(const gguf::File& f, const std::string& name, int64_t ne0, int64_t ne1) {
-  Tensor t = get(f, name, ne0, ne1);
+/// A matrix (or, ne2 > 1, ne2 expert matrices) the host's matmul can multiply by (every model
+/// runs on the host when -ngl is 0).
+Tensor get_matrix(const gguf::File& f, const std::string& name, int64_t ne0, int64_t ne1,
+                  int64_t ne2 = 1) {
+  Tensor t = get(f, name, ne0, ne1, true, ne2);
   if (!cpu_device().supports(Op::kMatmul, t.type, DType::F32, ne0))
     throw ModelError("tensor " + name + " has type " + traits(t.type).name +
                      ", which the CPU matmul does not support");
@@ -91,6 +95,15 @@ LlamaWeights load_llama_weights(const gguf::File& f, const Hparams& hp, const Ar
     L.wo = get_matrix(f, p + "attn_output.weight", no, d);
     L.attn_post_norm = get(f, p + "post_attention_norm.weight", d, 0, spec.post_norms);
     L.ffn_norm = get(f, p + "ffn_norm.weight", d, 0);
+    if (spec.moe) {
+      const int64_t ne = hp.n_expert, ff = hp.n_ff_exp;
+      L.ffn_gate_inp = get_matrix(f, p + "ffn_gate_inp.weight", d, ne);
+      L.ffn_gate_exps = get_matrix(f, p + "ffn_gate_exps.weight", d, ff, ne);
+      L.ffn_up_exps = get_matrix(f, p + "ffn_up_exps.weight", d, ff, ne);
+      L.ffn_down_exps = get_matrix(f, p + "ffn_down_exps.weight", ff, d, ne);
+      w.layers.push_back(L);
+      continue;
+    }
     if (f.find_tensor(p + "ffn_gate.weight")) {
       L.ffn_gate = get_matrix(f, p + "ffn_gate.weight", d, hp.n_ff);
       L.ffn_up = get_matrix(f, p + "ffn_up.weight", d, hp.n_ff);
@@ -137,10 +150,28 @@ std::vector<Device*> Placement::devices() const {
 namespace {
 
 /// The per-layer weights a device holds, in upload order.
-std::array<Tensor*, 17> layer_tensors(LlamaLayer& L) {
-  return {&L.attn_norm, &L.wqkv,     &L.wq,     &L.wk,       &L.wv,           &L.bq,
-          &L.bk,        &L.bv,       &L.q_norm, &L.k_norm,   &L.wo,           &L.attn_post_norm,
-          &L.ffn_norm,  &L.ffn_gate, &L.ffn_up, &L.ffn_down, &L.ffn_post_norm};
+std::array<Tensor*, 21> layer_tensors(LlamaLayer& L) {
+  return {&L.attn_norm,
+          &L.wqkv,
+          &L.wq,
+          &L.wk,
+          &L.wv,
+          &L.bq,
+          &L.bk,
+          &L.bv,
+          &L.q_norm,
+          &L.k_norm,
+          &L.wo,
+          &L.attn_post_norm,
+          &L.ffn_norm,
+          &L.ffn_gate,
+          &L.ffn_up,
+          &L.ffn_down,
+          &L.ffn_post_norm,
+          &L.ffn_gate_inp,
+          &L.ffn_gate_exps,
+          &L.ffn_up_exps,
+          &L.ffn_down_exps};
 }
 
 }  // namespace
@@ -160,6 +191,9 @@ size_t upload_llama_weights(LlamaWeights& w, const Placement& p, bool release_ma
   auto up = [&](Tensor& t, Device& dev, const char* what) {
     if (!t.data) return;
     const int64_t nb = tensor_bytes(t);
+    if (t.ne[2] > 1 && !dev.supports(Op::kMatmulId, t.type, DType::F32, t.ne[0]))
+      throw ModelError(std::string(what) + " (experts) has type " + traits(t.type).name +
+                       ", which " + dev.name() + "'s matmul_id does not support");
     if (t.ne[1] > 1 && !dev.supports(Op::kMatmul, t.type, DType::F32, t.ne[0]))
       throw ModelError(std::string(what) + " has type " + traits(t.type).name + ", which " +
                        dev.name() + "'s matmul does not support");
@@ -176,6 +210,9 @@ size_t upload_llama_weights(LlamaWeights& w, const Placement& p, bool release_ma
   for (size_t il = 0; il < w.layers.size(); ++il) {
     LlamaLayer& L = w.layers[il];
     Device& dev = *p.layers[il];
+    if (L.ffn_gate_inp.data && !dev.supports(Op::kMoeRoute))
+      throw ModelError("layer " + std::to_string(il) + " is a mixture of experts, and " +
+                       dev.name() + " does not support moe_route yet");
     for (Tensor* t : layer_tensors(L))
       up(*t, dev, ("layer " + std::to_string(il) + " weight").c_str());
   }
@@ -328,6 +365,11 @@ void ffn_block(const Hparams& hp, const LlamaWeights& w, int64_t il, Backend& be
   const LlamaLayer& L = w.layers[size_t(il)];
   const int64_t d = hp.n_embd, ff = hp.n_ff;
   be.rms_norm(s.x, &L.ffn_norm, s.xn, n, d, hp.rms_eps);
+  if (L.ffn_gate_inp.data) {
+    moe_ffn(hp, w.spec, L, be, s, s.xn, n, s.proj);
+    be.add(s.x, s.proj, n * d);
+    return;
+  }
   if (L.ffn_gate.data) {
     matmul_shared_input(be, {{&L.ffn_gate, s.gate}, {&L.ffn_up, s.up}}, s.xn, n);
   } else {  // fused: gate columns first, then up

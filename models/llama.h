@@ -49,6 +49,11 @@ struct LlamaLayer {
   Tensor ffn_up;          ///< {n_embd, n_ff}, or {n_embd, 2·n_ff} fused: gate rows, then up rows
   Tensor ffn_down;        ///< {n_ff, n_embd}
   Tensor ffn_post_norm;   ///< {n_embd} f32, optional (gemma): RMSNorm of the FFN output
+  // A mixture-of-experts FFN (ArchSpec::moe) instead of ffn_gate / ffn_up / ffn_down:
+  Tensor ffn_gate_inp;   ///< {n_embd, n_expert} router
+  Tensor ffn_gate_exps;  ///< {n_embd, n_ff_exp, n_expert}: one gate matrix per expert
+  Tensor ffn_up_exps;    ///< {n_embd, n_ff_exp, n_expert}
+  Tensor ffn_down_exps;  ///< {n_ff_exp, n_embd, n_expert}
 };
 
 /// All weights of a llama-family model: views into the mapped GGUF file (zero-copy).
@@ -117,15 +122,22 @@ class LlamaScratch {
   float* gate = nullptr;  ///< [n_batch, n_ff]
   float* up = nullptr;    ///< [n_batch, n_ff]
   /// `n` floats of the named growable buffer (the fused QKV / gate-up output of phi3, logits
-  /// rows), grown on first need and kept.
+  /// rows; a MoE layer's router rows and its experts' gate and up outputs), grown on first need
+  /// and kept.
   float* grow(int which, int64_t n);
-  static constexpr int kFused = 0, kLogits = 1;
+  static constexpr int kFused = 0, kLogits = 1, kMoeRoute = 2, kMoeGate = 3, kMoeUp = 4;
 
  private:
   Device& dev_;
   std::vector<std::unique_ptr<DeviceBuffer>> bufs_;
-  std::unique_ptr<DeviceBuffer> grown_[2];
+  std::unique_ptr<DeviceBuffer> grown_[5];
 };
+
+/// out (the FFN output [n, n_embd]) = the mixture-of-experts FFN of layer L over its input
+/// xn [n, n_embd] (models/moe.cpp): router logits, Backend::moe_route, the experts' gate and up
+/// (Backend::matmul_id), SwiGLU, their down projections summed with the router weights.
+void moe_ffn(const Hparams& hp, const ArchSpec& spec, const LlamaLayer& L, Backend& be,
+             LlamaScratch& s, const float* xn, int64_t n, float* out);
 
 /// The backends one engine runs a model's forward on (one per device of the placement, each with
 /// its scratch), owned by the engine (engine/step.h), so that two engines never share a stream.

@@ -40,6 +40,7 @@ class CountingDevice final : public Device {
     if (refuse_q4_0_kv && (op == Op::kKvStore || op == Op::kPagedAttention) &&
         (a == DType::Q4_0 || b == DType::Q4_0))
       return false;
+    if (refuse_moe && (op == Op::kMoeRoute || op == Op::kMatmulId)) return false;
     return dev_->supports(op, a, b, k);
   }
   std::unique_ptr<DeviceBuffer> alloc(size_t bytes, BufferUse use) override {
@@ -55,6 +56,7 @@ class CountingDevice final : public Device {
   std::unique_ptr<Backend> make_backend(int n_threads) override;
 
   bool refuse_q4_0_kv = false;  ///< stands in for a device without q4_0 KV kernels
+  bool refuse_moe = false;      ///< stands in for a device without the MoE ops (Vulkan, CUDA)
   bool host = true;             ///< host_memory()
   int kv_allocs = 0;
   int uploads = 0;
@@ -119,6 +121,14 @@ class CountingBackend final : public Backend {
     be_->copy_from(from, src, dst, bytes);
   }
   void synchronize() override { be_->synchronize(); }
+  void moe_route(const float* logits, int64_t n, const MoeRouteParams& p, int32_t* ids,
+                 float* weights) override {
+    be_->moe_route(logits, n, p, ids, weights);
+  }
+  void matmul_id(const Tensor& w, const float* x, bool x_per_slot, const int32_t* ids,
+                 const float* weights, int64_t n, int64_t n_used, float* y) override {
+    be_->matmul_id(w, x, x_per_slot, ids, weights, n, n_used, y);
+  }
 
  private:
   CountingDevice& d_;
@@ -192,8 +202,9 @@ TEST(BackendSplit, StoriesFixtureBitIdenticalAcrossTwoCpuDevices) {
 
 TEST(BackendSplit, SyntheticArchitecturesBitIdenticalAcrossTwoCpuDevices) {
   test::TempDir dir;
-  // Q/K/V biases (qwen2), fused QKV and gate/up (phi3), post-norms, GeGLU and soft-caps (gemma2).
-  for (const char* shape : {"tiny", "tiny-qwen2", "tiny-phi3", "tiny-gemma2"}) {
+  // Q/K/V biases (qwen2), fused QKV and gate/up (phi3), post-norms, GeGLU and soft-caps (gemma2),
+  // the mixture-of-experts FFN (qwen3moe: moe_route and matmul_id on the second device).
+  for (const char* shape : {"tiny", "tiny-qwen2", "tiny-phi3", "tiny-gemma2", "tiny-qwen3moe"}) {
     SCOPED_TRACE(shape);
     check_splits(test::synth_model(dir, shape));
   }
@@ -239,6 +250,26 @@ TEST(BackendSplit, KvTypeTheDeviceLacksIsRefusedBeforeAnythingRuns) {
   Context ok(m, cp);
   const int32_t tok[2] = {1, 2};
   EXPECT_EQ(ok.eval(tok).size(), size_t(m.hparams().n_vocab));
+}
+
+// A MoE layer placed on a device without moe_route / matmul_id is refused at load, naming the
+// device (as -ngl on Vulkan or CUDA does today); the host alone runs it.
+TEST(BackendSplit, MoeLayersOnADeviceWithoutTheMoeOpsAreRefusedAtLoad) {
+  test::TempDir dir;
+  const std::string path = test::synth_model(dir, "tiny-qwen3moe");
+  CountingDevice gpu("CPU1");
+  gpu.refuse_moe = true;
+  ModelParams mp;
+  mp.n_gpu_layers = 1;
+  mp.gpu = &gpu;
+  try {
+    const Model m = Model::load(path, mp);
+    ADD_FAILURE() << "a MoE layer on a device without the MoE ops was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("CPU1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("moe_route"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(Model::load(path, {}));
 }
 
 TEST(BackendSplit, SchedulerStepMatchesContextOnASplitModel) {

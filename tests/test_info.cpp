@@ -12,6 +12,7 @@
 #include "gguf.h"
 #include "kv_layout.h"
 #include "test_util.h"
+#include "tools/synth/synth.h"
 
 namespace kvrun {
 namespace {
@@ -169,6 +170,55 @@ TEST(Info, Llama70BMetadataOnly) {
   ASSERT_EQ(text.exit_code, 0) << text.err;
   EXPECT_NE(text.out.find("42.95 GB"), std::string::npos) << text.out;
   EXPECT_NE(text.out.find("n_head_kv    8 (GQA)"), std::string::npos) << text.out;
+}
+
+// A metadata-only Qwen3-30B-A3B (tensor infos of kvrun synth's plan, no data): 30.53 B
+// parameters, 3.35 B active per token (Qwen's model card: 30.5B total, 3.3B activated), the
+// experts counted at 8 of 128.
+TEST(Info, Qwen3MoeCountsActiveParameters) {
+  test::TempDir dir;
+  gguf::Writer w;
+  w.set_string("general.architecture", "qwen3moe");
+  w.set_u32("qwen3moe.block_count", 48);
+  w.set_u32("qwen3moe.embedding_length", 2048);
+  w.set_u32("qwen3moe.feed_forward_length", 6144);
+  w.set_u32("qwen3moe.attention.head_count", 32);
+  w.set_u32("qwen3moe.attention.head_count_kv", 4);
+  w.set_u32("qwen3moe.attention.key_length", 128);
+  w.set_u32("qwen3moe.context_length", 40960);
+  w.set_u32("qwen3moe.vocab_size", 151936);
+  w.set_u32("qwen3moe.expert_count", 128);
+  w.set_u32("qwen3moe.expert_used_count", 8);
+  w.set_u32("qwen3moe.expert_feed_forward_length", 768);
+  int64_t expert_bytes = 0, bytes = 0;
+  for (const SynthTensor& t :
+       synth_tensor_plan(*find_synth_shape("qwen3-30b-a3b"), SynthFileType::Q4_K)) {
+    w.add_tensor(t.name, t.type, t.ne, nullptr);
+    int64_t rows = 1;
+    for (size_t d = 1; d < t.ne.size(); ++d) rows *= t.ne[d];
+    const int64_t b = *row_bytes(t.type, t.ne[0]) * rows;
+    bytes += b;
+    if (t.ne.size() == 3) expert_bytes += b;
+  }
+  const auto path = (dir / "qwen3-30b-a3b-meta.gguf").string();
+  w.write(path);
+
+  json j = info_json(path);
+  EXPECT_EQ(j["arch"], "qwen3moe");
+  EXPECT_EQ(j["experts"]["n_expert"], 128);
+  EXPECT_EQ(j["experts"]["n_expert_used"], 8);
+  EXPECT_EQ(j["experts"]["n_ff_exp"], 768);
+  EXPECT_EQ(j["n_params"], int64_t(30532122624));
+  // Dense part + 8/128 of the 48 layers' 3 · 2048 · 768 · 128 expert weights.
+  const int64_t experts = int64_t(48) * 3 * 2048 * 768 * 128;
+  EXPECT_EQ(j["n_params_active"], int64_t(30532122624) - experts + experts / 16);
+  EXPECT_EQ(j["weight_bytes_active"], bytes - expert_bytes + expert_bytes / 16);
+  auto text = test::run_command(test::kvrun_binary() + " info -m '" + path + "'");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("experts      128, 8 used per token, expert n_ff 768"), std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find("params       30.53 B, 3.35 B active per token"), std::string::npos)
+      << text.out;
 }
 
 void expect_one_line_error(const std::string& path, const std::string& what) {

@@ -123,11 +123,13 @@ double correlation(const std::vector<float>& a, const std::vector<float>& b) {
 
 // ---- shapes and the plan ---------------------------------------------------------------------
 
-// Parameter counts published for the real models (the 1.24B / 8.03B / 0.49B of the model cards;
-// exact values as transformers counts them), from the shapes table alone.
+// Parameter counts published for the real models (the 1.24B / 8.03B / 0.49B / 30.5B of the model
+// cards; exact values as transformers counts them), from the shapes table alone.
 TEST(SynthPlan, ParameterCountsMatchTheRealModels) {
-  const std::map<std::string, int64_t> want = {
-      {"llama3.2-1b", 1235814400}, {"llama3.1-8b", 8030261248}, {"qwen2.5-0.5b", 494032768}};
+  const std::map<std::string, int64_t> want = {{"llama3.2-1b", 1235814400},
+                                               {"llama3.1-8b", 8030261248},
+                                               {"qwen2.5-0.5b", 494032768},
+                                               {"qwen3-30b-a3b", 30532122624}};
   for (const auto& [name, n] : want) {
     int64_t total = 0;
     for (const SynthTensor& t : synth_tensor_plan(shape(name), SynthFileType::F16))
@@ -151,6 +153,15 @@ TEST(SynthPlan, RealShapesHaveTheirPublishedHyperparameters) {
   EXPECT_TRUE(q.tied);
   EXPECT_EQ(q.n_head * q.head_dim, q.n_embd);
   EXPECT_FALSE(shape("llama3.1-8b").tied);
+  const SynthShape& m = shape("qwen3-30b-a3b");  // Qwen/Qwen3-30B-A3B config.json
+  EXPECT_EQ(m.arch, "qwen3moe");
+  EXPECT_EQ(m.n_layer, 48);
+  EXPECT_EQ(m.n_embd, 2048);
+  EXPECT_EQ(m.n_head * m.head_dim, 4096);
+  EXPECT_EQ(m.n_head_kv, 4);
+  EXPECT_EQ(m.n_expert, 128);
+  EXPECT_EQ(m.n_expert_used, 8);
+  EXPECT_EQ(m.n_ff_exp, 768);
   EXPECT_EQ(find_synth_shape("llama-9000"), nullptr);
 }
 

@@ -120,12 +120,16 @@ std::vector<int32_t> random_tokens(std::mt19937& rng, int64_t n, int64_t n_vocab
 }
 
 /// Weight bytes one decode step reads: every tensor except the token embedding (one row of it
-/// is read), which counts in full when it is also the output head (no output.weight).
+/// is read), which counts in full when it is also the output head (no output.weight); of a
+/// mixture of experts' 3-D expert tensors, the n_expert_used of n_expert matrices a token is
+/// routed to.
 int64_t decode_weight_bytes(const Model& model) {
   int64_t total = 0, embd = 0;
   bool has_output = false;
+  const Hparams& hp = model.hparams();
   for (const auto& t : model.file().tensors()) {
-    total += int64_t(t.n_bytes);
+    const bool experts = hp.n_expert > 0 && t.n_dims == 3 && t.ne[2] == hp.n_expert;
+    total += experts ? int64_t(t.n_bytes) / hp.n_expert * hp.n_expert_used : int64_t(t.n_bytes);
     if (t.name == "token_embd.weight") embd = int64_t(t.n_bytes);
     if (t.name == "output.weight") has_output = true;
   }

@@ -59,6 +59,13 @@ int64_t auto_layers(Device& gpu, const AutoFit* fit, bool kv_on_gpu) {
   const gguf::File file = gguf::File::open_metadata_only(fit->model_path);
   const int64_t n_ctx = fit->n_ctx > 0 ? fit->n_ctx : default_n_ctx(load_hparams(file).n_ctx_train);
   ModelInfo mi = describe_model(file, n_ctx);
+  if (mi.hp.n_expert > 0 && !(gpu.supports(Op::kMoeRoute) && gpu.supports(Op::kMatmulId))) {
+    std::fprintf(stderr,
+                 "kvrun: -ngl auto: %s does not run mixture-of-experts layers yet (moe_route, "
+                 "matmul_id); running every layer on the CPU\n",
+                 gpu.name().c_str());
+    return 0;
+  }
   mi.kv_tokens *= std::max<int64_t>(1, fit->n_seqs);
   const int64_t n =
       fit_gpu_layers(mi, file, fit->type_k, fit->type_v, kv_on_gpu, free, fit->n_batch);

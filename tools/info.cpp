@@ -36,6 +36,13 @@ nlohmann::ordered_json to_json(const ModelInfo& mi) {
   j["head_dim"] = mi.hp.head_dim;
   j["head_dim_v"] = mi.hp.head_dim_v;
   j["n_ff"] = mi.hp.n_ff;
+  if (mi.hp.n_expert > 0)
+    j["experts"] = {{"n_expert", mi.hp.n_expert},
+                    {"n_expert_used", mi.hp.n_expert_used},
+                    {"n_ff_exp", mi.hp.n_ff_exp}};
+  j["n_params"] = mi.n_params;
+  j["n_params_active"] = mi.n_params_active;
+  j["weight_bytes_active"] = mi.weight_bytes_active;
   j["n_ctx_train"] = mi.hp.n_ctx_train;
   j["n_vocab"] = mi.hp.n_vocab;
   j["rms_eps"] = mi.hp.rms_eps;
@@ -66,6 +73,18 @@ nlohmann::ordered_json to_json(const ModelInfo& mi) {
   return j;
 }
 
+/// A parameter count as "30.53 B", "3.35 M", "812 K".
+std::string format_count(int64_t n) {
+  char buf[32];
+  if (n >= 1000000000)
+    std::snprintf(buf, sizeof buf, "%.2f B", double(n) * 1e-9);
+  else if (n >= 1000000)
+    std::snprintf(buf, sizeof buf, "%.2f M", double(n) * 1e-6);
+  else
+    std::snprintf(buf, sizeof buf, "%.0f K", double(n) * 1e-3);
+  return buf;
+}
+
 void print_text(const ModelInfo& mi, const std::string& fast_source) {
   const Hparams& hp = mi.hp;
   std::printf("model        %s (GGUF v%u, %s)\n", mi.path.c_str(), mi.gguf_version,
@@ -80,6 +99,9 @@ void print_text(const ModelInfo& mi, const std::string& fast_source) {
   std::printf("head_dim     %lld", (long long)hp.head_dim);
   if (hp.head_dim_v != hp.head_dim) std::printf(" (V: %lld)", (long long)hp.head_dim_v);
   std::printf("\nn_ff         %lld\n", (long long)hp.n_ff);
+  if (hp.n_expert > 0)
+    std::printf("experts      %lld, %lld used per token, expert n_ff %lld\n",
+                (long long)hp.n_expert, (long long)hp.n_expert_used, (long long)hp.n_ff_exp);
   std::printf("n_ctx_train  %lld\n", (long long)hp.n_ctx_train);
   std::printf("n_vocab      %lld (tokenizer %s%s%s)\n", (long long)hp.n_vocab,
               mi.tokenizer_model.empty() ? "none" : mi.tokenizer_model.c_str(),
@@ -98,6 +120,12 @@ void print_text(const ModelInfo& mi, const std::string& fast_source) {
     std::printf("  %-8s %5lld tensors %14lld bytes  %5.1f%%\n", traits(e.type).name,
                 (long long)e.n_tensors, (long long)e.bytes,
                 mi.weight_bytes > 0 ? 100.0 * double(e.bytes) / double(mi.weight_bytes) : 0.0);
+  std::printf("params       %s", format_count(mi.n_params).c_str());
+  if (mi.n_params_active != mi.n_params)
+    std::printf(", %s active per token (%s of weights read per decode step)",
+                format_count(mi.n_params_active).c_str(),
+                format_bytes(mi.weight_bytes_active).c_str());
+  std::printf("\n");
   std::printf("cpu          %s\n", cpu::cpu_features_string().c_str());
   std::printf("cpu kernels  %s (best here: %s; KVRUN_CPU=scalar|avx2|avx512 selects)\n",
               cpu::cpu_level_name(cpu::cpu_level()), cpu::cpu_level_name(cpu::best_cpu_level()));

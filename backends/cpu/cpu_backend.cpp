@@ -15,6 +15,7 @@
 #include "cpu/cpu_info.h"
 #include "cpu/cpu_traits.h"
 #include "cpu/matmul.h"
+#include "cpu/moe.h"
 #include "cpu/ops.h"
 #include "cpu/pack.h"
 #include "cpu/paged_attention.h"
@@ -155,9 +156,25 @@ class CpuBackend final : public Backend {
   }
   void synchronize() override {}  // every op returned finished
 
+  void moe_route(const float* logits, int64_t n, const MoeRouteParams& p, int32_t* ids,
+                 float* weights) override {
+    cpu::moe_route(logits, n, p, ids, weights);
+  }
+  void matmul_id(const Tensor& w, const float* x, bool x_per_slot, const int32_t* ids,
+                 const float* weights, int64_t n, int64_t n_used, float* y) override {
+    if (!weights) {
+      cpu::matmul_id(pool_, w, x, x_per_slot, ids, n, n_used, y);
+      return;
+    }
+    moe_tmp_.resize(size_t(n * n_used * w.ne[1]));
+    cpu::matmul_id(pool_, w, x, x_per_slot, ids, n, n_used, moe_tmp_.data());
+    cpu::moe_combine(moe_tmp_.data(), weights, n, n_used, w.ne[1], y);
+  }
+
  private:
   Device& dev_;
   ThreadPool pool_;
+  std::vector<float> moe_tmp_;  ///< the experts' outputs before matmul_id's weighted sum
   PageTable pt_;
   std::vector<PagedSeq> seqs_;
 };
@@ -174,6 +191,7 @@ class CpuDevice final : public Device {
   bool supports(Op op, DType a, DType b, int64_t k) const override {
     switch (op) {
       case Op::kMatmul:
+      case Op::kMatmulId:
         return k > 0 ? matmul_supports(a, k) : cpu_traits(a) != nullptr;
       case Op::kGetRows:
         return traits(a).to_float != nullptr;
@@ -192,12 +210,21 @@ class CpuDevice final : public Device {
 
   std::unique_ptr<DeviceBuffer> upload_weight(Tensor& t, bool release_mapped) override {
     t.device = this;
-    if (!pack_supported(t)) return nullptr;
-    auto buf = std::make_unique<HeapBuffer>(*this, pack_weight(t));
+    // The experts of a 3-D weight [k, m, n_expert] pack as one [k, m·n_expert] matrix: with m a
+    // multiple of 16 no group straddles two experts, so expert e's groups follow expert e−1's.
+    Tensor flat = t;
+    if (t.ne[2] > 1 && t.ne[3] == 1 && t.ne[1] % kPackRows == 0 &&
+        t.nb[2] == t.nb[1] * size_t(t.ne[1])) {
+      flat.ne[1] *= t.ne[2];
+      flat.ne[2] = 1;
+      flat.nb[3] = flat.nb[2] = t.nb[2] * size_t(t.ne[2]);
+    }
+    if (!pack_supported(flat)) return nullptr;
+    auto buf = std::make_unique<HeapBuffer>(*this, pack_weight(flat));
     t.packed = buf->data();
     // A tied token embedding still reads its rows through `data`: the lookup faults in the few
     // pages it needs again (the mapping is read-only, so nothing is lost).
-    if (release_mapped) gguf::release_mapped_pages(t.data, t.nb[1] * size_t(t.ne[1]));
+    if (release_mapped) gguf::release_mapped_pages(t.data, flat.nb[1] * size_t(flat.ne[1]));
     return buf;
   }
 

@@ -43,6 +43,20 @@ void matmul_many(ThreadPool& pool, const MatmulOut* outs, int n_outs, const floa
 void matmul_many(ThreadPool& pool, const MatmulOut* outs, int n_outs, const float* x, int64_t n,
                  CpuLevel level);
 
+/// The experts' matmul (ggml's mul_mat_id): for row r < n and slot j < n_used, with
+/// e = ids[r·n_used + j], y[r, j, :] = w[e] · xr, where w is 3-D [k, m, n_expert = ne[2]] (its
+/// matrices nb[2] apart; a packed copy, pack.h, holds them one after the other) and xr is x[r, :]
+/// (x [n, k]) or, with x_per_slot, x[r, j, :] (x [n, n_used, k]). y: [n, n_used, m], written.
+/// The pairs are grouped per expert so each expert's weights are read once per call; expert e's
+/// outputs equal matmul's of its matrix on the input rows routed to it (in row order). Throws
+/// std::out_of_range for an id outside [0, n_expert), std::invalid_argument as matmul does.
+void matmul_id(ThreadPool& pool, const Tensor& w, const float* x, bool x_per_slot,
+               const int32_t* ids, int64_t n, int64_t n_used, float* y);
+
+/// matmul_id with the kernels of `level`.
+void matmul_id(ThreadPool& pool, const Tensor& w, const float* x, bool x_per_slot,
+               const int32_t* ids, int64_t n, int64_t n_used, float* y, CpuLevel level);
+
 /// True when matmul supports weights of type `t` with rows of `k` elements.
 bool matmul_supports(DType t, int64_t k);
 

@@ -311,6 +311,9 @@ class CudaDevice final : public kvrun::Device {
       case Op::kKvStore:
       case Op::kPagedAttention:
         return kv_type_supported(a) && kv_type_supported(b);
+      case Op::kMoeRoute:  // mixture of experts: not written for CUDA yet (load refuses)
+      case Op::kMatmulId:
+        return false;
     }
     return false;
   }

@@ -443,6 +443,9 @@ class VulkanDevice final : public Device {
         return kv_code(a) >= 0 && kv_code(b) >= 0;
       case Op::kPagedAttention:
         return kv_code(a) >= 0 && kv_code(b) >= 0;
+      case Op::kMoeRoute:  // not yet: a MoE model is refused by -ngl
+      case Op::kMatmulId:
+        return false;
     }
     return false;
   }

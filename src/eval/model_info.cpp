@@ -32,6 +32,14 @@ ModelInfo describe_model(const gguf::File& file, int64_t n_ctx, int64_t block_si
     e.bytes += int64_t(t.n_bytes);
     mi.n_tensors++;
     mi.weight_bytes += int64_t(t.n_bytes);
+    int64_t elems = 1;
+    for (int d = 0; d < t.n_dims; ++d) elems *= t.ne[d];
+    mi.n_params += elems;
+    // An expert tensor (ne[2] = n_expert matrices): a token reads n_expert_used of them.
+    const bool experts = mi.hp.n_expert > 0 && t.n_dims == 3 && t.ne[2] == mi.hp.n_expert;
+    mi.n_params_active += experts ? elems / mi.hp.n_expert * mi.hp.n_expert_used : elems;
+    mi.weight_bytes_active +=
+        experts ? int64_t(t.n_bytes) / mi.hp.n_expert * mi.hp.n_expert_used : int64_t(t.n_bytes);
     all_data = all_data && t.data != nullptr;
     mi.data_bytes_needed = std::max(mi.data_bytes_needed, int64_t(t.offset + t.n_bytes));
   }

@@ -40,6 +40,12 @@ struct ModelInfo {
   std::vector<QuantMixEntry> quant_mix;  ///< by dtype, in traits-table order
   int64_t n_tensors = 0;
   int64_t weight_bytes = 0;  ///< sum of all tensor data bytes
+  int64_t n_params = 0;      ///< elements of all tensors
+  /// Parameters one token uses: n_params less the experts it is not routed to, i.e. each 3-D
+  /// expert tensor counted at n_expert_used / n_expert (= n_params for a dense model).
+  int64_t n_params_active = 0;
+  /// Bytes of weights one decode step reads (the same rule, in stored bytes).
+  int64_t weight_bytes_active = 0;
   bool has_weights = false;  ///< false for a metadata-only or truncated file
   /// Bytes the data section must have: the end of the last tensor's data (offset + size).
   int64_t data_bytes_needed = 0;

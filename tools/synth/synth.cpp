@@ -65,13 +65,14 @@ DType wanted_type(SynthFileType ft, const std::string& role, int64_t il, int64_t
                   int64_t ne0) {
   const DType base = row_of(ft).base;
   if (!traits(base).quantized) return base;
+  if (role == "ffn_gate_inp") return DType::F32;  // llama-quantize keeps MoE routers as they are
   if (role == "output") {  // the output head (or the tied embedding serving as it)
     if (!divides(base, ne0)) return DType::Q8_0;
     return base == DType::Q8_0 ? DType::Q8_0 : DType::Q6_K;
   }
   if (ft == SynthFileType::Q4_K) {  // llama.cpp's Q4_K_S recipe
     if (role == "attn_v" && il < 4) return DType::Q5_K;
-    if (role == "ffn_down" && il < n_layer / 8) return DType::Q5_K;
+    if ((role == "ffn_down" || role == "ffn_down_exps") && il < n_layer / 8) return DType::Q5_K;
   }
   return base;
 }
@@ -162,6 +163,11 @@ void write_metadata(gguf::Writer& w, const SynthParams& p) {
   w.set_f32(a + "rope.freq_base", float(s.rope_theta));
   w.set_f32(a + "attention.layer_norm_rms_epsilon", float(s.rms_eps));
   w.set_u32(a + "vocab_size", uint32_t(s.n_vocab));
+  if (s.n_expert > 0) {
+    w.set_u32(a + "expert_count", uint32_t(s.n_expert));
+    w.set_u32(a + "expert_used_count", uint32_t(s.n_expert_used));
+    w.set_u32(a + "expert_feed_forward_length", uint32_t(s.n_ff_exp));
+  }
   if (s.sliding_window > 0) w.set_u32(a + "attention.sliding_window", uint32_t(s.sliding_window));
   if (s.attn_softcap > 0) w.set_f32(a + "attn_logit_softcapping", float(s.attn_softcap));
   if (s.final_softcap > 0) w.set_f32(a + "final_logit_softcapping", float(s.final_softcap));
@@ -229,12 +235,13 @@ std::vector<SynthTensor> synth_tensor_plan(const SynthShape& s, SynthFileType ft
   std::vector<SynthTensor> plan;
   const int64_t d = s.n_embd, nq = s.n_head * s.head_dim, nkv = s.n_head_kv * s.head_dim;
   auto matrix = [&](const std::string& name, const std::string& role, int64_t il, int64_t ne0,
-                    int64_t ne1) {
+                    int64_t ne1, int64_t ne2 = 0) {
     SynthTensor t;
     t.name = name;
     t.wanted = wanted_type(ft, role, il, s.n_layer, ne0);
     t.type = with_fallback(t.wanted, ne0);
     t.ne = {ne0, ne1};
+    if (ne2 > 0) t.ne.push_back(ne2);
     t.sd = float(1.0 / std::sqrt(double(ne0)));
     plan.push_back(std::move(t));
   };
@@ -283,6 +290,14 @@ std::vector<SynthTensor> synth_tensor_plan(const SynthShape& s, SynthFileType ft
     matrix(p + "attn_output.weight", "attn_output", il, nq, d);
     if (s.post_norms) vector(p + "post_attention_norm.weight", d, 1.0f, kNormSd);
     vector(p + "ffn_norm.weight", d, 1.0f, kNormSd);
+    if (s.n_expert > 0) {  // llama.cpp's qwen3moe tensors
+      const int64_t ne = s.n_expert, ff = s.n_ff_exp;
+      matrix(p + "ffn_gate_inp.weight", "ffn_gate_inp", il, d, ne);
+      matrix(p + "ffn_gate_exps.weight", "ffn_gate_exps", il, d, ff, ne);
+      matrix(p + "ffn_up_exps.weight", "ffn_up_exps", il, d, ff, ne);
+      matrix(p + "ffn_down_exps.weight", "ffn_down_exps", il, ff, d, ne);
+      continue;
+    }
     if (!s.fused) matrix(p + "ffn_gate.weight", "ffn_gate", il, d, s.n_ff);
     matrix(p + "ffn_up.weight", "ffn_up", il, d, s.fused ? 2 * s.n_ff : s.n_ff);
     matrix(p + "ffn_down.weight", "ffn_down", il, s.n_ff, d);

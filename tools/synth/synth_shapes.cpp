@@ -107,6 +107,17 @@ const std::vector<SynthShape>& synth_shapes() {
     s.linear_rope_factor = 8;
     v.push_back(s);
 
+    // qwen3moe: qwen3's attention (nq = 128 ≠ n_embd, as the real model's 4096 ≠ 2048), untied
+    // as Qwen3-30B-A3B, 8 SwiGLU experts of 64, top 2; feed_forward_length is written but unused.
+    tiny("tiny-qwen3moe", "qwen3moe");
+    s.n_layer = 4;
+    s.n_embd = 64;
+    s.qk_norm = true;
+    s.n_expert = 8;
+    s.n_expert_used = 2;
+    s.n_ff_exp = 64;
+    v.push_back(s);
+
     s = {};
     s.name = "llama3.2-1b";
     s.arch = "llama";
@@ -159,6 +170,27 @@ const std::vector<SynthShape>& synth_shapes() {
     s.tied = true;
     s.qkv_bias = true;
     s.source = "huggingface.co/Qwen/Qwen2.5-0.5B config.json";
+    v.push_back(s);
+
+    s = {};
+    s.name = "qwen3-30b-a3b";
+    s.arch = "qwen3moe";
+    s.n_layer = 48;
+    s.n_embd = 2048;
+    s.n_head = 32;
+    s.n_head_kv = 4;
+    s.head_dim = 128;
+    s.n_ff = 6144;
+    s.n_vocab = 151936;
+    s.n_ctx_train = 40960;
+    s.rope_theta = 1000000;
+    s.rms_eps = 1e-6;
+    s.tied = false;
+    s.qk_norm = true;
+    s.n_expert = 128;
+    s.n_expert_used = 8;
+    s.n_ff_exp = 768;
+    s.source = "huggingface.co/Qwen/Qwen3-30B-A3B config.json";
     v.push_back(s);
     return v;
   }();

@@ -7,6 +7,8 @@
 //   llama3.2-1b   meta-llama/Llama-3.2-1B/config.json
 //   llama3.1-8b   meta-llama/Llama-3.1-8B/config.json
 //   qwen2.5-0.5b  Qwen/Qwen2.5-0.5B/config.json (QKV biases: Qwen2 attention has bias=True)
+//   qwen3-30b-a3b Qwen/Qwen3-30B-A3B/config.json (num_experts, num_experts_per_tok,
+//                 moe_intermediate_size; norm_topk_prob true)
 // The tiny shapes are kvrun's own, for tests: head_dim 64 so every block quant applies, and
 // n_embd 128 (not a multiple of 256) so the K-quant fallback is exercised too. tiny-qwen3,
 // tiny-mistral, tiny-phi3, tiny-gemma2 and tiny-gemma3 have the tensor names and metadata
@@ -59,7 +61,12 @@ struct SynthShape {
   /// rope.scaling.attn_factor = sqrt(1 + ln(n_ctx_train / this) / ln(this)) (Phi-3's
   /// configuration), and rope_factors_short / rope_factors_long tensors.
   int64_t longrope_n_ctx_orig = 0;
-  std::string source;  ///< where the numbers come from
+  /// Mixture of experts when > 0 (qwen3moe): {arch}.expert_count, a router ffn_gate_inp and 3-D
+  /// ffn_{gate,up,down}_exps instead of ffn_gate / ffn_up / ffn_down.
+  int64_t n_expert = 0;       ///< num_experts
+  int64_t n_expert_used = 0;  ///< num_experts_per_tok
+  int64_t n_ff_exp = 0;       ///< moe_intermediate_size
+  std::string source;         ///< where the numbers come from
 };
 
 /// Every known shape, in a fixed order (the tiny ones first).

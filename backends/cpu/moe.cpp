@@ -1,0 +1,54 @@
+// moe.cpp — see moe.h.
+#include "cpu/moe.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cpu/ops.h"
+
+namespace kvrun::cpu {
+
+void moe_route(const float* logits, int64_t n, const MoeRouteParams& p, int32_t* ids,
+               float* weights) {
+  const int64_t ne = p.n_expert, k = p.n_used;
+  if (ne < 1 || k < 1 || k > ne)
+    throw std::invalid_argument("moe_route: " + std::to_string(k) + " experts used of " +
+                                std::to_string(ne));
+  std::vector<float> prob(static_cast<size_t>(ne));
+  std::vector<int32_t> idx(static_cast<size_t>(ne));
+  for (int64_t r = 0; r < n; ++r) {
+    std::copy_n(logits + r * ne, ne, prob.begin());
+    softmax(prob.data(), ne);
+    for (int64_t e = 0; e < ne; ++e) idx[size_t(e)] = int32_t(e);
+    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
+      return prob[size_t(a)] > prob[size_t(b)] || (prob[size_t(a)] == prob[size_t(b)] && a < b);
+    });
+    int32_t* id = ids + r * k;
+    float* w = weights + r * k;
+    float sum = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      id[j] = idx[size_t(j)];
+      w[j] = prob[size_t(id[j])];
+      sum += w[j];
+    }
+    if (p.norm)
+      for (int64_t j = 0; j < k; ++j) w[j] /= sum;
+  }
+}
+
+void moe_combine(const float* ys, const float* weights, int64_t n, int64_t n_used, int64_t m,
+                 float* y) {
+  for (int64_t r = 0; r < n; ++r) {
+    float* out = y + r * m;
+    const float* w = weights + r * n_used;
+    for (int64_t c = 0; c < m; ++c) out[c] = ys[r * n_used * m + c] * w[0];
+    for (int64_t j = 1; j < n_used; ++j) {
+      const float* yj = ys + (r * n_used + j) * m;
+      for (int64_t c = 0; c < m; ++c) out[c] += yj[c] * w[j];
+    }
+  }
+}
+
+}  // namespace kvrun::cpu

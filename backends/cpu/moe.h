@@ -1,0 +1,27 @@
+// moe.h — the mixture-of-experts router and the weighted sum of the experts' outputs (CPU).
+//
+// The expert matmul itself is matmul_id (matmul.h). Gating as Qwen3-MoE (and llama.cpp's
+// build_moe_ffn with softmax gating): softmax over the router logits, the k most probable
+// experts, their probabilities renormalized to sum 1 when norm_topk_prob is set.
+#pragma once
+
+#include <cstdint>
+
+#include "backend.h"
+
+namespace kvrun::cpu {
+
+/// The router of n rows (Backend::moe_route): per row of logits [n_expert], softmax as
+/// llama.cpp's soft_max op (ops.h softmax), the p.n_used largest probabilities in descending
+/// order (the lower id first on a tie) into ids [n, n_used] and their probabilities into
+/// weights [n, n_used], divided by their sum (f32) when p.norm. Throws std::invalid_argument
+/// when n_used is not in [1, n_expert].
+void moe_route(const float* logits, int64_t n, const MoeRouteParams& p, int32_t* ids,
+               float* weights);
+
+/// y[r, :] = Σ_j weights[r, j] · ys[r, j, :] over j < n_used in slot order (f32 multiply, then
+/// add), the experts' outputs ys [n, n_used, m] combined into y [n, m].
+void moe_combine(const float* ys, const float* weights, int64_t n, int64_t n_used, int64_t m,
+                 float* y);
+
+}  // namespace kvrun::cpu

@@ -1,0 +1,29 @@
+// moe.cpp — the mixture-of-experts FFN of the llama block (see llama.h, moe_ffn).
+//
+// Per token (Shazeer et al. 2017; Qwen3-MoE): logits = W_router · xn; the router (softmax,
+// top-k, renormalized weights w_j) picks experts e_j; out = Σ_j w_j · W_down[e_j] ·
+// (silu(W_gate[e_j] · xn) ⊙ W_up[e_j] · xn). The backend groups the rows per expert, so each
+// chosen expert's matrices are read once per step however many rows chose it.
+#include "models/llama.h"
+
+namespace kvrun {
+
+void moe_ffn(const Hparams& hp, const ArchSpec& spec, const LlamaLayer& L, Backend& be,
+             LlamaScratch& s, const float* xn, int64_t n, float* out) {
+  const int64_t ne = hp.n_expert, k = hp.n_expert_used, ff = hp.n_ff_exp;
+  // Router rows: logits [n, n_expert], then the weights [n, k] and ids [n, k] (int32 in floats).
+  float* route = s.grow(LlamaScratch::kMoeRoute, n * (ne + 2 * k));
+  float* logits = route;
+  float* weights = route + n * ne;
+  int32_t* ids = reinterpret_cast<int32_t*>(weights + n * k);
+  be.matmul(L.ffn_gate_inp, xn, n, logits);
+  be.moe_route(logits, n, MoeRouteParams{ne, k, spec.moe_norm}, ids, weights);
+  float* gate = s.grow(LlamaScratch::kMoeGate, n * k * ff);
+  float* up = s.grow(LlamaScratch::kMoeUp, n * k * ff);
+  be.matmul_id(L.ffn_gate_exps, xn, false, ids, nullptr, n, k, gate);
+  be.matmul_id(L.ffn_up_exps, xn, false, ids, nullptr, n, k, up);
+  be.glu(GluKind::kSwiGlu, gate, up, gate, n * k, ff);
+  be.matmul_id(L.ffn_down_exps, gate, true, ids, weights, n, k, out);
+}
+
+}  // namespace kvrun
