@@ -44,7 +44,7 @@ struct AttnArgs {
 /// one 16-byte load for f16 / bf16 rows and one 8-byte load for fp8 rows whose heads are so
 /// aligned, one scale and four 2-byte (q8_0) or 1-byte (nvfp4) loads (AttnArgs::k_vec), the
 /// per-element decoder otherwise. Values equal kv_value's.
-__device__ void k_values8(const KvFormat& f, int vec, const uint8_t* row, int hk, int e0, int e_end,
+__device__ __forceinline__ void k_values8(const KvFormat& f, int vec, const uint8_t* row, int hk, int e0, int e_end,
                           float* x) {
   if (vec == 1 || vec == 2) {
     const uint4 u = *reinterpret_cast<const uint4*>(row + 2 * e0);
@@ -140,14 +140,26 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(AttnArgs a) {
 #pragma unroll
     for (int g = 0; g < GM; ++g) s[g] = 0.0f;
     if (ok) {
+      // 32 values of the lane's K row per iteration: four independent loads in flight before
+      // their products (one at a time left the kernel waiting on memory latency).
       const uint8_t* krow = a.k + cell * a.k_row_bytes;
-      for (int d0 = 0; d0 < a.hd; d0 += 8) {
-        float kx[8];
-        k_values8(a.kf, a.k_vec, krow, hk, hk * a.hd + d0, e_end, kx);
+      for (int d0 = 0; d0 < a.hd; d0 += 32) {
+        float kx[4][8];
 #pragma unroll
-        for (int g = 0; g < GM; ++g)
+        for (int u = 0; u < 4; ++u) {
+          if (d0 + 8 * u < a.hd) {
+            k_values8(a.kf, a.k_vec, krow, hk, hk * a.hd + d0 + 8 * u, e_end, kx[u]);
+          } else {
 #pragma unroll
-          for (int j = 0; j < 8; ++j) s[g] += q_s[g][d0 + j] * kx[j];
+            for (int j = 0; j < 8; ++j) kx[u][j] = 0.0f;
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+#pragma unroll
+          for (int g = 0; g < GM; ++g)
+#pragma unroll
+            for (int j = 0; j < 8; ++j) s[g] += q_s[g][d0 + 8 * u + j] * kx[u][j];
       }
     }
     float pj[GM];
