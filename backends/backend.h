@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -290,8 +291,10 @@ class Backend {
   /// (descending; the lower id first on a tie) into ids[r, :] and their probabilities into
   /// weights[r, :], divided by their sum when p.norm. logits: [n, n_expert]; ids: [n, n_used]
   /// int32; weights: [n, n_used] f32. Throws std::invalid_argument when n_used is out of range.
-  virtual void moe_route(const float* logits, int64_t n, const MoeRouteParams& p, int32_t* ids,
-                         float* weights);
+  virtual void moe_route(const float* /*logits*/, int64_t /*n*/, const MoeRouteParams& /*p*/,
+                         int32_t* /*ids*/, float* /*weights*/) {
+    throw std::logic_error("moe_route is not implemented by the " + device().name() + " backend");
+  }
   /// The experts' matmul of n rows, n_used experts each (ggml's mul_mat_id): w is 3-D
   /// [k, m, n_expert] (ne[2] matrices of m rows of k), ids [n, n_used] as moe_route writes them.
   /// For row r and slot j, with e = ids[r, j] and input row xr = x[r, :] (x [n, k]) or, with
@@ -300,8 +303,11 @@ class Backend {
   ///   weights != null: y[r, :] = Σ_j weights[r, j] · (w[e] · xr), summed in slot order (y [n, m])
   /// Each w[e] equals matmul's result on the rows routed to e. Throws std::out_of_range for an
   /// id outside [0, n_expert) and std::invalid_argument for an unsupported weight.
-  virtual void matmul_id(const Tensor& w, const float* x, bool x_per_slot, const int32_t* ids,
-                         const float* weights, int64_t n, int64_t n_used, float* y);
+  virtual void matmul_id(const Tensor& /*w*/, const float* /*x*/, bool /*x_per_slot*/,
+                         const int32_t* /*ids*/, const float* /*weights*/, int64_t /*n*/,
+                         int64_t /*n_used*/, float* /*y*/) {
+    throw std::logic_error("matmul_id is not implemented by the " + device().name() + " backend");
+  }
 };
 
 // ---- The registry: which devices this build and machine have ----

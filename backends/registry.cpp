@@ -1,6 +1,5 @@
 // registry.cpp — the devices of this build and machine (backend.h's registry functions). The
 // one file outside the backend folders that knows them all.
-#include <stdexcept>
 #include <string>
 
 #include "backend.h"
@@ -42,15 +41,6 @@ const char* op_name(Op op) {
       return "matmul_id";
   }
   return "?";
-}
-
-void Backend::moe_route(const float*, int64_t, const MoeRouteParams&, int32_t*, float*) {
-  throw std::logic_error("moe_route is not implemented by the " + device().name() + " backend");
-}
-
-void Backend::matmul_id(const Tensor&, const float*, bool, const int32_t*, const float*, int64_t,
-                        int64_t, float*) {
-  throw std::logic_error("matmul_id is not implemented by the " + device().name() + " backend");
 }
 
 Device& cpu_device() {

@@ -3,11 +3,12 @@
 // models/moe.cpp documents it), on kvrun synth's tiny-qwen3moe F32 file: per token, RMSNorm,
 // Q/K/V, per-head Q/K RMSNorm, NeoX RoPE, causal GQA softmax attention, output projection,
 // residual; RMSNorm, router softmax, top-k experts with renormalized weights, SwiGLU experts,
-// residual; output norm and head. kvrun runs with an f32 KV cache and the exact attention
-// scheme, so the only differences are f32 rounding: logprobs of every prompt position and of
-// the greedy steps agree within 1e-4 and the greedy tokens are equal. Prefill runs in chunks
-// of 5 tokens (several rows per expert per step), decode one token per step. Bad expert keys are
-// ModelErrors naming the key.
+// residual; output norm and head. Files F32 and Q8_0 (the reference decodes the weights and
+// rounds each matmul input to q8_0 as llama.cpp's CPU mul_mat does). kvrun runs with an f32 KV
+// cache and the exact attention scheme, so the only differences are f32 rounding: logprobs of every
+// prompt position and of the greedy steps agree within 1e-4 and the greedy tokens are equal.
+// Prefill runs in chunks of 5 tokens (several rows per expert per step), decode one token per step.
+// Bad expert keys are ModelErrors naming the key.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu/cpu_traits.h"
 #include "engine/context.h"
 #include "engine/model.h"
 #include "gguf.h"
@@ -45,8 +47,9 @@ class RefQwen3Moe {
 
   /// Logits after token `tok` at the next position.
   Vec step(int32_t tok) {
-    const float* emb = w("token_embd.weight");
-    Vec x(emb + int64_t(tok) * d_, emb + int64_t(tok + 1) * d_);
+    std::vector<float> e(static_cast<size_t>(d_));
+    f_.view(*f_.find_tensor("token_embd.weight")).row_to_float(e.data(), tok);
+    Vec x(e.begin(), e.end());
     for (int64_t l = 0; l < nl_; ++l) {
       const std::string p = "blk." + std::to_string(l) + ".";
       add(x, attention(l, p, rms(x, w(p + "attn_norm.weight"))));
@@ -61,13 +64,28 @@ class RefQwen3Moe {
     return static_cast<const float*>(f_.find_tensor(name)->data);
   }
   /// Row-major matrix `name` (expert e of a 3-D one) times x.
+  /// Row-major matrix `name` (expert e of a 3-D one) times x. A q8_0 matrix is decoded with its
+  /// reference codec and multiplies x rounded to q8_0 by the activation quantizer llama.cpp's
+  /// CPU mul_mat uses (cpu_traits' act_from_float: quantize_row_q8_0, scale from 127 / amax; the
+  /// reference codec's amax / 127 rounds a few values the other way, and the router turns
+  /// that into ~1e-2 of logprob).
   Vec mv(const std::string& name, const Vec& x, int64_t e = 0) const {
-    const gguf::TensorInfo& t = *f_.find_tensor(name);
-    const float* m = static_cast<const float*>(t.data) + e * t.ne[0] * t.ne[1];
+    const gguf::TensorInfo& info = *f_.find_tensor(name);
+    const Tensor t = f_.view(info);
+    const int64_t k = t.ne[0];
+    std::vector<float> xf(x.begin(), x.end()), row(static_cast<size_t>(k));
+    if (t.type == DType::Q8_0) {
+      const cpu::CpuTypeTraits* ct = cpu::cpu_traits(t.type);
+      std::vector<uint8_t> q(size_t(*row_bytes(ct->act_type, k)));
+      ct->act_from_float(xf.data(), q.data(), k);
+      traits(ct->act_type).to_float(q.data(), xf.data(), k);
+    }
     Vec y(size_t(t.ne[1]), 0.0);
-    for (int64_t j = 0; j < t.ne[1]; ++j)
-      for (int64_t c = 0; c < t.ne[0]; ++c)
-        y[size_t(j)] += double(m[j * t.ne[0] + c]) * x[size_t(c)];
+    for (int64_t j = 0; j < t.ne[1]; ++j) {
+      t.row_to_float(row.data(), j, e);
+      for (int64_t c = 0; c < k; ++c)
+        y[size_t(j)] += double(row[size_t(c)]) * double(xf[size_t(c)]);
+    }
     return y;
   }
   Vec rms(const Vec& x, const float* g) const {
@@ -157,9 +175,11 @@ double logprob(std::span<const double> x, size_t i) {
   return x[i] - mx - std::log(z);
 }
 
-TEST(Qwen3Moe, ForwardMatchesDoublePrecisionReference) {
+class Qwen3MoeTypes : public ::testing::TestWithParam<SynthFileType> {};
+
+TEST_P(Qwen3MoeTypes, ForwardMatchesDoublePrecisionReference) {
   test::TempDir dir;
-  const std::string path = test::synth_model(dir, "tiny-qwen3moe", SynthFileType::F32);
+  const std::string path = test::synth_model(dir, "tiny-qwen3moe", GetParam());
   const gguf::File file = gguf::File::open(path);
   RefQwen3Moe ref(file);
   const Model m = Model::load(path, {});
@@ -198,9 +218,15 @@ TEST(Qwen3Moe, ForwardMatchesDoublePrecisionReference) {
     want = ref.step(next);
     compare(lg, want, "decode step " + std::to_string(s));
   }
-  std::cout << "[ qwen3moe ] max |logprob diff| against the double-precision reference: "
-            << max_diff << "\n";
+  std::cout << "[ qwen3moe ] " << synth_file_type_name(GetParam())
+            << ": max |logprob diff| against the double-precision reference: " << max_diff << "\n";
 }
+
+INSTANTIATE_TEST_SUITE_P(Types, Qwen3MoeTypes,
+                         ::testing::Values(SynthFileType::F32, SynthFileType::Q8_0),
+                         [](const ::testing::TestParamInfo<SynthFileType>& i) {
+                           return std::string(synth_file_type_name(i.param));
+                         });
 
 // qwen3moe's expert keys are checked when the file is read: a missing or out-of-range key is a
 // ModelError naming it.
