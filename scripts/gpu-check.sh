@@ -12,7 +12,9 @@
 #   cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVRUN_CUDA=ON \
 #     -DCMAKE_CUDA_ARCHITECTURES=90 && cmake --build build-cuda --target kvrun test_gpu_e2e
 # with the shared libraries they load (not glibc, libstdc++ or CUDA's: the GPU machine has
-# newer ones) and the stories260K fixture into .gpu-deps/e2e.tar.xz. `e2e` unpacks it, runs
+# newer ones), the CPU kernel tests of build/ where they are built (test_cpu_simd, test_cpu_ops,
+# test_quants_iq: `e2e` runs them at the GPU host's best CPU level, AVX-512 on the H100/H200
+# hosts seen so far) and the stories260K fixture into .gpu-deps/e2e.tar.xz. `e2e` unpacks it, runs
 # test_gpu_e2e (every GPU device against the CPU: tokens and logits), writes a synthetic
 # llama3.1-8b Q4_0 and runs `kvrun bench -ngl 99` at depths 0, 32K and 128K (reached with
 # --depth-fill synthetic) for f16, fp8 and nvfp4 KV, and measures the device-to-device copy
@@ -91,7 +93,17 @@ pack() {
   stage=$(mktemp -d)
   mkdir -p "$stage/bin" "$stage/lib" "$stage/fixtures/models"
   cp "$b/kvrun" "$t" "$stage/bin/"
-  ldd "$b/kvrun" "$t" | awk '/=> \//{print $3}' | sort -u | while read -r so; do
+  # The CPU kernel tests too, where built: the GPU machine's host CPU may have a level (AVX-512)
+  # the dev machine lacks.
+  local cpu_tests=()
+  for c in test_cpu_simd test_cpu_ops test_quants_iq; do
+    [[ -x ${CPU_BUILD:-build}/tests/$c ]] && cpu_tests+=("${CPU_BUILD:-build}/tests/$c")
+  done
+  if [[ ${#cpu_tests[@]} -gt 0 ]]; then
+    mkdir -p "$stage/cpu"
+    cp "${cpu_tests[@]}" "$stage/cpu/"
+  fi
+  ldd "$b/kvrun" "$t" "${cpu_tests[@]}" | awk '/=> \//{print $3}' | sort -u | while read -r so; do
     case $(basename "$so") in
       libc.so* | libm.so* | libgcc_s* | libstdc++* | libpthread* | libdl.so* | librt.so* | \
         libresolv* | libcuda.so* | libcublas* | libcudart*) ;;
@@ -116,6 +128,12 @@ e2e() {
   "$kit/bin/test_gpu_e2e" --gtest_output="xml:$LOG_DIR/test_gpu_e2e.xml" >"$LOG_DIR/e2e.log" 2>&1 || status=1
   grep -E '^\[  (PASSED|FAILED|SKIPPED) +\]|parted|skipped|Failure|NMSE|Expected|Which is|error' \
     "$LOG_DIR/e2e.log" | head -60
+  if [[ -d $kit/cpu ]]; then  # the CPU kernel tests at the host's best level
+    for t in "$kit"/cpu/*; do
+      "$t" --gtest_brief=1 >"$LOG_DIR/$(basename "$t").log" 2>&1 || status=1
+      echo "== $(basename "$t") (KVRUN_CPU unset: the best level here): $(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\]' "$LOG_DIR/$(basename "$t").log" | tr '\n' ' ')"
+    done
+  fi
   [[ ${E2E_BENCH:-1} == 1 ]] || exit $status
   python3 - <<'PY' || true
 import torch
