@@ -121,7 +121,8 @@ std::string kv_name(KvPair p) { return std::string(traits(p.k).name) + "/" + tra
 bool four_bit(DType t) { return t == DType::Q4_0 || t == DType::Q4_K || t == DType::NVFP4; }
 
 /// Every placement of `path` on `gpu` against the CPU run, for each KV pair the device has.
-/// The CPU quantizes activations (q8_0 / q8_K) and Q (f16 / q8_0) where the GPUs keep f32, so
+/// The CPU quantizes activations (q8_0 / q8_K) and Q (f16 / q8_0) where the GPUs keep f32 (CUDA
+/// quantizes them as the CPU does for q4_0 / q8_0 weights only), so
 /// the random tiny models drift further from it with 4-bit weights or a 4-bit KV cache: those
 /// runs get a looser tolerance: a value one rounding apart on either side of a 4-bit level
 /// lands a whole step away, and 26 random layers (tiny-gemma2) amplify that to an NMSE of
