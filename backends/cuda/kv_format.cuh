@@ -39,6 +39,20 @@ inline KvFormat make_kv_format(DType type, int64_t n_head_kv, int64_t head_dim) 
   return f;
 }
 
+/// The nvfp4 block holding value e of an encoded row of format f (its E4M3 scale byte, then the
+/// E2M1 codes, value e at code e % 16), with *fac = the group's FP32 scale × the block's E4M3
+/// scale, the factor its codes are multiplied by.
+KVRUN_HD const uint8_t* nvfp4_block(const KvFormat& f, const uint8_t* row, int e, float* fac) {
+  const int g = e / f.nvfp4_group, w = e % f.nvfp4_group;
+  const uint8_t* blk =
+      row + (g * (f.nvfp4_group / QK_NVFP4) + w / QK_NVFP4) * int(sizeof(block_nvfp4));
+  const uint8_t* sp = row + f.nvfp4_scale_off + 4 * g;
+  const float s2 = bits_as_f32(uint32_t(sp[0]) | uint32_t(sp[1]) << 8 | uint32_t(sp[2]) << 16 |
+                               uint32_t(sp[3]) << 24);
+  *fac = s2 * fp8_e4m3_to_f32(blk[0]);
+  return blk;
+}
+
 /// Value e (= h·head_dim + d; head h for the fp8 scale) of an encoded row.
 KVRUN_HD float kv_value(const KvFormat& f, const uint8_t* row, int h, int e) {
   switch (f.type) {
@@ -66,15 +80,10 @@ KVRUN_HD float kv_value(const KvFormat& f, const uint8_t* row, int h, int e) {
       return sb == 255 ? bits_as_f32(0x7fc00000u) : ldexpf(v, int(sb) - 127);
     }
     default: {  // NVFP4
-      const int g = e / f.nvfp4_group, w = e % f.nvfp4_group;
-      const uint8_t* blk =
-          row + (g * (f.nvfp4_group / QK_NVFP4) + w / QK_NVFP4) * int(sizeof(block_nvfp4));
-      const uint8_t* sp = row + f.nvfp4_scale_off + 4 * g;
-      const float s2 = bits_as_f32(uint32_t(sp[0]) | uint32_t(sp[1]) << 8 | uint32_t(sp[2]) << 16 |
-                                   uint32_t(sp[3]) << 24);
-      const int k = w % QK_NVFP4;
+      float fac;
+      const uint8_t* blk = nvfp4_block(f, row, e, &fac);
+      const int k = e % QK_NVFP4;
       const uint8_t byte = blk[1 + k / 2];
-      const float fac = s2 * fp8_e4m3_to_f32(blk[0]);
       return fac * e2m1_to_f32(uint8_t(k & 1 ? byte >> 4 : byte & 0x0f));
     }
   }

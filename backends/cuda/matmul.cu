@@ -305,15 +305,7 @@ void matmul(Context& ctx, const Tensor& w, const float* x, int64_t n, float* y) 
     prefill(c, w, x, n, y);
     return;
   }
-  if (w.packed && split_quant_bytes(w.type) > 0 && c.act_q8_matvec) {
-    const auto* wd = static_cast<const uint8_t*>(w.data);
-    const int64_t nb = k / 32;
-    const auto* q = reinterpret_cast<const uint4*>(wd);
-    const auto* d = reinterpret_cast<const uint16_t*>(wd + nb * m * split_quant_bytes(w.type));
-    if (w.type == DType::Q4_0)
-      matvec_q8(c, SplitRows<DType::Q4_0>{q, d, nb}, m, k, x, n, y);
-    else
-      matvec_q8(c, SplitRows<DType::Q8_0>{q, d, nb}, m, k, x, n, y);
+  if (c.act_q8_matvec && with_split_reader(w, [&](auto rd) { matvec_q8(c, rd, m, k, x, n, y); })) {
     check_launch("matmul: matvec_q8");
     return;
   }

@@ -44,8 +44,8 @@ struct AttnArgs {
 /// one 16-byte load for f16 / bf16 rows and one 8-byte load for fp8 rows whose heads are so
 /// aligned, one scale and four 2-byte (q8_0) or 1-byte (nvfp4) loads (AttnArgs::k_vec), the
 /// per-element decoder otherwise. Values equal kv_value's.
-__device__ __forceinline__ void k_values8(const KvFormat& f, int vec, const uint8_t* row, int hk, int e0, int e_end,
-                          float* x) {
+__device__ __forceinline__ void k_values8(const KvFormat& f, int vec, const uint8_t* row, int hk,
+                                          int e0, int e_end, float* x) {
   if (vec == 1 || vec == 2) {
     const uint4 u = *reinterpret_cast<const uint4*>(row + 2 * e0);
     const uint32_t w[4] = {u.x, u.y, u.z, u.w};
@@ -76,14 +76,8 @@ __device__ __forceinline__ void k_values8(const KvFormat& f, int vec, const uint
       x[2 * j + 1] = d * float(int8_t(w >> 8));
     }
   } else if (vec == 5) {  // nvfp4: the 8 values are half of one 16-value block
-    const int g = e0 / f.nvfp4_group, w = e0 % f.nvfp4_group;
-    const uint8_t* blk =
-        row + (g * (f.nvfp4_group / QK_NVFP4) + w / QK_NVFP4) * int(sizeof(block_nvfp4));
-    const uint8_t* sp = row + f.nvfp4_scale_off + 4 * g;
-    const float s2 = bits_as_f32(uint32_t(sp[0]) | uint32_t(sp[1]) << 8 | uint32_t(sp[2]) << 16 |
-                                 uint32_t(sp[3]) << 24);
-    const float fac = s2 * fp8_e4m3_to_f32(blk[0]);
-    const uint8_t* qs = blk + 1 + (w % QK_NVFP4) / 2;
+    float fac;
+    const uint8_t* qs = nvfp4_block(f, row, e0, &fac) + 1 + e0 % QK_NVFP4 / 2;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const uint8_t byte = qs[j];

@@ -221,9 +221,8 @@ KVRUN_HD int dot4_i8(int a, int b, int c) {
 
 /// One block of 32 activations quantized to int8 as the CPU quantizes them for q4_0 / q8_0
 /// weights (backends/cpu act_from_float_q8_0: q = round(x · 127 / absmax), d = f16(absmax /
-/// 127)): value i =
-/// d · xq byte i, bytes little-endian in 8 words (value i in byte i % 4 of word i / 4), and
-/// sum = Σ xq (which turns q4_0's −8 offset into one integer multiply).
+/// 127)): value i = d · xq byte i, bytes little-endian in 8 words (value i in byte i % 4 of word
+/// i / 4), and sum = Σ xq (which turns q4_0's −8 offset into one integer multiply).
 struct ActQ8 {
   int xq[8];
   float d;
@@ -317,22 +316,29 @@ inline int split_quant_bytes(DType t) {
   return t == DType::Q4_0 ? QK4_0 / 2 : t == DType::Q8_0 ? QK8_0 : 0;
 }
 
+/// Calls f(reader) with the SplitRows reader of device weight `w` when it was uploaded in the
+/// split layout (w.packed set, q4_0 / q8_0); returns false (f not called) otherwise.
+template <typename F>
+bool with_split_reader(const Tensor& w, F&& f) {
+  if (!w.packed || split_quant_bytes(w.type) == 0) return false;
+  const auto* wd = static_cast<const uint8_t*>(w.data);
+  const int64_t nb = w.ne[0] / 32, blocks = nb * w.n_rows();
+  const auto* q = reinterpret_cast<const uint4*>(wd);
+  const auto* d = reinterpret_cast<const uint16_t*>(wd + blocks * split_quant_bytes(w.type));
+  if (w.type == DType::Q4_0)
+    f(SplitRows<DType::Q4_0>{q, d, nb});
+  else
+    f(SplitRows<DType::Q8_0>{q, d, nb});
+  return true;
+}
+
 /// Calls f(reader) with the reader of device weight `w`: SplitRows when it was uploaded in the
 /// split layout (w.packed set, q4_0 / q8_0), StoredRows otherwise. Returns false for a type
 /// without a decoder (the caller reports it).
 template <typename F>
 bool with_reader(const Tensor& w, F&& f) {
+  if (with_split_reader(w, f)) return true;
   const auto* wd = static_cast<const uint8_t*>(w.data);
-  if (w.packed && split_quant_bytes(w.type) > 0) {
-    const int64_t nb = w.ne[0] / 32, blocks = nb * w.n_rows();
-    const auto* q = reinterpret_cast<const uint4*>(wd);
-    const auto* d = reinterpret_cast<const uint16_t*>(wd + blocks * split_quant_bytes(w.type));
-    if (w.type == DType::Q4_0)
-      f(SplitRows<DType::Q4_0>{q, d, nb});
-    else
-      f(SplitRows<DType::Q8_0>{q, d, nb});
-    return true;
-  }
   return dispatch_weight_type(w.type, [&](auto tag) {
     f(StoredRows<decltype(tag)::value>{wd, size_t(w.nb[1])});
   });
