@@ -180,6 +180,51 @@ std::string oracle_render(const fs::path& template_path, const Conversation& con
   return r.out;
 }
 
+/// One conversation rendered by the oracle: the text, or the template's error when it raised.
+struct OracleResult {
+  std::string text;
+  bool raised = false;
+};
+
+/// oracle_render for every conversation of `convs` in one run of the oracle script (its list
+/// form). Empty, with a test failure, when the oracle itself fails.
+std::vector<OracleResult> oracle_render_all(const fs::path& template_path,
+                                            const std::vector<Conversation>& convs,
+                                            const ChatSpecialTokens& tok,
+                                            const test::TempDir& dir) {
+  nlohmann::json reqs = nlohmann::json::array();
+  for (const Conversation& conv : convs) {
+    nlohmann::json req;
+    req["messages"] = nlohmann::json::array();
+    for (const ChatMessage& m : conv.messages)
+      req["messages"].push_back({{"role", m.role}, {"content", m.content}});
+    req["add_generation_prompt"] = conv.add_generation_prompt;
+    req["bos_token"] = tok.bos;
+    req["eos_token"] = tok.eos;
+    req["now"] = kToday;
+    reqs.push_back(req);
+  }
+  const fs::path req_path = dir / "requests.json";
+  std::ofstream(req_path) << reqs.dump();
+  const std::string script = test::test_data("render_chat_template.py").string();
+  const auto r =
+      test::run_command("/usr/bin/python3 " + quoted(script) + " " +
+                        quoted(template_path.string()) + " " + quoted(req_path.string()));
+  std::vector<OracleResult> out;
+  if (r.exit_code != 0) {
+    ADD_FAILURE() << "oracle failed: " << r.err;
+    return out;
+  }
+  for (const nlohmann::json& j : nlohmann::json::parse(r.out)) {
+    if (j.contains("error"))
+      out.push_back({"TEMPLATE_ERROR: " + j["error"].get<std::string>() + "\n", true});
+    else
+      out.push_back({j.at("text").get<std::string>(), false});
+  }
+  EXPECT_EQ(out.size(), convs.size());
+  return out;
+}
+
 /// kvrun's own templates (tests/data/chat_templates/NAME.jinja, written for the families no
 /// fixture template covers), checked like the fixtures but not counted among them.
 const std::vector<Expect> kOwnTemplates = {
@@ -210,11 +255,15 @@ std::string render_builtin(const std::string& name, const Conversation& conv,
 /// or where the built-in documents a limit); returns how many renders were compared.
 int compare_with_oracle(const fs::path& path, const Expect& e, const test::TempDir& dir) {
   const ChatSpecialTokens tok = tokens_for(e.family);
+  const std::vector<Conversation> convs = conversations();
+  const std::vector<OracleResult> oracle = oracle_render_all(path, convs, tok, dir);
+  if (oracle.size() != convs.size()) return 0;  // the failure is already reported
   int compared = 0;
-  for (const Conversation& conv : conversations()) {
+  for (size_t k = 0; k < oracle.size(); ++k) {
+    const Conversation& conv = convs[k];
     SCOPED_TRACE(std::string(e.file) + " (" + e.family + "), " + conv.name);
-    bool raised = false;
-    const std::string want = oracle_render(path, conv, tok, dir, &raised);
+    const bool raised = oracle[k].raised;
+    const std::string& want = oracle[k].text;
     const bool has_system = conv.messages[0].role == "system";
     if (raised || (e.needs_system && !has_system) || refuses_ending(e.family, conv)) {
       EXPECT_THROW(render_builtin(e.family, conv, tok), jinja::JinjaError) << "oracle: " << want;

@@ -15,6 +15,10 @@ REQUEST.json is an object with:
 On success the rendered prompt is written to stdout byte for byte and the exit status is 0.
 When the template raises (raise_exception or any other error while rendering) one line
 "TEMPLATE_ERROR: <message>" is written to stdout and the exit status is 3.
+
+REQUEST.json may also be a list of such objects (one template, many conversations: one Python
+start instead of one per conversation). Then stdout is a JSON list with, per request,
+{"text": rendered} or {"error": "<type>: <message>"}, and the exit status is 0.
 """
 
 import datetime
@@ -68,6 +72,18 @@ def make_environment(now, generation=True):
     return env
 
 
+def render(source, request):
+    """The rendered prompt of one request; raises what the template raises."""
+    now = datetime.datetime.now()
+    if request.get("now"):
+        now = datetime.datetime.strptime(request["now"], "%Y-%m-%d")
+    template = make_environment(now).from_string(source)
+    return template.render(messages=request["messages"], tools=None, documents=None,
+                           add_generation_prompt=bool(request["add_generation_prompt"]),
+                           bos_token=request.get("bos_token", ""),
+                           eos_token=request.get("eos_token", ""))
+
+
 def main():
     if len(sys.argv) != 3:
         sys.stderr.write(__doc__)
@@ -76,15 +92,17 @@ def main():
         source = f.read()
     with open(sys.argv[2], encoding="utf-8") as f:
         request = json.load(f)
-    now = datetime.datetime.now()
-    if request.get("now"):
-        now = datetime.datetime.strptime(request["now"], "%Y-%m-%d")
+    if isinstance(request, list):
+        results = []
+        for r in request:
+            try:
+                results.append({"text": render(source, r)})
+            except Exception as e:  # a failure of the template itself, reported per request
+                results.append({"error": "%s: %s" % (type(e).__name__, e)})
+        sys.stdout.write(json.dumps(results))
+        return 0
     try:
-        template = make_environment(now).from_string(source)
-        text = template.render(messages=request["messages"], tools=None, documents=None,
-                               add_generation_prompt=bool(request["add_generation_prompt"]),
-                               bos_token=request.get("bos_token", ""),
-                               eos_token=request.get("eos_token", ""))
+        text = render(source, request)
     except Exception as e:  # any failure of the template itself is reported, not a crash
         sys.stdout.write("TEMPLATE_ERROR: %s: %s\n" % (type(e).__name__, e))
         return 3
