@@ -169,9 +169,33 @@ class File {
   /// A Tensor view of `info` (data may be null for metadata-only files).
   Tensor view(const TensorInfo& info) const;
 
+  /// Number of files the model is split into: 1, or `split.count` of a model written by
+  /// llama.cpp's gguf-split (keys `split.no`, `split.count`, `split.tensors.count`; parts named
+  /// PREFIX-00001-of-0000N.gguf, PREFIX-00002-of-0000N.gguf, ...). open() and
+  /// open_metadata_only() given the first part open the other parts from the same folder:
+  /// tensors() then lists every part's tensors (each TensorInfo's offset is relative to its own
+  /// part's data section, `data` points into that part's mapping); metadata(), version(),
+  /// alignment(), data_offset() and file_size() are the first part's. A missing part, a part
+  /// with another split.count or out of order, a tensor name in two parts or a tensor count
+  /// other than split.tensors.count is a GgufError naming the part; so is opening a later part.
+  int split_count() const;
+
+  /// Byte extents of the file, or of every part of a split model summed: `file_bytes` on disk,
+  /// tensor data `present` (what the file holds past its data section; for a split model, per
+  /// part up to what that part's tensors address) and `needed` (what the tensor infos
+  /// address). A download cut short has present < needed.
+  struct DataExtent {
+    uint64_t file_bytes = 0;
+    uint64_t present = 0;
+    uint64_t needed = 0;
+  };
+  DataExtent data_extent() const;
+
  private:
   struct Impl;
   explicit File(std::unique_ptr<Impl> impl);
+  /// Opens and appends the other parts of a split model (see split_count()).
+  void attach_split_parts(bool metadata_only);
   std::unique_ptr<Impl> impl_;
 };
 

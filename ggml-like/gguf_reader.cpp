@@ -25,8 +25,10 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <unordered_map>
@@ -218,6 +220,10 @@ struct File::Impl {
   std::vector<TensorInfo> tensors;
   std::unordered_map<std::string_view, size_t> kv_index;
   std::unordered_map<std::string_view, size_t> tensor_index;
+  /// Split models: the first part's own tensors (tensors[0, n_own)), then the other parts,
+  /// whose tensors follow in `tensors` (their names and data point into these mappings).
+  size_t n_own = 0;
+  std::vector<std::unique_ptr<Impl>> parts;
 
   ~Impl() {
     if (map) munmap(map, size_t(size));
@@ -431,13 +437,144 @@ File::~File() = default;
 File File::open(const std::string& path) {
   auto impl = Impl::map_file(path);
   impl->parse(false);
-  return File(std::move(impl));
+  File f(std::move(impl));
+  f.attach_split_parts(false);
+  return f;
 }
 
 File File::open_metadata_only(const std::string& path) {
   auto impl = Impl::map_file(path);
   impl->parse(true);
-  return File(std::move(impl));
+  File f(std::move(impl));
+  f.attach_split_parts(true);
+  return f;
+}
+
+// ---- split models: llama.cpp's gguf-split (examples/gguf-split; its split.* keys and its
+// "%s-%05d-of-%05d.gguf" part names) ----
+
+namespace {
+
+constexpr const char* kSplitNo = "split.no";  // 0-based part number (u16)
+constexpr const char* kSplitCount = "split.count";
+constexpr const char* kSplitTensors = "split.tensors.count";
+
+/// "PREFIX-00002-of-00005.gguf" → PREFIX, 2, 5. False for any other name.
+bool parse_split_name(const std::string& path, std::string* prefix, int* no, int* count) {
+  constexpr size_t kTail = 20;  // "-NNNNN-of-NNNNN.gguf"
+  if (path.size() <= kTail) return false;
+  const std::string t = path.substr(path.size() - kTail);
+  if (t[0] != '-' || t.compare(6, 4, "-of-") != 0 || t.compare(15, 5, ".gguf") != 0) return false;
+  for (size_t i : {1u, 2u, 3u, 4u, 5u, 10u, 11u, 12u, 13u, 14u})
+    if (t[i] < '0' || t[i] > '9') return false;
+  *prefix = path.substr(0, path.size() - kTail);
+  *no = std::stoi(t.substr(1, 5));
+  *count = std::stoi(t.substr(10, 5));
+  return true;
+}
+
+std::string split_part_name(const std::string& prefix, int64_t no, int64_t count) {
+  char tail[64];
+  std::snprintf(tail, sizeof tail, "-%05lld-of-%05lld.gguf", (long long)no, (long long)count);
+  return prefix + tail;
+}
+
+/// A GgufError about part `path` of a split model, keeping the part's own message and offset.
+GgufError part_error(const std::string& path, const GgufError& e) {
+  std::string msg = e.what();
+  if (msg.rfind("gguf: ", 0) == 0) msg.erase(0, 6);
+  if (const size_t at = msg.rfind(" (at byte offset "); at != std::string::npos) msg.erase(at);
+  return GgufError("split part " + path + ": " + msg, e.offset());
+}
+
+}  // namespace
+
+void File::attach_split_parts(bool metadata_only) {
+  const std::optional<int64_t> count = get_int(kSplitCount);
+  impl_->n_own = impl_->tensors.size();
+  if (!count || *count == 1) return;
+  const std::string& path = impl_->path;
+  if (*count < 1 || *count > 99999)
+    throw GgufError(
+        std::string(kSplitCount) + " " + std::to_string(*count) + " is not a number of parts", 0);
+  const int64_t no = get_int(kSplitNo).value_or(0);
+  std::string prefix;
+  int name_no = 0, name_count = 0;
+  const bool named = parse_split_name(path, &prefix, &name_no, &name_count);
+  if (no != 0)
+    throw GgufError(path + " is part " + std::to_string(no + 1) + " of " + std::to_string(*count) +
+                        " of a split model: open its first part" +
+                        (named ? " (" + split_part_name(prefix, 1, *count) + ")" : ""),
+                    0);
+  if (!named || name_no != 1 || name_count != *count)
+    throw GgufError(path + " is the first of " + std::to_string(*count) +
+                        " parts of a split model, but its name is not PREFIX-00001-of-" +
+                        split_part_name("", *count, *count).substr(10) +
+                        " (gguf-split's naming), so the other parts cannot be found",
+                    0);
+  bool all_data = true;
+  for (const TensorInfo& t : impl_->tensors) all_data = all_data && t.data;
+  for (int64_t k = 2; k <= *count; ++k) {
+    const std::string pp = split_part_name(prefix, k, *count);
+    std::unique_ptr<Impl> part;
+    try {
+      part = Impl::map_file(pp);
+    } catch (const std::system_error& e) {
+      throw GgufError("split model " + path + ": part " + std::to_string(k) + " of " +
+                          std::to_string(*count) + " cannot be opened: " + e.what(),
+                      0);
+    }
+    try {
+      part->parse(metadata_only);
+    } catch (const GgufError& e) {
+      throw part_error(pp, e);
+    }
+    File pf(std::move(part));
+    if (pf.get_int(kSplitNo).value_or(-1) != k - 1 || pf.get_int(kSplitCount) != count)
+      throw GgufError("split part " + pp + ": its split.no / split.count say it is not part " +
+                          std::to_string(k) + " of " + std::to_string(*count),
+                      0);
+    if (pf.get_int(kSplitTensors) != get_int(kSplitTensors))
+      throw GgufError("split part " + pp + ": its " + std::string(kSplitTensors) +
+                          " differs from the first part's",
+                      0);
+    for (const TensorInfo& t : pf.impl_->tensors) {
+      if (!impl_->tensor_index.emplace(t.name, impl_->tensors.size()).second)
+        throw GgufError("split part " + pp + ": tensor '" + std::string(t.name) +
+                            "' is also in an earlier part",
+                        0);
+      impl_->tensors.push_back(t);
+      all_data = all_data && t.data;
+    }
+    impl_->parts.push_back(std::move(pf.impl_));
+  }
+  if (const auto n = get_int(kSplitTensors); n && uint64_t(*n) != impl_->tensors.size())
+    throw GgufError("split model " + path + ": " + std::string(kSplitTensors) + " is " +
+                        std::to_string(*n) + " but its parts hold " +
+                        std::to_string(impl_->tensors.size()) + " tensors",
+                    0);
+  if (!all_data)  // metadata_only: as for one file, no data pointers unless all data is there
+    for (TensorInfo& t : impl_->tensors) t.data = nullptr;
+}
+
+int File::split_count() const { return 1 + int(impl_->parts.size()); }
+
+File::DataExtent File::data_extent() const {
+  DataExtent e;
+  // A part's bytes past its last tensor do not make up for another part cut short.
+  const bool split = !impl_->parts.empty();
+  auto add = [&e, split](const Impl& im, size_t n_tensors) {
+    e.file_bytes += im.size;
+    uint64_t end = 0;
+    for (size_t k = 0; k < n_tensors; ++k)
+      end = std::max(end, im.tensors[k].offset + im.tensors[k].n_bytes);
+    const uint64_t avail = im.size > im.data_offset ? im.size - im.data_offset : 0;
+    e.present += split ? std::min(avail, end) : avail;
+    e.needed += end;
+  };
+  add(*impl_, impl_->n_own);
+  for (const auto& p : impl_->parts) add(*p, p->tensors.size());
+  return e;
 }
 
 File File::from_memory(const void* data, size_t size) {

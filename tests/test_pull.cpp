@@ -19,6 +19,8 @@
 #include <thread>
 #include <vector>
 
+#include "gguf.h"
+#include "gguf_split_util.h"
 #include "test_util.h"
 #include "tools/pull/pull.h"
 
@@ -252,17 +254,28 @@ TEST_F(PullE2E, TokenOfflineCacheAndUnsafePaths) {
   EXPECT_FALSE(fs::exists(cache.path() / "hf" / "kvrun-test" / "escape-Q8_0.gguf"));
 }
 
-TEST_F(PullE2E, SplitModelIsFetchedWholeAndRefusedAtLoad) {
-  hub.add("split/s-F32-00001-of-00002.gguf", q4.substr(0, 1000));
-  hub.add("split/s-F32-00002-of-00002.gguf", q4.substr(1000));
+TEST_F(PullE2E, SplitModelIsFetchedWholeAndLoads) {
+  // Two real parts (gguf-split's layout) of the Q4_K_M fixture: -hf fetches both and runs the
+  // model from them as from the single file.
+  test::TempDir parts_dir;
+  const gguf::File whole =
+      gguf::File::open(test::fixture("models/stories260K-Q4_K_M.gguf").string());
+  const auto parts = test::write_gguf_split(whole, (parts_dir / "s-F32").string(), 2);
+  hub.add("split/s-F32-00001-of-00002.gguf", read_file(parts[0]));
+  hub.add("split/s-F32-00002-of-00002.gguf", read_file(parts[1]));
   const std::string env =
       "HF_ENDPOINT=" + hub.endpoint() + " KVRUN_CACHE='" + cache.path().string() + "' ";
   auto r = test::run_command(env + test::kvrun_binary() + " pull " + kRepo + ":F32");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 2) << r.out;
-  r = test::run_command(env + test::kvrun_binary() + " -hf " + kRepo + ":F32 -p Once -n 2");
-  EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.err.find("split into 2 files"), std::string::npos) << r.err;
+  const std::string gen = " -p 'Once upon a time' -n 8 --temp 0";
+  r = test::run_command(env + test::kvrun_binary() + " -hf " + kRepo + ":F32" + gen);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto ref =
+      test::run_command(test::kvrun_binary() + " -m '" +
+                        test::fixture("models/stories260K-Q4_K_M.gguf").string() + "'" + gen);
+  ASSERT_EQ(ref.exit_code, 0) << ref.err;
+  EXPECT_EQ(r.out, ref.out);
 }
 
 TEST_F(PullE2E, CliPullHfAndModelUrl) {

@@ -27,6 +27,7 @@ nlohmann::ordered_json to_json(const ModelInfo& mi) {
   j["model"] = mi.path;
   j["gguf_version"] = mi.gguf_version;
   j["file_bytes"] = mi.file_bytes;
+  j["split_count"] = mi.split_count;
   j["name"] = mi.name;
   j["arch"] = mi.hp.arch;
   j["n_layer"] = mi.hp.n_layer;
@@ -87,8 +88,10 @@ std::string format_count(int64_t n) {
 
 void print_text(const ModelInfo& mi, const std::string& fast_source) {
   const Hparams& hp = mi.hp;
-  std::printf("model        %s (GGUF v%u, %s)\n", mi.path.c_str(), mi.gguf_version,
+  std::printf("model        %s (GGUF v%u, %s", mi.path.c_str(), mi.gguf_version,
               format_bytes(int64_t(mi.file_bytes)).c_str());
+  if (mi.split_count > 1) std::printf(" in %d split files", mi.split_count);
+  std::printf(")\n");
   if (!mi.name.empty()) std::printf("name         %s\n", mi.name.c_str());
   std::printf("arch         %s\n", hp.arch.c_str());
   std::printf("n_layer      %lld\n", (long long)hp.n_layer);

@@ -35,15 +35,8 @@ int resolve_model_source(const ModelSource& src, std::string& model, const char*
       model = pull::pull_url(cfg, src.model_url);
       return 0;
     }
+    // A split model's parts are downloaded side by side; opening the first opens the others.
     const std::vector<std::string> paths = pull::pull_hf(cfg, src.hf_repo, src.hf_file);
-    if (paths.size() > 1) {
-      std::fprintf(stderr,
-                   "kvrun: error: %s is split into %zu files (downloaded next to %s); kvrun "
-                   "cannot load split GGUF models yet: merge them into one file first (e.g. "
-                   "llama.cpp's llama-gguf-split --merge)\n",
-                   src.hf_repo.c_str(), paths.size(), paths.front().c_str());
-      return 1;
-    }
     model = paths.front();
     return 0;
   } catch (const pull::PullError& e) {

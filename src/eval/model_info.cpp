@@ -13,7 +13,6 @@ ModelInfo describe_model(const gguf::File& file, int64_t n_ctx, int64_t block_si
   ModelInfo mi;
   mi.path = file.path();
   mi.gguf_version = file.version();
-  mi.file_bytes = file.file_size();
   mi.hp = load_hparams(file);
   try {
     configure_arch(file, mi.hp);  // sliding window, soft-caps (an unknown arch is still described)
@@ -41,10 +40,12 @@ ModelInfo describe_model(const gguf::File& file, int64_t n_ctx, int64_t block_si
     mi.weight_bytes_active +=
         experts ? int64_t(t.n_bytes) / mi.hp.n_expert * mi.hp.n_expert_used : int64_t(t.n_bytes);
     all_data = all_data && t.data != nullptr;
-    mi.data_bytes_needed = std::max(mi.data_bytes_needed, int64_t(t.offset + t.n_bytes));
   }
-  if (file.file_size() > file.data_offset())
-    mi.data_bytes_present = int64_t(file.file_size() - file.data_offset());
+  const gguf::File::DataExtent extent = file.data_extent();  // every part of a split model
+  mi.file_bytes = extent.file_bytes;
+  mi.split_count = file.split_count();
+  mi.data_bytes_needed = int64_t(extent.needed);
+  mi.data_bytes_present = int64_t(extent.present);
   mi.has_weights = mi.n_tensors > 0 && all_data;
   size_t n_types = 0;
   const DType* types = all_dtypes(&n_types);

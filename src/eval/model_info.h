@@ -32,7 +32,8 @@ struct KvSizeEntry {
 struct ModelInfo {
   std::string path;
   uint32_t gguf_version = 0;
-  uint64_t file_bytes = 0;
+  uint64_t file_bytes = 0;  ///< on disk, every part of a split model
+  int split_count = 1;      ///< files of a split model (gguf-split), else 1
   Hparams hp;
   std::string tokenizer_model;           ///< tokenizer.ggml.model ("llama", "gpt2", ...) or ""
   std::string tokenizer_pre;             ///< tokenizer.ggml.pre or ""
