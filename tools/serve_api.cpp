@@ -137,9 +137,9 @@ void parse_stream(const json& j, ApiRequest& r) {
 /// llama.cpp's code-completion limits, read by /completion, /infill and /v1/completions.
 void parse_code_limits(const json& j, RequestParams& p) {
   if (auto n = integer(j, "n_indent", 0, 1 << 20)) p.n_indent = int(*n);
-  if (auto t = number(j, "t_max_predict_ms", -1, 1e9)) p.t_max_predict_ms = std::max(0.0, *t);
+  if (auto t = number(j, "t_max_predict_ms", -1e9, 1e9)) p.t_max_predict_ms = std::max(0.0, *t);
   // Read and checked but without effect, as in llama.cpp's server (llama.vim sends it).
-  number(j, "t_max_prompt_ms", -1, 1e9);
+  number(j, "t_max_prompt_ms", -1e9, 1e9);
 }
 
 /// n_predict / max_tokens 0: evaluate the prompt only (ApiRequest::no_tokens).
