@@ -128,14 +128,19 @@ class ServerProcess {
 };
 
 /// Writes the stories260K fixture with FIM token ids added (three byte tokens, ids 3, 4, 5,
-/// stand in for <PRE> <SUF> <MID>) to `path`, for the fill-in-the-middle endpoints.
-inline void write_fim_fixture(const std::string& path) {
+/// stand in for <PRE> <SUF> <MID>; with `repo_tokens` also ids 6, 7 for the repo-level
+/// <|repo_name|> <|file_sep|>) to `path`, for the fill-in-the-middle endpoints.
+inline void write_fim_fixture(const std::string& path, bool repo_tokens = false) {
   const gguf::File f = gguf::File::open(test::fixture(kModel).string());
   gguf::Writer w;
   for (const auto& kv : f.metadata()) w.set_value(std::string(kv.key), kv.value);
   w.set_u32("tokenizer.ggml.fim_pre_token_id", 3);
   w.set_u32("tokenizer.ggml.fim_suf_token_id", 4);
   w.set_u32("tokenizer.ggml.fim_mid_token_id", 5);
+  if (repo_tokens) {
+    w.set_u32("tokenizer.ggml.fim_rep_token_id", 6);
+    w.set_u32("tokenizer.ggml.fim_sep_token_id", 7);
+  }
   for (const auto& t : f.tensors())
     w.add_tensor(std::string(t.name), t.type,
                  std::vector<int64_t>(t.ne, t.ne + std::max(1, t.n_dims)), t.data);

@@ -505,7 +505,7 @@ TEST(Serve, InfillPutsPrefixAndSuffixAroundTheFimTokens) {
   test::TempDir dir;
   const auto fim_model = (dir / "fim.gguf").string();
   write_fim_fixture(fim_model);
-  ServerProcess srv({"-c", "128"}, fim_model);
+  ServerProcess srv({"-c", "256", "-b", "64"}, fim_model);  // room for extra context past -b
   ASSERT_TRUE(srv.ok()) << srv.log();
   auto c = srv.client();
   auto n_tokens = [&](const std::string& text) {
@@ -518,9 +518,9 @@ TEST(Serve, InfillPutsPrefixAndSuffixAroundTheFimTokens) {
                             {"n_predict", 4},
                             {"temperature", 0}},
                            200);
-  // BOS, PRE, extra + prefix, SUF, suffix, MID.
+  // BOS, extra (no repo-level tokens: a name comment), PRE, prefix, SUF, suffix, MID.
   EXPECT_EQ(j["tokens_evaluated"],
-            4 + n_tokens("// a.txt\nLily\nOnce upon") + n_tokens("the end."));
+            4 + n_tokens("// a.txt\nLily\n") + n_tokens("Once upon") + n_tokens("the end."));
   EXPECT_EQ(j["tokens_predicted"], 4);
   expect_clean_exit(srv);
 }

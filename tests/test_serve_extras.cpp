@@ -109,7 +109,8 @@ TEST(ServeEmbeddings, PoolingNoneGivesARowPerTokenOnlyOnLlamasEndpoint) {
   expect_near(j[0]["embedding"][1].get<std::vector<float>>(),
               std::vector<float>(rows.begin() + 64, rows.begin() + 128));
   post_json(s, "/v1/embeddings", {{"input", "x"}}, 400);
-  post_json(s, "/api/embed", {{"input", "x"}}, 400);
+  const json e = post_json(s, "/api/embed", {{"input", "x"}}, 400);
+  EXPECT_TRUE(e["error"].is_string()) << e.dump();  // ollama's shape, not OpenAI's object
 }
 
 TEST(ServeCors, PreflightAndOriginsAsConfigured) {
@@ -213,8 +214,11 @@ TEST(ServeOllama, TagsShowVersionAndPs) {
   EXPECT_EQ(show["model_info"]["llama.context_length"], 128);
   EXPECT_EQ(show["model_info"]["general.architecture"], "llama");
   EXPECT_EQ(post_json(s, "/api/show", {{"model", "stories260K-F32"}})["details"], m["details"]);
-  post_json(s, "/api/show", {{"model", "llama3"}}, 404);
-  post_json(s, "/api/show", json::object(), 400);
+  // Errors in ollama's shape {"error": "..."}, as ollama's clients read them.
+  const json missing = post_json(s, "/api/show", {{"model", "llama3"}}, 404);
+  EXPECT_TRUE(missing["error"].is_string()) << missing.dump();
+  EXPECT_NE(missing["error"].get<std::string>().find("llama3"), std::string::npos);
+  EXPECT_TRUE(post_json(s, "/api/show", json::object(), 400)["error"].is_string());
   r = s.client()->Get("/api/version");
   EXPECT_TRUE(json::parse(r->body)["version"].is_string());
   r = s.client()->Get("/api/ps");

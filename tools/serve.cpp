@@ -526,6 +526,7 @@ int cmd_serve(const ServeOptions& opt_in) {
     sp.flash_attn = cp.flash_attn;
     api.tok = tok.get();
     api.n_ctx = opt.n_ctx;
+    api.n_batch = opt.n_batch;
     api.timeout_s = opt.timeout_s;
     api.model_name = std::filesystem::path(opt.model).stem().string();
     api.chat = chat_template_for(*model, *tok, opt.chat_template, opt.chat_template_kwargs);

@@ -134,6 +134,37 @@ void parse_stream(const json& j, ApiRequest& r) {
   }
 }
 
+/// llama.cpp's code-completion limits, read by /completion, /infill and /v1/completions.
+void parse_code_limits(const json& j, RequestParams& p) {
+  if (auto n = integer(j, "n_indent", 0, 1 << 20)) p.n_indent = int(*n);
+  if (auto t = number(j, "t_max_predict_ms", -1e9, 1e9)) p.t_max_predict_ms = std::max(0.0, *t);
+  // Read and checked but without effect, as in llama.cpp's server (llama.vim sends it).
+  number(j, "t_max_prompt_ms", -1e9, 1e9);
+}
+
+/// n_predict / max_tokens 0: evaluate the prompt only (ApiRequest::no_tokens).
+void set_n_predict(ApiRequest& r, int64_t n) {
+  r.params.n_predict = n;
+  r.no_tokens = n == 0;
+}
+
+/// The `input_extra` chunks of /infill: [{"filename": string, "text": string}].
+std::vector<FimChunk> fim_chunks(const json& j) {
+  std::vector<FimChunk> out;
+  const json* ex = json_field(j, "input_extra");
+  if (!ex) return out;
+  const char* what = "must be an array of {\"filename\": string, \"text\": string}";
+  if (!ex->is_array()) bad_field("input_extra", what);
+  for (const auto& chunk : *ex) {
+    if (!chunk.is_object()) bad_field("input_extra", what);
+    const json* name = json_field(chunk, "filename");
+    const json* text = json_field(chunk, "text");
+    if ((name && !name->is_string()) || !text || !text->is_string()) bad_field("input_extra", what);
+    out.push_back({name ? name->get<std::string>() : "", text->get<std::string>()});
+  }
+  return out;
+}
+
 std::string finish_reason_oai(FinishReason f) {
   return f == FinishReason::kEog || f == FinishReason::kStopString ? "stop" : "length";
 }
@@ -158,15 +189,40 @@ json usage_json(const RequestResult& res) {
           {"prompt_tokens_details", {{"cached_tokens", res.n_cached}}}};
 }
 
+/// llama.cpp's timings: prompt_* for the prompt tokens evaluated (cached ones not counted),
+/// predicted_* for the generated ones; a rate of nothing is 0.
 json timings_json(const RequestResult& res) {
   const int64_t n_gen = int64_t(res.tokens.size()), n_eval = res.n_prompt - res.n_cached;
+  const auto per_token = [](double ms, int64_t n) { return n > 0 ? ms / double(n) : 0.0; };
+  const auto per_second = [](double ms, int64_t n) { return ms > 0 ? 1e3 * double(n) / ms : 0.0; };
   return {{"prompt_n", n_eval},
           {"prompt_ms", res.prompt_ms},
-          {"prompt_per_second", res.prompt_ms > 0 ? 1e3 * double(n_eval) / res.prompt_ms : 0.0},
+          {"prompt_per_token_ms", per_token(res.prompt_ms, n_eval)},
+          {"prompt_per_second", per_second(res.prompt_ms, n_eval)},
           {"predicted_n", n_gen},
           {"predicted_ms", res.gen_ms},
-          {"predicted_per_second", res.gen_ms > 0 ? 1e3 * double(n_gen) / res.gen_ms : 0.0},
+          {"predicted_per_token_ms", per_token(res.gen_ms, n_gen)},
+          {"predicted_per_second", per_second(res.gen_ms, n_gen)},
           {"ttft_ms", res.ttft_ms}};
+}
+
+/// llama.cpp response_fields: the members at the paths ("a/b": member b of object a), keyed by
+/// the path as given; paths that name nothing are left out.
+json select_fields(const json& full, const std::vector<std::string>& paths) {
+  if (paths.empty()) return full;
+  json out = json::object();
+  for (const std::string& path : paths) {
+    const json* v = &full;
+    for (size_t at = 0; v && at <= path.size();) {
+      const size_t slash = std::min(path.find('/', at), path.size());
+      const std::string key = path.substr(at, slash - at);
+      const auto it = v->is_object() ? v->find(key) : v->end();
+      v = v->is_object() && it != v->end() ? &*it : nullptr;
+      at = slash + 1;
+    }
+    if (v) out[path] = *v;
+  }
+  return out;
 }
 
 /// OpenAI /v1/completions logprobs of some events.
@@ -307,14 +363,28 @@ ApiRequest parse_completions(const json& j, const ApiContext& ctx) {
   parse_stream(j, r);
   parse_sampling(j, r.params.sampling, 2);
   parse_grammar_fields(j, r.params);
-  if (auto n = integer(j, "max_tokens", 1, kMaxInt)) r.params.n_predict = *n;
+  if (auto n = integer(j, "max_tokens", 0, kMaxInt)) set_n_predict(r, *n);
   if (auto lp = integer(j, "logprobs", 0, 20)) {
     r.logprobs = true;
     r.params.n_probs = std::max<int>(1, int(*lp));
   }
   if (boolean(j, "echo").value_or(false)) bad_field("echo", "is not supported");
+  parse_code_limits(j, r.params);
   r.params.stop = stop_strings(j);
-  r.params.prompt = prompt_tokens(j, "prompt", ctx);
+  if (auto suffix = string(j, "suffix")) {  // fill-in-the-middle, as /infill lays it out
+    if (!has_fim_tokens(*ctx.tok))
+      bad_field("suffix",
+                "needs a model with fill-in-the-middle tokens (FIM prefix/suffix/middle)");
+    const json* p = json_field(j, "prompt");
+    if (p && p->is_array() && p->size() == 1) p = &(*p)[0];
+    if (!p || !p->is_string()) bad_field("prompt", "must be a string with a suffix");
+    FimInput in;
+    in.prefix = p->get<std::string>();
+    in.suffix = *suffix;
+    r.params.prompt = fim_prompt(*ctx.tok, in, fim_budget(ctx, r.params.n_predict));
+  } else {
+    r.params.prompt = prompt_tokens(j, "prompt", ctx);
+  }
   finish_params(r, ctx);
   return r;
 }
@@ -358,10 +428,14 @@ ApiRequest parse_llama_completion(const json& j, const ApiContext& ctx) {
   if (auto v = number(j, "min_p", 0, 1)) sp.min_p = float(*v);
   if (auto v = number(j, "repeat_penalty", 0, 100)) sp.repeat_penalty = float(*v);
   if (auto v = integer(j, "repeat_last_n", -1, 1 << 30)) sp.repeat_last_n = int32_t(*v);
-  if (auto n = integer(j, "n_predict", -1, kMaxInt)) r.params.n_predict = *n;
-  if (r.params.n_predict == 0) {  // evaluate the prompt only (see ApiRequest::no_tokens)
-    r.no_tokens = true;
-    r.params.n_predict = 1;
+  if (auto n = integer(j, "n_predict", -1, kMaxInt)) set_n_predict(r, *n);
+  parse_code_limits(j, r.params);
+  if (const json* f = json_field(j, "response_fields")) {
+    if (!f->is_array()) bad_field("response_fields", "must be an array of strings");
+    for (const auto& name : *f) {
+      if (!name.is_string()) bad_field("response_fields", "must be an array of strings");
+      r.response_fields.push_back(name.get<std::string>());
+    }
   }
   if (auto n = integer(j, "n_probs", 0, 100)) r.params.n_probs = int(*n);
   r.params.cache_prompt = boolean(j, "cache_prompt").value_or(true);
@@ -374,39 +448,45 @@ ApiRequest parse_llama_completion(const json& j, const ApiContext& ctx) {
 }
 
 ApiRequest parse_infill(const json& j, const ApiContext& ctx) {
-  const Tokenizer& tok = *ctx.tok;
-  if (tok.fim_prefix() < 0 || tok.fim_suffix() < 0 || tok.fim_middle() < 0)
+  if (!has_fim_tokens(*ctx.tok))
     throw ApiError(400, "this model has no fill-in-the-middle tokens (FIM prefix/suffix/middle)");
+  FimInput in;
+  in.extra = fim_chunks(j);
+  in.prefix = string(j, "input_prefix").value_or("");
+  in.suffix = string(j, "input_suffix").value_or("");
+  in.prompt = string(j, "prompt").value_or("");
+  const int64_t n_predict = integer(j, "n_predict", -1, kMaxInt).value_or(-1);
   json body = j;  // every /completion field; "prompt" is replaced by the FIM token sequence
-  std::string extra;
-  if (const json* ex = json_field(j, "input_extra")) {
-    if (!ex->is_array()) bad_field("input_extra", "must be an array of {filename, text}");
-    for (const auto& chunk : *ex) {
-      if (!chunk.is_object()) bad_field("input_extra", "must be an array of {filename, text}");
-      const std::string name = string(chunk, "filename").value_or("");
-      extra += (name.empty() ? "" : "// " + name + "\n") + string(chunk, "text").value_or("");
-      if (!extra.empty() && extra.back() != '\n') extra += "\n";
-    }
-  }
-  const std::string prefix = extra + string(j, "input_prefix").value_or("");
-  const std::string suffix = string(j, "input_suffix").value_or("");
-  const std::string middle = string(j, "prompt").value_or("");
-  body["prompt"] = fim_prompt(tok, prefix, suffix, middle);
+  body["prompt"] = fim_prompt(*ctx.tok, in, fim_budget(ctx, n_predict));
   return parse_llama_completion(body, ctx);
 }
 
-std::vector<int32_t> fim_prompt(const Tokenizer& tok, const std::string& prefix,
-                                const std::string& suffix, const std::string& middle) {
-  std::vector<int32_t> p;
-  if (tok.add_bos() && tok.bos() >= 0) p.push_back(tok.bos());
-  p.push_back(tok.fim_prefix());
-  for (int32_t id : tok.tokenize(prefix, false, false)) p.push_back(id);
-  p.push_back(tok.fim_suffix());
-  for (int32_t id : tok.tokenize(suffix, false, false)) p.push_back(id);
-  p.push_back(tok.fim_middle());
-  for (int32_t id : tok.tokenize(middle, false, false)) p.push_back(id);
-  return p;
+FimBudget fim_budget(const ApiContext& ctx, int64_t n_predict) {
+  return {ctx.n_batch > 0 ? ctx.n_batch : ctx.n_ctx, ctx.n_ctx, n_predict};
 }
+
+namespace {
+
+/// The /completion and /infill response, all fields; `content` is the text it carries (all of
+/// it, or the tail at the end of a stream); completion_probabilities with `probs`.
+json llama_completion_json(const ApiRequest& r, const RequestResult& res,
+                           const std::vector<const TokenEvent*>& evs, const ApiContext& ctx,
+                           const std::string& content, bool probs) {
+  json out = {{"content", content}, {"stop", true}, {"model", ctx.model_name}};
+  if (r.return_tokens) out["tokens"] = res.tokens;
+  out["stop_type"] = stop_type(res.finish);
+  out["stopping_word"] = res.stop_word;
+  out["tokens_predicted"] = res.tokens.size();
+  out["tokens_evaluated"] = res.n_prompt;
+  out["tokens_cached"] = res.n_cached;
+  out["has_new_line"] = res.text.find('\n') != std::string::npos;
+  out["truncated"] = res.finish == FinishReason::kContextFull;
+  out["timings"] = timings_json(res);
+  if (r.params.n_probs > 0 && probs) out["completion_probabilities"] = llama_probs(evs, *ctx.tok);
+  return out;
+}
+
+}  // namespace
 
 json response_json(const ApiRequest& r, const RequestResult& result,
                    const std::vector<TokenEvent>& events, const ApiContext& ctx,
@@ -442,18 +522,9 @@ json response_json(const ApiRequest& r, const RequestResult& result,
               {"choices", json::array({choice})},
               {"usage", usage_json(res)}};
     }
-    case Api::kLlamaCompletion: {
-      json out = {{"content", res.text}, {"stop", true}, {"model", ctx.model_name}};
-      if (r.return_tokens) out["tokens"] = res.tokens;
-      out["stop_type"] = stop_type(res.finish);
-      out["stopping_word"] = res.stop_word;
-      out["tokens_predicted"] = res.tokens.size();
-      out["tokens_evaluated"] = res.n_prompt;
-      out["tokens_cached"] = res.n_cached;
-      out["timings"] = timings_json(res);
-      if (r.params.n_probs > 0) out["completion_probabilities"] = llama_probs(evs, *ctx.tok);
-      return out;
-    }
+    case Api::kLlamaCompletion:
+      return select_fields(llama_completion_json(r, res, evs, ctx, res.text, true),
+                           r.response_fields);
     case Api::kOllamaGenerate:
     case Api::kOllamaChat:
       return ollama_final_json(r, res, ctx, false);
@@ -549,13 +620,10 @@ std::vector<json> stream_end_json(const ApiRequest& r, const RequestResult& resu
                        {"usage", usage_json(res)}});
       break;
     }
-    case Api::kLlamaCompletion: {
-      json end = response_json(r, res, {}, ctx, id, created);
-      end["content"] = res.tail;
-      end.erase("completion_probabilities");
-      out.push_back(end);
+    case Api::kLlamaCompletion:
+      out.push_back(select_fields(llama_completion_json(r, res, {}, ctx, res.tail, false),
+                                  r.response_fields));
       break;
-    }
     case Api::kOllamaGenerate:
     case Api::kOllamaChat:
       out.push_back(ollama_final_json(r, res, ctx, true));

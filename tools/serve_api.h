@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/scheduler.h"
+#include "serve_fim.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 #include "text/tool_calls.h"
@@ -56,8 +57,9 @@ struct ApiContext {
   std::optional<ChatTemplate> chat;  ///< the chat template; nullopt: contents joined as text
   ReasoningFormat reasoning = ReasoningFormat::kDeepseek;  ///< --reasoning-format
   int64_t n_ctx = 0;                                       ///< per-session context length
-  double timeout_s = 0;                                    ///< --timeout
-  std::string model_name;                                  ///< for "model" fields
+  int64_t n_batch = 0;     ///< -b: tokens one step evaluates (FIM budgets, serve_fim.h; 0: n_ctx)
+  double timeout_s = 0;    ///< --timeout
+  std::string model_name;  ///< for "model" fields
 };
 
 /// A checked generation request.
@@ -68,9 +70,12 @@ struct ApiRequest {
   bool include_usage = false;  ///< OpenAI stream_options.include_usage
   bool logprobs = false;       ///< OpenAI: logprobs asked for
   bool return_tokens = false;  ///< llama.cpp: "tokens" in the response
-  /// llama.cpp n_predict 0: the prompt is evaluated (warming the prefix cache) but no token is
-  /// returned; the scheduler runs with n_predict 1 and the response drops that token.
+  /// llama.cpp n_predict 0 (OpenAI max_tokens 0, ollama num_predict 0): the prompt is evaluated
+  /// (warming the prefix cache) and no token is sampled (the scheduler's n_predict 0).
   bool no_tokens = false;
+  /// llama.cpp response_fields: only these members ("a/b" = member b of member a) in the
+  /// /completion and /infill response, keyed by the path as given; empty: all.
+  std::vector<std::string> response_fields;
   /// ollama: the model name as the request gave it (echoed in "model"; "" = the server's).
   std::string reply_model;
   /// Chat: how the reply is split into content, reasoning and tool calls (serve_chat.h).
@@ -97,23 +102,24 @@ json piece_json(const std::string& piece);
 /// deeper than kMaxJsonDepth).
 json parse_body(const std::string& body);
 
-/// POST /v1/completions. Throws ApiError 400 for a wrong type, a value out of range, a
-/// missing or empty prompt, or a prompt longer than n_ctx.
+/// POST /v1/completions. With `suffix`, the prompt (a string) and the suffix become the
+/// fill-in-the-middle prompt of /infill (serve_fim.h). Throws ApiError 400 for a wrong type, a
+/// value out of range, a missing or empty prompt, a prompt longer than n_ctx, or a `suffix` for
+/// a model without FIM tokens.
 ApiRequest parse_completions(const json& body, const ApiContext& ctx);
 /// POST /v1/chat/completions (messages, tools and chat_template_kwargs rendered with the chat
 /// template, serve_chat.h). Throws as above, and 400 when the template raises.
 ApiRequest parse_chat(const json& body, const ApiContext& ctx);
 /// POST /completion (llama.cpp). Throws as above.
 ApiRequest parse_llama_completion(const json& body, const ApiContext& ctx);
-/// POST /infill (llama.cpp): input_prefix, input_suffix, input_extra around the model's FIM
-/// tokens. Throws ApiError 400 when the model has no FIM tokens, or as above.
+/// POST /infill (llama.cpp): input_prefix, input_suffix, input_extra and prompt laid out
+/// around the model's FIM tokens by fim_prompt (serve_fim.h). Throws ApiError 400 when the model
+/// has no FIM tokens, for an input_extra that is not an array of {filename, text} strings, or
+/// as above.
 ApiRequest parse_infill(const json& body, const ApiContext& ctx);
 
-/// The fill-in-the-middle prompt of the model's FIM tokens: [BOS] FIM_PRE prefix FIM_SUF suffix
-/// FIM_MID middle (the PSM order llama.cpp's /infill uses). The caller checks that the tokenizer
-/// has the three FIM tokens.
-std::vector<int32_t> fim_prompt(const Tokenizer& tok, const std::string& prefix,
-                                const std::string& suffix, const std::string& middle);
+/// The FIM budget of a request that may generate `n_predict` tokens (< 0: unbounded).
+FimBudget fim_budget(const ApiContext& ctx, int64_t n_predict);
 
 /// The whole (non-streamed) response. `events` are the request's token events in order.
 json response_json(const ApiRequest& r, const RequestResult& res,

@@ -255,11 +255,14 @@ void add_extra_routes(httplib::Server& svr, ExtrasContext& x) {
     m["size_vram"] = 0;
     send_json(res, {{"models", {m}}});
   });
-  svr.Post("/api/show", guarded([&x](const httplib::Request& req, httplib::Response& res) {
-             const json body = parse_body(req.body);
-             check_ollama_model(body.value("model", body.value("name", "")), x.model_name);
-             send_json(res, x.ollama_info);
-           }));
+  svr.Post("/api/show", guarded(
+                            [&x](const httplib::Request& req, httplib::Response& res) {
+                              const json body = parse_body(req.body);
+                              check_ollama_model(body.value("model", body.value("name", "")),
+                                                 x.model_name);
+                              send_json(res, x.ollama_info);
+                            },
+                            true));  // ollama's {"error": "..."}
   if (!x.opt->no_webui) {
     auto page = [](const httplib::Request&, httplib::Response& res) {
       res.set_content(reinterpret_cast<const char*>(kvrun_web_index_html),
@@ -327,22 +330,27 @@ void add_extra_routes(httplib::Server& svr, ExtrasContext& x) {
   // ollama: {"model", "input": string|[string], "truncate", "options"} → {"model",
   // "embeddings": [[...]], "prompt_eval_count", durations in ns}.
   svr.Post(
-      "/api/embed", guarded([&x](const httplib::Request& req, httplib::Response& res) {
-        const auto t0 = Clock::now();
-        const json body = parse_body(req.body);
-        if (!body.contains("input")) throw ApiError(400, "'input' is required", "input");
-        if (x.embed->pooling() == Pooling::kNone)
-          throw ApiError(400, "the server pools with 'none' (a vector per token): use /embedding");
-        int64_t n_tokens = 0;
-        const auto vecs = x.embed->embed(embedding_inputs(body["input"], "input"), 2, &n_tokens);
-        const int64_t ns =
-            std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
-        send_json(res, {{"model", body.value("model", x.model_name)},
-                        {"embeddings", vecs},
-                        {"total_duration", ns},
-                        {"load_duration", 0},
-                        {"prompt_eval_count", n_tokens}});
-      }));
+      "/api/embed",
+      guarded(
+          [&x](const httplib::Request& req, httplib::Response& res) {
+            const auto t0 = Clock::now();
+            const json body = parse_body(req.body);
+            if (!body.contains("input")) throw ApiError(400, "'input' is required", "input");
+            if (x.embed->pooling() == Pooling::kNone)
+              throw ApiError(400,
+                             "the server pools with 'none' (a vector per token): use /embedding");
+            int64_t n_tokens = 0;
+            const auto vecs =
+                x.embed->embed(embedding_inputs(body["input"], "input"), 2, &n_tokens);
+            const int64_t ns =
+                std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+            send_json(res, {{"model", body.value("model", x.model_name)},
+                            {"embeddings", vecs},
+                            {"total_duration", ns},
+                            {"load_duration", 0},
+                            {"prompt_eval_count", n_tokens}});
+          },
+          true));  // ollama's {"error": "..."}
 }
 
 }  // namespace kvrun::tools

@@ -66,7 +66,7 @@ void apply_one_option(const std::string& key, const json& v, ApiRequest& r, cons
     // the prompt only (ApiRequest::no_tokens).
     const int64_t n = integer_option(v, name, -2, int64_t(1) << 40);
     r.no_tokens = n == 0;
-    r.params.n_predict = n == 0 ? 1 : n < 0 ? -1 : n;
+    r.params.n_predict = n < 0 ? -1 : n;
   } else if (key == "repeat_penalty") {
     sp.repeat_penalty = float(number_option(v, name, 0, 100));
   } else if (key == "repeat_last_n") {
@@ -207,11 +207,8 @@ ApiRequest parse_ollama_generate(const json& body, const ApiContext& ctx) {
   add_format(body, inner);
   ApiRequest r;
   if (suffix) {  // fill-in-the-middle: the prompt before the cursor, the suffix after it
-    const Tokenizer& tok = *ctx.tok;
-    if (tok.fim_prefix() < 0 || tok.fim_suffix() < 0 || tok.fim_middle() < 0)
-      bad_field("suffix",
-                "needs a model with fill-in-the-middle tokens (FIM prefix/suffix/middle)");
-    inner["prompt"] = fim_prompt(tok, prompt, suffix->get<std::string>(), "");
+    inner["prompt"] = prompt;
+    inner["suffix"] = *suffix;
     r = translated([&] { return parse_completions(inner, ctx); });
   } else if (raw || !ctx.chat) {
     inner["prompt"] = sys ? sys->get<std::string>() + "\n" + prompt : prompt;

@@ -47,7 +47,8 @@ struct Scheduler::Session {
         seq(cache),
         sampler(p.sampling),
         stream(tok, sampler,
-               {p.n_predict, p.n_probs, p.ignore_eos, p.stop, p.grammar, std::move(vocab)}),
+               {p.n_predict, p.n_probs, p.ignore_eos, p.stop, p.grammar, std::move(vocab),
+                p.n_indent}),
         submitted(pending.submitted) {
     if (p.timeout_s > 0)
       deadline = submitted + std::chrono::duration_cast<Clock::duration>(
@@ -62,6 +63,7 @@ struct Scheduler::Session {
   int32_t next_token = -1;  // sampled, not yet evaluated
   bool prefill = true;
   bool done = false;
+  bool had_newline = false;  // an earlier generated token's text held '\n' (t_max_predict_ms)
   RequestResult result;
   Clock::time_point submitted, started, first_token;
   std::optional<Clock::time_point> deadline;
@@ -264,6 +266,7 @@ bool Scheduler::step() {
       if (s.n_prefilled < int64_t(s.p.prompt.size())) continue;
       s.prefill = false;
       if (s.p.n_predict == 0) {  // only the prompt (e.g. a client warming the cache)
+        s.result.prompt_ms = ms_between(s.started, Clock::now());
         finish(s, FinishReason::kLength);
         continue;
       }
@@ -288,6 +291,7 @@ void Scheduler::sample(Session& s, std::span<const float> logits) {
     r.prompt_ms = ms_between(s.started, now);
   }
   TokenStep t = s.stream.next(logits, s.seq.n_tokens(), params_.n_ctx);
+  const bool newline = t.text.find('\n') != std::string::npos;
   if (t.emitted) {
     TokenEvent ev;
     ev.id = t.id;
@@ -299,6 +303,11 @@ void Scheduler::sample(Session& s, std::span<const float> logits) {
     r.text += ev.text;
     s.req->push(RequestEvent{false, std::move(ev), {}});
   }
+  // t_max_predict_ms, as llama.cpp's server applies it: only once a newline was generated.
+  if (!t.finish && s.had_newline && s.p.t_max_predict_ms > 0 &&
+      ms_between(s.first_token, now) > s.p.t_max_predict_ms)
+    t.finish = FinishReason::kLength;
+  s.had_newline = s.had_newline || newline;
   if (t.finish)
     finish(s, *t.finish, s.stream.error());
   else

@@ -35,12 +35,12 @@
 #include <vector>
 
 #include "engine/context.h"
-#include "kv/kv_cache.h"
 #include "engine/logprobs.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
 #include "engine/step.h"
 #include "engine/token_stream.h"
+#include "kv/kv_cache.h"
 #include "text/tokenizer.h"
 
 namespace kvrun {
@@ -72,6 +72,11 @@ struct RequestParams {
   bool cache_prompt = true;       ///< take cached KV blocks of the prompt's prefix
   double timeout_s = 0;           ///< end the request after this many seconds (0: never)
   std::shared_ptr<const Grammar> grammar;  ///< constrain the output (GBNF; null: none)
+  int n_indent = 0;  ///< end at a new line indented less than this (TokenStreamParams::n_indent)
+  /// Once a generated token's text held a newline, end (kLength) at the first token sampled
+  /// more than this many ms after the first generated token (0: never). llama.cpp's server's
+  /// t_max_predict_ms, which editor plugins use to bound a completion's latency.
+  double t_max_predict_ms = 0;
 };
 
 /// One generated token as streamed.

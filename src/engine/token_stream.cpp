@@ -145,9 +145,11 @@ TokenStep TokenStream::next(std::span<const float> logits, int64_t n_past, int64
   if (p_.n_probs > 0) t.logprob = log_softmax(logits)[size_t(t.id)];
   t.emitted = true;
   ++n_gen_;
-  t.text = stop_.push(utf8_.push(tok_.token_to_piece(t.id, false)));
+  t.text = apply_indent(stop_.push(utf8_.push(tok_.token_to_piece(t.id, false))));
   if (stop_.stopped())
     t.finish = FinishReason::kStopString;
+  else if (cut_)
+    t.finish = FinishReason::kLength;
   else if (p_.n_predict >= 0 && n_gen_ >= p_.n_predict)
     t.finish = FinishReason::kLength;
   else if (n_past >= n_ctx)
@@ -158,13 +160,36 @@ TokenStep TokenStream::next(std::span<const float> logits, int64_t n_past, int64
 
 std::string TokenStream::close(FinishReason why) {
   if (!finish_) finish_ = why;
-  if (*finish_ == FinishReason::kStopString || *finish_ == FinishReason::kError) return "";
+  if (*finish_ == FinishReason::kStopString || *finish_ == FinishReason::kError || cut_) return "";
   std::string tail = stop_.push(utf8_.flush());
   if (stop_.stopped())
     finish_ = FinishReason::kStopString;
   else
     tail += stop_.flush();
-  return tail;
+  const std::string kept = apply_indent(tail);
+  if (cut_ && *finish_ != FinishReason::kStopString) finish_ = FinishReason::kLength;
+  return kept;
+}
+
+std::string TokenStream::apply_indent(std::string text) {
+  if (p_.n_indent <= 0 || cut_) return text;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (line_indent_ >= 0) {  // in a line's indentation
+      if (c == ' ' || c == '\t') {
+        ++line_indent_;
+        continue;
+      }
+      if (line_indent_ < p_.n_indent) {
+        cut_ = true;
+        text.resize(i);
+        return text;
+      }
+      line_indent_ = -1;
+    }
+    if (c == '\n') line_indent_ = 0;
+  }
+  return text;
 }
 
 }  // namespace kvrun

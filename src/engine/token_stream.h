@@ -63,6 +63,11 @@ struct TokenStreamParams {
   /// The vocabulary's token trie for the grammar (TokenTrie::build of the tokenizer; share one
   /// between generations). Built by the TokenStream when null.
   std::shared_ptr<const TokenTrie> grammar_vocab;
+  /// > 0: the generation ends (kLength) at the first character of a line after a newline of the
+  /// output that is not a space or tab when fewer than n_indent spaces and tabs precede it on its
+  /// line (an empty line counts as indented 0); the output is cut before that character.
+  /// llama.cpp's server's n_indent, for code completion at a given indentation.
+  int n_indent = 0;
 };
 
 /// One sampled token as a front end sees it.
@@ -113,6 +118,12 @@ class TokenStream {
   std::unique_ptr<GrammarTokens> grammar_;
   std::unique_ptr<TokenFilter> filter_;
   std::string error_;
+  // n_indent: spaces and tabs so far at the start of a line after a newline of the output (-1:
+  // not in a line's indentation).
+  int line_indent_ = -1;
+  bool cut_ = false;  // the output was cut by n_indent; nothing more is released
+  /// `text` up to where n_indent ends the output (sets cut_ there).
+  std::string apply_indent(std::string text);
 };
 
 }  // namespace kvrun

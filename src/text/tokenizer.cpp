@@ -564,6 +564,8 @@ int32_t Tokenizer::pad() const { return impl_->pad; }
 int32_t Tokenizer::fim_prefix() const { return impl_->fim_pre; }
 int32_t Tokenizer::fim_suffix() const { return impl_->fim_suf; }
 int32_t Tokenizer::fim_middle() const { return impl_->fim_mid; }
+int32_t Tokenizer::fim_repo() const { return impl_->fim_rep; }
+int32_t Tokenizer::fim_file_sep() const { return impl_->fim_sep; }
 bool Tokenizer::add_bos() const { return impl_->add_bos; }
 bool Tokenizer::add_eos() const { return impl_->add_eos; }
 bool Tokenizer::add_space_prefix() const { return impl_->add_space_prefix; }

@@ -102,6 +102,10 @@ class Tokenizer {
   int32_t fim_prefix() const;  ///< fill-in-the-middle prefix ("<|fim_prefix|>", "<PRE>", ...)
   int32_t fim_suffix() const;
   int32_t fim_middle() const;
+  /// Repo-level FIM: the repository-name token ("<|repo_name|>", ...) and the file separator
+  /// ("<|file_sep|>"), as in Qwen2.5-Coder's layout (arXiv 2409.12186).
+  int32_t fim_repo() const;
+  int32_t fim_file_sep() const;
 
   bool add_bos() const;           ///< tokenize(add_special) adds BOS
   bool add_eos() const;           ///< tokenize(add_special) adds EOS
