@@ -2,7 +2,7 @@
 // the formulas of the YaRN paper (Peng et al. 2023, arXiv:2309.00071, §3.2 NTK-by-parts with
 // ggml's rounding of the ramp bounds, §3.4 the 0.1·ln(s) + 1 temperature) computed here in
 // double; the CPU RoPE op driven by them against a direct double evaluation of ggml's blended
-// angle; the RoPE overrides' checks; and end to end through the binary: the --rope-* / --yarn-*
+// angle; the GGUF keys and the RoPE overrides. checks; and end to end through the binary: the --rope-* / --yarn-*
 // flags change the result, and YaRN given on the command line equals YaRN from GGUF metadata.
 // ik_llama.cpp's outputs on the YaRN file are compared in test_arch_refs (tiny-qwen2-yarn).
 #include <gtest/gtest.h>
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cpu/ops.h"
+#include "gguf.h"
 #include "models/rope_scaling.h"
 #include "test_util.h"
 
@@ -168,6 +169,49 @@ TEST(RopeScaling, OverridesAndChecks) {
   f.scaling_type = "yarn";
   f.yarn_beta_fast = 0;
   EXPECT_THROW(check_rope_params(f), ModelError);
+}
+
+/// Hparams of a metadata-only llama file with the given extra keys (`set` adds them).
+template <typename F>
+Hparams hparams_with(const test::TempDir& dir, F set) {
+  gguf::Writer w;
+  w.set_string("general.architecture", "llama");
+  w.set_u32("llama.block_count", 1);
+  w.set_u32("llama.embedding_length", 64);
+  w.set_u32("llama.attention.head_count", 2);
+  w.set_u32("llama.context_length", 4096);
+  set(w);
+  const std::string path = (dir / "meta.gguf").string();
+  w.write(path);
+  return load_hparams(gguf::File::open_metadata_only(path));
+}
+
+TEST(RopeScaling, GgufKeys) {
+  test::TempDir dir;
+  const Hparams y = hparams_with(dir, [](gguf::Writer& w) {
+    w.set_string("llama.rope.scaling.type", "yarn");
+    w.set_f32("llama.rope.scaling.factor", 4);
+    w.set_f32("llama.rope.scaling.yarn_ext_factor", 0.5f);
+    w.set_f32("llama.rope.scaling.yarn_attn_factor", 0.9f);
+    w.set_f32("llama.rope.scaling.yarn_beta_fast", 16);
+    w.set_f32("llama.rope.scaling.yarn_beta_slow", 2);
+  });
+  EXPECT_EQ(y.rope.scaling_type, "yarn");
+  EXPECT_EQ(rope_ext_factor(y.rope), 0.5f);
+  EXPECT_EQ(y.rope.yarn_attn_factor, 0.9f);
+  EXPECT_EQ(y.rope.yarn_beta_fast, 16.0f);
+  EXPECT_EQ(y.rope.yarn_beta_slow, 2.0f);
+  EXPECT_EQ(yarn_n_ctx_orig(y.rope, y.n_ctx_train), 4096);  // no original_context_length
+  // a factor without a type is linear (llama.cpp's default), also under its old key name
+  const Hparams lin =
+      hparams_with(dir, [](gguf::Writer& w) { w.set_f32("llama.rope.scale_linear", 2); });
+  EXPECT_EQ(lin.rope.scaling_type, "linear");
+  EXPECT_FLOAT_EQ(rope_freq_scale(lin.rope), 0.5f);
+  const Hparams off = hparams_with(dir, [](gguf::Writer& w) {
+    w.set_string("llama.rope.scaling.type", "none");
+    w.set_f32("llama.rope.scaling.factor", 8);
+  });
+  EXPECT_EQ(rope_freq_scale(off.rope), 1.0f);
 }
 
 /// `kvrun -m FILE` greedy over a prompt past n_ctx_orig (64), with `flags`; the parsed --json.
