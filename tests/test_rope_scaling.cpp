@@ -2,8 +2,9 @@
 // the formulas of the YaRN paper (Peng et al. 2023, arXiv:2309.00071, §3.2 NTK-by-parts with
 // ggml's rounding of the ramp bounds, §3.4 the 0.1·ln(s) + 1 temperature) computed here in
 // double; the CPU RoPE op driven by them against a direct double evaluation of ggml's blended
-// angle; the GGUF keys and the RoPE overrides. checks; and end to end through the binary: the --rope-* / --yarn-*
-// flags change the result, and YaRN given on the command line equals YaRN from GGUF metadata.
+// angle; the GGUF keys; the overrides' checks; and end to end through the binary: the --rope-* /
+// --yarn-* flags change the result, and YaRN given on the command line equals YaRN from GGUF
+// metadata.
 // ik_llama.cpp's outputs on the YaRN file are compared in test_arch_refs (tiny-qwen2-yarn).
 #include <gtest/gtest.h>
 
