@@ -75,9 +75,21 @@ Hparams load_hparams(const gguf::File& f) {
     throw ModelError(p + "rope.dimension_count exceeds the head size");
   if (auto base = f.get_float(p + "rope.freq_base")) hp.rope.freq_base = float(*base);
   if (auto type = f.get_string(p + "rope.scaling.type")) hp.rope.scaling_type = std::string(*type);
-  if (auto factor = f.get_float(p + "rope.scaling.factor")) hp.rope.scaling_factor = float(*factor);
+  if (auto factor = f.get_float(p + "rope.scaling.factor"))
+    hp.rope.scaling_factor = float(*factor);
+  else if (auto lin = f.get_float(p + "rope.scale_linear"))
+    hp.rope.scaling_factor = float(*lin);
+  if (hp.rope.scaling_factor == 0.0f) hp.rope.scaling_factor = 1.0f;  // 0: unset, as llama.cpp
+  // A factor without a type scales linearly (llama.cpp's default type); "none" never scales.
+  if (!f.find(p + "rope.scaling.type") && hp.rope.scaling_factor != 1.0f)
+    hp.rope.scaling_type = "linear";
   if (auto orig = f.get_int(p + "rope.scaling.original_context_length")) hp.rope.n_ctx_orig = *orig;
   if (auto af = f.get_float(p + "rope.scaling.attn_factor")) hp.rope.attn_factor = float(*af);
+  if (auto v = f.get_float(p + "rope.scaling.yarn_ext_factor")) hp.rope.yarn_ext_factor = float(*v);
+  if (auto v = f.get_float(p + "rope.scaling.yarn_attn_factor"))
+    hp.rope.yarn_attn_factor = float(*v);
+  if (auto v = f.get_float(p + "rope.scaling.yarn_beta_fast")) hp.rope.yarn_beta_fast = float(*v);
+  if (auto v = f.get_float(p + "rope.scaling.yarn_beta_slow")) hp.rope.yarn_beta_slow = float(*v);
   hp.rope.has_freq_factors = f.find_tensor("rope_freqs.weight") != nullptr;
   return hp;
 }

@@ -3,7 +3,9 @@
 // Keys (GGUF spec, "LLM" section): {arch}.block_count, .embedding_length, .feed_forward_length,
 // .attention.head_count, .attention.head_count_kv, .attention.key_length / .value_length,
 // .attention.layer_norm_rms_epsilon, .context_length, .rope.dimension_count, .rope.freq_base,
-// .rope.scaling.{type,factor,original_context_length}, .vocab_size. Defaults where a key is
+// .rope.scaling.{type,factor,original_context_length,attn_factor} (.rope.scale_linear: the old
+// name of the factor; a factor without a type is linear, 0 is 1), .rope.scaling.yarn_{ext_factor,
+// attn_factor,beta_fast,beta_slow}, .vocab_size. Defaults where a key is
 // absent follow llama.cpp (head_count_kv = head_count, head_dim = n_embd / n_head,
 // n_rot = head_dim, freq_base = 10000, rms eps = 1e-5).
 #pragma once
@@ -23,17 +25,29 @@ class ModelError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// RoPE settings (RoFormer, Su et al. 2021; llama3-style scaling per Meta's Llama 3.1 release).
+/// RoPE settings (RoFormer, Su et al. 2021; llama3-style scaling per Meta's Llama 3.1 release;
+/// YaRN per Peng et al. 2023, arXiv:2309.00071, as ggml's rope implements it — see
+/// models/rope_scaling.h).
 struct RopeParams {
-  float freq_base = 10000.0f;         ///< θ base
-  int64_t n_rot = 0;                  ///< rotated dimensions per head (≤ head_dim)
-  std::string scaling_type = "none";  ///< none, linear, yarn, llama3 (from rope.scaling.type)
-  float scaling_factor = 1.0f;        ///< context extension factor (1 = none)
-  int64_t n_ctx_orig = 0;             ///< rope.scaling.original_context_length (0 if absent)
+  float freq_base = 10000.0f;  ///< θ base
+  int64_t n_rot = 0;           ///< rotated dimensions per head (≤ head_dim)
+  /// none, linear, yarn, llama3, longrope (from rope.scaling.type; --rope-scaling)
+  std::string scaling_type = "none";
+  float scaling_factor = 1.0f;    ///< context extension factor (1 = none); freq_scale = 1 / it
+  int64_t n_ctx_orig = 0;         ///< rope.scaling.original_context_length (0 if absent)
   bool has_freq_factors = false;  ///< a `rope_freqs.weight` tensor (llama3-style scaling) exists
   /// rope.scaling.attn_factor: multiplies cos and sin (so Q·K by its square), as ggml's rope
   /// `mscale`; Phi-3's LongRoPE writes sqrt(1 + ln(factor) / ln(n_ctx_orig)) here.
   float attn_factor = 1.0f;
+  /// YaRN (ggml's rope ext_factor, beta_fast, beta_slow; --yarn-* flags): the ramp's mix of
+  /// extrapolated and interpolated frequencies; < 0 means "by type": 1 for yarn, else 0.
+  float yarn_ext_factor = -1.0f;
+  float yarn_attn_factor = 1.0f;  ///< further multiplies mscale (rope.scaling.yarn_attn_factor)
+  float yarn_beta_fast = 32.0f;   ///< the paper's β: rotations in n_ctx_orig above which a
+                                  ///< dimension is left unscaled (extrapolated)
+  float yarn_beta_slow = 1.0f;    ///< the paper's α: rotations below which it is fully
+                                  ///< interpolated (θ · freq_scale)
+  int64_t yarn_orig_ctx = 0;      ///< --yarn-orig-ctx; 0: n_ctx_orig, or n_ctx_train when that is 0
   float freq_base_swa = 0.0f;   ///< θ base of sliding-window layers (gemma3: 10000); 0 = freq_base
   float freq_scale_swa = 0.0f;  ///< linear scaling of sliding-window layers; 0 = as the others
 };

@@ -7,6 +7,8 @@
 #include <initializer_list>
 #include <string>
 
+#include "models/rope_scaling.h"
+
 namespace kvrun {
 
 namespace {
@@ -59,6 +61,25 @@ void matmul_shared_input(Backend& be, std::initializer_list<MatmulOut> outs, con
 
 void add_bias(Backend& be, float* y, const Tensor& bias, int64_t rows, int64_t cols) {
   if (bias.data) be.add_row(y, bias, rows, cols);
+}
+
+/// Fills w.yarn_div when YaRN is in effect (rope_ext_factor ≠ 0), for the global and the
+/// windowed layers' base and scale.
+void build_yarn_divisors(const Hparams& hp, LlamaWeights& w) {
+  const RopeParams& r = hp.rope;
+  const float ext = rope_ext_factor(r);
+  if (ext == 0.0f) return;
+  const int64_t orig = yarn_n_ctx_orig(r, hp.n_ctx_train);
+  const Tensor* src[4] = {nullptr, &w.rope_freqs, &w.rope_short, &w.rope_long};
+  for (int swa = 0; swa < 2; ++swa) {
+    const float base = swa && r.freq_base_swa > 0 ? r.freq_base_swa : r.freq_base;
+    const float scale = swa && r.freq_scale_swa > 0 ? r.freq_scale_swa : rope_freq_scale(r);
+    for (int s = 0; s < 4; ++s) {
+      const float* ff = src[s] ? static_cast<const float*>(src[s]->data) : nullptr;
+      w.yarn_div[swa][s] = yarn_freq_divisors(r.n_rot, orig, base, scale, ext, r.yarn_beta_fast,
+                                              r.yarn_beta_slow, ff);
+    }
+  }
 }
 
 }  // namespace
@@ -114,6 +135,7 @@ LlamaWeights load_llama_weights(const gguf::File& f, const Hparams& hp, const Ar
     L.ffn_post_norm = get(f, p + "post_ffw_norm.weight", d, 0, spec.post_norms);
     w.layers.push_back(L);
   }
+  build_yarn_divisors(hp, w);
   return w;
 }
 
@@ -278,17 +300,24 @@ void LlamaExec::begin_step(const PageTable& pt) {
 namespace {
 
 /// The layer's RoPE: its base and scaling (gemma3's windowed layers differ) and frequency
-/// divisors (llama3 rope_freqs, or phi3's LongRoPE short/long by the context size).
+/// divisors (llama3 rope_freqs, or phi3's LongRoPE short/long by the context size); with YaRN
+/// (ext_factor ≠ 0) the divisors of w.yarn_div, which carry the position scale, and its mscale.
 RopeConfig layer_rope(const Hparams& hp, const LlamaWeights& w, int64_t il, int64_t n_ctx) {
   const RopeParams& r = hp.rope;
   const bool swa = hp.is_swa(il);
-  RopeConfig rc{r.n_rot, r.freq_base,   1.0f / r.scaling_factor,
-                nullptr, r.attn_factor, w.spec.rope_neox};
+  const float ext = rope_ext_factor(r);
+  RopeConfig rc{r.n_rot, r.freq_base, rope_freq_scale(r), nullptr, 1.0f, w.spec.rope_neox};
   if (swa && r.freq_base_swa > 0) rc.freq_base = r.freq_base_swa;
   if (swa && r.freq_scale_swa > 0) rc.freq_scale = r.freq_scale_swa;
-  const Tensor& ff = w.rope_freqs.data                                            ? w.rope_freqs
-                     : n_ctx > (r.n_ctx_orig > 0 ? r.n_ctx_orig : hp.n_ctx_train) ? w.rope_long
-                                                                                  : w.rope_short;
+  rc.mscale = rope_mscale(r, rc.freq_scale, ext);
+  const bool long_ctx = n_ctx > (r.n_ctx_orig > 0 ? r.n_ctx_orig : hp.n_ctx_train);
+  const int src = w.rope_freqs.data ? 1 : long_ctx ? 3 : 2;
+  if (ext != 0.0f) {
+    rc.freq_factors = w.yarn_div[swa ? 1 : 0][src].data();
+    rc.freq_scale = 1.0f;
+    return rc;
+  }
+  const Tensor& ff = src == 1 ? w.rope_freqs : src == 3 ? w.rope_long : w.rope_short;
   rc.freq_factors = static_cast<const float*>(ff.data);
   return rc;
 }

@@ -66,6 +66,10 @@ struct LlamaWeights {
   Tensor rope_long;    ///< {n_rot / 2} f32 LongRoPE divisors past n_ctx_orig (phi3), optional
   std::vector<LlamaLayer> layers;  ///< [n_layer]
   ArchSpec spec;                   ///< how the architecture runs the block
+  /// YaRN's per-pair divisors (models/rope_scaling.h yarn_freq_divisors) when its ext_factor is
+  /// not 0, else empty: [windowed layer][0 none, 1 rope_freqs, 2 rope_short, 3 rope_long], each
+  /// {n_rot / 2} host f32 combining that tensor's divisors (1 when absent) with the ramp.
+  std::vector<float> yarn_div[2][4];
   /// The devices' copies of the weights (upload_llama_weights; for the CPU the packed layout)
   /// that the tensors above point into.
   std::vector<std::unique_ptr<DeviceBuffer>> uploads;

@@ -93,6 +93,7 @@ void add_device_options(CLI::App& app, DeviceOptions& o) {
   app.add_flag("--list-devices", o.list_devices, "print the available devices and exit");
   app.add_flag("--no-kv-offload", o.no_kv_offload,
                "(-nkvo) keep the KV cache and attention of GPU layers on the host");
+  add_rope_options(app, o.rope);
 }
 
 std::optional<int64_t> parse_ngl(const std::string& v, int64_t all) {
@@ -113,6 +114,7 @@ std::optional<int64_t> parse_ngl(const std::string& v, int64_t all) {
 ModelParams resolve_device_options(const DeviceOptions& o, int64_t n_layer, const AutoFit* fit) {
   ModelParams mp;
   mp.kv_offload = !o.no_kv_offload;
+  mp.rope = o.rope;
   const std::string& v = o.n_gpu_layers;
   Device* gpu = pick_gpu(o.device);
   const int64_t all = n_layer >= 0 ? n_layer + 1 : int64_t(1) << 30;

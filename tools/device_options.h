@@ -1,6 +1,7 @@
-// device_options.h — where a model runs: -ngl/--n-gpu-layers, -dev/--device, --list-devices,
-// -nkvo/--no-kv-offload, shared by every model-running command (the default run and REPL,
-// serve, batch, bench, perplexity, info) with llama.cpp's meanings.
+// device_options.h — how a model is loaded: where it runs (-ngl/--n-gpu-layers, -dev/--device,
+// --list-devices, -nkvo/--no-kv-offload) and its RoPE scaling overrides (rope_options.h), shared
+// by every model-running command (the default run and REPL, serve, batch, bench, perplexity,
+// embed, info) with llama.cpp's meanings.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -10,6 +11,7 @@
 #include <string>
 
 #include "engine/model.h"
+#include "rope_options.h"
 
 namespace kvrun::tools {
 
@@ -19,6 +21,7 @@ struct DeviceOptions {
   std::string device;              ///< -dev: a device name (CUDA0, Vulkan0) or "none" / "CPU"
   bool list_devices = false;       ///< --list-devices
   bool no_kv_offload = false;      ///< -nkvo
+  RopeOverrides rope;              ///< --rope-scaling, --rope-scale, --yarn-* … (rope_options.h)
 };
 
 /// A device option that cannot be honoured (exit code 2, one line).
@@ -45,7 +48,7 @@ Device* pick_gpu(const std::string& name);
 /// "all"; nullopt for "auto". Throws DeviceOptionError for anything else.
 std::optional<int64_t> parse_ngl(const std::string& v, int64_t all);
 
-/// Registers the options on `app`.
+/// Registers the options on `app` (the RoPE overrides too).
 void add_device_options(CLI::App& app, DeviceOptions& o);
 
 /// Checks `o` against this build and machine and returns the model placement it asks for:

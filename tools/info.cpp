@@ -15,6 +15,7 @@
 #include "kv/kv_cache.h"
 #include "kv_layout.h"
 #include "kv_options.h"
+#include "models/rope_scaling.h"
 #ifdef KVRUN_HAVE_CUDA
 #include "cuda/cuda_device.h"
 #endif
@@ -48,10 +49,21 @@ nlohmann::ordered_json to_json(const ModelInfo& mi) {
   j["n_vocab"] = mi.hp.n_vocab;
   j["rms_eps"] = mi.hp.rms_eps;
   j["tokenizer"] = {{"model", mi.tokenizer_model}, {"pre", mi.tokenizer_pre}};
-  j["rope"] = {
-      {"freq_base", mi.hp.rope.freq_base},       {"n_rot", mi.hp.rope.n_rot},
-      {"scaling_type", mi.hp.rope.scaling_type}, {"scaling_factor", mi.hp.rope.scaling_factor},
-      {"n_ctx_orig", mi.hp.rope.n_ctx_orig},     {"freq_factors", mi.hp.rope.has_freq_factors}};
+  j["rope"] = {{"freq_base", mi.hp.rope.freq_base},
+               {"n_rot", mi.hp.rope.n_rot},
+               {"scaling_type", mi.hp.rope.scaling_type},
+               {"scaling_factor", mi.hp.rope.scaling_factor},
+               {"n_ctx_orig", mi.hp.rope.n_ctx_orig},
+               {"freq_factors", mi.hp.rope.has_freq_factors},
+               {"freq_scale", rope_freq_scale(mi.hp.rope)},
+               {"ext_factor", rope_ext_factor(mi.hp.rope)},
+               {"mscale",
+                rope_mscale(mi.hp.rope, rope_freq_scale(mi.hp.rope), rope_ext_factor(mi.hp.rope))}};
+  if (rope_ext_factor(mi.hp.rope) != 0.0f)
+    j["rope"]["yarn"] = {{"n_ctx_orig", yarn_n_ctx_orig(mi.hp.rope, mi.hp.n_ctx_train)},
+                         {"beta_fast", mi.hp.rope.yarn_beta_fast},
+                         {"beta_slow", mi.hp.rope.yarn_beta_slow},
+                         {"attn_factor", mi.hp.rope.yarn_attn_factor}};
   nlohmann::ordered_json mix = nlohmann::ordered_json::object();
   for (const QuantMixEntry& e : mi.quant_mix)
     mix[traits(e.type).name] = {{"n_tensors", e.n_tensors}, {"bytes", e.bytes}};
@@ -111,8 +123,7 @@ void print_text(const ModelInfo& mi, const std::string& fast_source) {
               mi.tokenizer_pre.empty() ? "" : ", pre ", mi.tokenizer_pre.c_str());
   std::printf("rms_eps      %g\n", double(hp.rms_eps));
   std::printf("rope         freq_base %g, n_rot %lld, scaling %s", double(hp.rope.freq_base),
-              (long long)hp.rope.n_rot, hp.rope.scaling_type.c_str());
-  if (hp.rope.scaling_factor != 1.0f) std::printf(" x%g", double(hp.rope.scaling_factor));
+              (long long)hp.rope.n_rot, describe_rope_scaling(hp.rope, hp.n_ctx_train).c_str());
   if (hp.rope.has_freq_factors) std::printf(", rope_freqs tensor");
   std::printf("\nweights      %lld tensors, %lld bytes (%s)%s\n", (long long)mi.n_tensors,
               (long long)mi.weight_bytes, format_bytes(mi.weight_bytes).c_str(),
@@ -240,6 +251,8 @@ int cmd_info(const InfoOptions& opt) {
   try {
     gguf::File file = gguf::File::open_metadata_only(opt.model);
     ModelInfo mi = describe_model(file, opt.n_ctx);
+    apply_rope_overrides(mi.hp.rope, opt.dev.rope);  // the scaling in effect
+    check_rope_params(mi.hp.rope);
     // The fast tier on the CPU backend is RAM: --kv-mem, or what is available beside the
     // weights (which are mapped from the file and compete for the same memory).
     std::string fast_source = "--kv-mem";

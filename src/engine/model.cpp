@@ -3,15 +3,15 @@
 
 #include <utility>
 
+#include "models/rope_scaling.h"
+
 namespace kvrun {
 
 Model Model::from_file(gguf::File file, const ModelParams& mp) {
   Hparams hp = load_hparams(file);
   const ArchSpec spec = configure_arch(file, hp);
-  const std::string& st = hp.rope.scaling_type;
-  if (st != "none" && st != "linear" && st != "llama3")
-    throw ModelError("rope scaling type '" + st + "' is not supported");
-  if (!(hp.rope.scaling_factor > 0.0f)) throw ModelError("rope.scaling.factor must be positive");
+  apply_rope_overrides(hp.rope, mp.rope);
+  check_rope_params(hp.rope);
   LlamaWeights w = load_llama_weights(file, hp, spec);
   if (mp.n_gpu_layers > 0 && !mp.gpu)
     throw ModelError("-ngl " + std::to_string(mp.n_gpu_layers) + " needs a GPU device");

@@ -11,6 +11,7 @@
 #include "gguf.h"
 #include "models/hparams.h"
 #include "models/llama.h"
+#include "models/rope_scaling.h"
 
 namespace kvrun {
 
@@ -23,6 +24,8 @@ struct ModelParams {
   Device* gpu = nullptr;
   /// false (-nkvo): the KV rows and attention of GPU layers stay on the host.
   bool kv_offload = true;
+  /// RoPE settings from the command line that replace the GGUF's (--rope-scaling, --yarn-*…).
+  RopeOverrides rope;
   /// Called while the weights are placed (packed, copied to a device) with the bytes done and
   /// the total; for a progress display. May be empty.
   std::function<void(int64_t done, int64_t total)> progress;
@@ -32,7 +35,8 @@ struct ModelParams {
 class Model {
  public:
   /// Maps and checks `path`. Throws gguf::GgufError (bad file), std::system_error (cannot
-  /// open), or ModelError (unsupported architecture or RoPE scaling, missing/mis-shaped tensor).
+  /// open), or ModelError (unsupported architecture or RoPE scaling, a bad mp.rope override,
+  /// missing/mis-shaped tensor).
   /// `mp` places the layers (default: all on the host CPU); the weights of every part are
   /// uploaded to its device here (the CPU packs them), and a device that lacks a weight type
   /// is a ModelError naming both.

@@ -175,6 +175,11 @@ void write_metadata(gguf::Writer& w, const SynthParams& p) {
     w.set_string(a + "rope.scaling.type", "linear");
     w.set_f32(a + "rope.scaling.factor", float(s.linear_rope_factor));
   }
+  if (s.yarn_factor > 0) {
+    w.set_string(a + "rope.scaling.type", "yarn");
+    w.set_f32(a + "rope.scaling.factor", float(s.yarn_factor));
+    w.set_u32(a + "rope.scaling.original_context_length", uint32_t(s.yarn_n_ctx_orig));
+  }
   if (s.longrope_n_ctx_orig > 0) {
     const double scale = double(s.n_ctx_train) / double(s.longrope_n_ctx_orig);
     w.set_u32(a + "rope.scaling.original_context_length", uint32_t(s.longrope_n_ctx_orig));

@@ -49,6 +49,14 @@ const std::vector<SynthShape>& synth_shapes() {
     s.source = "kvrun test shape";
     v.push_back(s);
 
+    // tiny-qwen2-yarn: tiny-qwen2 (the same tensors, so the same weights for a seed) with
+    // YaRN ×4 over an original context of 64, as Qwen2.5's 128K configuration (×4 over 32768)
+    // scaled down so that the test prompts pass n_ctx_orig.
+    s.name = "tiny-qwen2-yarn";
+    s.yarn_factor = 4;
+    s.yarn_n_ctx_orig = 64;
+    v.push_back(s);
+
     // The other architectures' tiny shapes: the common part, then what each adds.
     auto tiny = [&](const char* name, const char* arch) {
       s = {};

@@ -61,6 +61,10 @@ struct SynthShape {
   /// rope.scaling.attn_factor = sqrt(1 + ln(n_ctx_train / this) / ln(this)) (Phi-3's
   /// configuration), and rope_factors_short / rope_factors_long tensors.
   int64_t longrope_n_ctx_orig = 0;
+  /// YaRN (qwen2.5 long-context configuration) when > 0: rope.scaling.type "yarn" with this
+  /// factor and rope.scaling.original_context_length = yarn_n_ctx_orig.
+  double yarn_factor = 0;
+  int64_t yarn_n_ctx_orig = 0;
   /// Mixture of experts when > 0 (qwen3moe): {arch}.expert_count, a router ffn_gate_inp and 3-D
   /// ffn_{gate,up,down}_exps instead of ffn_gate / ffn_up / ffn_down.
   int64_t n_expert = 0;       ///< num_experts
