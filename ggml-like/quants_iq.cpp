@@ -1,4 +1,5 @@
-// quants_iq.cpp — scalar reference decoders of the grid-based i-quants (GGUF's iq3_s and iq2_s;
+// quants_iq.cpp — scalar reference decoders of the grid-based i-quants (GGUF's iq3_s, iq2_s,
+// iq3_xxs, iq2_xxs, iq2_xs;
 // layouts in blocks.h, grids in iq_grids.h).
 //
 // Source of the formulas: ggml's block definitions (ggml-common.h) and the decoders they are
@@ -119,7 +120,9 @@ void dequantize_row_iq2_xs(const void* src, float* dst, int64_t n) {
 }
 
 bool fill_random_iq_blocks(DType t, float d_mag, uint32_t seed, void* dst, int64_t n) {
-  if (t != DType::IQ3_S && t != DType::IQ2_S) return false;
+  if (t != DType::IQ3_S && t != DType::IQ2_S && t != DType::IQ3_XXS && t != DType::IQ2_XXS &&
+      t != DType::IQ2_XS)
+    return false;
   const size_t block_bytes = size_t(traits(t).block_bytes);
   auto* p = static_cast<uint8_t*>(dst);
   uint64_t state = 0x9E3779B97F4A7C15ull ^ seed;
@@ -133,7 +136,7 @@ bool fill_random_iq_blocks(DType t, float d_mag, uint32_t seed, void* dst, int64
     for (size_t i = 0; i < block_bytes; ++i) p[i] = uint8_t(next());
     const float u = 0.5f + 0.5f * float(next() >> 8) / float(1 << 24);
     const uint16_t d = f32_to_fp16_sat(d_mag * u);
-    std::memcpy(p, &d, 2);  // both layouts start with the f16 d
+    std::memcpy(p, &d, 2);  // all these layouts start with the f16 d
   }
   return true;
 }

@@ -100,7 +100,8 @@ INSTANTIATE_TEST_SUITE_P(AllWeightTypes, MatmulTypes,
                                            DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0,
                                            DType::IQ4_NL, DType::Q2_K, DType::Q3_K, DType::Q4_K,
                                            DType::Q5_K, DType::Q6_K, DType::MXFP4, DType::IQ4_XS,
-                                           DType::IQ3_S, DType::IQ2_S),
+                                           DType::IQ3_S, DType::IQ2_S, DType::IQ3_XXS,
+                                           DType::IQ2_XXS, DType::IQ2_XS),
                          [](const ::testing::TestParamInfo<DType>& info) {
                            return std::string(traits(info.param).name);
                          });

@@ -47,6 +47,10 @@ const Expected kExpected[] = {
     // ggml-common.h sizes: f16 d + 64 qs + 8 qh + 32 signs + 4 scales; f16 d + 64 + 8 + 8.
     {DType::IQ3_S, 21, "iq3_s", 256, 110, false, true},
     {DType::IQ2_S, 22, "iq2_s", 256, 82, false, true},
+    // f16 d + 64 index bytes + 32 bytes of sign codes and scales; f16 d + 32 uint16; + 8 scales.
+    {DType::IQ3_XXS, 18, "iq3_xxs", 256, 98, false, true},
+    {DType::IQ2_XXS, 16, "iq2_xxs", 256, 66, false, true},
+    {DType::IQ2_XS, 17, "iq2_xs", 256, 74, false, true},
     {DType::I8, 24, "i8", 1, sizeof(int8_t), true},
     {DType::I16, 25, "i16", 1, sizeof(int16_t), true},
     {DType::I32, 26, "i32", 1, sizeof(int32_t), true},
@@ -107,8 +111,8 @@ TEST(DType, GgufIdsAcceptedAndRejected) {
       EXPECT_EQ(dtype_from_gguf_id(e.id), std::nullopt) << e.name;  // KV-only formats
   }
   // Ids GGUF removed (4, 5: q4_2/q4_3), ones kvrun does not implement, and garbage.
-  for (const uint32_t id : {4u, 5u, 16u, 17u, 18u, 19u, 29u, 31u, 40u, 99u, 0x100u, 0x101u, 0x102u,
-                            0x103u, 0xFFFFu, 0xFFFFFFFFu})
+  for (const uint32_t id :
+       {4u, 5u, 19u, 29u, 31u, 40u, 99u, 0x100u, 0x101u, 0x102u, 0x103u, 0xFFFFu, 0xFFFFFFFFu})
     EXPECT_EQ(dtype_from_gguf_id(id), std::nullopt) << id;
 }
 

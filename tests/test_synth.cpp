@@ -37,9 +37,10 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr SynthFileType kAllTypes[] = {
-    SynthFileType::F32,   SynthFileType::F16,  SynthFileType::Q8_0,   SynthFileType::Q4_0,
-    SynthFileType::Q4_K,  SynthFileType::Q6_K, SynthFileType::IQ4_XS, SynthFileType::MXFP4,
-    SynthFileType::IQ3_S, SynthFileType::IQ2_S};
+    SynthFileType::F32,   SynthFileType::F16,   SynthFileType::Q8_0,    SynthFileType::Q4_0,
+    SynthFileType::Q4_K,  SynthFileType::Q6_K,  SynthFileType::IQ4_XS,  SynthFileType::MXFP4,
+    SynthFileType::IQ3_S, SynthFileType::IQ2_S, SynthFileType::IQ3_XXS, SynthFileType::IQ2_XXS,
+    SynthFileType::IQ2_XS};
 
 const SynthShape& shape(const std::string& name) {
   const SynthShape* s = find_synth_shape(name);
@@ -248,11 +249,14 @@ TEST(SynthPlan, FileTypeNames) {
   EXPECT_FALSE(synth_file_type_from_name("Q4_K_M"));
   EXPECT_FALSE(synth_file_type_from_name("q5_0"));
   EXPECT_EQ(synth_llama_ftype(SynthFileType::Q4_0), 2u);
-  EXPECT_EQ(synth_llama_ftype(SynthFileType::Q4_K), 14u);    // MOSTLY_Q4_K_S
-  EXPECT_EQ(synth_llama_ftype(SynthFileType::IQ4_XS), 30u);  // MOSTLY_IQ4_XS
-  EXPECT_EQ(synth_llama_ftype(SynthFileType::MXFP4), 38u);   // MOSTLY_MXFP4
-  EXPECT_EQ(synth_llama_ftype(SynthFileType::IQ3_S), 26u);   // MOSTLY_IQ3_S
-  EXPECT_EQ(synth_llama_ftype(SynthFileType::IQ2_S), 28u);   // MOSTLY_IQ2_S
+  EXPECT_EQ(synth_llama_ftype(SynthFileType::Q4_K), 14u);     // MOSTLY_Q4_K_S
+  EXPECT_EQ(synth_llama_ftype(SynthFileType::IQ4_XS), 30u);   // MOSTLY_IQ4_XS
+  EXPECT_EQ(synth_llama_ftype(SynthFileType::MXFP4), 38u);    // MOSTLY_MXFP4
+  EXPECT_EQ(synth_llama_ftype(SynthFileType::IQ3_S), 26u);    // MOSTLY_IQ3_S
+  EXPECT_EQ(synth_llama_ftype(SynthFileType::IQ2_S), 28u);    // MOSTLY_IQ2_S
+  EXPECT_EQ(synth_llama_ftype(SynthFileType::IQ3_XXS), 23u);  // MOSTLY_IQ3_XXS
+  EXPECT_EQ(synth_llama_ftype(SynthFileType::IQ2_XXS), 19u);  // MOSTLY_IQ2_XXS
+  EXPECT_EQ(synth_llama_ftype(SynthFileType::IQ2_XS), 20u);   // MOSTLY_IQ2_XS
 }
 
 TEST(SynthRandom, IsCounterBasedAndRoughlyStandardNormal) {
@@ -354,7 +358,10 @@ TEST(SynthFile, WeightsHaveTheDocumentedScale) {
 TEST(SynthFile, GridIquantsAreRandomBlocksOfTheTensorsScale) {
   test::TempDir dir;
   const std::pair<SynthFileType, DType> kGrid[] = {{SynthFileType::IQ3_S, DType::IQ3_S},
-                                                   {SynthFileType::IQ2_S, DType::IQ2_S}};
+                                                   {SynthFileType::IQ2_S, DType::IQ2_S},
+                                                   {SynthFileType::IQ3_XXS, DType::IQ3_XXS},
+                                                   {SynthFileType::IQ2_XXS, DType::IQ2_XXS},
+                                                   {SynthFileType::IQ2_XS, DType::IQ2_XS}};
   for (const auto& [type, dtype] : kGrid) {
     const gguf::File f = gguf::File::open(make(dir, "tiny", type).string());
     const gguf::TensorInfo* down = nullptr;

@@ -53,6 +53,12 @@ constexpr CpuTypeTraits kScalar[] = {
      nullptr, nullptr, nullptr},
     {DType::IQ2_S, DType::Q8_K, act_from_float_q8_K, vec_dot_iq2_s_q8_K, nullptr, nullptr, nullptr,
      nullptr, nullptr, nullptr},
+    {DType::IQ3_XXS, DType::Q8_K, act_from_float_q8_K, vec_dot_iq3_xxs_q8_K, nullptr, nullptr,
+     nullptr, nullptr, nullptr, nullptr},
+    {DType::IQ2_XXS, DType::Q8_K, act_from_float_q8_K, vec_dot_iq2_xxs_q8_K, nullptr, nullptr,
+     nullptr, nullptr, nullptr, nullptr},
+    {DType::IQ2_XS, DType::Q8_K, act_from_float_q8_K, vec_dot_iq2_xs_q8_K, nullptr, nullptr,
+     nullptr, nullptr, nullptr, nullptr},
 };
 
 constexpr size_t kTypes = sizeof(kScalar) / sizeof(kScalar[0]);
@@ -117,12 +123,18 @@ void apply_x86_iq(Table& t, VecDotFn mxfp4, DotTileFn mxfp4_tile, VecDotFn iq4_x
 }
 
 // The x86 kernels of the grid i-quants (iq_grid_x86.inl) of namespace NS.
-#define KVRUN_APPLY_X86_IQ_GRID(t, NS)                          \
-  do {                                                          \
-    row_of(t, DType::IQ3_S).vec_dot = NS::vec_dot_iq3_s_q8_K;   \
-    row_of(t, DType::IQ3_S).vec_dot_tile = NS::tile_iq3_s_q8_K; \
-    row_of(t, DType::IQ2_S).vec_dot = NS::vec_dot_iq2_s_q8_K;   \
-    row_of(t, DType::IQ2_S).vec_dot_tile = NS::tile_iq2_s_q8_K; \
+#define KVRUN_APPLY_X86_IQ_GRID(t, NS)                              \
+  do {                                                              \
+    row_of(t, DType::IQ3_S).vec_dot = NS::vec_dot_iq3_s_q8_K;       \
+    row_of(t, DType::IQ3_S).vec_dot_tile = NS::tile_iq3_s_q8_K;     \
+    row_of(t, DType::IQ2_S).vec_dot = NS::vec_dot_iq2_s_q8_K;       \
+    row_of(t, DType::IQ2_S).vec_dot_tile = NS::tile_iq2_s_q8_K;     \
+    row_of(t, DType::IQ3_XXS).vec_dot = NS::vec_dot_iq3_xxs_q8_K;   \
+    row_of(t, DType::IQ3_XXS).vec_dot_tile = NS::tile_iq3_xxs_q8_K; \
+    row_of(t, DType::IQ2_XXS).vec_dot = NS::vec_dot_iq2_xxs_q8_K;   \
+    row_of(t, DType::IQ2_XXS).vec_dot_tile = NS::tile_iq2_xxs_q8_K; \
+    row_of(t, DType::IQ2_XS).vec_dot = NS::vec_dot_iq2_xs_q8_K;     \
+    row_of(t, DType::IQ2_XS).vec_dot_tile = NS::tile_iq2_xs_q8_K;   \
   } while (0)
 #endif
 

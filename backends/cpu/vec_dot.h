@@ -115,5 +115,11 @@ float vec_dot_iq4_xs_q8_K(int64_t n, const void* w, const void* x);
 float vec_dot_iq3_s_q8_K(int64_t n, const void* w, const void* x);
 /// iq2_s: isum = Σ_h (1 + 2·s_h) · Σ_{e in half-sub-block h} grid·sign·q_x; factor 1/8.
 float vec_dot_iq2_s_q8_K(int64_t n, const void* w, const void* x);
+/// iq3_xxs: isum = Σ_j (1 + 2·s_j) · Σ_{e in sub-block j} grid·sign·q_x; factor 1/4.
+float vec_dot_iq3_xxs_q8_K(int64_t n, const void* w, const void* x);
+/// iq2_xxs: isum = Σ_j (1 + 2·s_j) · Σ_{e in sub-block j} grid·sign·q_x; factor 1/8.
+float vec_dot_iq2_xxs_q8_K(int64_t n, const void* w, const void* x);
+/// iq2_xs: isum = Σ_h (1 + 2·s_h) · Σ_{e in half-sub-block h} grid·sign·q_x; factor 1/8.
+float vec_dot_iq2_xs_q8_K(int64_t n, const void* w, const void* x);
 
 }  // namespace kvrun::cpu

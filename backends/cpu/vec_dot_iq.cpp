@@ -1,11 +1,12 @@
-// vec_dot_iq.cpp — the scalar dots of the grid-based i-quants (iq3_s, iq2_s) against q8_K.
+// vec_dot_iq.cpp — the scalar dots of the grid-based i-quants (iq3_s, iq2_s, iq3_xxs, iq2_xxs,
+// iq2_xs) against q8_K.
 //
 // Per super-block of 256: each value is a grid byte (iq_grids.h) with a sign bit; the integer
 // products grid·sign·q_x are summed per scale group, weighted by the group's odd integer scale
 // factor 1 + 2·s, and summed over the super-block (exact: |isum| < 2^26). Then one float step,
 // acc = fma(d_x·d_w, float(isum), acc), with a single accumulator; the format's constant factor
-// (1 for iq3_s, 1/8 for iq2_s, whose scale is d·(0.5 + s)·0.25 = d·(1 + 2·s)/8) is applied to
-// the total. The SIMD kernels (x86/iq_grid_x86.inl) compute the same integers, so they give the
+// (1 for iq3_s; 1/8 for the iq2 types, whose scale is d·(0.5 + s)·0.25 = d·(1 + 2·s)/8; 1/4 for
+// iq3_xxs, d·(0.5 + s)·0.5) is applied to the total. The SIMD kernels (x86/iq_grid_x86.inl) compute the same integers, so they give the
 // same floats. Layouts: blocks.h.
 #include <cmath>
 #include <cstring>

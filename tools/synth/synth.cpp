@@ -42,6 +42,9 @@ constexpr FileTypeRow kFileTypes[] = {
     {SynthFileType::MXFP4, "MXFP4", DType::MXFP4, 38},
     {SynthFileType::IQ3_S, "IQ3_S", DType::IQ3_S, 26},
     {SynthFileType::IQ2_S, "IQ2_S", DType::IQ2_S, 28},
+    {SynthFileType::IQ3_XXS, "IQ3_XXS", DType::IQ3_XXS, 23},
+    {SynthFileType::IQ2_XXS, "IQ2_XXS", DType::IQ2_XXS, 19},
+    {SynthFileType::IQ2_XS, "IQ2_XS", DType::IQ2_XS, 20},
 };
 
 const FileTypeRow& row_of(SynthFileType t) {
@@ -59,7 +62,8 @@ DType with_fallback(DType t, int64_t ne0) {
   if (t == DType::Q4_K) f = DType::Q5_0;
   if (t == DType::Q5_K) f = DType::Q5_1;
   if (t == DType::Q6_K) f = DType::Q8_0;
-  if (t == DType::IQ4_XS || t == DType::IQ3_S || t == DType::IQ2_S) f = DType::IQ4_NL;
+  if (t == DType::IQ4_XS || (traits(t).quantized && !traits(t).from_float))
+    f = DType::IQ4_NL;  // iq4_xs and the grid i-quants
   return divides(f, ne0) ? f : DType::F16;
 }
 
@@ -82,10 +86,14 @@ DType wanted_type(SynthFileType ft, const std::string& role, int64_t il, int64_t
 
 /// Row `r` of grid i-quant tensor `t` as random valid blocks whose RMS is about t.sd: with
 /// uniform random scale codes and grid entries, a value's RMS is ≈ 107·d_mag (iq3_s: d·(1 + 2s)·g)
-/// or ≈ 43·d_mag (iq2_s: d·(0.5 + s)/4·g), d = d_mag·u with u uniform in [0.5, 1) (computed over
-/// the grids' values).
+/// or ≈ 43·d_mag (iq2_s: d·(0.5 + s)/4·g), ≈ 109·d_mag (iq3_xxs: d·(0.5 + s)/2·g), ≈ 41·d_mag
+/// (iq2_xxs) and ≈ 43·d_mag (iq2_xs), d = d_mag·u with u uniform in [0.5, 1) (computed over the
+/// grids' values).
 void random_iq_row(const SynthTensor& t, uint64_t key, int64_t r, uint8_t* dst) {
-  const float per_d = t.type == DType::IQ3_S ? 107.0f : 43.0f;
+  float per_d = 43.0f;  // iq2_s, iq2_xs
+  if (t.type == DType::IQ3_S) per_d = 107.0f;
+  if (t.type == DType::IQ3_XXS) per_d = 109.0f;
+  if (t.type == DType::IQ2_XXS) per_d = 41.0f;
   const uint32_t seed = uint32_t(key ^ (key >> 32) ^ (uint64_t(r) * 0x9E3779B97F4A7C15ull >> 17));
   fill_random_iq_blocks(t.type, t.sd / per_d, seed, dst, t.ne[0]);
 }

@@ -1,7 +1,8 @@
-// iq_grid_x86.inl — the x86 kernels of the grid-based i-quants against q8_K: iq3_s and iq2_s.
+// iq_grid_x86.inl — the x86 kernels of the grid-based i-quants against q8_K: iq3_s, iq2_s,
+// iq3_xxs, iq2_xxs and iq2_xs.
 // Included by kernels_x86.inl inside its anonymous namespace, after iq_x86.inl (its helpers),
 // so it is compiled once per x86 level. Per 32 values: the grid entries are placed side by side
-// in a register (magnitudes ≤ 43, unsigned bytes), the 32 sign bits negate the matching q_x
+// in a register (magnitudes ≤ 62, unsigned bytes), the 32 sign bits negate the matching q_x
 // bytes (|q_x| ≤ 127, so negation is exact), and an unsigned × signed byte dot weighted by the
 // integer scale factors 1 + 2·s gives int32 lanes. The super-block's integer sum is exact, as in
 // the scalar references (vec_dot_iq.cpp), and the float step is theirs, so the results are

@@ -900,7 +900,7 @@ constexpr int kKR = 2, kKC = 2;
 #endif
 
 #include "cpu/x86/iq_x86.inl"       // mxfp4 and iq4_xs
-#include "cpu/x86/iq_grid_x86.inl"  // iq3_s and iq2_s
+#include "cpu/x86/iq_grid_x86.inl"  // iq3_s, iq2_s, iq3_xxs, iq2_xxs, iq2_xs
 
 }  // namespace
 
@@ -1029,6 +1029,9 @@ KVRUN_X86_DOT_AND_TILE(vec_dot_mxfp4_q8_0, tile_mxfp4_q8_0, mxfp4_q8_0_tile, QK_
 KVRUN_X86_DOT_AND_TILE(vec_dot_iq4_xs_q8_K, tile_iq4_xs_q8_K, iq4_xs_q8_K_tile, QK_K, kKR, kKC)
 KVRUN_X86_DOT_AND_TILE(vec_dot_iq3_s_q8_K, tile_iq3_s_q8_K, iq3_s_q8_K_tile, QK_K, kKR, kKC)
 KVRUN_X86_DOT_AND_TILE(vec_dot_iq2_s_q8_K, tile_iq2_s_q8_K, iq2_s_q8_K_tile, QK_K, kKR, kKC)
+KVRUN_X86_DOT_AND_TILE(vec_dot_iq3_xxs_q8_K, tile_iq3_xxs_q8_K, iq3_xxs_q8_K_tile, QK_K, kKR, kKC)
+KVRUN_X86_DOT_AND_TILE(vec_dot_iq2_xxs_q8_K, tile_iq2_xxs_q8_K, iq2_xxs_q8_K_tile, QK_K, kKR, kKC)
+KVRUN_X86_DOT_AND_TILE(vec_dot_iq2_xs_q8_K, tile_iq2_xs_q8_K, iq2_xs_q8_K_tile, QK_K, kKR, kKC)
 
 #undef KVRUN_X86_DOT_AND_TILE
 
