@@ -14,6 +14,9 @@
 
 #include <array>
 #include <cstdint>
+#include <cstring>
+
+#include "blocks.h"
 
 namespace kvrun {
 
@@ -32,5 +35,25 @@ extern const std::array<uint64_t, 2048> kIq1sGrid;
 /// The sign byte of a 7-bit sign code c (iq2_xxs, iq2_xs, iq3_xxs): bits 0..6 are c, bit 7 makes
 /// the count of set bits even (ggml's ksigns_iq2xs). Bit i set: value i of the 8 is negated.
 extern const std::array<uint8_t, 128> kIqSigns;
+
+/// The shift δ of iq1_s / iq1_m values, ±1/8 (ggml's IQ1S_DELTA / IQ1M_DELTA).
+inline constexpr float kIq1Delta = 0.125f;
+
+/// iq1_m: the super-block's f16 d, whose 4 nibbles are the top nibbles of the 4 little-endian
+/// scale words (nibble w of d in word w).
+inline uint16_t iq1_m_d(const block_iq1_m& b) {
+  uint16_t sc[4];
+  std::memcpy(sc, b.scales, 8);
+  return uint16_t((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) | ((sc[2] >> 4) & 0x0F00) |
+                  (sc[3] & 0xF000));
+}
+
+/// iq1_m: the 3-bit scale code of half-sub-block h (0..15, 16 values each): bits 3·(h % 4) of
+/// scale word h / 4.
+inline int iq1_m_scale(const block_iq1_m& b, int h) {
+  uint16_t w;
+  std::memcpy(&w, b.scales + 2 * (h / 4), 2);
+  return (w >> (3 * (h % 4))) & 7;
+}
 
 }  // namespace kvrun

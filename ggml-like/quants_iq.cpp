@@ -1,5 +1,5 @@
 // quants_iq.cpp — scalar reference decoders of the grid-based i-quants (GGUF's iq3_s, iq2_s,
-// iq3_xxs, iq2_xxs, iq2_xs;
+// iq3_xxs, iq2_xxs, iq2_xs, iq1_s, iq1_m;
 // layouts in blocks.h, grids in iq_grids.h).
 //
 // Source of the formulas: ggml's block definitions (ggml-common.h) and the decoders they are
@@ -119,9 +119,48 @@ void dequantize_row_iq2_xs(const void* src, float* dst, int64_t n) {
   }
 }
 
+/// Writes the 8 values scale · (int8 byte i of `grid_entry` + delta) (iq1_s, iq1_m).
+void put_shifted(float scale, uint64_t grid_entry, float delta, float* dst) {
+  for (int i = 0; i < 8; ++i)
+    dst[i] = scale * (static_cast<float>(int8_t(grid_entry >> (8 * i))) + delta);
+}
+
+/// iq1_s → float: sub-block j has scale d·(2·s_j + 1) and shift δ_j = ±1/8 (qh[j] bits 12..14,
+/// bit 15); group g = 4j + l is kIq1sGrid[qs[g] | 3 bits of qh[j] << 8] (values −1, 0, 1).
+void dequantize_row_iq1_s(const void* src, float* dst, int64_t n) {
+  const auto* b = static_cast<const block_iq1_s*>(src);
+  for (int64_t ib = 0; ib < n / QK_K; ++ib) {
+    const float d = fp16_to_f32(b[ib].d);
+    for (int j = 0; j < QK_K / 32; ++j) {
+      const int qh = b[ib].qh[j];
+      const float dl = d * static_cast<float>(2 * ((qh >> 12) & 7) + 1);
+      const float delta = qh & 0x8000 ? -kIq1Delta : kIq1Delta;
+      for (int l = 0; l < 4; ++l, dst += 8)
+        put_shifted(dl, kIq1sGrid[b[ib].qs[4 * j + l] | (((qh >> (3 * l)) & 7) << 8)], delta, dst);
+    }
+  }
+}
+
+/// iq1_m → float: d is the f16 held in the top nibbles of the four scale words (iq1_m_d);
+/// half-sub-block h (16 values) has scale d·(2·s_h + 1); group g = 4j + l is
+/// kIq1sGrid[qs[g] | (nibble l%2 of qh[2j + l/2] & 7) << 8], shifted by ±1/8 (that nibble's
+/// bit 3).
+void dequantize_row_iq1_m(const void* src, float* dst, int64_t n) {
+  const auto* b = static_cast<const block_iq1_m*>(src);
+  for (int64_t ib = 0; ib < n / QK_K; ++ib) {
+    const float d = fp16_to_f32(iq1_m_d(b[ib]));
+    for (int g = 0; g < QK_K / 8; ++g, dst += 8) {
+      const int nib = (b[ib].qh[g / 2] >> (4 * (g % 2))) & 15;
+      const float dl = d * static_cast<float>(2 * iq1_m_scale(b[ib], g / 2) + 1);
+      put_shifted(dl, kIq1sGrid[b[ib].qs[g] | ((nib & 7) << 8)], nib & 8 ? -kIq1Delta : kIq1Delta,
+                  dst);
+    }
+  }
+}
+
 bool fill_random_iq_blocks(DType t, float d_mag, uint32_t seed, void* dst, int64_t n) {
   if (t != DType::IQ3_S && t != DType::IQ2_S && t != DType::IQ3_XXS && t != DType::IQ2_XXS &&
-      t != DType::IQ2_XS)
+      t != DType::IQ2_XS && t != DType::IQ1_S && t != DType::IQ1_M)
     return false;
   const size_t block_bytes = size_t(traits(t).block_bytes);
   auto* p = static_cast<uint8_t*>(dst);
@@ -136,7 +175,17 @@ bool fill_random_iq_blocks(DType t, float d_mag, uint32_t seed, void* dst, int64
     for (size_t i = 0; i < block_bytes; ++i) p[i] = uint8_t(next());
     const float u = 0.5f + 0.5f * float(next() >> 8) / float(1 << 24);
     const uint16_t d = f32_to_fp16_sat(d_mag * u);
-    std::memcpy(p, &d, 2);  // all these layouts start with the f16 d
+    if (t == DType::IQ1_M) {  // d in the top nibbles of the four scale words
+      auto* blk = reinterpret_cast<block_iq1_m*>(p);
+      for (int w = 0; w < 4; ++w) {
+        uint16_t sc;
+        std::memcpy(&sc, blk->scales + 2 * w, 2);
+        sc = uint16_t((sc & 0x0FFF) | ((d >> (4 * w)) & 15) << 12);
+        std::memcpy(blk->scales + 2 * w, &sc, 2);
+      }
+    } else {
+      std::memcpy(p, &d, 2);  // the other layouts start with the f16 d
+    }
   }
   return true;
 }

@@ -101,7 +101,8 @@ INSTANTIATE_TEST_SUITE_P(AllWeightTypes, MatmulTypes,
                                            DType::IQ4_NL, DType::Q2_K, DType::Q3_K, DType::Q4_K,
                                            DType::Q5_K, DType::Q6_K, DType::MXFP4, DType::IQ4_XS,
                                            DType::IQ3_S, DType::IQ2_S, DType::IQ3_XXS,
-                                           DType::IQ2_XXS, DType::IQ2_XS),
+                                           DType::IQ2_XXS, DType::IQ2_XS, DType::IQ1_S,
+                                           DType::IQ1_M),
                          [](const ::testing::TestParamInfo<DType>& info) {
                            return std::string(traits(info.param).name);
                          });

@@ -51,6 +51,10 @@ const Expected kExpected[] = {
     {DType::IQ3_XXS, 18, "iq3_xxs", 256, 98, false, true},
     {DType::IQ2_XXS, 16, "iq2_xxs", 256, 66, false, true},
     {DType::IQ2_XS, 17, "iq2_xs", 256, 74, false, true},
+    // f16 d + 32 index bytes + 8 uint16 (3 index bits ×4, scale, shift sign); iq1_m: no d field
+    // (its nibbles are in the 8 scale bytes), 32 + 16 + 8.
+    {DType::IQ1_S, 19, "iq1_s", 256, 50, false, true},
+    {DType::IQ1_M, 29, "iq1_m", 256, 56, false, true},
     {DType::I8, 24, "i8", 1, sizeof(int8_t), true},
     {DType::I16, 25, "i16", 1, sizeof(int16_t), true},
     {DType::I32, 26, "i32", 1, sizeof(int32_t), true},
@@ -112,7 +116,7 @@ TEST(DType, GgufIdsAcceptedAndRejected) {
   }
   // Ids GGUF removed (4, 5: q4_2/q4_3), ones kvrun does not implement, and garbage.
   for (const uint32_t id :
-       {4u, 5u, 19u, 29u, 31u, 40u, 99u, 0x100u, 0x101u, 0x102u, 0x103u, 0xFFFFu, 0xFFFFFFFFu})
+       {4u, 5u, 31u, 40u, 99u, 0x100u, 0x101u, 0x102u, 0x103u, 0xFFFFu, 0xFFFFFFFFu})
     EXPECT_EQ(dtype_from_gguf_id(id), std::nullopt) << id;
 }
 

@@ -60,7 +60,8 @@ TEST_P(IqReference, DecodesBitForBitAsGgml) {
 
 INSTANTIATE_TEST_SUITE_P(Types, IqReference,
                          ::testing::Values(DType::IQ4_XS, DType::MXFP4, DType::IQ3_S, DType::IQ2_S,
-                                           DType::IQ3_XXS, DType::IQ2_XXS, DType::IQ2_XS),
+                                           DType::IQ3_XXS, DType::IQ2_XXS, DType::IQ2_XS,
+                                           DType::IQ1_S, DType::IQ1_M),
                          [](const auto& info) { return std::string(traits(info.param).name); });
 
 // ---------------------------------------------------------------- hand-built blocks
@@ -163,12 +164,11 @@ TEST(IqDecode, Iq2sIndexSignAndScaleBits) {
 // type is refused.
 TEST(IqDecode, RandomGridBlocksAreValid) {
   // Largest |value| with d ≤ 0.01: iq3_s d·31·15, iq3_xxs d·15.5·0.5·62, the iq2 types
-  // d·15.5·0.25·43.
-  const std::pair<DType, float> kMax[] = {{DType::IQ3_S, 4.66f},
-                                          {DType::IQ2_S, 1.67f},
-                                          {DType::IQ3_XXS, 4.81f},
-                                          {DType::IQ2_XXS, 1.67f},
-                                          {DType::IQ2_XS, 1.67f}};
+  // d·15.5·0.25·43, iq1 d·15·(1 + 1/8).
+  const std::pair<DType, float> kMax[] = {{DType::IQ3_S, 4.66f},   {DType::IQ2_S, 1.67f},
+                                          {DType::IQ3_XXS, 4.81f}, {DType::IQ2_XXS, 1.67f},
+                                          {DType::IQ2_XS, 1.67f},  {DType::IQ1_S, 1.36f},
+                                          {DType::IQ1_M, 1.36f}};
   for (const auto& [t, bound] : kMax) {
     std::vector<uint8_t> q(size_t(*row_bytes(t, 1024)));
     ASSERT_TRUE(fill_random_iq_blocks(t, 0.01f, 7, q.data(), 1024));

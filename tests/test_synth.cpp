@@ -37,10 +37,10 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr SynthFileType kAllTypes[] = {
-    SynthFileType::F32,   SynthFileType::F16,   SynthFileType::Q8_0,    SynthFileType::Q4_0,
-    SynthFileType::Q4_K,  SynthFileType::Q6_K,  SynthFileType::IQ4_XS,  SynthFileType::MXFP4,
-    SynthFileType::IQ3_S, SynthFileType::IQ2_S, SynthFileType::IQ3_XXS, SynthFileType::IQ2_XXS,
-    SynthFileType::IQ2_XS};
+    SynthFileType::F32,    SynthFileType::F16,   SynthFileType::Q8_0,    SynthFileType::Q4_0,
+    SynthFileType::Q4_K,   SynthFileType::Q6_K,  SynthFileType::IQ4_XS,  SynthFileType::MXFP4,
+    SynthFileType::IQ3_S,  SynthFileType::IQ2_S, SynthFileType::IQ3_XXS, SynthFileType::IQ2_XXS,
+    SynthFileType::IQ2_XS, SynthFileType::IQ1_S, SynthFileType::IQ1_M};
 
 const SynthShape& shape(const std::string& name) {
   const SynthShape* s = find_synth_shape(name);
@@ -257,6 +257,8 @@ TEST(SynthPlan, FileTypeNames) {
   EXPECT_EQ(synth_llama_ftype(SynthFileType::IQ3_XXS), 23u);  // MOSTLY_IQ3_XXS
   EXPECT_EQ(synth_llama_ftype(SynthFileType::IQ2_XXS), 19u);  // MOSTLY_IQ2_XXS
   EXPECT_EQ(synth_llama_ftype(SynthFileType::IQ2_XS), 20u);   // MOSTLY_IQ2_XS
+  EXPECT_EQ(synth_llama_ftype(SynthFileType::IQ1_S), 24u);    // MOSTLY_IQ1_S
+  EXPECT_EQ(synth_llama_ftype(SynthFileType::IQ1_M), 31u);    // MOSTLY_IQ1_M
 }
 
 TEST(SynthRandom, IsCounterBasedAndRoughlyStandardNormal) {
@@ -357,11 +359,11 @@ TEST(SynthFile, WeightsHaveTheDocumentedScale) {
 // tensor's sd (synth.h); rows of 128 (tiny's n_embd) fall back to IQ4_NL, llama.cpp's rule.
 TEST(SynthFile, GridIquantsAreRandomBlocksOfTheTensorsScale) {
   test::TempDir dir;
-  const std::pair<SynthFileType, DType> kGrid[] = {{SynthFileType::IQ3_S, DType::IQ3_S},
-                                                   {SynthFileType::IQ2_S, DType::IQ2_S},
-                                                   {SynthFileType::IQ3_XXS, DType::IQ3_XXS},
-                                                   {SynthFileType::IQ2_XXS, DType::IQ2_XXS},
-                                                   {SynthFileType::IQ2_XS, DType::IQ2_XS}};
+  const std::pair<SynthFileType, DType> kGrid[] = {
+      {SynthFileType::IQ3_S, DType::IQ3_S},     {SynthFileType::IQ2_S, DType::IQ2_S},
+      {SynthFileType::IQ3_XXS, DType::IQ3_XXS}, {SynthFileType::IQ2_XXS, DType::IQ2_XXS},
+      {SynthFileType::IQ2_XS, DType::IQ2_XS},   {SynthFileType::IQ1_S, DType::IQ1_S},
+      {SynthFileType::IQ1_M, DType::IQ1_M}};
   for (const auto& [type, dtype] : kGrid) {
     const gguf::File f = gguf::File::open(make(dir, "tiny", type).string());
     const gguf::TensorInfo* down = nullptr;

@@ -59,6 +59,10 @@ constexpr CpuTypeTraits kScalar[] = {
      nullptr, nullptr, nullptr, nullptr},
     {DType::IQ2_XS, DType::Q8_K, act_from_float_q8_K, vec_dot_iq2_xs_q8_K, nullptr, nullptr,
      nullptr, nullptr, nullptr, nullptr},
+    {DType::IQ1_S, DType::Q8_K, act_from_float_q8_K, vec_dot_iq1_s_q8_K, nullptr, nullptr, nullptr,
+     nullptr, nullptr, nullptr},
+    {DType::IQ1_M, DType::Q8_K, act_from_float_q8_K, vec_dot_iq1_m_q8_K, nullptr, nullptr, nullptr,
+     nullptr, nullptr, nullptr},
 };
 
 constexpr size_t kTypes = sizeof(kScalar) / sizeof(kScalar[0]);
@@ -135,6 +139,10 @@ void apply_x86_iq(Table& t, VecDotFn mxfp4, DotTileFn mxfp4_tile, VecDotFn iq4_x
     row_of(t, DType::IQ2_XXS).vec_dot_tile = NS::tile_iq2_xxs_q8_K; \
     row_of(t, DType::IQ2_XS).vec_dot = NS::vec_dot_iq2_xs_q8_K;     \
     row_of(t, DType::IQ2_XS).vec_dot_tile = NS::tile_iq2_xs_q8_K;   \
+    row_of(t, DType::IQ1_S).vec_dot = NS::vec_dot_iq1_s_q8_K;       \
+    row_of(t, DType::IQ1_S).vec_dot_tile = NS::tile_iq1_s_q8_K;     \
+    row_of(t, DType::IQ1_M).vec_dot = NS::vec_dot_iq1_m_q8_K;       \
+    row_of(t, DType::IQ1_M).vec_dot_tile = NS::tile_iq1_m_q8_K;     \
   } while (0)
 #endif
 

@@ -121,5 +121,11 @@ float vec_dot_iq3_xxs_q8_K(int64_t n, const void* w, const void* x);
 float vec_dot_iq2_xxs_q8_K(int64_t n, const void* w, const void* x);
 /// iq2_xs: isum = Σ_h (1 + 2·s_h) · Σ_{e in half-sub-block h} grid·sign·q_x; factor 1/8.
 float vec_dot_iq2_xs_q8_K(int64_t n, const void* w, const void* x);
+/// iq1_s: isum = Σ_j (1 + 2·s_j) · Σ_{e in sub-block j} (8·grid + σ_j)·q_x (σ = ±1, the sign of
+/// the ±1/8 shift); factor 1/8.
+float vec_dot_iq1_s_q8_K(int64_t n, const void* w, const void* x);
+/// iq1_m: isum = Σ_h (1 + 2·s_h) · Σ_{e in half-sub-block h} (8·grid + σ_g)·q_x, σ_g per 8 values;
+/// factor 1/8.
+float vec_dot_iq1_m_q8_K(int64_t n, const void* w, const void* x);
 
 }  // namespace kvrun::cpu

@@ -45,6 +45,8 @@ constexpr FileTypeRow kFileTypes[] = {
     {SynthFileType::IQ3_XXS, "IQ3_XXS", DType::IQ3_XXS, 23},
     {SynthFileType::IQ2_XXS, "IQ2_XXS", DType::IQ2_XXS, 19},
     {SynthFileType::IQ2_XS, "IQ2_XS", DType::IQ2_XS, 20},
+    {SynthFileType::IQ1_S, "IQ1_S", DType::IQ1_S, 24},
+    {SynthFileType::IQ1_M, "IQ1_M", DType::IQ1_M, 31},
 };
 
 const FileTypeRow& row_of(SynthFileType t) {
@@ -87,13 +89,14 @@ DType wanted_type(SynthFileType ft, const std::string& role, int64_t il, int64_t
 /// Row `r` of grid i-quant tensor `t` as random valid blocks whose RMS is about t.sd: with
 /// uniform random scale codes and grid entries, a value's RMS is ≈ 107·d_mag (iq3_s: d·(1 + 2s)·g)
 /// or ≈ 43·d_mag (iq2_s: d·(0.5 + s)/4·g), ≈ 109·d_mag (iq3_xxs: d·(0.5 + s)/2·g), ≈ 41·d_mag
-/// (iq2_xxs) and ≈ 43·d_mag (iq2_xs), d = d_mag·u with u uniform in [0.5, 1) (computed over the
-/// grids' values).
+/// (iq2_xxs), ≈ 43·d_mag (iq2_xs) and ≈ 5.5·d_mag (iq1_s, iq1_m: d·(2s + 1)·(grid ± 1/8)), d =
+/// d_mag·u with u uniform in [0.5, 1) (computed over the grids' values).
 void random_iq_row(const SynthTensor& t, uint64_t key, int64_t r, uint8_t* dst) {
   float per_d = 43.0f;  // iq2_s, iq2_xs
   if (t.type == DType::IQ3_S) per_d = 107.0f;
   if (t.type == DType::IQ3_XXS) per_d = 109.0f;
   if (t.type == DType::IQ2_XXS) per_d = 41.0f;
+  if (t.type == DType::IQ1_S || t.type == DType::IQ1_M) per_d = 5.5f;
   const uint32_t seed = uint32_t(key ^ (key >> 32) ^ (uint64_t(r) * 0x9E3779B97F4A7C15ull >> 17));
   fill_random_iq_blocks(t.type, t.sd / per_d, seed, dst, t.ne[0]);
 }

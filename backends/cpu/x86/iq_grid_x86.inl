@@ -1,5 +1,6 @@
 // iq_grid_x86.inl — the x86 kernels of the grid-based i-quants against q8_K: iq3_s, iq2_s,
-// iq3_xxs, iq2_xxs and iq2_xs.
+// iq3_xxs, iq2_xxs, iq2_xs, iq1_s and iq1_m (whose weights 8·grid ± 1 go through the same path
+// as magnitudes and sign bits).
 // Included by kernels_x86.inl inside its anonymous namespace, after iq_x86.inl (its helpers),
 // so it is compiled once per x86 level. Per 32 values: the grid entries are placed side by side
 // in a register (magnitudes ≤ 62, unsigned bytes), the 32 sign bits negate the matching q_x
@@ -63,6 +64,7 @@ struct GridSub {
 /// iq3_s (vec_dot_iq3_s_q8_K): 8 quads of kIq3sGrid, sign bytes, one 4-bit scale per 32.
 struct Iq3sX86 {
   using Block = block_iq3_s;
+  static uint16_t dbits(const Block& b) { return b.d; }
   static GridSub sub(const Block& b, int j) {
     const uint32_t* grid = grid_ptr(kIq3sGrid);
     const uint8_t* qs = b.qs + 8 * j;
@@ -77,6 +79,7 @@ struct Iq3sX86 {
 /// iq2_s (vec_dot_iq2_s_q8_K): 4 groups of kIq2sGrid, sign bytes, 4-bit scales per 16.
 struct Iq2sX86 {
   using Block = block_iq2_s;
+  static uint16_t dbits(const Block& b) { return b.d; }
   static GridSub sub(const Block& b, int j) {
     const uint64_t* grid = grid_ptr(kIq2sGrid);
     const uint8_t* qs = b.qs + 4 * j;
@@ -91,6 +94,7 @@ struct Iq2sX86 {
 /// the sub-block's uint32.
 struct Iq3xxsX86 {
   using Block = block_iq3_xxs;
+  static uint16_t dbits(const Block& b) { return b.d; }
   static GridSub sub(const Block& b, int j) {
     const uint32_t* grid = grid_ptr(kIq3xxsGrid);
     const uint8_t* qs = b.qs + 8 * j;
@@ -105,6 +109,7 @@ struct Iq3xxsX86 {
 /// iq2_xxs (vec_dot_iq2_xxs_q8_K): 4 kIq2xxsGrid entries, then 4 sign codes and one 4-bit scale.
 struct Iq2xxsX86 {
   using Block = block_iq2_xxs;
+  static uint16_t dbits(const Block& b) { return b.d; }
   static GridSub sub(const Block& b, int j) {
     const uint64_t* grid = grid_ptr(kIq2xxsGrid);
     const auto* q = reinterpret_cast<const uint8_t*>(b.qs + 4 * j);
@@ -119,6 +124,7 @@ struct Iq2xxsX86 {
 /// 4-bit scales per 16.
 struct Iq2xsX86 {
   using Block = block_iq2_xs;
+  static uint16_t dbits(const Block& b) { return b.d; }
   static GridSub sub(const Block& b, int j) {
     const uint64_t* grid = grid_ptr(kIq2xsGrid);
     const uint8_t* st = grid_ptr(kIqSigns);
@@ -129,6 +135,57 @@ struct Iq2xsX86 {
                            uint32_t(st[q[2] >> 9]) << 16 | uint32_t(st[q[3] >> 9]) << 24;
     return {_mm256_set_epi64x(g(3), g(2), g(1), g(0)), signs, 1 + 2 * (b.scales[j] & 0x0F),
             1 + 2 * (b.scales[j] >> 4)};
+  }
+};
+
+/// iq1_s / iq1_m: 32 int8 weights 8·grid + σ (grid −1, 0, 1 from kIq1sGrid at idx[0..3], σ = ±1
+/// per 8 values from bit 3 of each shift nibble) as magnitudes and sign bits: |8·grid ± 1| ≤ 9.
+inline GridSub iq1_sub(const int* idx, const int* sigma, int sc_lo, int sc_hi) {
+  const uint64_t* grid = grid_ptr(kIq1sGrid);
+  const __m256i g = _mm256_set_epi64x(int64_t(grid[idx[3]]), int64_t(grid[idx[2]]),
+                                      int64_t(grid[idx[1]]), int64_t(grid[idx[0]]));
+  auto sg = [&](int l) { return sigma[l] < 0 ? int64_t(-1) : int64_t(0x0101010101010101ll); };
+  const __m256i v = _mm256_add_epi8(_mm256_sign_epi8(_mm256_set1_epi8(8), g),
+                                    _mm256_set_epi64x(sg(3), sg(2), sg(1), sg(0)));
+  return {_mm256_abs_epi8(v), uint32_t(_mm256_movemask_epi8(v)), sc_lo, sc_hi};
+}
+
+/// iq1_s (vec_dot_iq1_s_q8_K): 11-bit indices, one 3-bit scale and shift sign per 32.
+struct Iq1sX86 {
+  using Block = block_iq1_s;
+  static uint16_t dbits(const Block& b) { return b.d; }
+  static GridSub sub(const Block& b, int j) {
+    const int qh = b.qh[j];
+    int idx[4], sigma[4];
+    for (int l = 0; l < 4; ++l) {
+      idx[l] = b.qs[4 * j + l] | (((qh >> (3 * l)) & 7) << 8);
+      sigma[l] = qh & 0x8000 ? -1 : 1;
+    }
+    const int sc = 1 + 2 * ((qh >> 12) & 7);
+    return iq1_sub(idx, sigma, sc, sc);
+  }
+};
+
+/// iq1_m (vec_dot_iq1_m_q8_K): d and 3-bit scales per 16 in the scale words, a shift sign per 8.
+struct Iq1mX86 {
+  using Block = block_iq1_m;
+  static uint16_t dbits(const Block& b) {
+    uint16_t sc[4];
+    std::memcpy(sc, b.scales, 8);
+    return uint16_t((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) | ((sc[2] >> 4) & 0x0F00) |
+                    (sc[3] & 0xF000));
+  }
+  static GridSub sub(const Block& b, int j) {
+    int idx[4], sigma[4];
+    for (int l = 0; l < 4; ++l) {
+      const int nib = (b.qh[2 * j + l / 2] >> (4 * (l % 2))) & 15;
+      idx[l] = b.qs[4 * j + l] | ((nib & 7) << 8);
+      sigma[l] = nib & 8 ? -1 : 1;
+    }
+    uint16_t w;
+    std::memcpy(&w, b.scales + 2 * (j / 2), 2);
+    const int shift = 6 * (j % 2);
+    return iq1_sub(idx, sigma, 1 + 2 * ((w >> shift) & 7), 1 + 2 * ((w >> (shift + 3)) & 7));
   }
 };
 
@@ -154,7 +211,7 @@ inline void iq_grid_q8_K_tile(int64_t nb, const uint8_t* w, size_t ws, const uin
               lane[c], scaled_dot_us2(s.g, _mm256_sign_epi8(qx, sign1), s.sc_lo, s.sc_hi));
         }
       }
-      const float dw = h2f(wb.d);
+      const float dw = h2f(T::dbits(wb));
       for (int c = 0; c < C; ++c) {
         const float d = block_at<block_q8_K>(x, xs, c, b).d * dw;
         acc[r][c] = __builtin_fmaf(d, float(hsum_i32(lane[c])), acc[r][c]);
@@ -193,4 +250,16 @@ template <int R, int C>
 inline void iq2_xs_q8_K_tile(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* x, size_t xs,
                              float* y, size_t ys) {
   iq_grid_q8_K_tile<Iq2xsX86, R, C>(nb, w, ws, x, xs, y, ys, 0.125f);
+}
+
+template <int R, int C>
+inline void iq1_s_q8_K_tile(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* x, size_t xs,
+                            float* y, size_t ys) {
+  iq_grid_q8_K_tile<Iq1sX86, R, C>(nb, w, ws, x, xs, y, ys, 0.125f);
+}
+
+template <int R, int C>
+inline void iq1_m_q8_K_tile(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* x, size_t xs,
+                            float* y, size_t ys) {
+  iq_grid_q8_K_tile<Iq1mX86, R, C>(nb, w, ws, x, xs, y, ys, 0.125f);
 }

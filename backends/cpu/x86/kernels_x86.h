@@ -18,9 +18,9 @@
   std::remove_pointer_t<DotTileFn> tile_mxfp4_q8_0, tile_iq4_xs_q8_K;                           \
   /* grid i-quants (iq_grid_x86.inl) */                                                         \
   std::remove_pointer_t<VecDotFn> vec_dot_iq3_s_q8_K, vec_dot_iq2_s_q8_K, vec_dot_iq3_xxs_q8_K, \
-      vec_dot_iq2_xxs_q8_K, vec_dot_iq2_xs_q8_K;                                                \
+      vec_dot_iq2_xxs_q8_K, vec_dot_iq2_xs_q8_K, vec_dot_iq1_s_q8_K, vec_dot_iq1_m_q8_K;        \
   std::remove_pointer_t<DotTileFn> tile_iq3_s_q8_K, tile_iq2_s_q8_K, tile_iq3_xxs_q8_K,         \
-      tile_iq2_xxs_q8_K, tile_iq2_xs_q8_K;
+      tile_iq2_xxs_q8_K, tile_iq2_xs_q8_K, tile_iq1_s_q8_K, tile_iq1_m_q8_K;
 
 namespace kvrun::cpu::avx2 {
 KVRUN_X86_KERNEL_DECLS

@@ -900,7 +900,7 @@ constexpr int kKR = 2, kKC = 2;
 #endif
 
 #include "cpu/x86/iq_x86.inl"       // mxfp4 and iq4_xs
-#include "cpu/x86/iq_grid_x86.inl"  // iq3_s, iq2_s, iq3_xxs, iq2_xxs, iq2_xs
+#include "cpu/x86/iq_grid_x86.inl"  // the grid i-quants
 
 }  // namespace
 
@@ -1032,6 +1032,8 @@ KVRUN_X86_DOT_AND_TILE(vec_dot_iq2_s_q8_K, tile_iq2_s_q8_K, iq2_s_q8_K_tile, QK_
 KVRUN_X86_DOT_AND_TILE(vec_dot_iq3_xxs_q8_K, tile_iq3_xxs_q8_K, iq3_xxs_q8_K_tile, QK_K, kKR, kKC)
 KVRUN_X86_DOT_AND_TILE(vec_dot_iq2_xxs_q8_K, tile_iq2_xxs_q8_K, iq2_xxs_q8_K_tile, QK_K, kKR, kKC)
 KVRUN_X86_DOT_AND_TILE(vec_dot_iq2_xs_q8_K, tile_iq2_xs_q8_K, iq2_xs_q8_K_tile, QK_K, kKR, kKC)
+KVRUN_X86_DOT_AND_TILE(vec_dot_iq1_s_q8_K, tile_iq1_s_q8_K, iq1_s_q8_K_tile, QK_K, kKR, kKC)
+KVRUN_X86_DOT_AND_TILE(vec_dot_iq1_m_q8_K, tile_iq1_m_q8_K, iq1_m_q8_K_tile, QK_K, kKR, kKC)
 
 #undef KVRUN_X86_DOT_AND_TILE
 
