@@ -16,6 +16,7 @@
 //           ls the 6-bit scale of the sub-block; each sub-block's nibbles ordered as q4_0
 //   mxfp4:  x = 2^(e - 127) * e2m1(nibble) = e8m0_half(e) * kvalues_mxfp4[nibble], order as q4_0
 //   K-quants: see quants_k.cpp for the sub-block scale packing of each.
+//   iq1_*/iq2_*/iq3_*: grids of 4 or 8 values (iq_grids.h), signs, 4-bit or 3-bit scales; below.
 //   nvfp4: x = s2 * e4m3(scale) * e2m1(nibble); element 2i in the low nibble of qs[i], 2i+1 in
 //          the high nibble; s2 is the second-level scale held by the container (see dtype.h).
 #pragma once
@@ -173,6 +174,88 @@ static_assert(sizeof(block_iq4_xs) == 136, "wrong iq4_xs block size");
 inline int iq4_xs_scale_code(const block_iq4_xs& b, int j) {
   return ((b.scales_l[j / 2] >> (4 * (j % 2))) & 0x0F) | (((b.scales_h >> (2 * j)) & 3) << 4);
 }
+
+// ---- Grid-based i-quants (GGUF types 16..19, 21, 22, 29; ggml's ggml-common.h layouts) ----
+// Super-blocks of QK_K = 256. Values come in groups of 8 (iq1/iq2) or 4 (iq3) whose magnitudes
+// are one entry of a fixed grid (iq_grids.h); sign bits flip single values. Decoders:
+// quants_iq.cpp, which gives each formula.
+
+/// iq2_xxs super-block (type 16), 2.06 bits per weight. Sub-block j (32 values) is the two
+/// little-endian uint32 at qs[4j..4j+3]: the first holds 4 grid indices (bytes, into the
+/// 256-entry iq2xxs grid of 8 values), the second 4 seven-bit sign codes (bits 7l..7l+6) and
+/// the 4-bit scale s in bits 28..31; x = d·(0.5 + s)·0.25 · grid · sign.
+struct block_iq2_xxs {
+  f16_bits d;
+  uint16_t qs[QK_K / 8];
+};
+static_assert(sizeof(block_iq2_xxs) == 66, "wrong iq2_xxs block size");
+
+/// iq2_xs super-block (type 17), 2.31 bits per weight. qs[4j + l]: bits 0..8 the index into the
+/// 512-entry iq2xs grid of 8 values, bits 9..15 the seven-bit sign code; scales[j]: the 4-bit
+/// scales of groups l = 0,1 (low nibble) and l = 2,3 (high); x = d·(0.5 + s)·0.25 · grid · sign.
+struct block_iq2_xs {
+  f16_bits d;
+  uint16_t qs[QK_K / 8];
+  uint8_t scales[QK_K / 32];
+};
+static_assert(sizeof(block_iq2_xs) == 74, "wrong iq2_xs block size");
+
+/// iq2_s super-block (type 22; also the blocks of IQ2_M files), 2.56 bits per weight. Group
+/// g = 4j + l of 8: grid index qs[g] | ((qh[j] >> 2l) & 3) << 8 into the 1024-entry iq2s grid,
+/// sign byte qs[32 + g] (bit i flips value i); scales as iq2_xs; x = d·(0.5 + s)·0.25·grid·sign.
+struct block_iq2_s {
+  f16_bits d;
+  uint8_t qs[QK_K / 4];  ///< 32 grid index low bytes, then 32 sign bytes
+  uint8_t qh[QK_K / 32];
+  uint8_t scales[QK_K / 32];
+};
+static_assert(sizeof(block_iq2_s) == 82, "wrong iq2_s block size");
+
+/// iq3_xxs super-block (type 18), 3.06 bits per weight. qs[0..63]: indices into the 256-entry
+/// iq3xxs grid of 4 values (8 per sub-block); qs[64 + 4j ..] the little-endian uint32 of
+/// sub-block j: 4 seven-bit sign codes (one per 8 values) and the 4-bit scale s in bits 28..31;
+/// x = d·(0.5 + s)·0.5 · grid · sign.
+struct block_iq3_xxs {
+  f16_bits d;
+  uint8_t qs[3 * QK_K / 8];
+};
+static_assert(sizeof(block_iq3_xxs) == 98, "wrong iq3_xxs block size");
+
+/// iq3_s super-block (type 21; also the blocks of IQ3_M files), 3.44 bits per weight. Quad q
+/// (4 values, 0..63): grid index qs[q] | ((qh[q / 8] >> (q % 8)) & 1) << 8 into the 512-entry
+/// iq3s grid; signs[q / 2] bit 4·(q % 2) + i flips value i; sub-block j (32 values) has the
+/// 4-bit scale s = (scales[j / 2] >> 4·(j % 2)) & 15; x = d·(1 + 2s) · grid · sign.
+struct block_iq3_s {
+  f16_bits d;
+  uint8_t qs[QK_K / 4];
+  uint8_t qh[QK_K / 32];
+  uint8_t signs[QK_K / 8];
+  uint8_t scales[QK_K / 64];
+};
+static_assert(sizeof(block_iq3_s) == 110, "wrong iq3_s block size");
+
+/// iq1_s super-block (type 19), 1.56 bits per weight. Group g = 4j + l of 8: index
+/// qs[g] | ((qh[j] >> 3l) & 7) << 8 into the 2048-entry iq1s grid of values −1, 0, 1; qh[j]
+/// bits 12..14 the 3-bit scale s, bit 15 the sign of the shift δ = ±1/8;
+/// x = d·(2s + 1)·(grid + δ).
+struct block_iq1_s {
+  f16_bits d;
+  uint8_t qs[QK_K / 8];
+  uint16_t qh[QK_K / 32];
+};
+static_assert(sizeof(block_iq1_s) == 50, "wrong iq1_s block size");
+
+/// iq1_m super-block (type 29; IQ1_M files), 1.75 bits per weight. Group g = 4j + l of 8: index
+/// qs[g] | ((qh[2j + l/2] >> 4·(l%2)) & 7) << 8 into the iq1s grid, bit 3 of that nibble the
+/// sign of δ = ±1/8. The four little-endian uint16 of scales hold 3-bit scales (sub-block j:
+/// bits 6·(j%2) and 6·(j%2)+3 of word j/2, for its two halves of 16) and, in their top nibbles,
+/// the super-block's f16 d; x = d·(2s + 1)·(grid + δ).
+struct block_iq1_m {
+  uint8_t qs[QK_K / 8];
+  uint8_t qh[QK_K / 16];
+  uint8_t scales[QK_K / 32];
+};
+static_assert(sizeof(block_iq1_m) == 56, "wrong iq1_m block size");
 
 constexpr int QK_MXFP4 = 32;
 

@@ -47,6 +47,16 @@ constexpr DTypeTraits kTraits[] = {
      quantize_row_iq4_nl},
     {DType::IQ4_XS, "iq4_xs", QK_K, sizeof(block_iq4_xs), true, true, dequantize_row_iq4_xs,
      quantize_row_iq4_xs},
+    {DType::IQ3_S, "iq3_s", QK_K, sizeof(block_iq3_s), true, true, dequantize_row_iq3_s, nullptr},
+    {DType::IQ2_S, "iq2_s", QK_K, sizeof(block_iq2_s), true, true, dequantize_row_iq2_s, nullptr},
+    {DType::IQ3_XXS, "iq3_xxs", QK_K, sizeof(block_iq3_xxs), true, true, dequantize_row_iq3_xxs,
+     nullptr},
+    {DType::IQ2_XXS, "iq2_xxs", QK_K, sizeof(block_iq2_xxs), true, true, dequantize_row_iq2_xxs,
+     nullptr},
+    {DType::IQ2_XS, "iq2_xs", QK_K, sizeof(block_iq2_xs), true, true, dequantize_row_iq2_xs,
+     nullptr},
+    {DType::IQ1_S, "iq1_s", QK_K, sizeof(block_iq1_s), true, true, dequantize_row_iq1_s, nullptr},
+    {DType::IQ1_M, "iq1_m", QK_K, sizeof(block_iq1_m), true, true, dequantize_row_iq1_m, nullptr},
     {DType::MXFP4, "mxfp4", QK_MXFP4, sizeof(block_mxfp4), true, true, dequantize_row_mxfp4,
      quantize_row_mxfp4},
     {DType::I8, "i8", 1, 1, false, true, nullptr, nullptr},
@@ -64,11 +74,12 @@ constexpr DTypeTraits kTraits[] = {
 constexpr size_t kNumTypes = sizeof(kTraits) / sizeof(kTraits[0]);
 
 constexpr DType kAll[] = {
-    DType::F32,      DType::F16,   DType::BF16, DType::F64,  DType::Q4_0,   DType::Q4_1,
-    DType::Q5_0,     DType::Q5_1,  DType::Q8_0, DType::Q8_1, DType::Q2_K,   DType::Q3_K,
-    DType::Q4_K,     DType::Q5_K,  DType::Q6_K, DType::Q8_K, DType::IQ4_NL, DType::IQ4_XS,
-    DType::MXFP4,    DType::I8,    DType::I16,  DType::I32,  DType::I64,    DType::FP8_E4M3,
-    DType::FP8_E5M2, DType::NVFP4,
+    DType::F32,      DType::F16,      DType::BF16,    DType::F64,     DType::Q4_0,   DType::Q4_1,
+    DType::Q5_0,     DType::Q5_1,     DType::Q8_0,    DType::Q8_1,    DType::Q2_K,   DType::Q3_K,
+    DType::Q4_K,     DType::Q5_K,     DType::Q6_K,    DType::Q8_K,    DType::IQ4_NL, DType::IQ4_XS,
+    DType::IQ3_S,    DType::IQ2_S,    DType::IQ3_XXS, DType::IQ2_XXS, DType::IQ2_XS, DType::IQ1_S,
+    DType::IQ1_M,    DType::MXFP4,    DType::I8,      DType::I16,     DType::I32,    DType::I64,
+    DType::FP8_E4M3, DType::FP8_E5M2, DType::NVFP4,
 };
 static_assert(sizeof(kAll) / sizeof(kAll[0]) == kNumTypes, "kAll must list every table row");
 

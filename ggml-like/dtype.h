@@ -38,13 +38,20 @@ enum class DType : uint32_t {
   Q5_K = 13,
   Q6_K = 14,
   Q8_K = 15,
+  IQ2_XXS = 16,
+  IQ2_XS = 17,
+  IQ3_XXS = 18,
+  IQ1_S = 19,
   IQ4_NL = 20,
+  IQ3_S = 21,
+  IQ2_S = 22,
   IQ4_XS = 23,
   I8 = 24,
   I16 = 25,
   I32 = 26,
   I64 = 27,
   F64 = 28,
+  IQ1_M = 29,
   BF16 = 30,
   MXFP4 = 39,
   // KV-cache formats (not GGUF types).
@@ -56,6 +63,8 @@ enum class DType : uint32_t {
 /// Converts `n` elements (a multiple of block_elems) from a row of this type to float.
 using ToFloatFn = void (*)(const void* src, float* dst, int64_t n);
 /// Converts `n` floats (a multiple of block_elems) to a row of this type (reference quantizer).
+/// Null for integer types and for the grid-based i-quants (iq1/iq2/iq3: kvrun decodes and
+/// multiplies them but has no quantizer for them).
 using FromFloatFn = void (*)(const float* src, void* dst, int64_t n);
 
 /// One row of the traits table.
@@ -67,7 +76,7 @@ struct DTypeTraits {
   bool quantized;          ///< true for block formats with scales (and the 8/4-bit float formats)
   bool gguf;               ///< true when the type may appear in a GGUF file
   ToFloatFn to_float;      ///< scalar reference decoder; null for integer types
-  FromFloatFn from_float;  ///< scalar reference encoder; null for integer types
+  FromFloatFn from_float;  ///< scalar reference encoder; null for integer types and iq1/iq2/iq3
 };
 
 /// The traits row of `t`. Aborts with a message on a DType value outside the table (a bug:

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "blocks.h"
+#include "dtype.h"
 
 namespace kvrun {
 
@@ -44,6 +45,24 @@ void dequantize_row_iq4_xs(const void* src, float* dst, int64_t n);
 void quantize_row_iq4_xs(const float* src, void* dst, int64_t n);
 void dequantize_row_mxfp4(const void* src, float* dst, int64_t n);
 void quantize_row_mxfp4(const float* src, void* dst, int64_t n);
+
+// Grid-based i-quants (quants_iq.cpp; grids in iq_grids.h): decoders only. kvrun has no
+// quantizer for them (their traits' from_float is null); `kvrun synth` writes random valid
+// blocks of them instead (tools/synth).
+void dequantize_row_iq3_s(const void* src, float* dst, int64_t n);
+void dequantize_row_iq2_s(const void* src, float* dst, int64_t n);
+void dequantize_row_iq3_xxs(const void* src, float* dst, int64_t n);
+void dequantize_row_iq2_xxs(const void* src, float* dst, int64_t n);
+void dequantize_row_iq2_xs(const void* src, float* dst, int64_t n);
+void dequantize_row_iq1_s(const void* src, float* dst, int64_t n);
+void dequantize_row_iq1_m(const void* src, float* dst, int64_t n);
+
+/// Fills the blocks of `n` values (a multiple of QK_K) of grid i-quant `t` (iq3_s, iq2_s, iq3_xxs,
+/// iq2_xxs, iq2_xs, iq1_s, iq1_m; iq1_m's d goes into its scale words) with pseudo-random valid
+/// content: every grid index, sign and scale bit drawn from `seed` (any bit pattern of these fields
+/// is a valid block), each super-block's f16 d = d_mag · u, u uniform in [0.5, 1). Returns false,
+/// writing nothing, for any other type. For tests and synthetic models; it is not a quantizer.
+bool fill_random_iq_blocks(DType t, float d_mag, uint32_t seed, void* dst, int64_t n);
 
 // K-quants, super-blocks of QK_K = 256 (quants_k.cpp).
 void dequantize_row_q2_K(const void* src, float* dst, int64_t n);

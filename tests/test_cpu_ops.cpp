@@ -20,6 +20,7 @@
 #include "cpu/ops.h"
 #include "cpu/thread_pool.h"
 #include "fp16.h"
+#include "quants.h"
 #include "test_util.h"
 
 namespace kvrun::cpu {
@@ -27,11 +28,17 @@ namespace {
 
 using test::random_floats;
 
-/// Row-major bytes of `rows` rows of `k` floats encoded in `t`.
+/// Row-major bytes of `rows` rows of `k` floats encoded in `t`; for the decode-only grid
+/// i-quants (no quantizer) random valid blocks instead, of magnitude like x's.
 std::vector<uint8_t> encode(DType t, const std::vector<float>& x, int64_t rows, int64_t k) {
   const size_t rb = size_t(*row_bytes(t, k));
   std::vector<uint8_t> out(rb * size_t(rows));
-  for (int64_t r = 0; r < rows; ++r) traits(t).from_float(x.data() + r * k, out.data() + r * rb, k);
+  for (int64_t r = 0; r < rows; ++r) {
+    if (traits(t).from_float)
+      traits(t).from_float(x.data() + r * k, out.data() + r * rb, k);
+    else
+      EXPECT_TRUE(fill_random_iq_blocks(t, 0.01f, uint32_t(r), out.data() + r * rb, k));
+  }
   return out;
 }
 
@@ -92,7 +99,10 @@ INSTANTIATE_TEST_SUITE_P(AllWeightTypes, MatmulTypes,
                          ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q4_0,
                                            DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0,
                                            DType::IQ4_NL, DType::Q2_K, DType::Q3_K, DType::Q4_K,
-                                           DType::Q5_K, DType::Q6_K, DType::MXFP4, DType::IQ4_XS),
+                                           DType::Q5_K, DType::Q6_K, DType::MXFP4, DType::IQ4_XS,
+                                           DType::IQ3_S, DType::IQ2_S, DType::IQ3_XXS,
+                                           DType::IQ2_XXS, DType::IQ2_XS, DType::IQ1_S,
+                                           DType::IQ1_M),
                          [](const ::testing::TestParamInfo<DType>& info) {
                            return std::string(traits(info.param).name);
                          });

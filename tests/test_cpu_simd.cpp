@@ -20,6 +20,7 @@
 #include "cpu/op_kernels.h"
 #include "cpu/pack.h"
 #include "cpu/thread_pool.h"
+#include "quants.h"
 #include "test_util.h"
 
 namespace kvrun::cpu {
@@ -59,12 +60,21 @@ std::vector<float> varied_floats(size_t n, uint32_t seed) {
 }
 
 /// `rows` rows of `k` values encoded in `t`, each row `stride` bytes apart, starting `offset`
-/// bytes into the returned buffer (to test unaligned rows).
+/// bytes into the returned buffer (to test unaligned rows). The decode-only grid i-quants (no
+/// quantizer) get random valid blocks instead, seeded by x[0] and the row.
 std::vector<uint8_t> encode_rows(DType t, const std::vector<float>& x, int64_t rows, int64_t k,
                                  size_t stride, size_t offset) {
   std::vector<uint8_t> out(offset + stride * size_t(rows), 0xA5);
-  for (int64_t r = 0; r < rows; ++r)
-    traits(t).from_float(x.data() + r * k, out.data() + offset + size_t(r) * stride, k);
+  for (int64_t r = 0; r < rows; ++r) {
+    uint8_t* dst = out.data() + offset + size_t(r) * stride;
+    if (traits(t).from_float) {
+      traits(t).from_float(x.data() + r * k, dst, k);
+    } else {
+      uint32_t seed;
+      std::memcpy(&seed, &x[size_t(r * k)], 4);
+      EXPECT_TRUE(fill_random_iq_blocks(t, 0.01f, seed, dst, k)) << traits(t).name;
+    }
+  }
   return out;
 }
 
@@ -143,8 +153,10 @@ TEST_P(SimdLevel, SimdKernelsAreWired) {
     const bool want = level == CpuLevel::avx2 || (level == CpuLevel::avx512 && t != DType::Q4_K);
     EXPECT_EQ(cpu_traits(t, level)->packed_tile != nullptr, want) << lv << " " << traits(t).name;
   }
-  // mxfp4 and iq4_xs have x86 kernels only (backends/cpu/x86/iq_x86.inl); NEON runs the scalar.
-  for (DType t : {DType::MXFP4, DType::IQ4_XS}) {
+  // mxfp4, iq4_xs and the grid i-quants have x86 kernels only (backends/cpu/x86/iq_x86.inl,
+  // iq_grid_x86.inl); NEON runs the scalar.
+  for (DType t : {DType::MXFP4, DType::IQ4_XS, DType::IQ3_S, DType::IQ2_S, DType::IQ3_XXS,
+                  DType::IQ2_XXS, DType::IQ2_XS, DType::IQ1_S, DType::IQ1_M}) {
     const bool x86 = level == CpuLevel::avx2 || level == CpuLevel::avx512;
     EXPECT_EQ(cpu_traits(t, level)->vec_dot != cpu_traits(t, CpuLevel::scalar)->vec_dot, x86)
         << lv << " " << traits(t).name;
@@ -245,7 +257,9 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q4_0,
                                          DType::Q5_0, DType::Q8_0, DType::IQ4_NL, DType::Q4_1,
                                          DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q4_K,
-                                         DType::Q5_K, DType::Q6_K, DType::MXFP4, DType::IQ4_XS)),
+                                         DType::Q5_K, DType::Q6_K, DType::MXFP4, DType::IQ4_XS,
+                                         DType::IQ3_S, DType::IQ2_S, DType::IQ3_XXS, DType::IQ2_XXS,
+                                         DType::IQ2_XS, DType::IQ1_S, DType::IQ1_M)),
     [](const auto& info) {
       return std::string(cpu_level_name(std::get<0>(info.param))) + "_" +
              traits(std::get<1>(info.param)).name;
@@ -255,8 +269,10 @@ INSTANTIATE_TEST_SUITE_P(
 // output, the float of the scalar kernel that cpu_traits.h assigns to its shape.
 TEST_P(MatmulLevel, EqualsScalarDots) {
   const CpuLevel level = GetParam();
-  for (DType t : {DType::F16, DType::F32, DType::BF16, DType::Q4_0, DType::Q5_0, DType::Q8_0,
-                  DType::Q5_K, DType::Q4_K, DType::Q6_K, DType::MXFP4, DType::IQ4_XS}) {
+  for (DType t :
+       {DType::F16, DType::F32, DType::BF16, DType::Q4_0, DType::Q5_0, DType::Q8_0, DType::Q5_K,
+        DType::Q4_K, DType::Q6_K, DType::MXFP4, DType::IQ4_XS, DType::IQ3_S, DType::IQ2_S,
+        DType::IQ3_XXS, DType::IQ2_XXS, DType::IQ2_XS, DType::IQ1_S, DType::IQ1_M}) {
     const CpuTypeTraits* ref = cpu_traits(t, CpuLevel::scalar);
     const int64_t k = 512;
     for (int64_t m : {int64_t(40), int64_t(36), int64_t(21)}) {

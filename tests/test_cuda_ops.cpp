@@ -734,7 +734,8 @@ TEST(CudaSupport, TypesAndShapesAreCheckedUpFront) {
     EXPECT_TRUE(cuda::get_rows_supported(t, 512)) << traits(t).name;
   }
   for (DType t : {DType::Q5_0, DType::Q4_1, DType::Q2_K, DType::Q3_K, DType::IQ4_NL, DType::IQ4_XS,
-                  DType::MXFP4}) {
+                  DType::MXFP4, DType::IQ3_S, DType::IQ2_S, DType::IQ3_XXS, DType::IQ2_XXS,
+                  DType::IQ2_XS, DType::IQ1_S, DType::IQ1_M}) {
     EXPECT_FALSE(cuda::matmul_supported(t, 512)) << traits(t).name;
     EXPECT_FALSE(cuda::get_rows_supported(t, 512)) << traits(t).name;
   }

@@ -22,7 +22,8 @@ struct Expected {
   const char* name;
   int elems;
   size_t bytes;
-  bool integer;  ///< plain integer type: no codecs
+  bool integer;              ///< plain integer type: no codecs
+  bool decode_only = false;  ///< grid i-quant: a decoder but no kvrun quantizer (quants.h)
 };
 
 const Expected kExpected[] = {
@@ -43,6 +44,17 @@ const Expected kExpected[] = {
     {DType::IQ4_NL, 20, "iq4_nl", 32, sizeof(block_iq4_nl), false},
     {DType::IQ4_XS, 23, "iq4_xs", 256, 136, false},  // f16 d, u16 scales_h, 4 scales_l, 128 qs
     {DType::MXFP4, 39, "mxfp4", 32, 17, false},      // E8M0 byte, 16 bytes of E2M1 pairs
+    // ggml-common.h sizes: f16 d + 64 qs + 8 qh + 32 signs + 4 scales; f16 d + 64 + 8 + 8.
+    {DType::IQ3_S, 21, "iq3_s", 256, 110, false, true},
+    {DType::IQ2_S, 22, "iq2_s", 256, 82, false, true},
+    // f16 d + 64 index bytes + 32 bytes of sign codes and scales; f16 d + 32 uint16; + 8 scales.
+    {DType::IQ3_XXS, 18, "iq3_xxs", 256, 98, false, true},
+    {DType::IQ2_XXS, 16, "iq2_xxs", 256, 66, false, true},
+    {DType::IQ2_XS, 17, "iq2_xs", 256, 74, false, true},
+    // f16 d + 32 index bytes + 8 uint16 (3 index bits ×4, scale, shift sign); iq1_m: no d field
+    // (its nibbles are in the 8 scale bytes), 32 + 16 + 8.
+    {DType::IQ1_S, 19, "iq1_s", 256, 50, false, true},
+    {DType::IQ1_M, 29, "iq1_m", 256, 56, false, true},
     {DType::I8, 24, "i8", 1, sizeof(int8_t), true},
     {DType::I16, 25, "i16", 1, sizeof(int16_t), true},
     {DType::I32, 26, "i32", 1, sizeof(int32_t), true},
@@ -74,6 +86,9 @@ TEST(DType, TableMatchesTheIndependentList) {
     if (e.integer) {
       EXPECT_EQ(tr.to_float, nullptr);
       EXPECT_EQ(tr.from_float, nullptr);
+    } else if (e.decode_only) {
+      EXPECT_NE(tr.to_float, nullptr);
+      EXPECT_EQ(tr.from_float, nullptr);
     } else {
       EXPECT_NE(tr.to_float, nullptr);
       EXPECT_NE(tr.from_float, nullptr);
@@ -100,8 +115,8 @@ TEST(DType, GgufIdsAcceptedAndRejected) {
       EXPECT_EQ(dtype_from_gguf_id(e.id), std::nullopt) << e.name;  // KV-only formats
   }
   // Ids GGUF removed (4, 5: q4_2/q4_3), ones kvrun does not implement, and garbage.
-  for (const uint32_t id : {4u, 5u, 16u, 19u, 21u, 22u, 29u, 31u, 40u, 99u, 0x100u, 0x101u, 0x102u,
-                            0x103u, 0xFFFFu, 0xFFFFFFFFu})
+  for (const uint32_t id :
+       {4u, 5u, 31u, 40u, 99u, 0x100u, 0x101u, 0x102u, 0x103u, 0xFFFFu, 0xFFFFFFFFu})
     EXPECT_EQ(dtype_from_gguf_id(id), std::nullopt) << id;
 }
 

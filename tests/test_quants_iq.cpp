@@ -1,5 +1,5 @@
-// test_quants_iq.cpp — iq4_xs and mxfp4: the decoders bit-exact with ik_llama.cpp's ggml
-// (dequantize_row_iq4_xs / dequantize_row_mxfp4 on random blocks, tests/data/iq_dequant), the
+// test_quants_iq.cpp — iq4_xs, mxfp4, iq3_s and iq2_s: the decoders bit-exact with ik_llama.cpp's
+// ggml (its dequantize_row_* on random blocks, tests/data/iq_dequant), the
 // value formulas on hand-built blocks (OCP MX v1.0's E2M1 values and E8M0 scales written out
 // independently), and kvrun's quantizers: error bounds on random data, zero blocks.
 #include <gtest/gtest.h>
@@ -11,6 +11,7 @@
 #include <iostream>
 #include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "blocks.h"
@@ -57,7 +58,10 @@ TEST_P(IqReference, DecodesBitForBitAsGgml) {
   EXPECT_GT(nonzero, n / 2) << "reference data mostly zero";
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, IqReference, ::testing::Values(DType::IQ4_XS, DType::MXFP4),
+INSTANTIATE_TEST_SUITE_P(Types, IqReference,
+                         ::testing::Values(DType::IQ4_XS, DType::MXFP4, DType::IQ3_S, DType::IQ2_S,
+                                           DType::IQ3_XXS, DType::IQ2_XXS, DType::IQ2_XS,
+                                           DType::IQ1_S, DType::IQ1_M),
                          [](const auto& info) { return std::string(traits(info.param).name); });
 
 // ---------------------------------------------------------------- hand-built blocks
@@ -104,6 +108,83 @@ TEST(IqDecode, Iq4XsScaleCodesAndOrder) {
       EXPECT_EQ(y[size_t(32 * j + i + 16)], dl * float(kLevels[byte >> 4])) << j << " " << i;
     }
   }
+}
+
+// Grid i-quants: a few grid entries written out from ggml-common.h (iq3s_grid[0], [1], [100],
+// [511]; iq2s_grid[0], [1], [100], [1023]) placed at known positions, to check the index, sign
+// and scale bit layouts of blocks.h independently of the decoder's own loops.
+constexpr int kIq3sIdx[4] = {0, 1, 100, 511};
+constexpr uint32_t kIq3sEntry[4] = {0x01010101u, 0x01010103u, 0x010f0101u, 0x0f0f0101u};
+constexpr int kIq2sIdx[4] = {0, 1, 100, 1023};
+constexpr uint64_t kIq2sEntry[4] = {0x0808080808080808ull, 0x080808080808082bull,
+                                    0x080819081919192bull, 0x2b2b2b2b2b2b2b2bull};
+
+TEST(IqDecode, Iq3sIndexSignAndScaleBits) {
+  block_iq3_s b{};
+  b.d = 0x3800;  // f16 0.5
+  for (int j = 0; j < 4; ++j) b.scales[j] = uint8_t((2 * j) | (15 - j) << 4);
+  for (int q = 0; q < 64; ++q) {  // quad q: entry q % 4, sign bits q % 16
+    const int idx = kIq3sIdx[q % 4];
+    b.qs[q] = uint8_t(idx & 255);
+    b.qh[q / 8] = uint8_t(b.qh[q / 8] | (idx >> 8) << (q % 8));
+    b.signs[q / 2] = uint8_t(b.signs[q / 2] | (q % 16) << (4 * (q % 2)));
+  }
+  std::vector<float> y(256);
+  dequantize_row_iq3_s(&b, y.data(), 256);
+  for (int e = 0; e < 256; ++e) {
+    const int q = e / 4, i = e % 4, j = e / 32;
+    const int s = j % 2 == 0 ? 2 * (j / 2) : 15 - j / 2;
+    const float mag = 0.5f * float(1 + 2 * s) * float((kIq3sEntry[q % 4] >> (8 * i)) & 255);
+    EXPECT_EQ(y[size_t(e)], ((q % 16) >> i) & 1 ? -mag : mag) << "value " << e;
+  }
+}
+
+TEST(IqDecode, Iq2sIndexSignAndScaleBits) {
+  block_iq2_s b{};
+  b.d = 0x4000;  // f16 2.0
+  for (int j = 0; j < 8; ++j) b.scales[j] = uint8_t(j | (15 - 2 * j) << 4);
+  for (int g = 0; g < 32; ++g) {  // group g of 8: entry g % 4, sign byte 37·g mod 256
+    const int idx = kIq2sIdx[g % 4];
+    b.qs[g] = uint8_t(idx & 255);
+    b.qh[g / 4] = uint8_t(b.qh[g / 4] | (idx >> 8) << (2 * (g % 4)));
+    b.qs[32 + g] = uint8_t(37 * g);
+  }
+  std::vector<float> y(256);
+  dequantize_row_iq2_s(&b, y.data(), 256);
+  for (int e = 0; e < 256; ++e) {
+    const int g = e / 8, i = e % 8, j = e / 32, half = (e % 32) / 16;
+    const int s = half == 0 ? j : 15 - 2 * j;
+    const float dl = 2.0f * (0.5f + float(s)) * 0.25f;
+    const float mag = dl * float((kIq2sEntry[g % 4] >> (8 * i)) & 255);
+    EXPECT_EQ(y[size_t(e)], (uint8_t(37 * g) >> i) & 1 ? -mag : mag) << "value " << e;
+  }
+}
+
+// Random blocks (tests, synth) decode to finite values of the requested magnitude; any other
+// type is refused.
+TEST(IqDecode, RandomGridBlocksAreValid) {
+  // Largest |value| with d ≤ 0.01: iq3_s d·31·15, iq3_xxs d·15.5·0.5·62, the iq2 types
+  // d·15.5·0.25·43, iq1 d·15·(1 + 1/8).
+  const std::pair<DType, float> kMax[] = {{DType::IQ3_S, 4.66f},   {DType::IQ2_S, 1.67f},
+                                          {DType::IQ3_XXS, 4.81f}, {DType::IQ2_XXS, 1.67f},
+                                          {DType::IQ2_XS, 1.67f},  {DType::IQ1_S, 1.36f},
+                                          {DType::IQ1_M, 1.36f}};
+  for (const auto& [t, bound] : kMax) {
+    std::vector<uint8_t> q(size_t(*row_bytes(t, 1024)));
+    ASSERT_TRUE(fill_random_iq_blocks(t, 0.01f, 7, q.data(), 1024));
+    std::vector<float> y(1024);
+    traits(t).to_float(q.data(), y.data(), 1024);
+    float amax = 0;
+    for (float v : y) {
+      ASSERT_TRUE(std::isfinite(v));
+      amax = std::max(amax, std::fabs(v));
+    }
+    EXPECT_GT(amax, 0.01f) << traits(t).name;
+    EXPECT_LE(amax, bound) << traits(t).name;
+  }
+  std::vector<uint8_t> q(sizeof(block_q4_K), 0x11);
+  EXPECT_FALSE(fill_random_iq_blocks(DType::Q4_K, 0.01f, 7, q.data(), 256));
+  EXPECT_EQ(q[0], 0x11);
 }
 
 // ---------------------------------------------------------------- kvrun's quantizers

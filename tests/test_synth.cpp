@@ -37,8 +37,10 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr SynthFileType kAllTypes[] = {
-    SynthFileType::F32,  SynthFileType::F16,  SynthFileType::Q8_0,   SynthFileType::Q4_0,
-    SynthFileType::Q4_K, SynthFileType::Q6_K, SynthFileType::IQ4_XS, SynthFileType::MXFP4};
+    SynthFileType::F32,    SynthFileType::F16,   SynthFileType::Q8_0,    SynthFileType::Q4_0,
+    SynthFileType::Q4_K,   SynthFileType::Q6_K,  SynthFileType::IQ4_XS,  SynthFileType::MXFP4,
+    SynthFileType::IQ3_S,  SynthFileType::IQ2_S, SynthFileType::IQ3_XXS, SynthFileType::IQ2_XXS,
+    SynthFileType::IQ2_XS, SynthFileType::IQ1_S, SynthFileType::IQ1_M};
 
 const SynthShape& shape(const std::string& name) {
   const SynthShape* s = find_synth_shape(name);
@@ -247,9 +249,16 @@ TEST(SynthPlan, FileTypeNames) {
   EXPECT_FALSE(synth_file_type_from_name("Q4_K_M"));
   EXPECT_FALSE(synth_file_type_from_name("q5_0"));
   EXPECT_EQ(synth_llama_ftype(SynthFileType::Q4_0), 2u);
-  EXPECT_EQ(synth_llama_ftype(SynthFileType::Q4_K), 14u);    // MOSTLY_Q4_K_S
-  EXPECT_EQ(synth_llama_ftype(SynthFileType::IQ4_XS), 30u);  // MOSTLY_IQ4_XS
-  EXPECT_EQ(synth_llama_ftype(SynthFileType::MXFP4), 38u);   // MOSTLY_MXFP4
+  EXPECT_EQ(synth_llama_ftype(SynthFileType::Q4_K), 14u);     // MOSTLY_Q4_K_S
+  EXPECT_EQ(synth_llama_ftype(SynthFileType::IQ4_XS), 30u);   // MOSTLY_IQ4_XS
+  EXPECT_EQ(synth_llama_ftype(SynthFileType::MXFP4), 38u);    // MOSTLY_MXFP4
+  EXPECT_EQ(synth_llama_ftype(SynthFileType::IQ3_S), 26u);    // MOSTLY_IQ3_S
+  EXPECT_EQ(synth_llama_ftype(SynthFileType::IQ2_S), 28u);    // MOSTLY_IQ2_S
+  EXPECT_EQ(synth_llama_ftype(SynthFileType::IQ3_XXS), 23u);  // MOSTLY_IQ3_XXS
+  EXPECT_EQ(synth_llama_ftype(SynthFileType::IQ2_XXS), 19u);  // MOSTLY_IQ2_XXS
+  EXPECT_EQ(synth_llama_ftype(SynthFileType::IQ2_XS), 20u);   // MOSTLY_IQ2_XS
+  EXPECT_EQ(synth_llama_ftype(SynthFileType::IQ1_S), 24u);    // MOSTLY_IQ1_S
+  EXPECT_EQ(synth_llama_ftype(SynthFileType::IQ1_M), 31u);    // MOSTLY_IQ1_M
 }
 
 TEST(SynthRandom, IsCounterBasedAndRoughlyStandardNormal) {
@@ -344,6 +353,28 @@ TEST(SynthFile, WeightsHaveTheDocumentedScale) {
   const std::vector<float> rf = decode(f, "rope_freqs.weight");
   const std::vector<float> want = synth_rope_freq_factors(shape("tiny"));
   EXPECT_EQ(rf, want);
+}
+
+// The grid i-quant files (no kvrun quantizer) hold random valid blocks whose RMS is about the
+// tensor's sd (synth.h); rows of 128 (tiny's n_embd) fall back to IQ4_NL, llama.cpp's rule.
+TEST(SynthFile, GridIquantsAreRandomBlocksOfTheTensorsScale) {
+  test::TempDir dir;
+  const std::pair<SynthFileType, DType> kGrid[] = {
+      {SynthFileType::IQ3_S, DType::IQ3_S},     {SynthFileType::IQ2_S, DType::IQ2_S},
+      {SynthFileType::IQ3_XXS, DType::IQ3_XXS}, {SynthFileType::IQ2_XXS, DType::IQ2_XXS},
+      {SynthFileType::IQ2_XS, DType::IQ2_XS},   {SynthFileType::IQ1_S, DType::IQ1_S},
+      {SynthFileType::IQ1_M, DType::IQ1_M}};
+  for (const auto& [type, dtype] : kGrid) {
+    const gguf::File f = gguf::File::open(make(dir, "tiny", type).string());
+    const gguf::TensorInfo* down = nullptr;
+    for (const gguf::TensorInfo& t : f.tensors())
+      if (t.name == "blk.1.ffn_down.weight") down = &t;
+    ASSERT_NE(down, nullptr);
+    EXPECT_EQ(down->type, dtype);
+    const Stats st = stats(decode(f, "blk.1.ffn_down.weight"));  // sd 1/16 wanted
+    EXPECT_NEAR(st.mean, 0.0, 0.005) << synth_file_type_name(type);
+    EXPECT_NEAR(st.sd, 1.0 / 16.0, 0.15 / 16.0) << synth_file_type_name(type);
+  }
 }
 
 // The quantized files hold real quantizations of the same random values as the F32 file.

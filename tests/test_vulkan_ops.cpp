@@ -314,7 +314,8 @@ TEST(VulkanSupport, UnimplementedOpsAndTypesAreRefusedUpFront) {
   }
   EXPECT_FALSE(d.supports(Op::kMatmul, DType::Q4_K, DType::F32, 4000));  // not whole blocks
   for (DType t : {DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::IQ4_NL,
-                  DType::IQ4_XS, DType::MXFP4}) {
+                  DType::IQ4_XS, DType::MXFP4, DType::IQ3_S, DType::IQ2_S, DType::IQ3_XXS,
+                  DType::IQ2_XXS, DType::IQ2_XS, DType::IQ1_S, DType::IQ1_M}) {
     EXPECT_FALSE(d.supports(Op::kMatmul, t)) << traits(t).name;
     EXPECT_FALSE(d.supports(Op::kGetRows, t)) << traits(t).name;
     std::vector<uint8_t> bytes(size_t(*row_bytes(t, 256)));

@@ -27,7 +27,11 @@ CLI::App* add_synth_command(CLI::App& app, SynthOptions& o) {
   CLI::App* cmd = app.add_subcommand(
       "synth", "write a GGUF with random weights of a real model's shape (for benchmarks)");
   cmd->add_option("--shape", o.shape, "model shape: " + shape_names())->required();
-  cmd->add_option("--type", o.type, "weight type: " + synth_file_type_names())
+  cmd->add_option(
+         "--type", o.type,
+         "weight type: " + synth_file_type_names() +
+             " (the i-quants without a kvrun quantizer, IQ3_S, IQ2_S, IQ3_XXS, IQ2_XXS, "
+             "IQ2_XS, IQ1_S, IQ1_M: random valid blocks of the same RMS, not quantized values)")
       ->capture_default_str();
   cmd->add_option("-o,--output", o.output, "GGUF file to write")->required();
   cmd->add_option("--vocab-from", o.vocab_from,

@@ -49,6 +49,20 @@ constexpr CpuTypeTraits kScalar[] = {
      nullptr, nullptr, nullptr},
     {DType::IQ4_XS, DType::Q8_K, act_from_float_q8_K, vec_dot_iq4_xs_q8_K, nullptr, nullptr,
      nullptr, nullptr, nullptr, nullptr},
+    {DType::IQ3_S, DType::Q8_K, act_from_float_q8_K, vec_dot_iq3_s_q8_K, nullptr, nullptr, nullptr,
+     nullptr, nullptr, nullptr},
+    {DType::IQ2_S, DType::Q8_K, act_from_float_q8_K, vec_dot_iq2_s_q8_K, nullptr, nullptr, nullptr,
+     nullptr, nullptr, nullptr},
+    {DType::IQ3_XXS, DType::Q8_K, act_from_float_q8_K, vec_dot_iq3_xxs_q8_K, nullptr, nullptr,
+     nullptr, nullptr, nullptr, nullptr},
+    {DType::IQ2_XXS, DType::Q8_K, act_from_float_q8_K, vec_dot_iq2_xxs_q8_K, nullptr, nullptr,
+     nullptr, nullptr, nullptr, nullptr},
+    {DType::IQ2_XS, DType::Q8_K, act_from_float_q8_K, vec_dot_iq2_xs_q8_K, nullptr, nullptr,
+     nullptr, nullptr, nullptr, nullptr},
+    {DType::IQ1_S, DType::Q8_K, act_from_float_q8_K, vec_dot_iq1_s_q8_K, nullptr, nullptr, nullptr,
+     nullptr, nullptr, nullptr},
+    {DType::IQ1_M, DType::Q8_K, act_from_float_q8_K, vec_dot_iq1_m_q8_K, nullptr, nullptr, nullptr,
+     nullptr, nullptr, nullptr},
 };
 
 constexpr size_t kTypes = sizeof(kScalar) / sizeof(kScalar[0]);
@@ -111,6 +125,25 @@ void apply_x86_iq(Table& t, VecDotFn mxfp4, DotTileFn mxfp4_tile, VecDotFn iq4_x
   row_of(t, DType::IQ4_XS).vec_dot = iq4_xs;
   row_of(t, DType::IQ4_XS).vec_dot_tile = iq4_xs_tile;
 }
+
+// The x86 kernels of the grid i-quants (iq_grid_x86.inl) of namespace NS.
+#define KVRUN_APPLY_X86_IQ_GRID(t, NS)                              \
+  do {                                                              \
+    row_of(t, DType::IQ3_S).vec_dot = NS::vec_dot_iq3_s_q8_K;       \
+    row_of(t, DType::IQ3_S).vec_dot_tile = NS::tile_iq3_s_q8_K;     \
+    row_of(t, DType::IQ2_S).vec_dot = NS::vec_dot_iq2_s_q8_K;       \
+    row_of(t, DType::IQ2_S).vec_dot_tile = NS::tile_iq2_s_q8_K;     \
+    row_of(t, DType::IQ3_XXS).vec_dot = NS::vec_dot_iq3_xxs_q8_K;   \
+    row_of(t, DType::IQ3_XXS).vec_dot_tile = NS::tile_iq3_xxs_q8_K; \
+    row_of(t, DType::IQ2_XXS).vec_dot = NS::vec_dot_iq2_xxs_q8_K;   \
+    row_of(t, DType::IQ2_XXS).vec_dot_tile = NS::tile_iq2_xxs_q8_K; \
+    row_of(t, DType::IQ2_XS).vec_dot = NS::vec_dot_iq2_xs_q8_K;     \
+    row_of(t, DType::IQ2_XS).vec_dot_tile = NS::tile_iq2_xs_q8_K;   \
+    row_of(t, DType::IQ1_S).vec_dot = NS::vec_dot_iq1_s_q8_K;       \
+    row_of(t, DType::IQ1_S).vec_dot_tile = NS::tile_iq1_s_q8_K;     \
+    row_of(t, DType::IQ1_M).vec_dot = NS::vec_dot_iq1_m_q8_K;       \
+    row_of(t, DType::IQ1_M).vec_dot_tile = NS::tile_iq1_m_q8_K;     \
+  } while (0)
 #endif
 
 std::array<Table, kLevels> build_tables() {
@@ -124,6 +157,8 @@ std::array<Table, kLevels> build_tables() {
                avx2::vec_dot_iq4_xs_q8_K, avx2::tile_iq4_xs_q8_K);
   apply_x86_iq(tables[size_t(CpuLevel::avx512)], avx512::vec_dot_mxfp4_q8_0,
                avx512::tile_mxfp4_q8_0, avx512::vec_dot_iq4_xs_q8_K, avx512::tile_iq4_xs_q8_K);
+  KVRUN_APPLY_X86_IQ_GRID(tables[size_t(CpuLevel::avx2)], avx2);
+  KVRUN_APPLY_X86_IQ_GRID(tables[size_t(CpuLevel::avx512)], avx512);
   row_of(tables[size_t(CpuLevel::avx2)], DType::Q4_0).packed_tile = avx2::packed_q4_0_q8_0;
   row_of(tables[size_t(CpuLevel::avx2)], DType::Q8_0).packed_tile = avx2::packed_q8_0_q8_0;
   row_of(tables[size_t(CpuLevel::avx2)], DType::Q4_K).packed_tile = avx2::packed_q4_K_q8_K;

@@ -4,7 +4,7 @@
 // This is the kernel-side counterpart of ggml-like's traits(DType) (formats live there, kernels
 // here; no parallel arrays). The pairing is llama.cpp's CPU `vec_dot_type`:
 //   f32→f32, f16→f16, bf16→bf16, q4_0/q5_0/q8_0/iq4_nl/mxfp4→q8_0, q4_1/q5_1→q8_1,
-//   q2_K/q3_K/q4_K/q5_K/q6_K/iq4_xs→q8_K.
+//   q2_K/q3_K/q4_K/q5_K/q6_K/iq4_xs/iq3_s/iq2_s/iq3_xxs/iq2_xxs/iq2_xs/iq1_s/iq1_m→q8_K.
 #pragma once
 
 #include "cpu/cpu_level.h"

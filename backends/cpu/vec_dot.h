@@ -107,4 +107,25 @@ float vec_dot_q6_K_q8_K(int64_t n, const void* w, const void* x);
 /// d_w·d_x into a float lane; the 8 lanes folded at the end.
 float vec_dot_iq4_xs_q8_K(int64_t n, const void* w, const void* x);
 
+// Grid-based i-quants against q8_K (vec_dot_iq.cpp). Each is exact integer arithmetic per
+// super-block (grid value · sign · q_x summed per scale group, times the group's integer scale
+// factor) followed by one float step, acc = fma(d_w·d_x, float(isum), acc) with one scalar
+// accumulator, then the format's constant factor applied once at the end.
+/// iq3_s: isum = Σ_j (1 + 2·s_j) · Σ_{e in sub-block j} grid·sign·q_x; factor 1.
+float vec_dot_iq3_s_q8_K(int64_t n, const void* w, const void* x);
+/// iq2_s: isum = Σ_h (1 + 2·s_h) · Σ_{e in half-sub-block h} grid·sign·q_x; factor 1/8.
+float vec_dot_iq2_s_q8_K(int64_t n, const void* w, const void* x);
+/// iq3_xxs: isum = Σ_j (1 + 2·s_j) · Σ_{e in sub-block j} grid·sign·q_x; factor 1/4.
+float vec_dot_iq3_xxs_q8_K(int64_t n, const void* w, const void* x);
+/// iq2_xxs: isum = Σ_j (1 + 2·s_j) · Σ_{e in sub-block j} grid·sign·q_x; factor 1/8.
+float vec_dot_iq2_xxs_q8_K(int64_t n, const void* w, const void* x);
+/// iq2_xs: isum = Σ_h (1 + 2·s_h) · Σ_{e in half-sub-block h} grid·sign·q_x; factor 1/8.
+float vec_dot_iq2_xs_q8_K(int64_t n, const void* w, const void* x);
+/// iq1_s: isum = Σ_j (1 + 2·s_j) · Σ_{e in sub-block j} (8·grid + σ_j)·q_x (σ = ±1, the sign of
+/// the ±1/8 shift); factor 1/8.
+float vec_dot_iq1_s_q8_K(int64_t n, const void* w, const void* x);
+/// iq1_m: isum = Σ_h (1 + 2·s_h) · Σ_{e in half-sub-block h} (8·grid + σ_g)·q_x, σ_g per 8 values;
+/// factor 1/8.
+float vec_dot_iq1_m_q8_K(int64_t n, const void* w, const void* x);
+
 }  // namespace kvrun::cpu

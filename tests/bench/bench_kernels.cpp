@@ -22,6 +22,7 @@
 #include "cpu/pack.h"
 #include "cpu/thread_pool.h"
 #include "dtype.h"
+#include "quants.h"
 
 namespace {
 
@@ -42,8 +43,12 @@ const std::vector<uint8_t>& weights(DType t, int64_t rows, int64_t k) {
   const int64_t seed_rows = std::min<int64_t>(rows, 64);
   const std::vector<float> f = random_floats(size_t(seed_rows * k), 1);
   std::vector<uint8_t> seed(rb * size_t(seed_rows));
-  for (int64_t r = 0; r < seed_rows; ++r)
-    kvrun::traits(t).from_float(f.data() + r * k, seed.data() + size_t(r) * rb, k);
+  for (int64_t r = 0; r < seed_rows; ++r) {
+    if (kvrun::traits(t).from_float)
+      kvrun::traits(t).from_float(f.data() + r * k, seed.data() + size_t(r) * rb, k);
+    else  // the grid i-quants have no quantizer: random valid blocks
+      kvrun::fill_random_iq_blocks(t, 0.01f, uint32_t(r), seed.data() + size_t(r) * rb, k);
+  }
   std::vector<uint8_t> out(rb * size_t(rows));
   for (int64_t r = 0; r < rows; ++r)
     std::memcpy(out.data() + size_t(r) * rb, seed.data() + size_t(r % seed_rows) * rb, rb);
@@ -122,6 +127,12 @@ void register_all() {
   for (CpuLevel level : kvrun::cpu::kAllCpuLevels) {
     if (!kvrun::cpu::cpu_level_supported(level)) continue;
     const std::string lv = kvrun::cpu::cpu_level_name(level);
+    // The i-quants: the single-row dot only.
+    for (DType t : {DType::IQ4_XS, DType::IQ3_S, DType::IQ2_S, DType::IQ3_XXS, DType::IQ2_XXS,
+                    DType::IQ2_XS, DType::IQ1_S, DType::IQ1_M}) {
+      const std::string tn = kvrun::traits(t).name;
+      benchmark::RegisterBenchmark(("dot/" + tn + "/" + lv).c_str(), BM_Dot, t, level);
+    }
     for (DType t : types) {
       const std::string tn = kvrun::traits(t).name;
       benchmark::RegisterBenchmark(("dot/" + tn + "/" + lv).c_str(), BM_Dot, t, level);

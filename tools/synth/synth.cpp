@@ -16,6 +16,7 @@
 #include "cpu/cpu_info.h"
 #include "cpu/thread_pool.h"
 #include "gguf.h"
+#include "quants.h"
 #include "tools/synth/synth_random.h"
 #include "tools/synth/synth_vocab.h"
 
@@ -39,6 +40,13 @@ constexpr FileTypeRow kFileTypes[] = {
     {SynthFileType::Q6_K, "Q6_K", DType::Q6_K, 18},
     {SynthFileType::IQ4_XS, "IQ4_XS", DType::IQ4_XS, 30},
     {SynthFileType::MXFP4, "MXFP4", DType::MXFP4, 38},
+    {SynthFileType::IQ3_S, "IQ3_S", DType::IQ3_S, 26},
+    {SynthFileType::IQ2_S, "IQ2_S", DType::IQ2_S, 28},
+    {SynthFileType::IQ3_XXS, "IQ3_XXS", DType::IQ3_XXS, 23},
+    {SynthFileType::IQ2_XXS, "IQ2_XXS", DType::IQ2_XXS, 19},
+    {SynthFileType::IQ2_XS, "IQ2_XS", DType::IQ2_XS, 20},
+    {SynthFileType::IQ1_S, "IQ1_S", DType::IQ1_S, 24},
+    {SynthFileType::IQ1_M, "IQ1_M", DType::IQ1_M, 31},
 };
 
 const FileTypeRow& row_of(SynthFileType t) {
@@ -56,7 +64,8 @@ DType with_fallback(DType t, int64_t ne0) {
   if (t == DType::Q4_K) f = DType::Q5_0;
   if (t == DType::Q5_K) f = DType::Q5_1;
   if (t == DType::Q6_K) f = DType::Q8_0;
-  if (t == DType::IQ4_XS) f = DType::IQ4_NL;
+  if (t == DType::IQ4_XS || (traits(t).quantized && !traits(t).from_float))
+    f = DType::IQ4_NL;  // iq4_xs and the grid i-quants
   return divides(f, ne0) ? f : DType::F16;
 }
 
@@ -75,6 +84,21 @@ DType wanted_type(SynthFileType ft, const std::string& role, int64_t il, int64_t
     if ((role == "ffn_down" || role == "ffn_down_exps") && il < n_layer / 8) return DType::Q5_K;
   }
   return base;
+}
+
+/// Row `r` of grid i-quant tensor `t` as random valid blocks whose RMS is about t.sd: with
+/// uniform random scale codes and grid entries, a value's RMS is ≈ 107·d_mag (iq3_s: d·(1 + 2s)·g)
+/// or ≈ 43·d_mag (iq2_s: d·(0.5 + s)/4·g), ≈ 109·d_mag (iq3_xxs: d·(0.5 + s)/2·g), ≈ 41·d_mag
+/// (iq2_xxs), ≈ 43·d_mag (iq2_xs) and ≈ 5.5·d_mag (iq1_s, iq1_m: d·(2s + 1)·(grid ± 1/8)), d =
+/// d_mag·u with u uniform in [0.5, 1) (computed over the grids' values).
+void random_iq_row(const SynthTensor& t, uint64_t key, int64_t r, uint8_t* dst) {
+  float per_d = 43.0f;  // iq2_s, iq2_xs
+  if (t.type == DType::IQ3_S) per_d = 107.0f;
+  if (t.type == DType::IQ3_XXS) per_d = 109.0f;
+  if (t.type == DType::IQ2_XXS) per_d = 41.0f;
+  if (t.type == DType::IQ1_S || t.type == DType::IQ1_M) per_d = 5.5f;
+  const uint32_t seed = uint32_t(key ^ (key >> 32) ^ (uint64_t(r) * 0x9E3779B97F4A7C15ull >> 17));
+  fill_random_iq_blocks(t.type, t.sd / per_d, seed, dst, t.ne[0]);
 }
 
 constexpr uint64_t kAlignment = 32;  // GGUF's default general.alignment (not written)
@@ -374,10 +398,13 @@ SynthResult write_synth_model(const SynthParams& p) {
           if (!t.values.empty()) {
             std::copy_n(t.values.begin() + int64_t(base), ne0, row.begin());
           } else {
-            for (int64_t c = 0; c < ne0; ++c)
+            for (int64_t c = 0; c < ne0 && quantize; ++c)
               row[size_t(c)] = t.mean + t.sd * synth_random::normal(key, base + uint64_t(c));
           }
-          quantize(row.data(), buf.data() + size_t(r) * rb, ne0);
+          if (quantize)
+            quantize(row.data(), buf.data() + size_t(r) * rb, ne0);
+          else  // grid i-quants: random valid blocks (synth.h), no quantizer
+            random_iq_row(t, key, r0 + r, buf.data() + size_t(r) * rb);
         }
       });
       out.write(buf.data(), buf.size());

@@ -8,14 +8,19 @@
 
 #include "cpu/simd_kernels.h"
 
-#define KVRUN_X86_KERNEL_DECLS                                                              \
-  KVRUN_SIMD_KERNEL_DECLS                                                                   \
-  /* packed_q4_K_q8_K is defined at the avx2 level only */                                  \
-  std::remove_pointer_t<PackedTileFn> packed_q4_0_q8_0, packed_q8_0_q8_0, packed_q4_K_q8_K, \
-      packed_q6_K_q8_K;                                                                     \
-  /* x86 only so far (iq_x86.inl; NEON uses the scalar dots) */                             \
-  std::remove_pointer_t<VecDotFn> vec_dot_mxfp4_q8_0, vec_dot_iq4_xs_q8_K;                  \
-  std::remove_pointer_t<DotTileFn> tile_mxfp4_q8_0, tile_iq4_xs_q8_K;
+#define KVRUN_X86_KERNEL_DECLS                                                                  \
+  KVRUN_SIMD_KERNEL_DECLS                                                                       \
+  /* packed_q4_K_q8_K is defined at the avx2 level only */                                      \
+  std::remove_pointer_t<PackedTileFn> packed_q4_0_q8_0, packed_q8_0_q8_0, packed_q4_K_q8_K,     \
+      packed_q6_K_q8_K;                                                                         \
+  /* x86 only so far (iq_x86.inl; NEON uses the scalar dots) */                                 \
+  std::remove_pointer_t<VecDotFn> vec_dot_mxfp4_q8_0, vec_dot_iq4_xs_q8_K;                      \
+  std::remove_pointer_t<DotTileFn> tile_mxfp4_q8_0, tile_iq4_xs_q8_K;                           \
+  /* grid i-quants (iq_grid_x86.inl) */                                                         \
+  std::remove_pointer_t<VecDotFn> vec_dot_iq3_s_q8_K, vec_dot_iq2_s_q8_K, vec_dot_iq3_xxs_q8_K, \
+      vec_dot_iq2_xxs_q8_K, vec_dot_iq2_xs_q8_K, vec_dot_iq1_s_q8_K, vec_dot_iq1_m_q8_K;        \
+  std::remove_pointer_t<DotTileFn> tile_iq3_s_q8_K, tile_iq2_s_q8_K, tile_iq3_xxs_q8_K,         \
+      tile_iq2_xxs_q8_K, tile_iq2_xs_q8_K, tile_iq1_s_q8_K, tile_iq1_m_q8_K;
 
 namespace kvrun::cpu::avx2 {
 KVRUN_X86_KERNEL_DECLS

@@ -26,6 +26,7 @@
 #include <cstring>
 
 #include "blocks.h"
+#include "iq_grids.h"
 #include "cpu/x86/kernels_x86.h"
 
 #ifndef KVRUN_SIMD_NS
@@ -898,7 +899,8 @@ constexpr int kKR = 2, kKC = 4;  // q4_K / q6_K
 constexpr int kKR = 2, kKC = 2;
 #endif
 
-#include "cpu/x86/iq_x86.inl"  // mxfp4 and iq4_xs
+#include "cpu/x86/iq_x86.inl"       // mxfp4 and iq4_xs
+#include "cpu/x86/iq_grid_x86.inl"  // the grid i-quants
 
 }  // namespace
 
@@ -1025,6 +1027,13 @@ KVRUN_X86_DOT_AND_TILE(vec_dot_q6_K_q8_K, tile_q6_K_q8_K, q6_K_q8_K_tile, QK_K, 
 KVRUN_X86_DOT_AND_TILE(vec_dot_mxfp4_q8_0, tile_mxfp4_q8_0, mxfp4_q8_0_tile, QK_MXFP4, kQuantR,
                        kQuantC)
 KVRUN_X86_DOT_AND_TILE(vec_dot_iq4_xs_q8_K, tile_iq4_xs_q8_K, iq4_xs_q8_K_tile, QK_K, kKR, kKC)
+KVRUN_X86_DOT_AND_TILE(vec_dot_iq3_s_q8_K, tile_iq3_s_q8_K, iq3_s_q8_K_tile, QK_K, kKR, kKC)
+KVRUN_X86_DOT_AND_TILE(vec_dot_iq2_s_q8_K, tile_iq2_s_q8_K, iq2_s_q8_K_tile, QK_K, kKR, kKC)
+KVRUN_X86_DOT_AND_TILE(vec_dot_iq3_xxs_q8_K, tile_iq3_xxs_q8_K, iq3_xxs_q8_K_tile, QK_K, kKR, kKC)
+KVRUN_X86_DOT_AND_TILE(vec_dot_iq2_xxs_q8_K, tile_iq2_xxs_q8_K, iq2_xxs_q8_K_tile, QK_K, kKR, kKC)
+KVRUN_X86_DOT_AND_TILE(vec_dot_iq2_xs_q8_K, tile_iq2_xs_q8_K, iq2_xs_q8_K_tile, QK_K, kKR, kKC)
+KVRUN_X86_DOT_AND_TILE(vec_dot_iq1_s_q8_K, tile_iq1_s_q8_K, iq1_s_q8_K_tile, QK_K, kKR, kKC)
+KVRUN_X86_DOT_AND_TILE(vec_dot_iq1_m_q8_K, tile_iq1_m_q8_K, iq1_m_q8_K_tile, QK_K, kKR, kKC)
 
 #undef KVRUN_X86_DOT_AND_TILE
 
