@@ -157,10 +157,9 @@ std::string quoted(const std::string& s) {
   return out + "'";
 }
 
-/// Renders `conv` with Jinja2 from `template_path`; sets `raised` when the template raises.
-std::string oracle_render(const fs::path& template_path, const Conversation& conv,
-                          const ChatSpecialTokens& tok, const test::TempDir& dir, bool* raised,
-                          const char* today = kToday) {
+/// The oracle's request for `conv` (see tests/data/render_chat_template.py).
+nlohmann::json oracle_request(const Conversation& conv, const ChatSpecialTokens& tok,
+                              const char* today) {
   nlohmann::json req;
   req["messages"] = nlohmann::json::array();
   for (const ChatMessage& m : conv.messages)
@@ -169,12 +168,24 @@ std::string oracle_render(const fs::path& template_path, const Conversation& con
   req["bos_token"] = tok.bos;
   req["eos_token"] = tok.eos;
   req["now"] = today;
+  return req;
+}
+
+/// Runs the oracle script on `template_path` with the request(s) `req` (an object or a list).
+test::CommandResult run_oracle(const fs::path& template_path, const nlohmann::json& req,
+                               const test::TempDir& dir) {
   const fs::path req_path = dir / "request.json";
   std::ofstream(req_path) << req.dump();
   const std::string script = test::test_data("render_chat_template.py").string();
-  const auto r =
-      test::run_command("/usr/bin/python3 " + quoted(script) + " " +
-                        quoted(template_path.string()) + " " + quoted(req_path.string()));
+  return test::run_command("/usr/bin/python3 " + quoted(script) + " " +
+                           quoted(template_path.string()) + " " + quoted(req_path.string()));
+}
+
+/// Renders `conv` with Jinja2 from `template_path`; sets `raised` when the template raises.
+std::string oracle_render(const fs::path& template_path, const Conversation& conv,
+                          const ChatSpecialTokens& tok, const test::TempDir& dir, bool* raised,
+                          const char* today = kToday) {
+  const auto r = run_oracle(template_path, oracle_request(conv, tok, today), dir);
   *raised = r.exit_code == 3;
   EXPECT_TRUE(r.exit_code == 0 || r.exit_code == 3) << "oracle failed: " << r.err;
   return r.out;
@@ -193,23 +204,8 @@ std::vector<OracleResult> oracle_render_all(const fs::path& template_path,
                                             const ChatSpecialTokens& tok,
                                             const test::TempDir& dir) {
   nlohmann::json reqs = nlohmann::json::array();
-  for (const Conversation& conv : convs) {
-    nlohmann::json req;
-    req["messages"] = nlohmann::json::array();
-    for (const ChatMessage& m : conv.messages)
-      req["messages"].push_back({{"role", m.role}, {"content", m.content}});
-    req["add_generation_prompt"] = conv.add_generation_prompt;
-    req["bos_token"] = tok.bos;
-    req["eos_token"] = tok.eos;
-    req["now"] = kToday;
-    reqs.push_back(req);
-  }
-  const fs::path req_path = dir / "requests.json";
-  std::ofstream(req_path) << reqs.dump();
-  const std::string script = test::test_data("render_chat_template.py").string();
-  const auto r =
-      test::run_command("/usr/bin/python3 " + quoted(script) + " " +
-                        quoted(template_path.string()) + " " + quoted(req_path.string()));
+  for (const Conversation& conv : convs) reqs.push_back(oracle_request(conv, tok, kToday));
+  const auto r = run_oracle(template_path, reqs, dir);
   std::vector<OracleResult> out;
   if (r.exit_code != 0) {
     ADD_FAILURE() << "oracle failed: " << r.err;

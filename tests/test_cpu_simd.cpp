@@ -153,10 +153,11 @@ TEST_P(SimdLevel, SimdKernelsAreWired) {
     const bool want = level == CpuLevel::avx2 || (level == CpuLevel::avx512 && t != DType::Q4_K);
     EXPECT_EQ(cpu_traits(t, level)->packed_tile != nullptr, want) << lv << " " << traits(t).name;
   }
-  // mxfp4, iq4_xs and the grid i-quants have x86 kernels only (backends/cpu/x86/iq_x86.inl,
-  // iq_grid_x86.inl); NEON runs the scalar.
-  for (DType t : {DType::MXFP4, DType::IQ4_XS, DType::IQ3_S, DType::IQ2_S, DType::IQ3_XXS,
-                  DType::IQ2_XXS, DType::IQ2_XS, DType::IQ1_S, DType::IQ1_M}) {
+  // mxfp4, iq4_xs, the grid i-quants, q4_1 and q5_1 have x86 kernels only
+  // (backends/cpu/x86/iq_x86.inl, iq_grid_x86.inl, kernels_x86.inl); NEON runs the scalar.
+  for (DType t :
+       {DType::MXFP4, DType::IQ4_XS, DType::IQ3_S, DType::IQ2_S, DType::IQ3_XXS, DType::IQ2_XXS,
+        DType::IQ2_XS, DType::IQ1_S, DType::IQ1_M, DType::Q4_1, DType::Q5_1}) {
     const bool x86 = level == CpuLevel::avx2 || level == CpuLevel::avx512;
     EXPECT_EQ(cpu_traits(t, level)->vec_dot != cpu_traits(t, CpuLevel::scalar)->vec_dot, x86)
         << lv << " " << traits(t).name;
@@ -269,10 +270,10 @@ INSTANTIATE_TEST_SUITE_P(
 // output, the float of the scalar kernel that cpu_traits.h assigns to its shape.
 TEST_P(MatmulLevel, EqualsScalarDots) {
   const CpuLevel level = GetParam();
-  for (DType t :
-       {DType::F16, DType::F32, DType::BF16, DType::Q4_0, DType::Q5_0, DType::Q8_0, DType::Q5_K,
-        DType::Q4_K, DType::Q6_K, DType::MXFP4, DType::IQ4_XS, DType::IQ3_S, DType::IQ2_S,
-        DType::IQ3_XXS, DType::IQ2_XXS, DType::IQ2_XS, DType::IQ1_S, DType::IQ1_M}) {
+  for (DType t : {DType::F16,    DType::F32,   DType::BF16,  DType::Q4_0,    DType::Q5_0,
+                  DType::Q8_0,   DType::Q5_K,  DType::Q4_K,  DType::Q6_K,    DType::MXFP4,
+                  DType::IQ4_XS, DType::IQ3_S, DType::IQ2_S, DType::IQ3_XXS, DType::IQ2_XXS,
+                  DType::IQ2_XS, DType::IQ1_S, DType::IQ1_M, DType::Q4_1,    DType::Q5_1}) {
     const CpuTypeTraits* ref = cpu_traits(t, CpuLevel::scalar);
     const int64_t k = 512;
     for (int64_t m : {int64_t(40), int64_t(36), int64_t(21)}) {

@@ -117,6 +117,16 @@ CpuTypeTraits& row_of(Table& t, DType type) {
   } while (0)
 
 #if defined(__x86_64__)
+/// The x86 kernels of q4_1 and q5_1 against q8_1 (kernels_x86.inl; not in the common SIMD set:
+/// NEON has none yet) of namespace NS.
+#define KVRUN_APPLY_X86_AFFINE(t, NS)                         \
+  do {                                                        \
+    row_of(t, DType::Q4_1).vec_dot = NS::vec_dot_q4_1_q8_1;   \
+    row_of(t, DType::Q4_1).vec_dot_tile = NS::tile_q4_1_q8_1; \
+    row_of(t, DType::Q5_1).vec_dot = NS::vec_dot_q5_1_q8_1;   \
+    row_of(t, DType::Q5_1).vec_dot_tile = NS::tile_q5_1_q8_1; \
+  } while (0)
+
 /// The x86 kernels of mxfp4 and iq4_xs (iq_x86.inl; not in the common SIMD set yet).
 void apply_x86_iq(Table& t, VecDotFn mxfp4, DotTileFn mxfp4_tile, VecDotFn iq4_xs,
                   DotTileFn iq4_xs_tile) {
@@ -159,6 +169,8 @@ std::array<Table, kLevels> build_tables() {
                avx512::tile_mxfp4_q8_0, avx512::vec_dot_iq4_xs_q8_K, avx512::tile_iq4_xs_q8_K);
   KVRUN_APPLY_X86_IQ_GRID(tables[size_t(CpuLevel::avx2)], avx2);
   KVRUN_APPLY_X86_IQ_GRID(tables[size_t(CpuLevel::avx512)], avx512);
+  KVRUN_APPLY_X86_AFFINE(tables[size_t(CpuLevel::avx2)], avx2);
+  KVRUN_APPLY_X86_AFFINE(tables[size_t(CpuLevel::avx512)], avx512);
   row_of(tables[size_t(CpuLevel::avx2)], DType::Q4_0).packed_tile = avx2::packed_q4_0_q8_0;
   row_of(tables[size_t(CpuLevel::avx2)], DType::Q8_0).packed_tile = avx2::packed_q8_0_q8_0;
   row_of(tables[size_t(CpuLevel::avx2)], DType::Q4_K).packed_tile = avx2::packed_q4_K_q8_K;

@@ -127,9 +127,9 @@ void register_all() {
   for (CpuLevel level : kvrun::cpu::kAllCpuLevels) {
     if (!kvrun::cpu::cpu_level_supported(level)) continue;
     const std::string lv = kvrun::cpu::cpu_level_name(level);
-    // The i-quants: the single-row dot only.
+    // The i-quants, q4_1 and q5_1: the single-row dot only.
     for (DType t : {DType::IQ4_XS, DType::IQ3_S, DType::IQ2_S, DType::IQ3_XXS, DType::IQ2_XXS,
-                    DType::IQ2_XS, DType::IQ1_S, DType::IQ1_M}) {
+                    DType::IQ2_XS, DType::IQ1_S, DType::IQ1_M, DType::Q4_1, DType::Q5_1}) {
       const std::string tn = kvrun::traits(t).name;
       benchmark::RegisterBenchmark(("dot/" + tn + "/" + lv).c_str(), BM_Dot, t, level);
     }

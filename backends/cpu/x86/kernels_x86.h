@@ -13,9 +13,11 @@
   /* packed_q4_K_q8_K is defined at the avx2 level only */                                      \
   std::remove_pointer_t<PackedTileFn> packed_q4_0_q8_0, packed_q8_0_q8_0, packed_q4_K_q8_K,     \
       packed_q6_K_q8_K;                                                                         \
-  /* x86 only so far (iq_x86.inl; NEON uses the scalar dots) */                                 \
-  std::remove_pointer_t<VecDotFn> vec_dot_mxfp4_q8_0, vec_dot_iq4_xs_q8_K;                      \
-  std::remove_pointer_t<DotTileFn> tile_mxfp4_q8_0, tile_iq4_xs_q8_K;                           \
+  /* x86 only so far (iq_x86.inl, kernels_x86.inl; NEON uses the scalar dots) */                \
+  std::remove_pointer_t<VecDotFn> vec_dot_mxfp4_q8_0, vec_dot_iq4_xs_q8_K, vec_dot_q4_1_q8_1,   \
+      vec_dot_q5_1_q8_1;                                                                        \
+  std::remove_pointer_t<DotTileFn> tile_mxfp4_q8_0, tile_iq4_xs_q8_K, tile_q4_1_q8_1,           \
+      tile_q5_1_q8_1;                                                                           \
   /* grid i-quants (iq_grid_x86.inl) */                                                         \
   std::remove_pointer_t<VecDotFn> vec_dot_iq3_s_q8_K, vec_dot_iq2_s_q8_K, vec_dot_iq3_xxs_q8_K, \
       vec_dot_iq2_xxs_q8_K, vec_dot_iq2_xs_q8_K, vec_dot_iq1_s_q8_K, vec_dot_iq1_m_q8_K;        \

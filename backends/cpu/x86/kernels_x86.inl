@@ -26,8 +26,8 @@
 #include <cstring>
 
 #include "blocks.h"
-#include "iq_grids.h"
 #include "cpu/x86/kernels_x86.h"
+#include "iq_grids.h"
 
 #ifndef KVRUN_SIMD_NS
 #error "define KVRUN_SIMD_NS (avx2 or avx512) before including kernels_x86.inl"
@@ -281,6 +281,56 @@ inline void q5_0_q8_0_tile(int64_t nb, const uint8_t* w, size_t ws, const uint8_
   }
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < C; ++c) y[size_t(c) * ys + size_t(r)] = fold8(acc[r][c]);
+}
+
+/// q4_1 / q5_1 against q8_1: values are d·u + m (u the unsigned nibble, for q5_1 with its fifth
+/// bit), so Σ (d·u + m)·d_x·q = d·d_x·Σ u·q (the lanes, as q4_0's) + m·s_x with s_x = d_x·Σ q
+/// stored in the q8_1 block; the m·s_x terms go to one float per output, added in block order,
+/// and that sum is added after the lanes' fold: the scalar dot_affine_q8_1's order.
+template <bool kFifth, int R, int C>
+inline void affine_q8_1_tile(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* x, size_t xs,
+                             float* y, size_t ys) {
+  using Block = std::conditional_t<kFifth, block_q5_1, block_q4_1>;
+  __m256 acc[R][C];
+  float summs[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) {
+      acc[r][c] = _mm256_setzero_ps();
+      summs[r][c] = 0.0f;
+    }
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256i xq[C];
+    float dx[C], sx[C];
+    for (int c = 0; c < C; ++c) {
+      const block_q8_1& xb = block_at<block_q8_1>(x, xs, c, b);
+      xq[c] = load256(xb.qs);
+      dx[c] = h2f(xb.d);
+      sx[c] = h2f(xb.s);
+    }
+    for (int r = 0; r < R; ++r) {
+      const Block& wb = block_at<Block>(w, ws, r, b);
+      __m256i u = nibbles_32(wb.qs);
+      if constexpr (kFifth) u = _mm256_or_si256(u, fifth_bits_32(wb.qh));
+      const float dw = h2f(wb.d), mw = h2f(wb.m);
+      for (int c = 0; c < C; ++c) {
+        summs[r][c] += mw * sx[c];
+        acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(dw * dx[c]),
+                                    _mm256_cvtepi32_ps(dot_us(u, xq[c])), acc[r][c]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) y[size_t(c) * ys + size_t(r)] = fold8(acc[r][c]) + summs[r][c];
+}
+template <int R, int C>
+inline void q4_1_q8_1_tile(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* x, size_t xs,
+                           float* y, size_t ys) {
+  affine_q8_1_tile<false, R, C>(nb, w, ws, x, xs, y, ys);
+}
+template <int R, int C>
+inline void q5_1_q8_1_tile(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* x, size_t xs,
+                           float* y, size_t ys) {
+  affine_q8_1_tile<true, R, C>(nb, w, ws, x, xs, y, ys);
 }
 
 /// The repacked order: per block the whole integer dot, acc = fma(isum, d_w·d_x, acc) with one
@@ -899,8 +949,8 @@ constexpr int kKR = 2, kKC = 4;  // q4_K / q6_K
 constexpr int kKR = 2, kKC = 2;
 #endif
 
-#include "cpu/x86/iq_x86.inl"       // mxfp4 and iq4_xs
 #include "cpu/x86/iq_grid_x86.inl"  // the grid i-quants
+#include "cpu/x86/iq_x86.inl"       // mxfp4 and iq4_xs
 
 }  // namespace
 
@@ -1019,6 +1069,8 @@ float vec_dot_bf16(int64_t n, const void* w, const void* x) {
 KVRUN_X86_DOT_AND_TILE(vec_dot_q8_0_q8_0, tile_q8_0_q8_0, q8_0_q8_0_tile, 32, kQuantR, kQuantC)
 KVRUN_X86_DOT_AND_TILE(vec_dot_q4_0_q8_0, tile_q4_0_q8_0, q4_0_q8_0_tile, 32, kQuantR, kQuantC)
 KVRUN_X86_DOT_AND_TILE(vec_dot_q5_0_q8_0, tile_q5_0_q8_0, q5_0_q8_0_tile, 32, kQuantR, kQuantC)
+KVRUN_X86_DOT_AND_TILE(vec_dot_q4_1_q8_1, tile_q4_1_q8_1, q4_1_q8_1_tile, 32, kQuantR, kQuantC)
+KVRUN_X86_DOT_AND_TILE(vec_dot_q5_1_q8_1, tile_q5_1_q8_1, q5_1_q8_1_tile, 32, kQuantR, kQuantC)
 KVRUN_X86_DOT_AND_TILE(repack_dot_q4_0_q8_0, tile_repack_q4_0_q8_0, repack_q4_0_tile, 32, 8,
                        kQuantC)
 KVRUN_X86_DOT_AND_TILE(vec_dot_q4_K_q8_K, tile_q4_K_q8_K, q4_K_q8_K_tile, QK_K, kKR, kKC)
