@@ -19,10 +19,9 @@ inline const T* grid_ptr(const std::array<T, N>& a) {
 
 /// 32 bytes, byte e 0xFF when bit e of `bits` is set, else 0x00.
 inline __m256i sign_bytes_32(uint32_t bits) {
-  const __m256i spread =
-      _mm256_shuffle_epi8(_mm256_set1_epi32(int(bits)),
-                          _mm256_set_epi64x(0x0303030303030303ll, 0x0202020202020202ll,
-                                            0x0101010101010101ll, 0));
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(int(bits)),
+      _mm256_set_epi64x(0x0303030303030303ll, 0x0202020202020202ll, 0x0101010101010101ll, 0));
   const __m256i bit = _mm256_set1_epi64x(int64_t(0x8040201008040201ull));
   return _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
 }
@@ -47,9 +46,9 @@ inline __m256i scaled_dot_us2(__m256i g, __m256i s, int sc_lo, int sc_hi) {
   return _mm256_mullo_epi32(dot_us(g, s),
                             _mm256_set_m128i(_mm_set1_epi32(sc_hi), _mm_set1_epi32(sc_lo)));
 #else
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(g, s),
-                           _mm256_set_m128i(_mm_set1_epi16(int16_t(sc_hi)),
-                                            _mm_set1_epi16(int16_t(sc_lo))));
+  return _mm256_madd_epi16(
+      _mm256_maddubs_epi16(g, s),
+      _mm256_set_m128i(_mm_set1_epi16(int16_t(sc_hi)), _mm_set1_epi16(int16_t(sc_lo))));
 #endif
 }
 
@@ -101,8 +100,8 @@ struct Iq3xxsX86 {
     auto g = [&](int k) { return int(grid[qs[k]]); };
     const uint32_t aux = load_u32(b.qs + QK_K / 4 + 4 * j);
     const int sc = int(1 + 2 * (aux >> 28));
-    return {_mm256_set_epi32(g(7), g(6), g(5), g(4), g(3), g(2), g(1), g(0)),
-            signs_of_codes(aux), sc, sc};
+    return {_mm256_set_epi32(g(7), g(6), g(5), g(4), g(3), g(2), g(1), g(0)), signs_of_codes(aux),
+            sc, sc};
   }
 };
 
@@ -193,8 +192,8 @@ struct Iq1mX86 {
 /// activation column the int32 lanes Σ_j scale·dot are summed to isum, then
 /// acc = fma(d_x·d_w, float(isum), acc); the outputs are acc · `factor` (the scalar's order).
 template <typename T, int R, int C>
-inline void iq_grid_q8_K_tile(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* x,
-                              size_t xs, float* y, size_t ys, float factor) {
+inline void iq_grid_q8_K_tile(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* x, size_t xs,
+                              float* y, size_t ys, float factor) {
   float acc[R][C] = {};
   for (int64_t b = 0; b < nb; ++b) {
     for (int r = 0; r < R; ++r) {
@@ -235,14 +234,14 @@ inline void iq2_s_q8_K_tile(int64_t nb, const uint8_t* w, size_t ws, const uint8
 }
 
 template <int R, int C>
-inline void iq3_xxs_q8_K_tile(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* x,
-                              size_t xs, float* y, size_t ys) {
+inline void iq3_xxs_q8_K_tile(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* x, size_t xs,
+                              float* y, size_t ys) {
   iq_grid_q8_K_tile<Iq3xxsX86, R, C>(nb, w, ws, x, xs, y, ys, 0.25f);
 }
 
 template <int R, int C>
-inline void iq2_xxs_q8_K_tile(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* x,
-                              size_t xs, float* y, size_t ys) {
+inline void iq2_xxs_q8_K_tile(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* x, size_t xs,
+                              float* y, size_t ys) {
   iq_grid_q8_K_tile<Iq2xxsX86, R, C>(nb, w, ws, x, xs, y, ys, 0.125f);
 }
 
