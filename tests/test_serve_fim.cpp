@@ -58,6 +58,17 @@ tools::FimInput sample_input() {
 
 constexpr tools::FimBudget kRoomy{512, 4096, 16};
 
+/// The expected end of sample_input()'s prompt, after its extra context: FIM_PRE, the prefix
+/// and the prompt, FIM_SUF, the suffix, FIM_MID.
+Tokens sample_current_file(const FimTokenizer& t) {
+  return cat({{kPre},
+              t.text("Once upon"),
+              t.tok->tokenize(" a", false, true),
+              {kSuf},
+              t.text("the end."),
+              {kMid}});
+}
+
 TEST(ServeFim, RepoLevelLayoutWithRepoAndFileSeparatorTokens) {
   KVRUN_REQUIRE_FIXTURE(kModel);
   const FimTokenizer t(true);
@@ -77,12 +88,7 @@ TEST(ServeFim, RepoLevelLayoutWithRepoAndFileSeparatorTokens) {
                            t.text("Tom"),
                            {kSep},
                            t.text("filename\n"),
-                           {kPre},
-                           t.text("Once upon"),
-                           t.tok->tokenize(" a", false, true),
-                           {kSuf},
-                           t.text("the end."),
-                           {kMid}});
+                           sample_current_file(t)});
   EXPECT_EQ(tools::fim_prompt(*t.tok, sample_input(), kRoomy), want);
 }
 
@@ -90,15 +96,8 @@ TEST(ServeFim, WithoutRepoTokensChunksAreNameComments) {
   KVRUN_REQUIRE_FIXTURE(kModel);
   const FimTokenizer t(false);
   ASSERT_LT(t.tok->fim_repo(), 0);
-  const Tokens want = cat({{t.tok->bos()},
-                           t.text("// a.txt\nLily\n"),
-                           t.text("Tom\n"),
-                           {kPre},
-                           t.text("Once upon"),
-                           t.tok->tokenize(" a", false, true),
-                           {kSuf},
-                           t.text("the end."),
-                           {kMid}});
+  const Tokens want =
+      cat({{t.tok->bos()}, t.text("// a.txt\nLily\n"), t.text("Tom\n"), sample_current_file(t)});
   EXPECT_EQ(tools::fim_prompt(*t.tok, sample_input(), kRoomy), want);
 }
 
