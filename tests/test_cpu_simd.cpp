@@ -311,9 +311,10 @@ TEST_P(MatmulLevel, EqualsScalarDots) {
 // their type, the float of the scalar dot of the unpacked rows for every output (q4_0: the
 // repacked order, q8_0, q4_K and q6_K: their lane order): one group and several, one block and
 // many, every activation-row tail of the kernels' passes (q4_0 at avx512: 8 rows per pass,
-// then 2..7 in one pass or 1), and more threads than groups. A level without a packed kernel for
-// the type (scalar) must ignore Tensor::packed and read the rows: there w.packed points at junk.
-// Every level this CPU has is checked whatever KVRUN_CPU says (pack_weight(w, level)).
+// then 2..7 in one pass or 1; at avx2 4, 3, 2 or 1 rows per pass of each 8-row half and the
+// activation rows in chunks of 128 KiB), and more threads than groups. A level without a packed
+// kernel for the type (scalar) must ignore Tensor::packed and read the rows: there w.packed points
+// at junk. Every level this CPU has is checked whatever KVRUN_CPU says (pack_weight(w, level)).
 TEST_P(MatmulLevel, PackedWeightsEqualScalarDots) {
   const CpuLevel level = GetParam();
   int checked = 0, zeros = 0;
@@ -342,7 +343,9 @@ TEST_P(MatmulLevel, PackedWeightsEqualScalarDots) {
         }
         w.packed = packed.data();
         const size_t ab = size_t(*row_bytes(ref->act_type, k));
-        for (int64_t n : {1, 2, 3, 4, 5, 8, 9, 15, 16}) {
+        std::vector<int64_t> ns{1, 2, 3, 4, 5, 8, 9, 15, 16};
+        if (k == 2048) ns.push_back(67);  // avx2 q4_0 prefill: two activation chunks (60 + 7)
+        for (int64_t n : ns) {
           const auto x = varied_floats(size_t(n * k), 40 + uint32_t(n));
           ThreadPool pool(4);
           std::vector<float> y(size_t(n * m), NAN);
