@@ -260,7 +260,8 @@ inline void packed_q4_K_half(int64_t nb, const uint8_t* g, int half, const uint8
             _mm256_fmadd_ps(dmin, _mm256_cvtepi32_ps(_mm256_madd_epi16(mpair, spair)), acc_m[c][k]);
       }
     }
-    for (int i = 0; i < 8; ++i) {
+    // Lane i: Σ_j2 sc·(Σ of values 4i..4i+3 of sub-blocks 2·j2 and 2·j2+1 times x), exact.
+    const auto lane_i = [&](int i) {
       __m256i lane[C];
       for (int c = 0; c < C; ++c) lane[c] = _mm256_setzero_si256();
       for (int j2 = 0; j2 < 4; ++j2) {
@@ -278,6 +279,13 @@ inline void packed_q4_K_half(int64_t nb, const uint8_t* g, int half, const uint8
       }
       for (int c = 0; c < C; ++c)
         acc[c][i] = _mm256_fmadd_ps(d[c], _mm256_cvtepi32_ps(lane[c]), acc[c][i]);
+    };
+    // Decode fully unrolled: 1.1× tg32 on llama3.2-1b Q4_K; prefill (C ≥ 2) lost 10-30% so.
+    if constexpr (C == 1) {
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i) lane_i(i);
+    } else {
+      for (int i = 0; i < 8; ++i) lane_i(i);
     }
   }
   for (int c = 0; c < C; ++c) {
