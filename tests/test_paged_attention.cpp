@@ -25,6 +25,7 @@
 #include "cpu/paged_attention.h"
 #include "cpu/thread_pool.h"
 #include "kv_layout.h"
+#include "quants_kv.h"
 #include "test_util.h"
 
 namespace kvrun::cpu {
@@ -634,6 +635,82 @@ TEST(PagedAttentionDecode, LevelsAgreeBitForBit) {
             << "threads change " << cpu_level_name(level);
       }
     }
+}
+
+/// Writes `fill(row)` over the stored K (is_k) or V row of position `pos` of sequence `s`.
+template <typename Fill>
+void rewrite_row(Paged& pg, size_t s, int64_t pos, bool is_k, Fill fill) {
+  const int64_t slot = int64_t(pg.tables[s][size_t(pos / pg.kv.block_size)]) * pg.kv.block_size +
+                       pos % pg.kv.block_size;
+  uint8_t* base = is_k ? pg.kbuf.data() : pg.vbuf.data();
+  fill(base + slot * (is_k ? pg.kv.k_row_bytes : pg.kv.v_row_bytes));
+}
+
+// FP8 K and V are read in place by the decode kernel (each code through binary16, times its
+// row's E8M0 scale): the outputs equal, bit for bit, those of the same values decoded by the
+// codec and stored as f32 rows, at every level. Covered: every finite code of both formats (one
+// row holds them all, scale 1) and rows whose scale byte is 0 (values below 448 · 2^−127, whose
+// blocks the kernel leaves to the codec; one whole sequence of them).
+TEST(PagedAttentionDecode, Fp8InPlaceEqualsDecodedRows) {
+  for (DType kt : {DType::FP8_E4M3, DType::FP8_E5M2})
+    for (DType vt : {DType::FP8_E4M3, DType::FP8_E5M2})
+      for (int64_t hd : {64, 128}) {
+        Case c;
+        c.kt = kt;
+        c.vt = vt;
+        c.head_dim = c.head_dim_v = hd;
+        c.n_head = 8;
+        c.n_head_kv = 2;
+        c.seqs = {{203, 1}, {70, 3}};
+        c.seed = uint32_t(hd + int(kt) * 3 + int(vt) * 5);
+        Paged pg = build(c);
+        const int64_t n = c.n_head_kv * hd;
+        for (bool is_k : {true, false}) {
+          const DType t = is_k ? kt : vt;
+          // Tiny values (scale byte 0): two rows of sequence 0 and all of sequence 1 (its
+          // output is then tiny too, so a wrong scale would show).
+          std::vector<std::pair<size_t, int64_t>> tiny{{0, 5}, {0, 100}};
+          for (int64_t pos = 0; pos < 70; ++pos) tiny.push_back({1, pos});
+          for (auto [s, pos] : tiny)
+            rewrite_row(pg, s, pos, is_k, [&](uint8_t* row) {
+              std::vector<float> x = test::random_floats(size_t(n), uint32_t(pos + 100 * s));
+              for (float& v : x) v *= 1e-37f;
+              kv_encode_row(t, c.n_head_kv, hd, x.data(), row);
+              for (int64_t h = 0; h < c.n_head_kv; ++h) ASSERT_EQ(row[n + h], 0);
+            });
+          rewrite_row(pg, 0, 7, is_k, [&](uint8_t* row) {  // every finite code, scale 1
+            for (int64_t i = 0; i < n; ++i) {
+              const uint8_t code = uint8_t(i * 37);
+              row[i] = std::isfinite(t == DType::FP8_E4M3 ? fp8_e4m3_to_f32(code)
+                                                          : fp8_e5m2_to_f32(code))
+                           ? code
+                           : 0;
+            }
+            for (int64_t h = 0; h < c.n_head_kv; ++h) row[n + h] = kE8M0Unit;
+          });
+        }
+        Case cf = c;
+        cf.kt = cf.vt = DType::F32;
+        Paged f = build(cf);  // same tables and Q (same seed); rows replaced below
+        for (size_t s = 0; s < pg.seqs.size(); ++s)
+          for (bool is_k : {true, false}) {
+            const std::vector<double> rows = rows_of(pg, s, is_k, true);
+            const int64_t len = pg.seqs[s].pos0 + pg.seqs[s].n_q;
+            for (int64_t pos = 0; pos < len; ++pos)
+              rewrite_row(f, s, pos, is_k, [&](uint8_t* row) {
+                for (int64_t i = 0; i < n; ++i) {
+                  const float v = float(rows[size_t(pos * n + i)]);
+                  std::memcpy(row + 4 * i, &v, 4);
+                }
+              });
+          }
+        for (CpuLevel level : supported_levels()) {
+          const std::vector<float> out = run_at(pg, level), want = run_at(f, level);
+          EXPECT_EQ(0, std::memcmp(out.data(), want.data(), out.size() * 4))
+              << cpu_level_name(level) << " K " << kv_type_name(kt) << " V " << kv_type_name(vt)
+              << " hd " << hd;
+        }
+      }
 }
 
 // Sliding windows (shorter than a block, not dividing it, longer than a block) and soft-capping

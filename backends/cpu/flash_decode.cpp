@@ -266,6 +266,8 @@ bool flash_decode_in_place(DType t, int64_t head_dim) {
     case DType::F32:
     case DType::F16:
     case DType::BF16:
+    case DType::FP8_E4M3:
+    case DType::FP8_E5M2:
       return true;
     case DType::Q8_0:
     case DType::Q4_0:

@@ -35,13 +35,17 @@ struct FlashDecodeBlock {
   const int8_t* qx = nullptr;
   const float* qd = nullptr;
   const int32_t* qcorr = nullptr;
-  /// K row j of the head at k + j·k_stride, in k_type: F32, F16, BF16, or Q8_0 / Q4_0 with the
-  /// head starting on a block boundary (hd % 32 == 0).
+  /// K row j of the head at k + j·k_stride, in k_type: F32, F16, BF16, Q8_0 / Q4_0 with the
+  /// head starting on a block boundary (hd % 32 == 0), or FP8_E4M3 / FP8_E5M2 (one byte per
+  /// value; kv_layout.h) whose E8M0 scale byte is at k + j·k_stride + k_scale_off and must be
+  /// in 1..254 (a normal power of two: value = fp8 · 2^(b − 127), one rounding, as the codec).
   const uint8_t* k = nullptr;
   int64_t k_stride = 0;
+  int64_t k_scale_off = 0;
   DType k_type = DType::F32;
   const uint8_t* v = nullptr;  ///< V row j at v + j·v_stride in v_type (the same types as K)
   int64_t v_stride = 0;
+  int64_t v_scale_off = 0;  ///< as k_scale_off, for an FP8 V
   DType v_type = DType::F32;
   float* s = nullptr;     ///< [rows][bsp] scratch: scores, then weights
   float* m = nullptr;     ///< [rows] running max of the scaled scores (−inf before any)
@@ -59,8 +63,10 @@ using FlashDecodeFn = void (*)(const FlashDecodeBlock& b);
 /// The kernel for kernel level `level` (which must be supported: cpu_level_supported).
 FlashDecodeFn flash_decode_kernel(CpuLevel level);
 
-/// True when the kernel reads type `t` in place for heads of `head_dim` values (F32, F16, BF16
-/// always; Q8_0 / Q4_0 when head_dim % 32 == 0); other types are decoded to f32 rows first.
+/// True when the kernel reads type `t` in place for heads of `head_dim` values (F32, F16, BF16,
+/// FP8_E4M3, FP8_E5M2 always — FP8 rows whose scale byte is 0 or 255 excepted, see
+/// FlashDecodeBlock::k_scale_off; Q8_0 / Q4_0 when head_dim % 32 == 0); other types are decoded
+/// to f32 rows first.
 bool flash_decode_in_place(DType t, int64_t head_dim);
 
 }  // namespace kvrun::cpu

@@ -20,10 +20,48 @@
 // operations, and the results, do not depend on W.
 // Nothing here is specific to a level; the compiler maps vf to that level's registers.
 
-/// Lanes [e, e + W) of a head's row stored in type T (the head starts at `row`); e % W == 0.
+constexpr bool is_fp8(DType t) { return t == DType::FP8_E4M3 || t == DType::FP8_E5M2; }
+
+/// The binary16 bits of FP8 code c scaled by 2^−8 (E4M3) or 2^0 (E5M2), exactly (OCP OFP8 1.0):
+/// E5M2 is binary16's top byte; E4M3's exponent (bias 7) and mantissa shifted into binary16's
+/// fields (bias 15) give the value · 2^−8, subnormals included, and S.1111.111 (its NaN)
+/// becomes a binary16 NaN.
 template <DType T>
-[[gnu::always_inline]] inline vf load_chunk(const uint8_t* row, int64_t e) {
-  if constexpr (T == DType::F32) {
+[[gnu::always_inline]] inline uint16_t fp8_f16_bits(uint8_t c) {
+  if constexpr (T == DType::FP8_E5M2) {
+    return uint16_t(c << 8);
+  } else {
+    const uint16_t m = c & 0x7F;
+    return uint16_t(((c & 0x80) << 8) | (m << 7) | (m == 0x7F ? 0x7E00 : 0));
+  }
+}
+
+/// W FP8 codes (type T) as f32, unscaled: through binary16 (ld_f16), exact.
+template <DType T>
+[[gnu::always_inline]] inline vf ld_fp8(const uint8_t* p) {
+  alignas(64) uint16_t h[W];
+#pragma GCC unroll 16
+  for (int i = 0; i < W; ++i) h[i] = fp8_f16_bits<T>(p[i]);
+  const vf v = ld_f16(h);
+  if constexpr (T == DType::FP8_E4M3) return v * 256.0f;  // a power of two: exact
+  return v;
+}
+
+/// The row's FP8 scale 2^(b − 127) (b: the E8M0 byte at row + scale_off, 1..254); 1 for other
+/// types (unused).
+template <DType T>
+[[gnu::always_inline]] inline float row_scale(const uint8_t* row, int64_t scale_off) {
+  if constexpr (is_fp8(T)) return f32_from_bits(uint32_t(row[scale_off]) << 23);
+  return 1.0f;
+}
+
+/// Lanes [e, e + W) of a head's row stored in type T (the head starts at `row`); e % W == 0.
+/// `rs`: row_scale of an FP8 row (the values are code · rs, one rounding as the codec's).
+template <DType T>
+[[gnu::always_inline]] inline vf load_chunk(const uint8_t* row, int64_t e, float rs = 1.0f) {
+  if constexpr (is_fp8(T)) {
+    return ld_fp8<T>(row + e) * rs;
+  } else if constexpr (T == DType::F32) {
     return ld_f32(reinterpret_cast<const float*>(row) + e);
   } else if constexpr (T == DType::F16) {
     return ld_f16(reinterpret_cast<const uint16_t*>(row) + e);
@@ -185,17 +223,18 @@ void scores(const FlashDecodeBlock& a, int64_t r0) {
         continue;
       }
       const uint8_t* row = a.k + j * a.k_stride;
+      const float rs = row_scale<KT>(row, a.k_scale_off);
       vf acc[R][G16];
 #pragma GCC unroll 4
       for (int g = 0; g < G16; ++g) {
-        const vf kc = load_chunk<KT>(row, g * W);
+        const vf kc = load_chunk<KT>(row, g * W, rs);
 #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) acc[r][g] = kc * ld_f32(q + r * hd + g * W);
       }
       for (int64_t e = 16; e < hd; e += 16) {
 #pragma GCC unroll 4
         for (int g = 0; g < G16; ++g) {
-          const vf kc = load_chunk<KT>(row, e + g * W);
+          const vf kc = load_chunk<KT>(row, e + g * W, rs);
 #pragma GCC unroll 16
           for (int r = 0; r < R; ++r)
             acc[r][g] = madd(kc, ld_f32(q + r * hd + e + g * W), acc[r][g]);
@@ -212,7 +251,7 @@ void scores(const FlashDecodeBlock& a, int64_t r0) {
 /// vc[c] = load_chunk<T>(row, e + c·W) for c < C, with one scale conversion per Q8_0 / Q4_0
 /// block when the chunks cover whole blocks (e % 32 == 0 then, e being a multiple of C·W).
 template <DType T, int C>
-[[gnu::always_inline]] inline void load_chunks(const uint8_t* row, int64_t e, vf* vc) {
+[[gnu::always_inline]] inline void load_chunks(const uint8_t* row, int64_t e, vf* vc, float rs) {
   if constexpr ((T == DType::Q8_0 || T == DType::Q4_0) && (C * W) % 32 == 0) {
     constexpr int kPerBlock = 32 / W;
 #pragma GCC unroll 4
@@ -235,7 +274,7 @@ template <DType T, int C>
     }
   } else {
 #pragma GCC unroll 4
-    for (int c = 0; c < C; ++c) vc[c] = load_chunk<T>(row, e + c * W);
+    for (int c = 0; c < C; ++c) vc[c] = load_chunk<T>(row, e + c * W, rs);
   }
 }
 
@@ -260,7 +299,7 @@ template <DType VT, int R, int C>
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) pj[r] = splat(p[r * a.bsp + j]);
     vf vc[C];
-    load_chunks<VT, C>(row, e, vc);
+    load_chunks<VT, C>(row, e, vc, row_scale<VT>(row, a.v_scale_off));
 #pragma GCC unroll 4
     for (int c = 0; c < C; ++c)
 #pragma GCC unroll 16
@@ -474,6 +513,12 @@ void flash_decode_block(const FlashDecodeBlock& a) {
     case DType::BF16:
       scores_rows<DType::BF16>(a);
       break;
+    case DType::FP8_E4M3:
+      scores_rows<DType::FP8_E4M3>(a);
+      break;
+    case DType::FP8_E5M2:
+      scores_rows<DType::FP8_E5M2>(a);
+      break;
     case DType::Q8_0:
       if (a.qx)
         scores_q8_rows<DType::Q8_0>(a);
@@ -538,6 +583,12 @@ void flash_decode_block(const FlashDecodeBlock& a) {
       break;
     case DType::BF16:
       accumulate_rows<DType::BF16>(a, jlo, jhi);
+      break;
+    case DType::FP8_E4M3:
+      accumulate_rows<DType::FP8_E4M3>(a, jlo, jhi);
+      break;
+    case DType::FP8_E5M2:
+      accumulate_rows<DType::FP8_E5M2>(a, jlo, jhi);
       break;
     case DType::Q8_0:
       accumulate_rows<DType::Q8_0>(a, jlo, jhi);

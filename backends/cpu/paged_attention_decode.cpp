@@ -5,12 +5,13 @@
 // head_dim and head_dim_v multiples of 16, and every tile when K is F16, Q8_0 or Q4_0 read in
 // place, take this path rather than flash_tile (paged_attention_flash.cpp): no transposed
 // tiles, K and V read in place in their cache type (f16 widened with F16C, q8_0 / q4_0 widened
-// from int8 and scaled, in registers) by the block kernel of flash_decode.h at the process's
-// kernel level (cpu_level(): AVX-512, AVX2 or the portable copy, which AArch64 runs), every
-// query row of the tile (the GQA group) against each K row and each V row at once. Q is converted
-// as llama.cpp's flash attention does (q8_0 for a q8_0 / q4_0 K: integer block dots, VNNI on
-// AVX-512; f16 for an f16 K; else f32). Types it cannot read in place (fp8, nvfp4, q8_0 / q4_0
-// heads that straddle blocks) are decoded row by row to f32 first.
+// from int8 and scaled, fp8 through binary16 and scaled by its row's E8M0 byte, in registers) by
+// the block kernel of flash_decode.h at the process's kernel level (cpu_level(): AVX-512, AVX2 or
+// the portable copy, which AArch64 runs), every query row of the tile (the GQA group) against each
+// K row and each V row at once. Q is converted as llama.cpp's flash attention does (q8_0 for a q8_0
+// / q4_0 K: integer block dots, VNNI on AVX-512; f16 for an f16 K; else f32). Types it cannot read
+// in place (nvfp4, q8_0 / q4_0 heads that straddle blocks; fp8 blocks with a row scale byte of 0 or
+// 255) are decoded row by row to f32 first.
 #include <algorithm>
 #include <cmath>
 
@@ -35,13 +36,41 @@ inline void prefetch_rows(const uint8_t* p, int64_t stride, int64_t bytes, int64
   }
 }
 
+inline bool is_fp8(DType t) { return t == DType::FP8_E4M3 || t == DType::FP8_E5M2; }
+
+/// Byte offset of KV head hk in a stored row that the decode kernel reads in place
+/// (flash_decode_in_place): kv_head_offset, or hk · head_dim for FP8 (one byte per value, the
+/// scale bytes after all values: kv_layout.h).
+inline int64_t in_place_offset(DType type, int64_t head_dim, int64_t hk) {
+  return is_fp8(type) ? hk * head_dim : kv_head_offset(type, head_dim, hk);
+}
+
+/// For an FP8 row: the offset of head hk's E8M0 scale byte from the head's first value byte.
+inline int64_t fp8_scale_offset(int64_t n_head_kv, int64_t head_dim, int64_t hk) {
+  return n_head_kv * head_dim + hk - hk * head_dim;
+}
+
+/// True unless `type` is FP8 and one of the first n rows has, for a head in [hk0, hk1), a scale
+/// byte 0 or 255 (2^−127 is not a normal float, 255 is NaN): such blocks are decoded to f32 by
+/// the codec instead of read in place (FlashDecodeBlock::k_scale_off).
+inline bool scales_in_place(DType type, const uint8_t* block, int64_t row_bytes, int64_t n,
+                            int64_t n_head_kv, int64_t head_dim, int64_t hk0, int64_t hk1) {
+  if (!is_fp8(type)) return true;
+  for (int64_t j = 0; j < n; ++j) {
+    const uint8_t* sc = block + j * row_bytes + n_head_kv * head_dim;
+    for (int64_t hk = hk0; hk < hk1; ++hk)
+      if (sc[hk] == 0 || sc[hk] == 255) return false;
+  }
+  return true;
+}
+
 /// The first of a block's `n` rows of KV head hk as the decode kernel reads them: in place
 /// (`in_place`: the head's bytes inside the stored rows, row_bytes apart) or decoded to f32 into
 /// `tile` ([n][head_dim]).
 inline const uint8_t* head_rows(DType type, bool in_place, int64_t n_head_kv, int64_t head_dim,
                                 const uint8_t* block, int64_t row_bytes, int64_t hk, int64_t n,
                                 float* tile) {
-  if (in_place) return block + kv_head_offset(type, head_dim, hk);
+  if (in_place) return block + in_place_offset(type, head_dim, hk);
   for (int64_t j = 0; j < n; ++j)
     kv_decode_head(type, n_head_kv, head_dim, block + j * row_bytes, hk, tile + j * head_dim);
   return reinterpret_cast<const uint8_t*>(tile);
@@ -119,18 +148,14 @@ void flash_tile_decode(const Call& c, const PagedSeq& seq, int64_t i0, int64_t i
   fb.lo = sc.lo.data();
   fb.s = sc.s.data();
   fb.corr = sc.corr.data();
-  fb.k_type = k_in_place ? kv.k_type : DType::F32;
-  fb.v_type = v_in_place ? kv.v_type : DType::F32;
-  fb.k_stride = k_in_place ? kv.k_row_bytes : hd * 4;
-  fb.v_stride = v_in_place ? kv.v_row_bytes : hdv * 4;
   // Bytes of the heads' run in a stored row, from the first head's offset: what the block reads
   // in place and what prefetch_rows asks for.
-  const int64_t k_off0 = k_in_place ? kv_head_offset(kv.k_type, hd, hk0) : 0;
-  const int64_t v_off0 = v_in_place ? kv_head_offset(kv.v_type, hdv, hk0) : 0;
+  const int64_t k_off0 = k_in_place ? in_place_offset(kv.k_type, hd, hk0) : 0;
+  const int64_t v_off0 = v_in_place ? in_place_offset(kv.v_type, hdv, hk0) : 0;
   const int64_t k_bytes = k_in_place ? kv_row_bytes(kv.k_type, nh, hd) : 0;
   const int64_t v_bytes = v_in_place ? kv_row_bytes(kv.v_type, nh, hdv) : 0;
-  if (!k_in_place) sc.ktile.resize(size_t(bs * hd));
-  if (!v_in_place) sc.vtile.resize(size_t(bs * hdv));
+  if (!k_in_place || is_fp8(kv.k_type)) sc.ktile.resize(size_t(bs * hd));
+  if (!v_in_place || is_fp8(kv.v_type)) sc.vtile.resize(size_t(bs * hdv));
   const int64_t end = seq.pos0 + i1;  // positions the last query of the tile sees
   const int64_t first = c.p.window > 0 ? std::max<int64_t>(0, seq.pos0 + i0 - c.p.window + 1) : 0;
   for (int64_t b = std::max(b_begin, first / bs); b < b_end && b * bs < end; ++b) {
@@ -139,6 +164,14 @@ void flash_tile_decode(const Call& c, const PagedSeq& seq, int64_t i0, int64_t i
     fb.n = n;
     const uint8_t* kb = kv.k_block(seq.block_table[b]);
     const uint8_t* vb = kv.v_block(seq.block_table[b]);
+    const bool k_ip =
+        k_in_place && scales_in_place(kv.k_type, kb, kv.k_row_bytes, n, a.n_head_kv, hd, hk0, hk1);
+    const bool v_ip =
+        v_in_place && scales_in_place(kv.v_type, vb, kv.v_row_bytes, n, a.n_head_kv, hdv, hk0, hk1);
+    fb.k_type = k_ip ? kv.k_type : DType::F32;
+    fb.v_type = v_ip ? kv.v_type : DType::F32;
+    fb.k_stride = k_ip ? kv.k_row_bytes : hd * 4;
+    fb.v_stride = v_ip ? kv.v_row_bytes : hdv * 4;
     // Ask for the next block's rows of these heads while this one is computed.
     if (b + 1 < b_end && (b + 1) * bs < end) {
       prefetch_rows(kv.k_block(seq.block_table[b + 1]) + k_off0, kv.k_row_bytes, k_bytes,
@@ -148,10 +181,12 @@ void flash_tile_decode(const Call& c, const PagedSeq& seq, int64_t i0, int64_t i
     }
     for (int64_t h = 0; h < nh; ++h) {
       const int64_t hk = hk0 + h, r0 = h * rows;
-      fb.k = head_rows(kv.k_type, k_in_place, a.n_head_kv, hd, kb, kv.k_row_bytes, hk, n,
-                       sc.ktile.data());
-      fb.v = head_rows(kv.v_type, v_in_place, a.n_head_kv, hdv, vb, kv.v_row_bytes, hk, n,
-                       sc.vtile.data());
+      fb.k =
+          head_rows(kv.k_type, k_ip, a.n_head_kv, hd, kb, kv.k_row_bytes, hk, n, sc.ktile.data());
+      fb.v =
+          head_rows(kv.v_type, v_ip, a.n_head_kv, hdv, vb, kv.v_row_bytes, hk, n, sc.vtile.data());
+      fb.k_scale_off = fp8_scale_offset(a.n_head_kv, hd, hk);
+      fb.v_scale_off = fp8_scale_offset(a.n_head_kv, hdv, hk);
       fb.q = sc.qf.data() + r0 * hd;
       if (q8) {
         fb.qx = sc.qi.data() + r0 * hd;
