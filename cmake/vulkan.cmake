@@ -29,7 +29,8 @@ if(_kvrun_want_vulkan)
     "kv_store_nvfp4|kv_store.comp|-DKV_NVFP4"
     "attention|attention.comp|"
     "attn_merge|attn_merge.comp|")
-  foreach(_t F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K)
+  foreach(_t F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS
+                 MXFP4)
     string(TOLOWER ${_t} _tl)
     list(APPEND _vk_shaders "get_rows_${_tl}|get_rows.comp|-DWTYPE_${_t}"
                             "matvec_${_tl}|matvec.comp|-DWTYPE_${_t}"

@@ -313,9 +313,8 @@ TEST(VulkanSupport, UnimplementedOpsAndTypesAreRefusedUpFront) {
     EXPECT_TRUE(d.supports(Op::kGetRows, t)) << traits(t).name;
   }
   EXPECT_FALSE(d.supports(Op::kMatmul, DType::Q4_K, DType::F32, 4000));  // not whole blocks
-  for (DType t : {DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::IQ4_NL,
-                  DType::IQ4_XS, DType::MXFP4, DType::IQ3_S, DType::IQ2_S, DType::IQ3_XXS,
-                  DType::IQ2_XXS, DType::IQ2_XS, DType::IQ1_S, DType::IQ1_M}) {
+  for (DType t : {DType::IQ3_S, DType::IQ2_S, DType::IQ3_XXS, DType::IQ2_XXS, DType::IQ2_XS,
+                  DType::IQ1_S, DType::IQ1_M, DType::Q8_1}) {
     EXPECT_FALSE(d.supports(Op::kMatmul, t)) << traits(t).name;
     EXPECT_FALSE(d.supports(Op::kGetRows, t)) << traits(t).name;
     std::vector<uint8_t> bytes(size_t(*row_bytes(t, 256)));
@@ -354,14 +353,15 @@ std::vector<int> greedy_tokens(const std::string& model, const std::string& flag
 /// The stories260K fixtures with layers (and the output head) on Vulkan0: everything on the
 /// device (KV rows and attention too), and for the f32 model also the last 2 layers with a q8_0
 /// cache and -nkvo (KV and attention on the host): greedy tokens equal to the CPU's. Weight types:
-/// f32, f16, q8_0, q4_0, q6_K (+ q8_0 embeddings).
+/// f32, f16, q8_0, q4_0, q6_K (+ q8_0 embeddings), q5_0 (Q4_K_M file), q5_1 (Q5_K_M file).
 TEST(VulkanModel, GreedyTokensEqualTheCpuWithLayersOnVulkan) {
   REQUIRE_VULKAN();
   const std::string dev = " -dev " + vk_device()->name();
   const std::string q8 = " -ctk q8_0 -ctv q8_0";
   for (const char* m : {"models/stories260K-F32.gguf", "models/stories260K-pad-F16.gguf",
                         "models/stories260K-pad-Q8_0.gguf", "models/stories260K-pad-Q4_0.gguf",
-                        "models/stories260K-Q6_K.gguf"}) {
+                        "models/stories260K-Q6_K.gguf", "models/stories260K-Q4_K_M.gguf",
+                        "models/stories260K-Q5_K_M.gguf"}) {
     SCOPED_TRACE(m);
     KVRUN_REQUIRE_FIXTURE(m);
     const std::vector<int> cpu = greedy_tokens(m, "");
@@ -374,7 +374,7 @@ TEST(VulkanModel, GreedyTokensEqualTheCpuWithLayersOnVulkan) {
 }
 
 /// What the backend lacks is refused with one line naming it: the slow KV tier for rows on the
-/// device, a weight type (the q5_1 of this Q5_K_M file). (Every KV type is supported on
+/// device, a weight type (the iq3_s of a synthetic file). (Every KV type is supported on
 /// lavapipe; a device without shaderFloat64 answers false to supports() for an nvfp4 KV store,
 /// which step.cpp turns into "has no paged attention over K … / V …": not testable here.)
 TEST(VulkanModel, WhatIsNotSupportedIsRefusedClearly) {
@@ -387,13 +387,16 @@ TEST(VulkanModel, WhatIsNotSupportedIsRefusedClearly) {
       test::run_command(f32 + " -ngl 1 --kv-offload-dir " + dir.path().string() + dev);
   EXPECT_EQ(off.exit_code, 1);
   EXPECT_NE(off.err.find("--kv-offload-dir with KV rows on"), std::string::npos) << off.err;
-  const test::CommandResult q5 = test::run_command(
-      test::kvrun_binary() + " -m " + test::fixture("models/stories260K-Q5_K_M.gguf").string() +
-      " -p hi -n 1 -ngl all" + dev);
-  EXPECT_EQ(q5.exit_code, 1);
-  EXPECT_NE(q5.err.find("q5_1, which " + vk_device()->name() + "'s matmul does not support"),
+  const std::string iq = (dir.path() / "tiny-iq3_s.gguf").string();
+  const test::CommandResult made =
+      test::run_command(test::kvrun_binary() + " synth --shape tiny --type IQ3_S -t 1 -o " + iq);
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  const test::CommandResult r =
+      test::run_command(test::kvrun_binary() + " -m " + iq + " -p hi -n 1 -ngl all" + dev);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("iq3_s, which " + vk_device()->name() + "'s matmul does not support"),
             std::string::npos)
-      << q5.err;
+      << r.err;
 }
 
 }  // namespace

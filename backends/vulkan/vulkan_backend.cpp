@@ -31,6 +31,22 @@ const char* weight_suffix(DType t) {
       return "q8_0";
     case DType::Q4_0:
       return "q4_0";
+    case DType::Q4_1:
+      return "q4_1";
+    case DType::Q5_0:
+      return "q5_0";
+    case DType::Q5_1:
+      return "q5_1";
+    case DType::Q2_K:
+      return "q2_k";
+    case DType::Q3_K:
+      return "q3_k";
+    case DType::IQ4_NL:
+      return "iq4_nl";
+    case DType::IQ4_XS:
+      return "iq4_xs";
+    case DType::MXFP4:
+      return "mxfp4";
     case DType::Q4_K:
       return "q4_k";
     case DType::Q5_K:
