@@ -48,6 +48,9 @@ enum class Op {
   kCopy,            ///< host ↔ device and backend ↔ backend copies
   kMoeRoute,        ///< MoE router: softmax, top-k experts and their weights per row
   kMatmulId,        ///< per-row expert matmul of a 3-D weight of type a (ggml's mul_mat_id)
+  kLayerNorm,       ///< LayerNorm with an f32 weight and bias (encoders: bert, nomic-bert)
+  kGelu,            ///< GELU of every element (bert's FFN)
+  kAttention,       ///< bidirectional attention within each sequence of a step (encoders)
 };
 
 /// The name of `op` ("matmul", "paged_attention", …).
@@ -307,6 +310,32 @@ class Backend {
                          const int32_t* /*ids*/, const float* /*weights*/, int64_t /*n*/,
                          int64_t /*n_used*/, float* /*y*/) {
     throw std::logic_error("matmul_id is not implemented by the " + device().name() + " backend");
+  }
+
+  // ---- Encoders (bert, nomic-bert: Op::kLayerNorm, Op::kGelu, Op::kAttention). The defaults
+  // throw std::logic_error: a device that does not override them must say no in supports(). ----
+
+  /// LayerNorm (Ba et al. 2016, "Layer Normalization") per row of `cols`, as ggml's norm, mul
+  /// and add ops: mean and variance over the row (sums in double), y = (x − mean) /
+  /// sqrt(var + eps) · w + b. x, y: [rows, cols] (y may equal x); w, b: [cols] f32 or null.
+  virtual void layer_norm(const float* /*x*/, const Tensor* /*w*/, const Tensor* /*b*/,
+                          float* /*y*/, int64_t /*rows*/, int64_t /*cols*/, float /*eps*/) {
+    throw std::logic_error("layer_norm is not implemented by the " + device().name() + " backend");
+  }
+  /// GELU with the tanh approximation (Hendrycks & Gimpel 2016; ggml's gelu op): y = 0.5·x·(1 +
+  /// tanh(√(2/π)·x·(1 + 0.044715·x²))) for i < n; y may equal x.
+  virtual void gelu(const float* /*x*/, float* /*y*/, int64_t /*n*/) {
+    throw std::logic_error("gelu is not implemented by the " + device().name() + " backend");
+  }
+  /// Bidirectional (non-causal) attention of the current step's rows: every row of sequence i
+  /// attends to every row of sequence i in this step (BERT's encoder; llama.cpp's KQ mask with
+  /// causal_attn false), softmax(scale · q·kᵀ) · v per head, GQA as paged_attention. Nothing
+  /// is read from or written to the KV cache, so each sequence must be whole in the step.
+  /// q: [n_tokens, n_head · head_dim]; k: [n_tokens, n_head_kv · head_dim]; v: [n_tokens,
+  /// n_head_kv · head_dim_v]; out: [n_tokens, n_head · head_dim_v].
+  virtual void attention(const AttnParams& /*p*/, const float* /*q*/, const float* /*k*/,
+                         const float* /*v*/, float* /*out*/) {
+    throw std::logic_error("attention is not implemented by the " + device().name() + " backend");
   }
 };
 

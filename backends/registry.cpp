@@ -39,6 +39,12 @@ const char* op_name(Op op) {
       return "moe_route";
     case Op::kMatmulId:
       return "matmul_id";
+    case Op::kLayerNorm:
+      return "layer_norm";
+    case Op::kGelu:
+      return "gelu";
+    case Op::kAttention:
+      return "attention";
   }
   return "?";
 }

@@ -20,9 +20,18 @@
 //   qwen3moe qwen3's attention with a mixture-of-experts FFN in every layer: a router
 //            (ffn_gate_inp), softmax, top-k experts with renormalized weights, SwiGLU experts
 //            (ffn_{gate,up,down}_exps, 3-D) (Qwen3 technical report 2025, Qwen3-30B-A3B)
+//
+// Encoders (embedding models, ArchSpec::encoder; models/bert.h runs them): a different block,
+// loaded and run by models/bert.cpp, never used for text generation.
+//   bert       token + token-type + absolute position embeddings, embedding LayerNorm,
+//              bidirectional attention with Q/K/V and output biases, post-LayerNorm blocks, GELU
+//              FFN with biases (Devlin et al. 2019, "BERT")
+//   nomic-bert bert without position embeddings or biases: fused QKV, NeoX RoPE, SwiGLU FFN
+//              (Nussbaum et al. 2024, "Nomic Embed")
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "gguf.h"
 #include "models/hparams.h"
@@ -50,7 +59,14 @@ struct ArchSpec {
   bool output_optional = true;  ///< output.weight may be absent (tied to token_embd)
   bool moe = false;             ///< the FFN is a mixture of experts (Hparams::n_expert)
   bool moe_norm = true;         ///< the top-k router weights are renormalized to sum 1
+  /// An encoder (bert, nomic-bert): bidirectional attention over whole inputs, outputs
+  /// embeddings only (no output head); loaded and run by models/bert.h.
+  bool encoder = false;
 };
+
+/// Whether `arch` (general.architecture) is an encoder kvrun knows (bert, nomic-bert): an
+/// embedding model that cannot generate text.
+bool is_encoder_arch(std::string_view arch);
 
 /// The architectures kvrun runs, comma-separated (for error messages).
 const char* supported_archs();
@@ -68,6 +84,7 @@ ArchSpec phi3_arch(const gguf::File& file, Hparams& hp);      ///< phi3
 ArchSpec gemma2_arch(const gguf::File& file, Hparams& hp);    ///< gemma2
 ArchSpec gemma3_arch(const gguf::File& file, Hparams& hp);    ///< gemma3
 ArchSpec qwen3moe_arch(const gguf::File& file, Hparams& hp);  ///< qwen3moe
+ArchSpec bert_arch(const gguf::File& file, Hparams& hp);      ///< bert, nomic-bert
 
 /// `{arch}.attention.sliding_window` if present (else `fallback`), checked to be ≥ 0.
 int64_t read_sliding_window(const gguf::File& file, const Hparams& hp, int64_t fallback);

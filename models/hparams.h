@@ -65,6 +65,10 @@ struct Hparams {
   int64_t n_ctx_train = 0;  ///< context length the model was trained with
   int64_t n_vocab = 0;      ///< vocabulary size
   float rms_eps = 1e-5f;    ///< RMSNorm epsilon
+  /// LayerNorm epsilon of encoders ({arch}.attention.layer_norm_epsilon; bert, nomic-bert).
+  float norm_eps = 1e-12f;
+  /// Token-type (segment) embedding rows of encoders (tokenizer.ggml.token_type_count).
+  int64_t n_vocab_type = 0;
   RopeParams rope;
   /// Sliding-window attention (Beltagy et al. 2020, "Longformer"; Mistral 7B; Gemma 2): a query
   /// at position p of a sliding layer sees keys at positions p − n_swa < j ≤ p, as llama.cpp's

@@ -7,6 +7,7 @@
 #include <initializer_list>
 #include <string>
 
+#include "models/bert.h"
 #include "models/rope_scaling.h"
 
 namespace kvrun {
@@ -19,11 +20,10 @@ std::string shape_str(const int64_t* ne, int n) {
   return s + "}";
 }
 
-/// The tensor `name` with shape {ne0} (ne1 == 0), {ne0, ne1} or {ne0, ne1, ne2} (ne2 > 1);
-/// absent → null view unless `required`. Norms and biases (1-D) must be f32; matrices must be
-/// usable by the CPU matmul.
-Tensor get(const gguf::File& f, const std::string& name, int64_t ne0, int64_t ne1,
-           bool required = true, int64_t ne2 = 1) {
+}  // namespace
+
+Tensor load_tensor(const gguf::File& f, const std::string& name, int64_t ne0, int64_t ne1,
+                   bool required, int64_t ne2) {
   const gguf::TensorInfo* info = f.find_tensor(name);
   if (!info) {
     if (required) throw ModelError("tensor " + name + " is missing");
@@ -41,16 +41,16 @@ Tensor get(const gguf::File& f, const std::string& name, int64_t ne0, int64_t ne
   return f.view(*info);
 }
 
-/// A matrix (or, ne2 > 1, ne2 expert matrices) the host's matmul can multiply by (every model
-/// runs on the host when -ngl is 0).
-Tensor get_matrix(const gguf::File& f, const std::string& name, int64_t ne0, int64_t ne1,
-                  int64_t ne2 = 1) {
-  Tensor t = get(f, name, ne0, ne1, true, ne2);
+Tensor load_matrix(const gguf::File& f, const std::string& name, int64_t ne0, int64_t ne1,
+                   int64_t ne2) {
+  Tensor t = load_tensor(f, name, ne0, ne1, true, ne2);
   if (!cpu_device().supports(Op::kMatmul, t.type, DType::F32, ne0))
     throw ModelError("tensor " + name + " has type " + traits(t.type).name +
                      ", which the CPU matmul does not support");
   return t;
 }
+
+namespace {
 
 /// The matmuls of weights that read the same input (one backend call: the CPU converts the
 /// activations once when the weights pair with the same activation type).
@@ -87,52 +87,53 @@ void build_yarn_divisors(const Hparams& hp, LlamaWeights& w) {
 LlamaWeights load_llama_weights(const gguf::File& f, const Hparams& hp, const ArchSpec& spec) {
   const int64_t d = hp.n_embd, nq = hp.n_head * hp.head_dim, nk = hp.n_head_kv * hp.head_dim;
   const int64_t nv = hp.n_head_kv * hp.head_dim_v, no = hp.n_head * hp.head_dim_v;
+  if (spec.encoder) return load_encoder_weights(f, hp, spec);
   LlamaWeights w;
   w.spec = spec;
-  w.tok_embd = get(f, "token_embd.weight", d, hp.n_vocab);
-  w.output_norm = get(f, "output_norm.weight", d, 0);
+  w.tok_embd = load_tensor(f, "token_embd.weight", d, hp.n_vocab);
+  w.output_norm = load_tensor(f, "output_norm.weight", d, 0);
   w.output = f.find_tensor("output.weight") || !spec.output_optional
-                 ? get_matrix(f, "output.weight", d, hp.n_vocab)
-                 : get_matrix(f, "token_embd.weight", d, hp.n_vocab);
-  w.rope_freqs = get(f, "rope_freqs.weight", hp.rope.n_rot / 2, 0, false);
-  w.rope_short = get(f, "rope_factors_short.weight", hp.rope.n_rot / 2, 0, false);
-  w.rope_long = get(f, "rope_factors_long.weight", hp.rope.n_rot / 2, 0, false);
+                 ? load_matrix(f, "output.weight", d, hp.n_vocab)
+                 : load_matrix(f, "token_embd.weight", d, hp.n_vocab);
+  w.rope_freqs = load_tensor(f, "rope_freqs.weight", hp.rope.n_rot / 2, 0, false);
+  w.rope_short = load_tensor(f, "rope_factors_short.weight", hp.rope.n_rot / 2, 0, false);
+  w.rope_long = load_tensor(f, "rope_factors_long.weight", hp.rope.n_rot / 2, 0, false);
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     const std::string p = "blk." + std::to_string(il) + ".";
     LlamaLayer L;
-    L.attn_norm = get(f, p + "attn_norm.weight", d, 0);
+    L.attn_norm = load_tensor(f, p + "attn_norm.weight", d, 0);
     if (f.find_tensor(p + "attn_qkv.weight")) {
-      L.wqkv = get_matrix(f, p + "attn_qkv.weight", d, nq + nk + nv);
+      L.wqkv = load_matrix(f, p + "attn_qkv.weight", d, nq + nk + nv);
     } else {
-      L.wq = get_matrix(f, p + "attn_q.weight", d, nq);
-      L.wk = get_matrix(f, p + "attn_k.weight", d, nk);
-      L.wv = get_matrix(f, p + "attn_v.weight", d, nv);
-      L.bq = get(f, p + "attn_q.bias", nq, 0, false);
-      L.bk = get(f, p + "attn_k.bias", nk, 0, false);
-      L.bv = get(f, p + "attn_v.bias", nv, 0, false);
+      L.wq = load_matrix(f, p + "attn_q.weight", d, nq);
+      L.wk = load_matrix(f, p + "attn_k.weight", d, nk);
+      L.wv = load_matrix(f, p + "attn_v.weight", d, nv);
+      L.bq = load_tensor(f, p + "attn_q.bias", nq, 0, false);
+      L.bk = load_tensor(f, p + "attn_k.bias", nk, 0, false);
+      L.bv = load_tensor(f, p + "attn_v.bias", nv, 0, false);
     }
-    L.q_norm = get(f, p + "attn_q_norm.weight", hp.head_dim, 0, spec.qk_norm);
-    L.k_norm = get(f, p + "attn_k_norm.weight", hp.head_dim, 0, spec.qk_norm);
-    L.wo = get_matrix(f, p + "attn_output.weight", no, d);
-    L.attn_post_norm = get(f, p + "post_attention_norm.weight", d, 0, spec.post_norms);
-    L.ffn_norm = get(f, p + "ffn_norm.weight", d, 0);
+    L.q_norm = load_tensor(f, p + "attn_q_norm.weight", hp.head_dim, 0, spec.qk_norm);
+    L.k_norm = load_tensor(f, p + "attn_k_norm.weight", hp.head_dim, 0, spec.qk_norm);
+    L.wo = load_matrix(f, p + "attn_output.weight", no, d);
+    L.attn_post_norm = load_tensor(f, p + "post_attention_norm.weight", d, 0, spec.post_norms);
+    L.ffn_norm = load_tensor(f, p + "ffn_norm.weight", d, 0);
     if (spec.moe) {
       const int64_t ne = hp.n_expert, ff = hp.n_ff_exp;
-      L.ffn_gate_inp = get_matrix(f, p + "ffn_gate_inp.weight", d, ne);
-      L.ffn_gate_exps = get_matrix(f, p + "ffn_gate_exps.weight", d, ff, ne);
-      L.ffn_up_exps = get_matrix(f, p + "ffn_up_exps.weight", d, ff, ne);
-      L.ffn_down_exps = get_matrix(f, p + "ffn_down_exps.weight", ff, d, ne);
+      L.ffn_gate_inp = load_matrix(f, p + "ffn_gate_inp.weight", d, ne);
+      L.ffn_gate_exps = load_matrix(f, p + "ffn_gate_exps.weight", d, ff, ne);
+      L.ffn_up_exps = load_matrix(f, p + "ffn_up_exps.weight", d, ff, ne);
+      L.ffn_down_exps = load_matrix(f, p + "ffn_down_exps.weight", ff, d, ne);
       w.layers.push_back(L);
       continue;
     }
     if (f.find_tensor(p + "ffn_gate.weight")) {
-      L.ffn_gate = get_matrix(f, p + "ffn_gate.weight", d, hp.n_ff);
-      L.ffn_up = get_matrix(f, p + "ffn_up.weight", d, hp.n_ff);
+      L.ffn_gate = load_matrix(f, p + "ffn_gate.weight", d, hp.n_ff);
+      L.ffn_up = load_matrix(f, p + "ffn_up.weight", d, hp.n_ff);
     } else {
-      L.ffn_up = get_matrix(f, p + "ffn_up.weight", d, 2 * hp.n_ff);
+      L.ffn_up = load_matrix(f, p + "ffn_up.weight", d, 2 * hp.n_ff);
     }
-    L.ffn_down = get_matrix(f, p + "ffn_down.weight", hp.n_ff, d);
-    L.ffn_post_norm = get(f, p + "post_ffw_norm.weight", d, 0, spec.post_norms);
+    L.ffn_down = load_matrix(f, p + "ffn_down.weight", hp.n_ff, d);
+    L.ffn_post_norm = load_tensor(f, p + "post_ffw_norm.weight", d, 0, spec.post_norms);
     w.layers.push_back(L);
   }
   build_yarn_divisors(hp, w);
@@ -172,7 +173,7 @@ std::vector<Device*> Placement::devices() const {
 namespace {
 
 /// The per-layer weights a device holds, in upload order.
-std::array<Tensor*, 21> layer_tensors(LlamaLayer& L) {
+std::array<Tensor*, 28> layer_tensors(LlamaLayer& L) {
   return {&L.attn_norm,
           &L.wqkv,
           &L.wq,
@@ -193,7 +194,14 @@ std::array<Tensor*, 21> layer_tensors(LlamaLayer& L) {
           &L.ffn_gate_inp,
           &L.ffn_gate_exps,
           &L.ffn_up_exps,
-          &L.ffn_down_exps};
+          &L.ffn_down_exps,
+          &L.bo,
+          &L.attn_out_norm,
+          &L.attn_out_norm_b,
+          &L.ffn_up_b,
+          &L.ffn_down_b,
+          &L.layer_out_norm,
+          &L.layer_out_norm_b};
 }
 
 }  // namespace
@@ -229,12 +237,20 @@ size_t upload_llama_weights(LlamaWeights& w, const Placement& p, bool release_ma
   Device& out = *p.output;
   up(w.output_norm, out, "output_norm");
   up(w.output, out, "output");
+  up(w.tok_norm, *p.input, "token_embd_norm");
+  up(w.tok_norm_b, *p.input, "token_embd_norm bias");
   for (size_t il = 0; il < w.layers.size(); ++il) {
     LlamaLayer& L = w.layers[il];
     Device& dev = *p.layers[il];
     if (L.ffn_gate_inp.data && !dev.supports(Op::kMoeRoute))
       throw ModelError("layer " + std::to_string(il) + " is a mixture of experts, and " +
                        dev.name() + " does not support moe_route yet");
+    if (w.spec.encoder)
+      for (Op op : {Op::kLayerNorm, Op::kGelu, Op::kAttention})
+        if (!dev.supports(op))
+          throw ModelError("layer " + std::to_string(il) + " is an encoder (" + w.spec.name +
+                           ") layer, and " + dev.name() + " does not support " + op_name(op) +
+                           " yet (run it on the CPU: no -ngl)");
     for (Tensor* t : layer_tensors(L))
       up(*t, dev, ("layer " + std::to_string(il) + " weight").c_str());
   }
@@ -454,6 +470,10 @@ void output_fetch(const Hparams& hp, Backend& be, const float* out, const LlamaB
 
 void llama_forward(const Hparams& hp, const LlamaWeights& w, const Placement& p, LlamaExec& exec,
                    const LlamaBatch& b) {
+  if (w.spec.encoder) {
+    encoder_forward(hp, w, p, exec, b);
+    return;
+  }
   const int64_t n = b.pt->n_tokens, d = hp.n_embd;
   exec.begin_step(*b.pt);
   const Device* cur = p.input;

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backend.h"
@@ -54,6 +55,14 @@ struct LlamaLayer {
   Tensor ffn_gate_exps;  ///< {n_embd, n_ff_exp, n_expert}: one gate matrix per expert
   Tensor ffn_up_exps;    ///< {n_embd, n_ff_exp, n_expert}
   Tensor ffn_down_exps;  ///< {n_ff_exp, n_embd, n_expert}
+  // An encoder block (ArchSpec::encoder, models/bert.h), post-LayerNorm:
+  Tensor bo;                ///< {n_embd} f32 attn_output.bias (bert)
+  Tensor attn_out_norm;     ///< {n_embd} f32 LayerNorm of x + attention (attn_output_norm)
+  Tensor attn_out_norm_b;   ///< {n_embd} f32 its bias
+  Tensor ffn_up_b;          ///< {n_ff} f32 (bert)
+  Tensor ffn_down_b;        ///< {n_embd} f32 (bert)
+  Tensor layer_out_norm;    ///< {n_embd} f32 LayerNorm of the FFN's input + output
+  Tensor layer_out_norm_b;  ///< {n_embd} f32 its bias
 };
 
 /// All weights of a llama-family model: views into the mapped GGUF file (zero-copy).
@@ -64,6 +73,11 @@ struct LlamaWeights {
   Tensor rope_freqs;   ///< {n_rot / 2} f32 per-pair frequency divisors (llama3 scaling), optional
   Tensor rope_short;   ///< {n_rot / 2} f32 LongRoPE divisors up to n_ctx_orig (phi3), optional
   Tensor rope_long;    ///< {n_rot / 2} f32 LongRoPE divisors past n_ctx_orig (phi3), optional
+  // Encoders (models/bert.h); output_norm and output are then absent:
+  Tensor type_embd;   ///< {n_embd, n_vocab_type} token-type rows (row 0 is added to every token)
+  Tensor pos_embd;    ///< {n_embd, n_ctx_train} absolute position rows (bert), optional
+  Tensor tok_norm;    ///< {n_embd} f32 LayerNorm of the summed embeddings (token_embd_norm)
+  Tensor tok_norm_b;  ///< {n_embd} f32 its bias
   std::vector<LlamaLayer> layers;  ///< [n_layer]
   ArchSpec spec;                   ///< how the architecture runs the block
   /// YaRN's per-pair divisors (models/rope_scaling.h yarn_freq_divisors) when its ext_factor is
@@ -94,6 +108,16 @@ struct Placement {
   /// The distinct devices, host first.
   std::vector<Device*> devices() const;
 };
+
+/// The tensor `name` of `f` with shape {ne0} (ne1 == 0), {ne0, ne1} or {ne0, ne1, ne2} (ne2 > 1)
+/// as a host view into the mapping; absent → a null view unless `required`. Throws ModelError
+/// for a missing required tensor, another shape, or a 1-D tensor (norm, bias) that is not f32.
+Tensor load_tensor(const gguf::File& f, const std::string& name, int64_t ne0, int64_t ne1,
+                   bool required = true, int64_t ne2 = 1);
+/// load_tensor of a required matrix (or, ne2 > 1, ne2 expert matrices) that the host's matmul
+/// can multiply by (every model runs on the host when -ngl is 0); ModelError when it cannot.
+Tensor load_matrix(const gguf::File& f, const std::string& name, int64_t ne0, int64_t ne1,
+                   int64_t ne2 = 1);
 
 /// Finds and checks every tensor of `hp`'s model (architecture `spec`) in `file` (host views into
 /// the mapping). Throws ModelError naming a missing tensor, a tensor of the wrong shape, a

@@ -10,6 +10,7 @@
 #include "commands.h"
 #include "eval/model_info.h"
 #include "gguf.h"
+#include "models/arch.h"
 #include "session.h"
 
 namespace kvrun::tools {
@@ -64,6 +65,14 @@ int64_t auto_layers(Device& gpu, const AutoFit* fit, bool kv_on_gpu) {
                  "kvrun: -ngl auto: %s does not run mixture-of-experts layers yet (moe_route, "
                  "matmul_id); running every layer on the CPU\n",
                  gpu.name().c_str());
+    return 0;
+  }
+  if (is_encoder_arch(mi.hp.arch) &&
+      !(gpu.supports(Op::kLayerNorm) && gpu.supports(Op::kGelu) && gpu.supports(Op::kAttention))) {
+    std::fprintf(stderr,
+                 "kvrun: -ngl auto: %s does not run encoder (%s) layers yet (layer_norm, gelu, "
+                 "attention); running every layer on the CPU\n",
+                 gpu.name().c_str(), mi.hp.arch.c_str());
     return 0;
   }
   mi.kv_tokens *= std::max<int64_t>(1, fit->n_seqs);

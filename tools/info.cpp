@@ -15,6 +15,7 @@
 #include "kv/kv_cache.h"
 #include "kv_layout.h"
 #include "kv_options.h"
+#include "models/arch.h"
 #include "models/rope_scaling.h"
 #ifdef KVRUN_HAVE_CUDA
 #include "cuda/cuda_device.h"
@@ -48,6 +49,10 @@ nlohmann::ordered_json to_json(const ModelInfo& mi) {
   j["n_ctx_train"] = mi.hp.n_ctx_train;
   j["n_vocab"] = mi.hp.n_vocab;
   j["rms_eps"] = mi.hp.rms_eps;
+  if (is_encoder_arch(mi.hp.arch)) {  // bert, nomic-bert: LayerNorm, embeddings only
+    j["norm_eps"] = mi.hp.norm_eps;
+    j["encoder"] = true;
+  }
   j["tokenizer"] = {{"model", mi.tokenizer_model}, {"pre", mi.tokenizer_pre}};
   j["rope"] = {{"freq_base", mi.hp.rope.freq_base},
                {"n_rot", mi.hp.rope.n_rot},
@@ -121,7 +126,11 @@ void print_text(const ModelInfo& mi, const std::string& fast_source) {
   std::printf("n_vocab      %lld (tokenizer %s%s%s)\n", (long long)hp.n_vocab,
               mi.tokenizer_model.empty() ? "none" : mi.tokenizer_model.c_str(),
               mi.tokenizer_pre.empty() ? "" : ", pre ", mi.tokenizer_pre.c_str());
-  std::printf("rms_eps      %g\n", double(hp.rms_eps));
+  if (is_encoder_arch(hp.arch))
+    std::printf("norm_eps     %g (LayerNorm; an encoder: embeddings only, kvrun embed)\n",
+                double(hp.norm_eps));
+  else
+    std::printf("rms_eps      %g\n", double(hp.rms_eps));
   std::printf("rope         freq_base %g, n_rot %lld, scaling %s", double(hp.rope.freq_base),
               (long long)hp.rope.n_rot, describe_rope_scaling(hp.rope, hp.n_ctx_train).c_str());
   if (hp.rope.has_freq_factors) std::printf(", rope_freqs tensor");

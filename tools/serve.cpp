@@ -176,6 +176,12 @@ struct Server {
   }
 
   void generate(const httplib::Request& req, httplib::Response& res, Api api_kind) {
+    if (api.embeddings_only)  // as llama-server answers completions it cannot serve
+      throw ApiError(501,
+                     api.model_name +
+                         " is an embedding (encoder-only) model: it cannot generate text; use "
+                         "/v1/embeddings, /embedding or /api/embed",
+                     "", "not_supported_error");
     ApiRequest ar = parse_request(req, api_kind);
     std::shared_ptr<Request> handle;
     try {
@@ -529,6 +535,7 @@ int cmd_serve(const ServeOptions& opt_in) {
     api.n_batch = opt.n_batch;
     api.timeout_s = opt.timeout_s;
     api.model_name = std::filesystem::path(opt.model).stem().string();
+    api.embeddings_only = model->encoder();
     api.chat = chat_template_for(*model, *tok, opt.chat_template, opt.chat_template_kwargs);
     api.reasoning =
         opt.reasoning_format == "none" ? ReasoningFormat::kNone : ReasoningFormat::kDeepseek;

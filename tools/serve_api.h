@@ -60,6 +60,9 @@ struct ApiContext {
   int64_t n_batch = 0;     ///< -b: tokens one step evaluates (FIM budgets, serve_fim.h; 0: n_ctx)
   double timeout_s = 0;    ///< --timeout
   std::string model_name;  ///< for "model" fields
+  /// The model is an encoder (bert, nomic-bert): the generation endpoints answer 501
+  /// not_supported_error, the embeddings endpoints work.
+  bool embeddings_only = false;
 };
 
 /// A checked generation request.

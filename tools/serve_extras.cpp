@@ -103,6 +103,9 @@ EmbedService::EmbedService(const Model& model, const Tokenizer& tok, ContextPara
                            Pooling pooling)
     : model_(model), tok_(tok), cp_(std::move(cp)), pooling_(pooling) {
   cp_.embeddings = true;
+  // An encoder serves nothing else: its context is made now, so that a -c it cannot hold (past
+  // a bert's position rows) stops the server at start.
+  if (model_.encoder()) ctx_ = std::make_unique<Context>(model_, cp_);
 }
 
 std::vector<std::vector<float>> EmbedService::embed(const std::vector<json>& inputs, int norm,

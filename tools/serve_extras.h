@@ -52,7 +52,8 @@ std::string request_log_line(const std::string& format, const std::string& metho
 class EmbedService {
  public:
   /// `model` and `tok` must outlive this. `cp` is the context's shape (n_ctx, n_batch, threads,
-  /// KV types); cp.embeddings is set here.
+  /// KV types); cp.embeddings is set here. For an encoder model the context is made here
+  /// (ContextError, e.g. n_ctx past a bert's positions), else at the first request.
   EmbedService(const Model& model, const Tokenizer& tok, ContextParams cp, Pooling pooling);
   /// Embeds each input (a string, or token ids) with the service's pooling and `norm`; returns
   /// one vector per input, and the tokens used in `n_tokens`. Throws ApiError (400) for an empty

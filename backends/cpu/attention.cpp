@@ -114,4 +114,33 @@ void attention(ThreadPool& pool, const KvLayerView& kv, const AttnParams& p, con
   });
 }
 
+void encoder_attention(ThreadPool& pool, const AttnParams& p, const PagedSeq* seqs, int64_t n_seqs,
+                       const float* q, const float* k, const float* v, float* out) {
+  int64_t n = 0;
+  for (int64_t i = 0; i < n_seqs; ++i) n = std::max(n, seqs[i].q0 + seqs[i].n_q);
+  const int64_t group = p.n_head / p.n_head_kv;
+  const int64_t k_row = p.n_head_kv * p.head_dim, v_row = p.n_head_kv * p.head_dim_v;
+  std::vector<int64_t> seq_of(size_t(n), 0);
+  for (int64_t i = 0; i < n_seqs; ++i)
+    for (int64_t r = seqs[i].q0; r < seqs[i].q0 + seqs[i].n_q; ++r) seq_of[size_t(r)] = i;
+  pool.run(n * p.n_head, [&](int64_t begin, int64_t end) {
+    thread_local std::vector<float> w, acc;
+    for (int64_t rh = begin; rh < end; ++rh) {
+      const int64_t r = rh / p.n_head, h = rh % p.n_head, hkv = h / group;
+      const PagedSeq& s = seqs[seq_of[size_t(r)]];
+      w.resize(size_t(s.n_q));
+      const float* qr = q + (r * p.n_head + h) * p.head_dim;
+      for (int64_t j = 0; j < s.n_q; ++j)
+        w[size_t(j)] = vec_dot_f32(p.head_dim, k + (s.q0 + j) * k_row + hkv * p.head_dim, qr);
+      masked_softmax(w.data(), s.n_q, s.n_q, p.scale);
+      acc.assign(size_t(p.head_dim_v), 0.0f);
+      for (int64_t j = 0; j < s.n_q; ++j) {
+        const float* vr = v + (s.q0 + j) * v_row + hkv * p.head_dim_v;
+        for (int64_t d = 0; d < p.head_dim_v; ++d) acc[size_t(d)] += w[size_t(j)] * vr[d];
+      }
+      std::copy(acc.begin(), acc.end(), out + (r * p.n_head + h) * p.head_dim_v);
+    }
+  });
+}
+
 }  // namespace kvrun::cpu

@@ -45,4 +45,13 @@ void kv_store(const KvLayerView& kv, const AttnParams& p, const float* k, const 
 void attention(ThreadPool& pool, const KvLayerView& kv, const AttnParams& p, const float* q,
                int64_t pos0, int64_t n_tokens, float* out);
 
+/// Bidirectional attention of the rows of `seqs` (Backend::attention): query row r of sequence
+/// s attends to K/V rows s.q0 … s.q0 + s.n_q − 1, in f32 (q·k with vec_dot_f32, scores scaled
+/// by p.scale, softmax as masked_softmax with nothing masked, the weighted sum of V accumulated
+/// in f32 in position order). Work is split over (row, head) pairs. q: [n, n_head · head_dim];
+/// k: [n, n_head_kv · head_dim]; v: [n, n_head_kv · head_dim_v]; out: [n, n_head · head_dim_v],
+/// n the rows of all sequences.
+void encoder_attention(ThreadPool& pool, const AttnParams& p, const PagedSeq* seqs, int64_t n_seqs,
+                       const float* q, const float* k, const float* v, float* out);
+
 }  // namespace kvrun::cpu

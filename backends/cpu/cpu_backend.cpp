@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu/attention.h"
 #include "cpu/cpu_info.h"
 #include "cpu/cpu_traits.h"
 #include "cpu/matmul.h"
@@ -169,6 +170,17 @@ class CpuBackend final : public Backend {
     moe_tmp_.resize(size_t(n * n_used * w.ne[1]));
     cpu::matmul_id(pool_, w, x, x_per_slot, ids, n, n_used, moe_tmp_.data());
     cpu::moe_combine(moe_tmp_.data(), weights, n, n_used, w.ne[1], y);
+  }
+
+  void layer_norm(const float* x, const Tensor* w, const Tensor* b, float* y, int64_t rows,
+                  int64_t cols, float eps) override {
+    cpu::layer_norm(x, w ? static_cast<const float*>(w->data) : nullptr,
+                    b ? static_cast<const float*>(b->data) : nullptr, y, rows, cols, eps);
+  }
+  void gelu(const float* x, float* y, int64_t n) override { cpu::gelu(x, y, n); }
+  void attention(const AttnParams& p, const float* q, const float* k, const float* v,
+                 float* out) override {
+    cpu::encoder_attention(pool_, p, seqs_.data(), int64_t(seqs_.size()), q, k, v, out);
   }
 
  private:

@@ -89,6 +89,41 @@ void geglu(const float* gate, const float* up, float* out, int64_t rows, int64_t
   }
 }
 
+void layer_norm(const float* x, const float* w, const float* b, float* y, int64_t rows,
+                int64_t cols, float eps) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * cols;
+    float* yr = y + r * cols;
+    double sum = 0.0;
+    for (int64_t i = 0; i < cols; ++i) sum += double(xr[i]);
+    const float mean = float(sum / double(cols));
+    double sum2 = 0.0;
+    for (int64_t i = 0; i < cols; ++i) {
+      const float v = xr[i] - mean;
+      yr[i] = v;
+      sum2 += double(v * v);
+    }
+    const float var = float(sum2 / double(cols));
+    const float scale = 1.0f / std::sqrt(var + eps);
+    for (int64_t i = 0; i < cols; ++i) {
+      float t = yr[i] * scale;
+      if (w) t = t * w[i];
+      if (b) t = t + b[i];
+      yr[i] = t;
+    }
+  }
+}
+
+void gelu(const float* x, float* y, int64_t n) {
+  constexpr float kCoefA = 0.044715f, kSqrt2OverPi = 0.79788456080286535587989211986876f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    y[i] = v <= -10.0f  ? 0.0f
+           : v >= 10.0f ? v
+                        : 0.5f * v * (1.0f + std::tanh(kSqrt2OverPi * v * (1.0f + kCoefA * v * v)));
+  }
+}
+
 void scale(float* x, int64_t n, float s) {
   for (int64_t i = 0; i < n; ++i) x[i] *= s;
 }

@@ -46,6 +46,19 @@ inline void swiglu(const float* gate, const float* up, float* out, int64_t n) {
 /// gate, up, out: [rows, cols]; out may equal gate or up.
 void geglu(const float* gate, const float* up, float* out, int64_t rows, int64_t cols);
 
+/// LayerNorm (Ba et al. 2016) per row, as ggml's norm op then mul and add: the row's sum in
+/// double gives mean (f32); v = x − mean (f32), Σv² in double gives var (f32); y = v ·
+/// (1/sqrtf(var + eps)), then y·w, then y + b, each rounded to f32. w, b: [cols] or null.
+/// x, y: [rows, cols]; y may equal x.
+void layer_norm(const float* x, const float* w, const float* b, float* y, int64_t rows,
+                int64_t cols, float eps);
+
+/// GELU, tanh approximation (Hendrycks & Gimpel 2016): y = 0.5·x·(1 + tanh(√(2/π)·x·(1 +
+/// 0.044715·x²))) in f32 with libm tanh; x ≥ 10 → x and x ≤ −10 → 0 (as ggml). This is the f32
+/// value ggml's AVX2/AVX-512 gelu computes (its exp form), not the f16 table of geglu above.
+/// y may equal x.
+void gelu(const float* x, float* y, int64_t n);
+
 /// x[i] = x[i] · s for i < n (ggml_scale).
 void scale(float* x, int64_t n, float s);
 

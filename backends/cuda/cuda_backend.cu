@@ -313,6 +313,9 @@ class CudaDevice final : public kvrun::Device {
         return kv_type_supported(a) && kv_type_supported(b);
       case Op::kMoeRoute:  // mixture of experts: not written for CUDA yet (load refuses)
       case Op::kMatmulId:
+      case Op::kLayerNorm:  // encoders (bert): not written for CUDA yet (load refuses)
+      case Op::kGelu:
+      case Op::kAttention:
         return false;
     }
     return false;

@@ -461,6 +461,9 @@ class VulkanDevice final : public Device {
         return kv_code(a) >= 0 && kv_code(b) >= 0;
       case Op::kMoeRoute:  // not yet: a MoE model is refused by -ngl
       case Op::kMatmulId:
+      case Op::kLayerNorm:  // encoders (bert): not yet, refused by -ngl
+      case Op::kGelu:
+      case Op::kAttention:
         return false;
     }
     return false;

@@ -20,6 +20,25 @@ int64_t checked_n_batch(const ContextParams& p) {
   return p.n_batch;
 }
 
+/// The step size of a context: n_batch up to n_ctx; for an encoder n_ctx, since its
+/// bidirectional attention sees a whole input in one step (as llama.cpp requires n_ubatch ≥ the
+/// input for non-causal models). Refuses an encoder outside embeddings mode, and a context
+/// longer than a bert's position rows.
+int64_t context_n_batch(const Model& m, const ContextParams& p, int64_t n_ctx) {
+  const int64_t n_batch = std::min(checked_n_batch(p), n_ctx);
+  if (!m.encoder()) return n_batch;
+  const Hparams& hp = m.hparams();
+  if (!p.embeddings)
+    throw ContextError(hp.arch +
+                       " is an embedding (encoder-only) model: it cannot generate text; use "
+                       "`kvrun embed` or `kvrun serve`'s /v1/embeddings");
+  if (m.weights().pos_embd.data && n_ctx > hp.n_ctx_train)
+    throw ContextError("n_ctx " + std::to_string(n_ctx) + " exceeds the " +
+                       std::to_string(hp.n_ctx_train) + " positions of this " + hp.arch +
+                       " model (its position embeddings)");
+  return n_ctx;
+}
+
 }  // namespace
 
 std::unique_ptr<KvCache> make_context_cache(const Model& model, const ContextParams& params) {
@@ -52,7 +71,7 @@ Context::Context(const Model& model, std::unique_ptr<KvCache> owned, KvCache* sh
       cache_(owned_cache_ ? *owned_cache_ : *shared),
       seq_(cache_),
       n_ctx_(checked_n_ctx(model, params)),
-      n_batch_(std::min(checked_n_batch(params), n_ctx_)),
+      n_batch_(context_n_batch(model, params, n_ctx_)),
       flash_(use_flash_attn(params.flash_attn)) {
   release_window_ = params.release_window_blocks ? model.hparams().all_swa_window() : 0;
   StepParams sp;
@@ -108,6 +127,9 @@ std::span<const float> Context::eval(std::span<const int32_t> tokens, bool all_l
   const int64_t n = int64_t(tokens.size()), n_vocab = model_.hparams().n_vocab;
   const int64_t width = step_->row_width();
   if (n == 0) throw ContextError("eval: no tokens");
+  if (model_.encoder() && n_past() != 0)
+    throw ContextError("eval: an encoder (" + model_.hparams().arch +
+                       ") embeds one whole input per eval; reset() first");
   if (n_past() + n > n_ctx())
     throw ContextError("context overflow: " + std::to_string(n_past()) + " tokens held + " +
                        std::to_string(n) + " new > n_ctx " + std::to_string(n_ctx()));

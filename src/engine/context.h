@@ -53,7 +53,9 @@ struct ContextParams {
   /// every block (what `kvrun bench` needs to truncate back to a depth).
   bool release_window_blocks = true;
   /// eval() returns the output-normed hidden states ([n_embd] per row, the embeddings of
-  /// src/engine/embed.h) instead of logits.
+  /// src/engine/embed.h) instead of logits. Required for an encoder model (Model::encoder(),
+  /// which cannot generate text); its contexts evaluate a whole input in one step (n_batch is
+  /// raised to n_ctx) from position 0.
   bool embeddings = false;
 };
 
@@ -61,7 +63,8 @@ struct ContextParams {
 class Context {
  public:
   /// A context with its own KV cache built from params.kv. Throws ContextError for n_batch < 1
-  /// or n_ctx < 1, std::invalid_argument for bad cache parameters.
+  /// or n_ctx < 1, an encoder model without params.embeddings or with n_ctx past its position
+  /// embeddings, std::invalid_argument for bad cache parameters.
   Context(const Model& model, const ContextParams& params);
   /// A context whose blocks come from `cache` (shared with other contexts; must outlive this
   /// one); params.kv is ignored.
@@ -71,7 +74,8 @@ class Context {
   /// Runs `tokens` at positions n_past() … n_past()+n−1 and returns the logits: [n_vocab] of the
   /// last token, or with `all_logits` [n, n_vocab] (row i = token i). The span is valid until the
   /// next eval. With ContextParams::embeddings the rows are [n_embd] hidden states instead of
-  /// [n_vocab] logits. Throws ContextError when tokens is empty, an id is outside [0, n_vocab), or
+  /// [n_vocab] logits. An encoder model evaluates only from an empty context (n_past() == 0).
+  /// Throws ContextError when tokens is empty, an id is outside [0, n_vocab), or
   /// n_past() + n > n_ctx() ("context overflow"); KvCacheFull when the pool has no room. On an
   /// exception the state is unchanged.
   std::span<const float> eval(std::span<const int32_t> tokens, bool all_logits = false);

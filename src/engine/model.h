@@ -49,6 +49,9 @@ class Model {
   const LlamaWeights& weights() const { return weights_; }
   /// Which device runs each part (and holds each layer's KV rows).
   const Placement& placement() const { return placement_; }
+  /// True for an encoder (bert, nomic-bert: models/bert.h): an embedding model that cannot
+  /// generate text (Context refuses it without ContextParams::embeddings).
+  bool encoder() const { return weights_.spec.encoder; }
 
  private:
   Model(gguf::File file, Hparams hp, LlamaWeights w, Placement p)

@@ -102,6 +102,9 @@ Scheduler::~Scheduler() {
 std::shared_ptr<Request> Scheduler::submit(RequestParams params) {
   const int64_t n = int64_t(params.prompt.size()), n_vocab = model_.hparams().n_vocab;
   if (n == 0) throw ContextError("the prompt is empty");
+  if (model_.encoder())
+    throw ContextError(model_.hparams().arch +
+                       " is an embedding (encoder-only) model: it cannot generate text");
   if (n > params_.n_ctx)
     throw ContextError(
         "the prompt is " + std::to_string(n) +

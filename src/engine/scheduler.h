@@ -173,8 +173,9 @@ class Scheduler {
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
-  /// Queues a request. Throws ContextError for an empty prompt, a prompt longer than n_ctx or a
-  /// token id outside the vocabulary; QueueFull when n_parallel sessions run and max_queue wait.
+  /// Queues a request. Throws ContextError for an empty prompt, a prompt longer than n_ctx, a
+  /// token id outside the vocabulary or an encoder model (Model::encoder: no text generation);
+  /// QueueFull when n_parallel sessions run and max_queue wait.
   std::shared_ptr<Request> submit(RequestParams params);
 
   /// A snapshot of the counters and the pool (taken after the latest step).

@@ -101,6 +101,8 @@ void random_iq_row(const SynthTensor& t, uint64_t key, int64_t r, uint8_t* dst) 
   fill_random_iq_blocks(t.type, t.sd / per_d, seed, dst, t.ne[0]);
 }
 
+bool is_encoder_shape(const SynthShape& s) { return s.arch == "bert" || s.arch == "nomic-bert"; }
+
 constexpr uint64_t kAlignment = 32;  // GGUF's default general.alignment (not written)
 constexpr size_t kChunkBytes = size_t(32) << 20;
 
@@ -185,7 +187,13 @@ void write_metadata(gguf::Writer& w, const SynthParams& p) {
   w.set_u32(a + "attention.value_length", uint32_t(s.head_dim));
   w.set_u32(a + "rope.dimension_count", uint32_t(s.head_dim));
   w.set_f32(a + "rope.freq_base", float(s.rope_theta));
-  w.set_f32(a + "attention.layer_norm_rms_epsilon", float(s.rms_eps));
+  if (is_encoder_shape(s)) {  // llama.cpp's bert / nomic-bert keys (src/llama-hparams.cpp)
+    w.set_f32(a + "attention.layer_norm_epsilon", float(s.norm_eps));
+    w.set_bool(a + "attention.causal", false);
+    w.set_u32(a + "pooling_type", uint32_t(s.pooling_type));
+  } else {
+    w.set_f32(a + "attention.layer_norm_rms_epsilon", float(s.rms_eps));
+  }
   w.set_u32(a + "vocab_size", uint32_t(s.n_vocab));
   if (s.n_expert > 0) {
     w.set_u32(a + "expert_count", uint32_t(s.n_expert));
@@ -209,6 +217,53 @@ void write_metadata(gguf::Writer& w, const SynthParams& p) {
     w.set_u32(a + "rope.scaling.original_context_length", uint32_t(s.longrope_n_ctx_orig));
     w.set_f32(a + "rope.scaling.attn_factor",
               float(std::sqrt(1 + std::log(scale) / std::log(double(s.longrope_n_ctx_orig)))));
+  }
+}
+
+/// The tensors of an encoder shape (llama.cpp's bert / nomic-bert names, models/bert.h) through
+/// synth_tensor_plan's `matrix` and `vector` makers: token_types and position_embd stay F32 in
+/// every file type (llama-quantize never quantizes them); LayerNorm weights 1 + 0.1·N(0,1),
+/// biases 0.1·N(0,1).
+template <class Matrix, class Vector>
+void encoder_tensor_plan(const SynthShape& s, std::vector<SynthTensor>& plan, Matrix& matrix,
+                         Vector& vector) {
+  constexpr float kNormSd = 0.1f, kBiasSd = 0.1f;
+  const bool bert = s.arch == "bert";
+  const int64_t d = s.n_embd, nq = s.n_head * s.head_dim, nkv = s.n_head_kv * s.head_dim;
+  auto kept_f32 = [&](const std::string& name, int64_t rows) {
+    SynthTensor t;
+    t.name = name;
+    t.ne = {d, rows};
+    t.sd = float(1.0 / std::sqrt(double(d)));
+    plan.push_back(std::move(t));
+  };
+  matrix("token_embd.weight", "token_embd", -1, d, s.n_vocab);
+  kept_f32("token_types.weight", 2);
+  if (bert) kept_f32("position_embd.weight", s.n_ctx_train);
+  vector("token_embd_norm.weight", d, 1.0f, kNormSd);
+  vector("token_embd_norm.bias", d, 0.0f, kBiasSd);
+  for (int64_t il = 0; il < s.n_layer; ++il) {
+    const std::string p = "blk." + std::to_string(il) + ".";
+    if (bert) {
+      for (const char* r : {"attn_q", "attn_k", "attn_v"}) {
+        const int64_t rows = r[5] == 'q' ? nq : nkv;
+        matrix(p + r + ".weight", r, il, d, rows);
+        vector(p + r + ".bias", rows, 0.0f, kBiasSd);
+      }
+    } else {
+      matrix(p + "attn_qkv.weight", "attn_qkv", il, d, nq + 2 * nkv);
+    }
+    matrix(p + "attn_output.weight", "attn_output", il, nq, d);
+    if (bert) vector(p + "attn_output.bias", d, 0.0f, kBiasSd);
+    vector(p + "attn_output_norm.weight", d, 1.0f, kNormSd);
+    vector(p + "attn_output_norm.bias", d, 0.0f, kBiasSd);
+    matrix(p + "ffn_up.weight", "ffn_up", il, d, s.n_ff);
+    if (bert) vector(p + "ffn_up.bias", s.n_ff, 0.0f, kBiasSd);
+    if (!bert) matrix(p + "ffn_gate.weight", "ffn_gate", il, d, s.n_ff);
+    matrix(p + "ffn_down.weight", "ffn_down", il, s.n_ff, d);
+    if (bert) vector(p + "ffn_down.bias", d, 0.0f, kBiasSd);
+    vector(p + "layer_output_norm.weight", d, 1.0f, kNormSd);
+    vector(p + "layer_output_norm.bias", d, 0.0f, kBiasSd);
   }
 }
 
@@ -283,6 +338,10 @@ std::vector<SynthTensor> synth_tensor_plan(const SynthShape& s, SynthFileType ft
     plan.push_back(std::move(t));
   };
   constexpr float kNormSd = 0.1f, kBiasSd = 0.1f;
+  if (is_encoder_shape(s)) {
+    encoder_tensor_plan(s, plan, matrix, vector);
+    return plan;
+  }
   matrix("token_embd.weight", s.tied ? "output" : "token_embd", -1, d, s.n_vocab);
   vector("output_norm.weight", d, 1.0f, kNormSd);
   if (!s.tied) matrix("output.weight", "output", -1, d, s.n_vocab);
@@ -343,7 +402,9 @@ SynthResult write_synth_model(const SynthParams& p) {
   // Metadata first: everything that can fail on the inputs fails before a file is created.
   gguf::Writer w;
   write_metadata(w, p);
-  if (p.vocab_from.empty()) {
+  if (p.vocab_from.empty() && is_encoder_shape(s)) {
+    synth_wordpiece_vocab(w, s.n_vocab);
+  } else if (p.vocab_from.empty()) {
     synth_minimal_vocab(w, s.n_vocab, s.arch);
   } else {
     int64_t n_tokens = 0;

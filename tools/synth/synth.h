@@ -90,7 +90,8 @@ struct SynthTensor {
 };
 
 /// The tensors of `shape` in file type `type`, in file order (token_embd, output_norm, output,
-/// rope_freqs, then blk.0 … blk.N-1), with their types, shapes and value distributions.
+/// rope_freqs, then blk.0 … blk.N-1; for an encoder shape, bert or nomic-bert, the tensors of
+/// models/bert.h instead), with their types, shapes and value distributions.
 std::vector<SynthTensor> synth_tensor_plan(const SynthShape& shape, SynthFileType type);
 
 /// The llama3 RoPE frequency factors (one per rotated pair, head_dim / 2 values) as llama.cpp's
@@ -113,10 +114,12 @@ struct SynthProgress {
 struct SynthParams {
   const SynthShape* shape = nullptr;
   SynthFileType type = SynthFileType::F16;
-  std::string out_path;    ///< the file to write (written as out_path.tmp.PID, then renamed)
-  std::string vocab_from;  ///< GGUF whose tokenizer.* keys are copied ("" = minimal vocab)
-  uint64_t seed = 42;      ///< weights are a function of (seed, tensor name, index) only
-  int n_threads = 0;       ///< generator threads (0: physical cores); no effect on the bytes
+  std::string out_path;  ///< the file to write (written as out_path.tmp.PID, then renamed)
+  /// GGUF whose tokenizer.* keys are copied ("" = the minimal vocabulary; a WordPiece one for
+  /// encoder shapes, synth_vocab.h)
+  std::string vocab_from;
+  uint64_t seed = 42;  ///< weights are a function of (seed, tensor name, index) only
+  int n_threads = 0;   ///< generator threads (0: physical cores); no effect on the bytes
   std::function<void(const SynthProgress&)> progress;  ///< optional
   const std::atomic<bool>* cancel = nullptr;  ///< optional: set → stop, remove the temp file
 };

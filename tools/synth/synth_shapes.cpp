@@ -126,6 +126,21 @@ const std::vector<SynthShape>& synth_shapes() {
     s.n_ff_exp = 64;
     v.push_back(s);
 
+    // Encoders: n_head_kv = n_head as BERT's; every token of type 0.
+    tiny("tiny-bert", "bert");  // absolute positions, biases, GELU; CLS pooling (as bge)
+    s.n_head_kv = 2;
+    s.n_ctx_train = 512;
+    s.norm_eps = 1e-12;
+    s.pooling_type = 2;
+    v.push_back(s);
+
+    tiny("tiny-nomic-bert", "nomic-bert");  // fused QKV, RoPE, SwiGLU; mean pooling (as nomic)
+    s.n_head_kv = 2;
+    s.rope_theta = 1000;
+    s.norm_eps = 1e-12;
+    s.pooling_type = 1;
+    v.push_back(s);
+
     s = {};
     s.name = "llama3.2-1b";
     s.arch = "llama";

@@ -14,6 +14,9 @@
 // tiny-mistral, tiny-phi3, tiny-gemma2 and tiny-gemma3 have the tensor names and metadata
 // llama.cpp expects of each architecture (src/llama-model.cpp), small windows (32 to 64) so a
 // short generation crosses them, and gemma2's soft-caps lowered so they change the result.
+// tiny-bert (CLS pooling, 512 positions) and tiny-nomic-bert (mean pooling, RoPE base 1000) are
+// encoders with llama.cpp's bert / nomic-bert tensors and keys and a WordPiece vocabulary
+// (synth_vocab.h).
 #pragma once
 
 #include <cstdint>
@@ -34,15 +37,15 @@ struct SynthRopeScaling {
 
 /// One generatable model shape. Sizes are element counts.
 struct SynthShape {
-  std::string name;               ///< what --shape takes, e.g. "llama3.2-1b"
-  std::string arch;               ///< general.architecture: llama, qwen2, qwen3, phi3, gemma2/3
-  int64_t n_layer = 0;            ///< num_hidden_layers
-  int64_t n_embd = 0;             ///< hidden_size
-  int64_t n_head = 0;             ///< num_attention_heads
-  int64_t n_head_kv = 0;          ///< num_key_value_heads
-  int64_t head_dim = 0;           ///< head_dim (K, Q and V)
-  int64_t n_ff = 0;               ///< intermediate_size
-  int64_t n_vocab = 0;            ///< vocab_size
+  std::string name;       ///< what --shape takes, e.g. "llama3.2-1b"
+  std::string arch;       ///< general.architecture: llama, qwen2, qwen3, phi3, gemma2/3, bert, …
+  int64_t n_layer = 0;    ///< num_hidden_layers
+  int64_t n_embd = 0;     ///< hidden_size
+  int64_t n_head = 0;     ///< num_attention_heads
+  int64_t n_head_kv = 0;  ///< num_key_value_heads
+  int64_t head_dim = 0;   ///< head_dim (K, Q and V)
+  int64_t n_ff = 0;       ///< intermediate_size
+  int64_t n_vocab = 0;    ///< vocab_size
   int64_t n_ctx_train = 0;        ///< max_position_embeddings
   double rope_theta = 10000;      ///< rope_theta
   double rms_eps = 1e-5;          ///< rms_norm_eps
@@ -70,7 +73,11 @@ struct SynthShape {
   int64_t n_expert = 0;       ///< num_experts
   int64_t n_expert_used = 0;  ///< num_experts_per_tok
   int64_t n_ff_exp = 0;       ///< moe_intermediate_size
-  std::string source;         ///< where the numbers come from
+  /// Encoders (arch bert, nomic-bert; models/bert.h): LayerNorm epsilon (layer_norm_eps),
+  /// {arch}.pooling_type (llama.cpp's values: 1 mean, 2 cls) and a WordPiece vocabulary.
+  double norm_eps = 0;
+  int64_t pooling_type = 0;
+  std::string source;  ///< where the numbers come from
 };
 
 /// Every known shape, in a fixed order (the tiny ones first).

@@ -1,6 +1,7 @@
 // synth_vocab.cpp — tokenizer metadata of synthetic models (see synth_vocab.h).
 #include "tools/synth/synth_vocab.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -48,6 +49,59 @@ void synth_minimal_vocab(gguf::Writer& w, int64_t n_vocab, std::string_view arch
   w.set_u32("tokenizer.ggml.bos_token_id", 1);
   w.set_u32("tokenizer.ggml.eos_token_id", 2);
   w.set_u32("tokenizer.ggml.unknown_token_id", 0);
+  w.set_bool("tokenizer.ggml.add_bos_token", true);
+  w.set_bool("tokenizer.ggml.add_eos_token", false);
+}
+
+void synth_wordpiece_vocab(gguf::Writer& w, int64_t n_vocab) {
+  if (n_vocab < kSynthMinWordPieceVocab)
+    throw SynthError("a WordPiece vocabulary needs at least " +
+                     std::to_string(kSynthMinWordPieceVocab) + " tokens, the shape has " +
+                     std::to_string(n_vocab));
+  // Token types (GGUF / llama.cpp): 1 normal, 3 control.
+  std::vector<std::string> tokens = {"[PAD]"};
+  std::vector<int32_t> types = {3};
+  int unused = 0;
+  for (int i = 1; i < 100; ++i, ++unused) {
+    tokens.push_back("[unused" + std::to_string(unused) + "]");
+    types.push_back(1);
+  }
+  for (const char* special : {"[UNK]", "[CLS]", "[SEP]", "[MASK]"}) {
+    tokens.emplace_back(special);
+    types.push_back(3);
+  }
+  const std::string word_start = "\xE2\x96\x81";  // U+2581
+  for (const bool initial : {true, false})
+    for (int c = 0x21; c < 0x7F; ++c) {
+      if (c >= 'A' && c <= 'Z') continue;
+      tokens.push_back((initial ? word_start : std::string()) + char(c));
+      types.push_back(1);
+    }
+  for (const char* piece :
+       {"_once", "_upon",   "_time", "_there", "_was",   "_little", "_robot", "_who",
+        "_the",  "_sky",    "_is",   "_blue",  "_hello", "_my",     "_name",  "_embed",
+        "_text", "_search", "ing",   "ed",     "er",     "s",       "ly",     "_un",
+        "_in",   "bed",     "ding",  "_rob",   "ot"}) {
+    std::string t = piece;
+    if (t[0] == '_') t = word_start + t.substr(1);
+    if (std::find(tokens.begin(), tokens.end(), t) != tokens.end()) continue;
+    tokens.push_back(t);
+    types.push_back(1);
+  }
+  while (int64_t(tokens.size()) < n_vocab) {
+    tokens.push_back("[unused" + std::to_string(unused++) + "]");
+    types.push_back(1);
+  }
+  w.set_u32("tokenizer.ggml.token_type_count", 2);
+  w.set_string("tokenizer.ggml.model", "bert");
+  w.set_string_array("tokenizer.ggml.tokens", tokens);
+  w.set_i32_array("tokenizer.ggml.token_type", types);
+  w.set_u32("tokenizer.ggml.bos_token_id", 101);
+  w.set_u32("tokenizer.ggml.cls_token_id", 101);
+  w.set_u32("tokenizer.ggml.seperator_token_id", 102);  // sic: llama.cpp's key
+  w.set_u32("tokenizer.ggml.unknown_token_id", 100);
+  w.set_u32("tokenizer.ggml.padding_token_id", 0);
+  w.set_u32("tokenizer.ggml.mask_token_id", 103);
   w.set_bool("tokenizer.ggml.add_bos_token", true);
   w.set_bool("tokenizer.ggml.add_eos_token", false);
 }
