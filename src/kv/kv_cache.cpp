@@ -122,6 +122,51 @@ uint64_t kv_block_hash(uint64_t parent, std::span<const int32_t> tokens, DType t
 // ---------------------------------------------------------------------------------------------
 // KvCache
 
+void KvCache::Impl::plan_groups(const Hparams& hp, int64_t total) {
+  int64_t budget = total;
+  gidx.resize(size_t(hp.n_layer));
+  if (kv_window_table_layers(hp, params) > 0) {
+    win.window = hp.n_swa;
+    win.layer.resize(size_t(hp.n_layer));
+    for (int64_t il = 0; il < hp.n_layer; ++il) win.layer[size_t(il)] = hp.is_swa(il);
+    win.n_layers = std::count(win.layer.begin(), win.layer.end(), true);
+  }
+  int64_t next[2] = {0, 0};  // the next index in the pool's group and in the windowed group
+  for (int64_t il = 0; il < hp.n_layer; ++il) gidx[size_t(il)] = next[windowed(il)]++;
+  bytes_per_block = params.block_size * (hp.n_layer - win.n_layers) * (k_row + v_row);
+  win.bytes_per_block = params.block_size * win.n_layers * (k_row + v_row);
+  if (win.window > 0) {  // the windowed group's blocks come out of the budget first
+    win.n_slots = params.window_blocks > 0 ? params.window_blocks
+                                           : budget / (bytes_per_block + win.bytes_per_block);
+    win.n_slots = std::min<int64_t>(win.n_slots, INT32_MAX - 2);
+    budget -= win.n_slots * win.bytes_per_block;
+  }
+  n_fast = std::min<int64_t>(std::max<int64_t>(0, budget) / bytes_per_block, INT32_MAX - 2);
+  if (n_fast < 1 || (win.window > 0 && win.n_slots < 1))
+    throw std::invalid_argument(
+        "KV cache: budget of " + std::to_string(total) + " bytes is smaller than one block (" +
+        std::to_string(bytes_per_block) + " bytes" +
+        (win.window > 0 ? " after " + std::to_string(win.n_slots) + " windowed-layer blocks of " +
+                              std::to_string(win.bytes_per_block) + " bytes"
+                        : std::string()) +
+        ")");
+}
+
+void KvCache::Impl::map_window_group() {
+  win.map_bytes = size_t(win.n_slots * win.bytes_per_block);
+  void* w = mmap(nullptr, win.map_bytes, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (w == MAP_FAILED) {
+    munmap(base, map_bytes);
+    base = nullptr;
+    throw std::bad_alloc();
+  }
+  win.base = static_cast<uint8_t*>(w);
+  win.id_at.assign(size_t(win.n_slots), -1);
+  win.free.reserve(size_t(win.n_slots));
+  for (int64_t s = win.n_slots; s-- > 0;) win.free.push_back(int32_t(s));  // slot 0 first
+}
+
 KvCache::KvCache(const Hparams& hp, const KvCacheParams& params,
                  const std::vector<Device*>& kv_devices)
     : impl_(std::make_unique<Impl>()) {
@@ -147,38 +192,8 @@ KvCache::KvCache(const Hparams& hp, const KvCacheParams& params,
   c.v_row = kv_row_bytes(params.type_v, hp.n_head_kv, hp.head_dim_v);
   c.bytes_per_token = kv_bytes_per_token(params.type_k, params.type_v, hp.n_layer, hp.n_head_kv,
                                          hp.head_dim, hp.head_dim_v);
-  const int64_t total = params.mem_bytes > 0 ? params.mem_bytes : default_budget();
-  int64_t budget = total;
-  c.gidx.resize(size_t(hp.n_layer));
-  int64_t n_pool_layers = hp.n_layer;
-  if (kv_window_table_layers(hp, params) > 0) {
-    check_window_tables(params, kv_devices);
-    c.win.window = hp.n_swa;
-    c.win.layer.resize(size_t(hp.n_layer));
-    for (int64_t il = 0; il < hp.n_layer; ++il) c.win.layer[size_t(il)] = hp.is_swa(il);
-    c.win.n_layers = std::count(c.win.layer.begin(), c.win.layer.end(), true);
-    n_pool_layers = hp.n_layer - c.win.n_layers;
-  }
-  int64_t next[2] = {0, 0};  // the next index in the pool's group and in the windowed group
-  for (int64_t il = 0; il < hp.n_layer; ++il) c.gidx[size_t(il)] = next[c.windowed(il)]++;
-  c.bytes_per_block = params.block_size * n_pool_layers * (c.k_row + c.v_row);
-  c.win.bytes_per_block = params.block_size * c.win.n_layers * (c.k_row + c.v_row);
-  if (c.win.window > 0) {  // the windowed group's blocks come out of the budget first
-    c.win.n_slots = params.window_blocks > 0 ? params.window_blocks
-                                             : budget / (c.bytes_per_block + c.win.bytes_per_block);
-    c.win.n_slots = std::min<int64_t>(c.win.n_slots, INT32_MAX - 2);
-    budget -= c.win.n_slots * c.win.bytes_per_block;
-  }
-  c.n_fast = std::min<int64_t>(std::max<int64_t>(0, budget) / c.bytes_per_block, INT32_MAX - 2);
-  if (c.n_fast < 1 || (c.win.window > 0 && c.win.n_slots < 1))
-    throw std::invalid_argument(
-        "KV cache: budget of " + std::to_string(total) + " bytes is smaller than one block (" +
-        std::to_string(c.bytes_per_block) + " bytes" +
-        (c.win.window > 0
-             ? " after " + std::to_string(c.win.n_slots) + " windowed-layer blocks of " +
-                   std::to_string(c.win.bytes_per_block) + " bytes"
-             : std::string()) +
-        ")");
+  if (kv_window_table_layers(hp, params) > 0) check_window_tables(params, kv_devices);
+  c.plan_groups(hp, params.mem_bytes > 0 ? params.mem_bytes : default_budget());
   if (!params.offload_dir.empty()) {
     for (const std::string& f : remove_stale_offload_files(params.offload_dir))
       std::fprintf(stderr, "kvrun: removed %s, left by a process that no longer runs\n", f.c_str());
@@ -200,20 +215,7 @@ KvCache::KvCache(const Hparams& hp, const KvCacheParams& params,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) throw std::bad_alloc();
   c.base = static_cast<uint8_t*>(p);
-  if (c.win.window > 0) {
-    c.win.map_bytes = size_t(c.win.n_slots * c.win.bytes_per_block);
-    void* w = mmap(nullptr, c.win.map_bytes, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (w == MAP_FAILED) {
-      munmap(c.base, c.map_bytes);
-      c.base = nullptr;
-      throw std::bad_alloc();
-    }
-    c.win.base = static_cast<uint8_t*>(w);
-    c.win.id_at.assign(size_t(c.win.n_slots), -1);
-    c.win.free.reserve(size_t(c.win.n_slots));
-    for (int64_t s = c.win.n_slots; s-- > 0;) c.win.free.push_back(int32_t(s));  // slot 0 first
-  }
+  if (c.win.window > 0) c.map_window_group();
   c.place_layers(kv_devices);
   c.pool = BlockPool(c.n_blocks);
   c.slot_of.resize(size_t(c.n_blocks));

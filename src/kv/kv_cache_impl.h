@@ -101,6 +101,14 @@ struct KvCache::Impl {
   int64_t kb() const { return params.block_size * k_row; }  // K bytes of one block, one layer
   int64_t vb() const { return params.block_size * v_row; }
 
+  /// Splits the layers into the pool's group and (window tables) the windowed group, and the
+  /// budget `total` (bytes) between them: the windowed group's blocks first (params
+  /// .window_blocks, else as many as the pool gets), the pool's fast tier from the rest. Sets
+  /// gidx, win's shape, bytes_per_block and n_fast; throws std::invalid_argument when either
+  /// gets no block.
+  void plan_groups(const Hparams& hp, int64_t total);
+  /// Reserves the windowed group's mapping (all slots free); std::bad_alloc when it cannot.
+  void map_window_group();
   bool windowed(int64_t il) const { return win.window > 0 && win.layer[size_t(il)]; }
   uint8_t* layer_k(int64_t il) const { return layer_base[size_t(il)]; }
   uint8_t* layer_v(int64_t il) const {
