@@ -82,11 +82,17 @@ nlohmann::ordered_json to_json(const ModelInfo& mi) {
   j["n_ctx"] = mi.n_ctx;
   nlohmann::ordered_json kv = nlohmann::ordered_json::object();
   for (const KvSizeEntry& e : mi.kv)
-    kv[kv_type_name(e.type)] = {{"bytes_per_token", e.bytes_per_token},
-                                {"bytes_total", e.bytes_total},
-                                {"fits_fast_tier", e.bytes_offloaded == 0},
-                                {"bytes_offloaded", e.bytes_offloaded}};
+    kv[kv_type_name(e.type)] = {
+        {"bytes_per_token", e.bytes_per_token},     {"bytes_global", e.bytes_global},
+        {"bytes_window", e.bytes_window},           {"bytes_total", e.bytes_total},
+        {"fits_fast_tier", e.bytes_offloaded == 0}, {"bytes_offloaded", e.bytes_offloaded}};
   j["kv"] = kv;
+  j["kv_tokens"] = mi.kv_tokens;
+  if (mi.n_layer_window > 0)
+    j["kv_window"] = {{"n_swa", mi.hp.n_swa},
+                      {"n_layer_window", mi.n_layer_window},
+                      {"n_layer_global", mi.hp.n_layer - mi.n_layer_window},
+                      {"window_tokens", mi.kv_window_tokens}};
   j["kv_fast_budget"] = mi.kv_fast_budget;
   return j;
 }
@@ -165,14 +171,22 @@ void print_text(const ModelInfo& mi, const std::string& fast_source) {
 #endif
   std::printf("\nKV cache for n_ctx = %lld (K and V both of the type; layout in docs/formats.md)\n",
               (long long)mi.n_ctx);
+  if (mi.n_layer_window > 0)
+    std::printf(
+        "window tables: %lld windowed layers (n_swa %lld) hold %lld positions, %lld global "
+        "layers hold %lld\n",
+        (long long)mi.n_layer_window, (long long)mi.hp.n_swa, (long long)mi.kv_window_tokens,
+        (long long)(mi.hp.n_layer - mi.n_layer_window), (long long)mi.kv_tokens);
   std::printf("fast tier %s (%s); the rest goes to the slow tier (--kv-offload-dir)\n",
               format_bytes(mi.kv_fast_budget, true).c_str(), fast_source.c_str());
-  std::printf("  %-9s %15s %18s %12s %10s %12s\n", "type", "bytes/token", "total bytes", "total",
-              "fits fast", "offloaded");
+  std::printf("  %-9s %15s %18s %12s %12s %12s %10s %12s\n", "type", "bytes/token", "total bytes",
+              "total", "global", "window", "fits fast", "offloaded");
   for (const KvSizeEntry& e : mi.kv)
-    std::printf("  %-9s %15lld %18lld %12s %10s %12s\n", kv_type_name(e.type),
+    std::printf("  %-9s %15lld %18lld %12s %12s %12s %10s %12s\n", kv_type_name(e.type),
                 (long long)e.bytes_per_token, (long long)e.bytes_total,
-                format_bytes(e.bytes_total, true).c_str(), e.bytes_offloaded == 0 ? "yes" : "no",
+                format_bytes(e.bytes_total, true).c_str(),
+                format_bytes(e.bytes_global, true).c_str(),
+                format_bytes(e.bytes_window, true).c_str(), e.bytes_offloaded == 0 ? "yes" : "no",
                 format_bytes(e.bytes_offloaded, true).c_str());
 }
 

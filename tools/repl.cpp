@@ -19,9 +19,9 @@
 #include <string>
 #include <vector>
 
-#include "text/chat_template.h"
 #include "kv_layout.h"
 #include "repl_state.h"
+#include "text/chat_template.h"
 
 namespace kvrun::tools {
 namespace {
@@ -88,6 +88,11 @@ void print_stats(const ChatState& st, const Loaded& l) {
       (long long)ps.n_blocks, format_bytes(ps.n_blocks * cache.bytes_per_block()).c_str(),
       (long long)ps.n_used, (long long)ps.n_cached, (long long)ps.n_free,
       (long long)cache.n_tokens_computed(), (long long)cache.n_tokens_reused());
+  if (cache.window() > 0)
+    std::printf("KV window tables: %lld windowed layers, %lld of %lld window blocks used (%s)\n",
+                (long long)cache.n_window_layers(), (long long)cache.window_blocks_used(),
+                (long long)cache.window_blocks(),
+                format_bytes(cache.window_blocks_used() * cache.window_bytes_per_block()).c_str());
   const KvTierStats ts = cache.tier_stats();
   if (ts.n_slow > 0)
     std::printf(

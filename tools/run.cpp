@@ -100,6 +100,10 @@ int complete(const RunOptions& opt, Loaded& l, std::shared_ptr<const Grammar> gr
                {"blocks_slow", blocks_slow},
                {"moves_out", ts.moves_out},
                {"moves_in", ts.moves_in}};
+    if (cache.window() > 0)  // window tables: the windowed layers' blocks (in bytes_held too)
+      j["kv"]["window"] = {{"blocks", seq.n_window_blocks()},
+                           {"blocks_released", seq.n_window_released()},
+                           {"bytes_per_block", cache.window_bytes_per_block()}};
     // A token's piece may be part of a UTF-8 sequence (byte tokens like <0xE2>): such bytes are
     // written as U+FFFD; "tokens" keeps the exact ids.
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
@@ -112,6 +116,12 @@ int complete(const RunOptions& opt, Loaded& l, std::shared_ptr<const Grammar> gr
                  (long long)(int64_t(seq.block_table().size()) - seq.n_released()),
                  (long long)cache.block_size(), format_bytes(seq.bytes_held()).c_str(),
                  (long long)seq.bytes_held());
+    if (cache.window() > 0)
+      std::fprintf(stderr,
+                   "kvrun: window tables: %lld windowed layers hold %lld blocks (%lld given back "
+                   "behind the window of %lld)\n",
+                   (long long)cache.n_window_layers(), (long long)seq.n_window_blocks(),
+                   (long long)seq.n_window_released(), (long long)cache.window());
     if (seq.n_released() > 0)
       std::fprintf(stderr,
                    "kvrun: %lld blocks before the sliding window (%lld tokens) were given back\n",

@@ -83,6 +83,13 @@ std::string metrics_text(const SchedulerStats& s, const KvCache& cache) {
        "# TYPE kvrun_kv_blocks_total gauge\n";
   o << "kvrun_kv_blocks_total{tier=\"ram\"} " << t.n_fast << "\n";
   o << "kvrun_kv_blocks_total{tier=\"offload\"} " << t.n_slow << "\n";
+  if (cache.window() > 0) {
+    o << "# HELP kvrun_kv_window_blocks Blocks of the windowed layers' group (window tables): "
+         "used by a session's window, and its capacity.\n"
+         "# TYPE kvrun_kv_window_blocks gauge\n";
+    o << "kvrun_kv_window_blocks{state=\"used\"} " << s.window_blocks_used << "\n";
+    o << "kvrun_kv_window_blocks{state=\"total\"} " << cache.window_blocks() << "\n";
+  }
   metric("kv_block_size", "gauge", "Tokens per KV block.", cache.block_size());
   metric("kv_block_bytes", "gauge", "Bytes per KV block (every layer, K and V).",
          cache.bytes_per_block());
@@ -271,6 +278,26 @@ struct Server {
       tiers["offload"] = tier(t.n_slow, t.used_slow);
       tiers["offload"]["path"] = cache.offload_path();
     }
+    json kv = {{"block_size", cache.block_size()},
+               {"bytes_per_block", bpb},
+               {"blocks_free", s.blocks.n_free},
+               {"blocks_cached", s.blocks.n_cached},
+               {"blocks_evicted", s.blocks.n_evicted},
+               {"tiers", tiers},
+               {"moves_out", t.moves_out},
+               {"moves_in", t.moves_in},
+               {"prefix_blocks_dropped", t.dropped},
+               {"blocks_placed_slow", t.placed_slow}};
+    // Window tables (gemma2/3): the global layers' blocks are the pool's above; the windowed
+    // layers' blocks are a group of their own, always in RAM.
+    const int64_t wbpb = cache.window_bytes_per_block();
+    const int64_t used_window = s.window_blocks_used;
+    if (cache.window() > 0)
+      kv["window"] = {{"n_swa", cache.window()},         {"layers", cache.n_window_layers()},
+                      {"bytes_per_block", wbpb},         {"blocks", cache.window_blocks()},
+                      {"blocks_used", used_window},      {"bytes", cache.window_blocks() * wbpb},
+                      {"bytes_used", used_window * wbpb}};
+    kv["bytes_used"] = (t.used_fast + t.used_slow) * bpb + used_window * wbpb;
     send_json(res, {{"requests",
                      {{"total", s.n_requests},
                       {"finished", s.n_finished},
@@ -285,17 +312,7 @@ struct Server {
                       {"prompt_cached", s.n_cached_tokens},
                       {"prefill", s.n_prefill_tokens},
                       {"generated", s.n_generated_tokens}}},
-                    {"kv",
-                     {{"block_size", cache.block_size()},
-                      {"bytes_per_block", bpb},
-                      {"blocks_free", s.blocks.n_free},
-                      {"blocks_cached", s.blocks.n_cached},
-                      {"blocks_evicted", s.blocks.n_evicted},
-                      {"tiers", tiers},
-                      {"moves_out", t.moves_out},
-                      {"moves_in", t.moves_in},
-                      {"prefix_blocks_dropped", t.dropped},
-                      {"blocks_placed_slow", t.placed_slow}}}});
+                    {"kv", kv}});
   }
 
   void slots(httplib::Response& res) {
@@ -522,6 +539,8 @@ int cmd_serve(const ServeOptions& opt_in) {
     opt.n_ctx = resolve_n_ctx(*model, opt.n_ctx);
     ContextParams cp;
     cp.n_ctx = opt.n_ctx * opt.n_parallel;  // pool budget (without --kv-mem): every session full
+    cp.n_seq = opt.n_parallel;              // window tables: a window and a chunk per session
+    cp.n_batch = opt.n_batch;
     apply_kv_cache_options(opt.kv, opt.model, cp);
     cache = make_context_cache(*model, cp);
     sp.n_ctx = opt.n_ctx;

@@ -2,6 +2,7 @@
 #include "engine/context.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <string>
 
 #include "kv_layout.h"
@@ -43,19 +44,41 @@ int64_t context_n_batch(const Model& m, const ContextParams& p, int64_t n_ctx) {
 
 std::unique_ptr<KvCache> make_context_cache(const Model& model, const ContextParams& params) {
   KvCacheParams kp = params.kv;
+  const Hparams& hp = model.hparams();
+  // Window tables give windowed rows back after each step: not where every block is kept, and
+  // not (yet) with a prefix store or KV rows on another device than the host CPU (a GPU); those
+  // keep the uniform layout.
+  if (!params.release_window_blocks) kp.window_tables = false;
+  for (const Device* d : model.placement().kv)
+    if (d && d != &cpu_device()) kp.window_tables = false;
+  if (kv_window_table_layers(hp, kp) > 0 && !kp.cache_dir.empty() && kp.prefix_cache) {
+    std::fprintf(stderr,
+                 "kvrun: --kv-cache-dir: the windowed layers keep every position (per-layer "
+                 "window tables are not supported with the prefix store yet)\n");
+    kp.window_tables = false;
+  }
+  const int64_t n_win = kv_window_table_layers(hp, kp);
   const bool need_offload_size = !kp.offload_dir.empty() && kp.offload_max == 0;
-  if (kp.mem_bytes == 0 || need_offload_size) {
-    const Hparams& hp = model.hparams();
-    const int64_t n_ctx = checked_n_ctx(model, params);
-    if (kp.block_size < 1) throw std::invalid_argument("KV block size must be at least 1");
-    const int64_t per_block =
-        kp.block_size * kv_bytes_per_token(kp.type_k, kp.type_v, hp.n_layer, hp.n_head_kv,
-                                           hp.head_dim, hp.head_dim_v);
-    const int64_t whole = (n_ctx + kp.block_size - 1) / kp.block_size * per_block;
-    if (kp.mem_bytes == 0) kp.mem_bytes = whole;
+  if (kp.mem_bytes == 0 || need_offload_size || (n_win > 0 && kp.window_blocks == 0)) {
+    const int64_t n_ctx = checked_n_ctx(model, params), bs = kp.block_size;
+    if (bs < 1) throw std::invalid_argument("KV block size must be at least 1");
+    auto per_block = [&](int64_t layers) {
+      return bs * kv_bytes_per_token(kp.type_k, kp.type_v, layers, hp.n_head_kv, hp.head_dim,
+                                     hp.head_dim_v);
+    };
+    const int64_t whole = (n_ctx + bs - 1) / bs * per_block(hp.n_layer - n_win);
+    if (n_win > 0 && kp.window_blocks == 0) {
+      // Each session holds its window and a prefill chunk, with their partial ends.
+      const int64_t n_seq = std::max<int64_t>(1, params.n_seq);
+      const int64_t ctx_seq = (n_ctx + n_seq - 1) / n_seq;
+      const int64_t per_seq = std::min((ctx_seq + bs - 1) / bs + 1,
+                                       (hp.n_swa - 1 + checked_n_batch(params) + bs - 1) / bs + 2);
+      kp.window_blocks = n_seq * per_seq;
+    }
+    if (kp.mem_bytes == 0) kp.mem_bytes = whole + kp.window_blocks * per_block(n_win);
     if (need_offload_size) kp.offload_max = whole;
   }
-  return std::make_unique<KvCache>(model.hparams(), kp, model.placement().kv);
+  return std::make_unique<KvCache>(hp, kp, model.placement().kv);
 }
 
 Context::Context(const Model& model, const ContextParams& params)
@@ -94,6 +117,8 @@ void Context::truncate(int64_t n) {
   if (release_window_ > 0 && seq_.n_released() > 0 &&
       std::max<int64_t>(0, n - release_window_ + 1) / bs < seq_.n_released())
     n = 0;  // the window of position n is partly gone: start over
+  // Window tables: the same for the windowed layers' rows (given back, and not kept since).
+  if (!seq_.has_window_rows(n)) n = 0;
   seq_.truncate(n);
 }
 
@@ -111,16 +136,22 @@ void Context::fill_synthetic(int64_t n, uint64_t seed) {
   if (n > n_ctx() - pos0)
     throw ContextError("context overflow: " + std::to_string(pos0) + " tokens held + " +
                        std::to_string(n) + " new > n_ctx " + std::to_string(n_ctx()));
-  seq_.reserve(n);  // as eval(): a full pool throws here with nothing changed
-  try {
-    cache_.write_synthetic_rows(seq_.block_table(), pos0, n, seed);
-  } catch (...) {
-    seq_.truncate(pos0);  // gives back the reservation
-    throw;
+  // With window tables in chunks of n_batch, as eval(): the windowed rows go back after each.
+  const int64_t w = cache_.window(), step = w > 0 ? n_batch_ : n;
+  for (int64_t done = 0; done < n; done += step) {
+    const int64_t m = std::min(step, n - done), at = pos0 + done;
+    try {
+      seq_.reserve(m);  // as eval(): a full pool throws here
+      cache_.write_synthetic_rows(seq_.block_table(), at, m, seed);
+    } catch (...) {
+      truncate(pos0);  // gives back the reservation (window tables: or starts over)
+      throw;
+    }
+    seq_.commit_synthetic(m);
+    // As Step::run after each chunk: blocks wholly before the next query's window go back.
+    if (release_window_ > 0) seq_.release_before(seq_.n_tokens() - release_window_ + 1);
+    if (w > 0) seq_.release_window_before(seq_.n_tokens() - w + 1);
   }
-  seq_.commit_synthetic(n);
-  // As Step::run after each chunk: blocks wholly before the next query's window go back.
-  if (release_window_ > 0) seq_.release_before(seq_.n_tokens() - release_window_ + 1);
 }
 
 std::span<const float> Context::eval(std::span<const int32_t> tokens, bool all_logits) {
@@ -137,10 +168,23 @@ std::span<const float> Context::eval(std::span<const int32_t> tokens, bool all_l
     if (id < 0 || id >= n_vocab)
       throw ContextError("eval: token id " + std::to_string(id) + " outside [0, " +
                          std::to_string(n_vocab) + ")");
-  seq_.reserve(n);  // all blocks up front: a full pool throws here with nothing changed
+  // All blocks up front: a full pool throws here with nothing changed. With window tables per
+  // chunk (the windowed rows behind the window go back after each step), going back to n_past()
+  // on a full pool (or to 0 when the windowed rows of that position's window are gone).
+  const bool per_chunk = cache_.window() > 0;
+  const int64_t pos0 = n_past();
+  if (!per_chunk) seq_.reserve(n);
   logits_.resize(size_t((all_logits ? n : 1) * width));
   for (int64_t done = 0; done < n;) {
     const int64_t chunk = std::min(n_batch_, n - done);
+    if (per_chunk) {
+      try {
+        seq_.reserve(chunk);
+      } catch (const KvCacheFull&) {
+        truncate(pos0);
+        throw;
+      }
+    }
     const bool last = done + chunk == n;
     step_->clear();
     step_->add(seq_, tokens.subspan(size_t(done), size_t(chunk)),

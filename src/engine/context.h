@@ -50,8 +50,13 @@ struct ContextParams {
   /// When every layer of the model attends within a sliding window (Hparams::n_swa; mistral
   /// files with llama.attention.sliding_window, phi3): give blocks that leave the window back
   /// to the pool after each eval, so the KV bytes held stop growing past the window. Off: keep
-  /// every block (what `kvrun bench` needs to truncate back to a depth).
+  /// every block (what `kvrun bench` needs to truncate back to a depth). Off also turns the
+  /// per-layer window tables of a mixed model (gemma2/3: KvCacheParams::window_tables) off.
   bool release_window_blocks = true;
+  /// Sessions that will share the cache make_context_cache builds (serve, batch: --parallel;
+  /// n_ctx is then their total): with window tables, its windowed group gets blocks for the
+  /// window and a prefill chunk of each.
+  int64_t n_seq = 1;
   /// eval() returns the output-normed hidden states ([n_embd] per row, the embeddings of
   /// src/engine/embed.h) instead of logits. Required for an encoder model (Model::encoder(),
   /// which cannot generate text); its contexts evaluate a whole input in one step (n_batch is
@@ -77,7 +82,8 @@ class Context {
   /// [n_vocab] logits. An encoder model evaluates only from an empty context (n_past() == 0).
   /// Throws ContextError when tokens is empty, an id is outside [0, n_vocab), or
   /// n_past() + n > n_ctx() ("context overflow"); KvCacheFull when the pool has no room. On an
-  /// exception the state is unchanged.
+  /// exception the state is unchanged (with window tables, where blocks are taken per chunk, a
+  /// full pool takes it back to n_past() — to 0 when that position's window was given back).
   std::span<const float> eval(std::span<const int32_t> tokens, bool all_logits = false);
 
   /// Reaches a context depth without computing it: positions n_past() … n_past()+n−1 get KV
@@ -107,7 +113,8 @@ class Context {
   int64_t n_past() const { return seq_.n_tokens(); }
   /// Forgets tokens from position `n` on (0 ≤ n ≤ n_past()): the next eval continues at n —
   /// or at 0 when the sliding window of position n needs blocks already given back
-  /// (ContextParams::release_window_blocks); callers continue from n_past().
+  /// (ContextParams::release_window_blocks; with window tables, windowed rows given back and
+  /// not kept: KvSequence::has_window_rows); callers continue from n_past().
   void truncate(int64_t n);
   /// The sliding window whose blocks this context gives back (0: none).
   int64_t release_window() const { return release_window_; }
@@ -144,7 +151,11 @@ class Context {
 
 /// The KV cache a Context of `params` would own: params.kv with the budgets filled in (blocks for
 /// n_ctx tokens when params.kv.mem_bytes is 0, and for the slow tier when an offload directory
-/// is given without params.kv.offload_max). Throws as KvCache's constructor.
+/// is given without params.kv.offload_max). For a model mixing windowed and global layers the
+/// windowed layers get window tables (KvCacheParams::window_tables) with params.n_seq × (the
+/// window plus an n_batch chunk) blocks, unless release_window_blocks is off, a KV row is on a
+/// GPU, or --kv-cache-dir is given (a note on stderr): those keep the uniform layout. Throws as
+/// KvCache's constructor.
 std::unique_ptr<KvCache> make_context_cache(const Model& model, const ContextParams& params);
 
 }  // namespace kvrun

@@ -1,6 +1,7 @@
 // context_state.cpp — KV state save/restore (see context_state.h).
 #include "engine/context_state.h"
 
+#include <algorithm>
 #include <cstring>
 #include <istream>
 #include <ostream>
@@ -11,8 +12,9 @@
 namespace kvrun {
 namespace {
 
-constexpr char kMagic[8] = {'K', 'V', 'R', 'U', 'N', 'K', 'V', '2'};
-constexpr int kFields = 8;
+constexpr char kMagic[8] = {'K', 'V', 'R', 'U', 'N', 'K', 'V', '3'};
+constexpr char kMagicV2[8] = {'K', 'V', 'R', 'U', 'N', 'K', 'V', '2'};  // no w0 field
+constexpr int kFields = 9;
 
 void header(const Context& ctx, uint64_t (&h)[kFields]) {
   const Hparams& hp = ctx.model().hparams();
@@ -24,13 +26,48 @@ void header(const Context& ctx, uint64_t (&h)[kFields]) {
   h[5] = uint64_t(ctx.cache().params().type_k);
   h[6] = uint64_t(ctx.cache().params().type_v);
   h[7] = uint64_t(ctx.n_past());
+  h[8] = uint64_t(ctx.sequence().n_window_released() * ctx.cache().block_size());
 }
 
-/// Address of position `pos`'s row in `base` ([n_blocks][block_size][row_bytes]).
-uint8_t* row_at(uint8_t* base, const std::vector<int32_t>& table, int64_t block_size,
-                int64_t row_bytes, int64_t pos) {
-  const int64_t b = table[size_t(pos / block_size)];
-  return base + (b * block_size + pos % block_size) * row_bytes;
+/// Position `pos`'s K (or V) row of layer L (through its slot map: tiers, windowed group).
+uint8_t* k_row_at(const KvLayer& L, const std::vector<int32_t>& table, int64_t pos) {
+  return L.k_block(table[size_t(pos / L.block_size)]) + pos % L.block_size * L.k_row_bytes;
+}
+uint8_t* v_row_at(const KvLayer& L, const std::vector<int32_t>& table, int64_t pos) {
+  return L.v_block(table[size_t(pos / L.block_size)]) + pos % L.block_size * L.v_row_bytes;
+}
+
+/// The first position whose rows layer il has in a state of n positions with windowed rows from
+/// w0 on.
+int64_t first_row(const Hparams& hp, int64_t il, int64_t w0, int64_t n) {
+  return hp.is_swa(il) ? std::min(w0, n) : 0;
+}
+
+/// Reserves, fills and commits the saved positions (with window tables n_batch at a time,
+/// giving the windowed rows behind the window back after each, as Step::run).
+void restore_rows(Context& ctx, const std::vector<char>& data, const std::vector<size_t>& at,
+                  int64_t w0, std::span<const int32_t> tokens) {
+  const KvCache& cache = ctx.cache();
+  KvSequence& seq = ctx.sequence();
+  const int64_t n = int64_t(tokens.size()), w = cache.window();
+  const int64_t step = w > 0 ? ctx.n_batch() : std::max<int64_t>(1, n);
+  for (int64_t a = 0; a < n; a += step) {
+    const int64_t b = std::min(n, a + step);
+    seq.reserve(b - a);
+    const auto& table = seq.block_table();
+    for (int64_t il = 0; il < cache.n_layer(); ++il) {
+      const KvLayer L = cache.layer(il);
+      const int64_t p0 = first_row(ctx.model().hparams(), il, w0, n), rows = n - p0;
+      const char* k = data.data() + at[size_t(il)];
+      const char* v = k + rows * L.k_row_bytes;
+      for (int64_t pos = std::max(a, p0); pos < b; ++pos) {
+        std::memcpy(k_row_at(L, table, pos), k + (pos - p0) * L.k_row_bytes, size_t(L.k_row_bytes));
+        std::memcpy(v_row_at(L, table, pos), v + (pos - p0) * L.v_row_bytes, size_t(L.v_row_bytes));
+      }
+    }
+    seq.commit(tokens.subspan(size_t(a), size_t(b - a)));
+    if (w > 0) seq.release_window_before(seq.n_tokens() - w + 1);
+  }
 }
 
 }  // namespace
@@ -49,11 +86,12 @@ void write_context_state(std::ostream& out, const Context& ctx) {
   const int64_t n = ctx.n_past();
   for (int64_t il = 0; il < ctx.cache().n_layer(); ++il) {
     const KvLayer L = ctx.cache().layer(il);
-    for (int64_t pos = 0; pos < n; ++pos)
-      out.write(reinterpret_cast<const char*>(row_at(L.k, table, L.block_size, L.k_row_bytes, pos)),
+    const int64_t p0 = first_row(ctx.model().hparams(), il, int64_t(h[8]), n);
+    for (int64_t pos = p0; pos < n; ++pos)
+      out.write(reinterpret_cast<const char*>(k_row_at(L, table, pos)),
                 std::streamsize(L.k_row_bytes));
-    for (int64_t pos = 0; pos < n; ++pos)
-      out.write(reinterpret_cast<const char*>(row_at(L.v, table, L.block_size, L.v_row_bytes, pos)),
+    for (int64_t pos = p0; pos < n; ++pos)
+      out.write(reinterpret_cast<const char*>(v_row_at(L, table, pos)),
                 std::streamsize(L.v_row_bytes));
   }
   if (!out) throw std::runtime_error("writing the KV state failed");
@@ -64,15 +102,16 @@ void read_context_state(std::istream& in, Context& ctx, std::span<const int32_t>
     throw std::runtime_error(
         "the KV state cannot be restored: its KV rows are on a GPU (use -nkvo)");
   char magic[sizeof kMagic];
-  uint64_t saved[kFields], mine[kFields];
+  uint64_t saved[kFields] = {}, mine[kFields];
   in.read(magic, sizeof magic);
-  in.read(reinterpret_cast<char*>(saved), sizeof saved);
-  if (!in || std::memcmp(magic, kMagic, sizeof kMagic) != 0)
+  const bool v2 = in && std::memcmp(magic, kMagicV2, sizeof kMagic) == 0;
+  in.read(reinterpret_cast<char*>(saved), std::streamsize(sizeof(uint64_t) * (v2 ? 8 : 9)));
+  if (!in || (!v2 && std::memcmp(magic, kMagic, sizeof kMagic) != 0))
     throw std::runtime_error("KV state: missing or damaged header");
   header(ctx, mine);
-  static const char* const kWhat[kFields - 1] = {
-      "model file size", "n_layer", "n_head_kv", "head_dim", "head_dim_v", "K type", "V type"};
-  for (int i = 0; i < kFields - 1; ++i)
+  static const char* const kWhat[7] = {"model file size", "n_layer", "n_head_kv", "head_dim",
+                                       "head_dim_v",      "K type",  "V type"};
+  for (int i = 0; i < 7; ++i)
     if (saved[i] != mine[i])
       throw std::runtime_error(std::string("KV state was saved with another ") + kWhat[i] + " (" +
                                std::to_string(saved[i]) + ", this run " + std::to_string(mine[i]) +
@@ -85,27 +124,34 @@ void read_context_state(std::istream& in, Context& ctx, std::span<const int32_t>
     throw std::runtime_error("KV state holds " + std::to_string(n) +
                              " positions; the context holds " + std::to_string(ctx.n_ctx()));
   const KvCache& cache = ctx.cache();
+  const int64_t w0 = int64_t(saved[8]), w = cache.window(), bs = cache.block_size();
+  if (w0 > 0 && w == 0)
+    throw std::runtime_error(
+        "KV state was saved with per-layer window tables (the windowed layers' rows before "
+        "position " +
+        std::to_string(w0) + " are not in it); this context keeps every row");
+  if (w0 > 0 && w0 > std::max<int64_t>(0, int64_t(n) - w + 1) / bs * bs)
+    throw std::runtime_error("KV state lacks the windowed layers' rows from position " +
+                             std::to_string(w0) + " back to the window of position " +
+                             std::to_string(n));
   std::vector<char> data;
+  std::vector<size_t> at;  // [n_layer] where the layer's rows start in data
   for (int64_t il = 0; il < cache.n_layer(); ++il) {
     const KvLayer L = cache.layer(il);
-    data.resize(data.size() + size_t((L.k_row_bytes + L.v_row_bytes) * int64_t(n)));
+    at.push_back(data.size());
+    const int64_t rows = int64_t(n) - first_row(ctx.model().hparams(), il, w0, int64_t(n));
+    data.resize(data.size() + size_t((L.k_row_bytes + L.v_row_bytes) * rows));
   }
   in.read(data.data(), std::streamsize(data.size()));
   if (size_t(in.gcount()) != data.size()) throw std::runtime_error("KV state is truncated");
 
   ctx.reset();
-  KvSequence& seq = ctx.sequence();
-  seq.reserve(int64_t(n));
-  const auto& table = seq.block_table();
-  const char* p = data.data();
-  for (int64_t il = 0; il < cache.n_layer(); ++il) {
-    const KvLayer L = cache.layer(il);
-    for (int64_t pos = 0; pos < int64_t(n); ++pos, p += L.k_row_bytes)
-      std::memcpy(row_at(L.k, table, L.block_size, L.k_row_bytes, pos), p, size_t(L.k_row_bytes));
-    for (int64_t pos = 0; pos < int64_t(n); ++pos, p += L.v_row_bytes)
-      std::memcpy(row_at(L.v, table, L.block_size, L.v_row_bytes, pos), p, size_t(L.v_row_bytes));
+  try {
+    restore_rows(ctx, data, at, w0, tokens);
+  } catch (...) {
+    ctx.reset();
+    throw;
   }
-  seq.commit(tokens);
 }
 
 }  // namespace kvrun

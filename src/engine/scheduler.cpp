@@ -144,6 +144,7 @@ void Scheduler::publish_stats() {
   s.n_active = int64_t(active_.size());
   s.blocks = cache_.pool().stats();
   s.tiers = cache_.tier_stats();
+  s.window_blocks_used = cache_.window_blocks_used();
   for (const auto& ses : active_)
     s.sessions.push_back({ses->req->id(), ses->prefill, ses->result.n_prompt, ses->result.n_cached,
                           ses->seq.n_tokens(), int64_t(ses->result.tokens.size())});

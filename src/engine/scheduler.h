@@ -160,6 +160,7 @@ struct SchedulerStats {
   int64_t n_queued = 0;               ///< waiting requests now
   BlockPoolStats blocks;              ///< the KV pool now
   KvTierStats tiers;                  ///< where the KV blocks are now, and moves so far
+  int64_t window_blocks_used = 0;     ///< windowed-layer blocks in a window now (window tables)
   std::vector<SessionInfo> sessions;  ///< active sessions now
 };
 

@@ -104,6 +104,9 @@ void Step::run() {
     // n_tokens() − window + 1 on; blocks wholly before that go back to the pool.
     if (params_.release_window > 0)
       sl.seq->release_before(sl.seq->n_tokens() - params_.release_window + 1);
+    // Window tables (a mixed model): the windowed layers' rows of those blocks go back.
+    if (const int64_t w = cache_.window(); w > 0)
+      sl.seq->release_window_before(sl.seq->n_tokens() - w + 1);
   }
 }
 

@@ -5,8 +5,9 @@
 // KvSequence, blocks reserved by the caller), builds the step's PageTable once (CSR: row and
 // block-table offsets, positions, write slots), runs llama_forward on the model's placement,
 // commits every sequence's tokens to its block table and, for an all-windowed model, gives the
-// blocks that left the window back to the pool. The logits of the rows that asked for them are
-// gathered into one [n_out, n_vocab] array, read per slice with logits().
+// blocks that left the window back to the pool (with window tables, a mixed model's windowed
+// layers' rows of those blocks: KvSequence::release_window_before). The logits of the rows that
+// asked for them are gathered into one [n_out, n_vocab] array, read per slice with logits().
 #pragma once
 
 #include <cstdint>

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 
+#include "kv/kv_cache.h"
 #include "kv_layout.h"
 #include "models/arch.h"
 
@@ -56,15 +57,28 @@ ModelInfo describe_model(const gguf::File& file, int64_t n_ctx, int64_t block_si
   mi.n_ctx = n_ctx > 0 ? n_ctx : mi.hp.n_ctx_train;
   // Every layer windowed: the blocks of the newest position's window (and its partial ends) are
   // all a sequence holds (KvSequence::release_before).
+  // A mixed model's windowed layers hold as much with window tables (KvSequence::
+  // release_window_before); its global layers hold n_ctx.
   mi.kv_tokens = mi.n_ctx;
-  if (const int64_t w = mi.hp.all_swa_window(); w > 0 && block_size > 0)
-    mi.kv_tokens = std::min(mi.n_ctx, ((w - 1 + block_size - 1) / block_size + 1) * block_size);
+  const int64_t bs = std::max<int64_t>(1, block_size);
+  const int64_t window_tokens =
+      mi.hp.n_swa > 0 ? std::min(mi.n_ctx, ((mi.hp.n_swa - 1 + bs - 1) / bs + 1) * bs) : 0;
+  if (mi.hp.all_swa_window() > 0) mi.kv_tokens = window_tokens;
+  mi.n_layer_window = kv_window_table_layers(mi.hp, KvCacheParams{});
+  if (mi.n_layer_window > 0) mi.kv_window_tokens = window_tokens;
+  const Hparams& hp = mi.hp;
   for (DType t : kKvCacheTypes) {
     KvSizeEntry e;
     e.type = t;
     e.bytes_per_token =
-        kv_bytes_per_token(t, t, mi.hp.n_layer, mi.hp.n_head_kv, mi.hp.head_dim, mi.hp.head_dim_v);
-    e.bytes_total = e.bytes_per_token * mi.kv_tokens;
+        kv_bytes_per_token(t, t, hp.n_layer, hp.n_head_kv, hp.head_dim, hp.head_dim_v);
+    e.bytes_global = kv_bytes_per_token(t, t, hp.n_layer - mi.n_layer_window, hp.n_head_kv,
+                                        hp.head_dim, hp.head_dim_v) *
+                     mi.kv_tokens;
+    e.bytes_window =
+        kv_bytes_per_token(t, t, mi.n_layer_window, hp.n_head_kv, hp.head_dim, hp.head_dim_v) *
+        mi.kv_window_tokens;
+    e.bytes_total = e.bytes_global + e.bytes_window;
     mi.kv.push_back(e);
   }
   return mi;

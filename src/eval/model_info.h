@@ -23,7 +23,12 @@ struct QuantMixEntry {
 struct KvSizeEntry {
   DType type;
   int64_t bytes_per_token = 0;  ///< n_layer × (K row + V row), see kv_layout.h
-  int64_t bytes_total = 0;      ///< bytes_per_token × kv_tokens
+  /// The global layers' rows: (n_layer − n_layer_window) × (K row + V row) × kv_tokens.
+  int64_t bytes_global = 0;
+  /// The windowed layers' rows with window tables: n_layer_window × (K row + V row) ×
+  /// kv_window_tokens (0 without).
+  int64_t bytes_window = 0;
+  int64_t bytes_total = 0;      ///< bytes_global + bytes_window
   int64_t bytes_fast = 0;       ///< the part that fits the fast tier (plan_kv_tiers)
   int64_t bytes_offloaded = 0;  ///< the rest: what would go to the slow tier (--kv-offload-dir)
 };
@@ -63,6 +68,11 @@ struct ModelInfo {
   /// windowed (Hparams::all_swa_window) the blocks of one window with its partial ends,
   /// min(n_ctx, (ceil((n_swa − 1) / block_size) + 1) × block_size).
   int64_t kv_tokens = 0;
+  /// A model mixing windowed and global layers (gemma2, gemma3; kv_window_table_layers): its
+  /// windowed layers, which hold one window's blocks with its partial ends, kv_window_tokens =
+  /// min(n_ctx, (ceil((n_swa − 1) / block_size) + 1) × block_size) positions; 0 otherwise.
+  int64_t n_layer_window = 0;
+  int64_t kv_window_tokens = 0;
   std::vector<KvSizeEntry> kv;  ///< one per KV cache type (kKvCacheTypes order)
   int64_t kv_fast_budget = 0;   ///< the fast tier the table is split against (bytes)
 };

@@ -1,21 +1,10 @@
-// kv_cache.cpp — the paged KV cache's storage (KvCache) and per-session block tables
-// (KvSequence). Design and invariants: docs/kv-cache.md.
+// kv_cache.cpp — the paged KV cache's storage (KvCache): the pool, its tiers and the windowed
+// group. Block tables are in kv_sequence.cpp; the shared state and its layout in
+// kv_cache_impl.h. Design and invariants: docs/kv-cache.md.
 //
-// The fast tier is one anonymous private mapping reserved with MAP_NORESERVE: untouched pages
-// cost no RAM. Layer il's K rows come first, then its V rows:
-//   [layer 0: K[n_fast][block_size][k_row] V[n_fast][block_size][v_row]] [layer 1: ...] ...
-// so the mapping is exactly n_fast × bytes_per_block bytes. The slow tier (--kv-offload-dir) is
-// an OffloadFile with the same layout over n_slow slots. Block ids map to slots through slot_of
-// (id_at is its inverse); slots [0, n_fast) are fast. Moving a block copies its rows between two
-// slots and swaps the two ids' slots, so block tables and prefix hashes never change.
-//
-// Writing into a block that was once full: a sequence that truncates into the middle of a block
-// keeps that block (its rows before the cut are still valid), and the block keeps its hash in the
-// pool because its content is unchanged and may be shared with, or later matched by, others.
-// The next reserve() is the point where the block is about to be written: if it is shared (ref >
-// 1) the sequence copies it to a fresh block first (copy-on-write) and the original stays intact
-// for its other holders; if the sequence owns it alone, its hash is dropped (clear_hash) since its
-// content is about to diverge.
+// The mapping is exactly n_fast × bytes_per_block bytes. Moving a block between tiers copies its
+// rows between two slots and swaps the two ids' slots, so block tables and prefix hashes never
+// change (the windowed group's slots are keyed by block id, so they do not move either).
 #include "kv/kv_cache.h"
 
 #include <sys/mman.h>
@@ -30,6 +19,7 @@
 #include <sstream>
 #include <string>
 
+#include "kv/kv_cache_impl.h"
 #include "kv/kv_offload_file.h"
 #include "kv_layout.h"
 
@@ -84,7 +74,26 @@ void validate(const Hparams& hp, const KvCacheParams& p) {
                                 std::to_string(hp.head_dim) + ")");
 }
 
+/// Throws std::invalid_argument for a cache with window tables that something cannot serve.
+void check_window_tables(const KvCacheParams& p, const std::vector<Device*>& kv_devices) {
+  for (const Device* d : kv_devices)
+    if (d && d != &cpu_device())
+      throw std::invalid_argument("KV cache: per-layer window tables with KV rows on " + d->name() +
+                                  " are not supported yet (window_tables = false)");
+  if (!p.cache_dir.empty() && p.prefix_cache)
+    throw std::invalid_argument(
+        "KV cache: --kv-cache-dir with per-layer window tables is not supported yet "
+        "(window_tables = false)");
+}
+
 }  // namespace
+
+int64_t kv_window_table_layers(const Hparams& hp, const KvCacheParams& p) {
+  if (!p.window_tables || hp.n_swa <= 0 || hp.all_swa_window() > 0) return 0;
+  int64_t n = 0;
+  for (int64_t il = 0; il < hp.n_layer; ++il) n += hp.is_swa(il);
+  return n;
+}
 
 int64_t mem_available_bytes() {
   std::ifstream in("/proc/meminfo");
@@ -113,191 +122,50 @@ uint64_t kv_block_hash(uint64_t parent, std::span<const int32_t> tokens, DType t
 // ---------------------------------------------------------------------------------------------
 // KvCache
 
-struct KvCache::Impl {
-  KvCacheParams params;
-  int64_t n_layer = 0;
-  int64_t n_head_kv = 0, head_dim = 0, head_dim_v = 0;
-  int64_t k_row = 0;  // bytes of one K row
-  int64_t v_row = 0;  // bytes of one V row
-  int64_t bytes_per_token = 0;
-  int64_t bytes_per_block = 0;
-  int64_t n_blocks = 0;  // n_fast + n_slow
-  int64_t n_fast = 0;
-  int64_t n_slow = 0;
-  uint8_t* base = nullptr;  // the fast tier's mapping (layers on the host device)
-  size_t map_bytes = 0;
-  std::vector<uint8_t*> layer_base;                   // [n_layer] fast-tier rows of each layer
-  std::vector<std::unique_ptr<DeviceBuffer>> device;  // rows of layers on other devices
-  std::unique_ptr<OffloadFile> slow;  // the slow tier (null without --kv-offload-dir)
-  std::vector<int32_t> slot_of;       // [n_blocks] block id → slot
-  std::vector<int32_t> id_at;         // [n_blocks] slot → block id
-  KvTierStats ts;                     // use and move counters (capacities filled on read)
-  std::vector<KvSequence*> seqs;      // live sequences (the victim policy reads their tables)
-  int64_t cursor = 0;                 // where the next scan of the fast slots starts
-  BlockPool pool{0};
-  int64_t computed = 0;
-  int64_t reused = 0;
-  std::unique_ptr<PrefixStore> store;  // --kv-cache-dir
-  std::vector<uint8_t> payload;        // one block's rows, for the store
-
-  // [n_layer] for rows the host cannot address: a backend of their device that copies them
-  // (copy-on-write); else null. `copiers` owns those backends, one per such device.
-  std::vector<Backend*> copier;
-  std::vector<std::unique_ptr<Backend>> copiers;
-
-  int64_t kb() const { return params.block_size * k_row; }  // K bytes of one block, one layer
-  int64_t vb() const { return params.block_size * v_row; }
-
-  uint8_t* layer_k(int64_t il) const { return layer_base[size_t(il)]; }
-  uint8_t* layer_v(int64_t il) const { return layer_k(il) + n_fast * kb(); }
-  uint8_t* slow_k(int64_t il) const { return slow->data() + il * n_slow * (kb() + vb()); }
-  uint8_t* slow_v(int64_t il) const { return slow_k(il) + n_slow * kb(); }
-  /// Layer il's K / V rows of storage slot s.
-  uint8_t* k_at(int64_t il, int64_t s) const {
-    return s < n_fast ? layer_k(il) + s * kb() : slow_k(il) + (s - n_fast) * kb();
+void KvCache::Impl::plan_groups(const Hparams& hp, int64_t total) {
+  int64_t budget = total;
+  gidx.resize(size_t(hp.n_layer));
+  if (kv_window_table_layers(hp, params) > 0) {
+    win.window = hp.n_swa;
+    win.layer.resize(size_t(hp.n_layer));
+    for (int64_t il = 0; il < hp.n_layer; ++il) win.layer[size_t(il)] = hp.is_swa(il);
+    win.n_layers = std::count(win.layer.begin(), win.layer.end(), true);
   }
-  uint8_t* v_at(int64_t il, int64_t s) const {
-    return s < n_fast ? layer_v(il) + s * vb() : slow_v(il) + (s - n_fast) * vb();
+  int64_t next[2] = {0, 0};  // the next index in the pool's group and in the windowed group
+  for (int64_t il = 0; il < hp.n_layer; ++il) gidx[size_t(il)] = next[windowed(il)]++;
+  bytes_per_block = params.block_size * (hp.n_layer - win.n_layers) * (k_row + v_row);
+  win.bytes_per_block = params.block_size * win.n_layers * (k_row + v_row);
+  if (win.window > 0) {  // the windowed group's blocks come out of the budget first
+    win.n_slots = params.window_blocks > 0 ? params.window_blocks
+                                           : budget / (bytes_per_block + win.bytes_per_block);
+    win.n_slots = std::min<int64_t>(win.n_slots, INT32_MAX - 2);
+    budget -= win.n_slots * win.bytes_per_block;
   }
+  n_fast = std::min<int64_t>(std::max<int64_t>(0, budget) / bytes_per_block, INT32_MAX - 2);
+  if (n_fast < 1 || (win.window > 0 && win.n_slots < 1))
+    throw std::invalid_argument(
+        "KV cache: budget of " + std::to_string(total) + " bytes is smaller than one block (" +
+        std::to_string(bytes_per_block) + " bytes" +
+        (win.window > 0 ? " after " + std::to_string(win.n_slots) + " windowed-layer blocks of " +
+                              std::to_string(win.bytes_per_block) + " bytes"
+                        : std::string()) +
+        ")");
+}
 
-  bool fast(int32_t id) const { return slot_of[size_t(id)] < n_fast; }
-
-  /// Points every layer's fast-tier rows into the host mapping (at the offsets of a single
-  /// mapping) or, for a layer placed on another device, into a buffer of that device.
-  void place_layers(const std::vector<Device*>& kv_devices) {
-    layer_base.resize(size_t(n_layer));
-    const size_t layer_bytes = size_t(n_fast * (kb() + vb()));
-    for (int64_t il = 0; il < n_layer; ++il) {
-      Device* d = kv_devices.empty() ? nullptr : kv_devices[size_t(il)];
-      if (!d || d == &cpu_device()) {
-        layer_base[size_t(il)] = base + size_t(il) * layer_bytes;
-        continue;
-      }
-      device.push_back(d->alloc(layer_bytes, BufferUse::kKv));
-      layer_base[size_t(il)] = static_cast<uint8_t*>(device.back()->data());
-      if (d->host_memory()) continue;
-      copier.resize(size_t(n_layer), nullptr);
-      for (size_t j = 0; j < size_t(il) && !copier[size_t(il)]; ++j)
-        if (kv_devices[j] == d) copier[size_t(il)] = copier[j];
-      if (!copier[size_t(il)]) {
-        copiers.push_back(d->make_backend(1));
-        copier[size_t(il)] = copiers.back().get();
-      }
-    }
+void KvCache::Impl::map_window_group() {
+  win.map_bytes = size_t(win.n_slots * win.bytes_per_block);
+  void* w = mmap(nullptr, win.map_bytes, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (w == MAP_FAILED) {
+    munmap(base, map_bytes);
+    base = nullptr;
+    throw std::bad_alloc();
   }
-
-  /// Copies every layer's K and V rows of slot `src` to slot `dst` (through the host for rows
-  /// the host cannot address: the engine's backends finish every step before the next one
-  /// reserves blocks, so the rows are written).
-  void copy_slot(int64_t dst, int64_t src) {
-    std::vector<uint8_t> tmp;
-    for (int64_t il = 0; il < n_layer; ++il) {
-      Backend* be = copier.empty() ? nullptr : copier[size_t(il)];
-      if (!be) {
-        std::memcpy(k_at(il, dst), k_at(il, src), size_t(kb()));
-        std::memcpy(v_at(il, dst), v_at(il, src), size_t(vb()));
-        continue;
-      }
-      tmp.resize(size_t(std::max(kb(), vb())));
-      be->download(tmp.data(), k_at(il, src), size_t(kb()));
-      be->upload(k_at(il, dst), tmp.data(), size_t(kb()));
-      be->download(tmp.data(), v_at(il, src), size_t(vb()));  // waits for the K upload too
-      be->upload(v_at(il, dst), tmp.data(), size_t(vb()));
-      be->synchronize();
-    }
-  }
-  /// Writes `bytes` from host memory to `dst` in layer il's rows: in place when the host
-  /// addresses them, else through the layer's copier backend (asynchronously: `src` must stay
-  /// valid until its synchronize()).
-  void write_rows(int64_t il, uint8_t* dst, const uint8_t* src, size_t bytes) {
-    Backend* be = copier.empty() ? nullptr : copier[size_t(il)];
-    if (be)
-      be->upload(dst, src, bytes);
-    else
-      std::memcpy(dst, src, bytes);
-  }
-
-  void swap_slots(int32_t a, int32_t b) {
-    std::swap(slot_of[size_t(a)], slot_of[size_t(b)]);
-    id_at[size_t(slot_of[size_t(a)])] = a;
-    id_at[size_t(slot_of[size_t(b)])] = b;
-  }
-  /// Counts a block becoming used (d = +1) or unused (d = −1) in its tier.
-  void count_used(int32_t id, int64_t d) { (fast(id) ? ts.used_fast : ts.used_slow) += d; }
-
-  /// A block id with ref 0 whose slot is fast — a free one if any, else a cached one (whose
-  /// prefix content is then dropped) — or -1. Scans the fast slots from the cursor.
-  int32_t unused_fast_block() {
-    if (ts.used_fast >= n_fast) return -1;
-    int32_t cached = -1;
-    for (int64_t i = 0; i < n_fast; ++i) {
-      const int64_t s = (cursor + i) % n_fast;
-      const int32_t id = id_at[size_t(s)];
-      if (pool.refcount(id) != 0) continue;
-      if (!pool.hashed(id)) {
-        cursor = (s + 1) % n_fast;
-        return id;
-      }
-      if (cached < 0) cached = id;
-    }
-    if (cached >= 0) {
-      pool.drop(cached);
-      ++ts.dropped;
-    }
-    return cached;
-  }
-
-  /// The oldest fast block of the largest sequence outside its last two blocks, or -1.
-  int32_t victim() const {
-    std::vector<const KvSequence*> order(seqs.begin(), seqs.end());
-    std::sort(order.begin(), order.end(), [](const KvSequence* a, const KvSequence* b) {
-      return a->n_tokens() > b->n_tokens();
-    });
-    for (const KvSequence* q : order) {
-      const std::vector<int32_t>& t = q->block_table();
-      const int64_t end =
-          std::min<int64_t>(int64_t(t.size()), q->n_tokens() / params.block_size - 1);
-      for (int64_t i = 0; i < end; ++i)  // (−1: given back by release_before)
-        if (t[size_t(i)] >= 0 && fast(t[size_t(i)])) return t[size_t(i)];
-    }
-    return -1;
-  }
-
-  /// Gives used block `b` (new: its rows are not yet written) a fast slot if one can be made.
-  void make_fast(int32_t b) {
-    if (const int32_t u = unused_fast_block(); u >= 0) {
-      swap_slots(b, u);  // b's rows are not written yet: nothing to copy
-      --ts.used_slow;
-      ++ts.used_fast;
-      return;
-    }
-    if (const int32_t v = victim(); v >= 0) {
-      copy_slot(slot_of[size_t(b)], slot_of[size_t(v)]);  // v's rows into b's slow slot
-      swap_slots(b, v);
-      ++ts.moves_out;
-      return;
-    }
-    ++ts.placed_slow;
-  }
-
-  /// Copies block b's rows of every layer to (to_store) or from the payload buffer.
-  void block_io(int32_t b, bool to_store) {
-    const int64_t s = slot_of[size_t(b)];
-    uint8_t* p = payload.data();
-    for (int64_t il = 0; il < n_layer; ++il) {
-      uint8_t* k = k_at(il, s);
-      uint8_t* v = v_at(il, s);
-      if (to_store) {
-        std::memcpy(p, k, size_t(kb()));
-        std::memcpy(p + kb(), v, size_t(vb()));
-      } else {
-        std::memcpy(k, p, size_t(kb()));
-        std::memcpy(v, p + kb(), size_t(vb()));
-      }
-      p += kb() + vb();
-    }
-  }
-};
+  win.base = static_cast<uint8_t*>(w);
+  win.id_at.assign(size_t(win.n_slots), -1);
+  win.free.reserve(size_t(win.n_slots));
+  for (int64_t s = win.n_slots; s-- > 0;) win.free.push_back(int32_t(s));  // slot 0 first
+}
 
 KvCache::KvCache(const Hparams& hp, const KvCacheParams& params,
                  const std::vector<Device*>& kv_devices)
@@ -324,13 +192,8 @@ KvCache::KvCache(const Hparams& hp, const KvCacheParams& params,
   c.v_row = kv_row_bytes(params.type_v, hp.n_head_kv, hp.head_dim_v);
   c.bytes_per_token = kv_bytes_per_token(params.type_k, params.type_v, hp.n_layer, hp.n_head_kv,
                                          hp.head_dim, hp.head_dim_v);
-  c.bytes_per_block = params.block_size * c.bytes_per_token;
-  const int64_t budget = params.mem_bytes > 0 ? params.mem_bytes : default_budget();
-  c.n_fast = std::min<int64_t>(budget / c.bytes_per_block, INT32_MAX - 2);
-  if (c.n_fast < 1)
-    throw std::invalid_argument("KV cache: budget of " + std::to_string(budget) +
-                                " bytes is smaller than one block (" +
-                                std::to_string(c.bytes_per_block) + " bytes)");
+  if (kv_window_table_layers(hp, params) > 0) check_window_tables(params, kv_devices);
+  c.plan_groups(hp, params.mem_bytes > 0 ? params.mem_bytes : default_budget());
   if (!params.offload_dir.empty()) {
     for (const std::string& f : remove_stale_offload_files(params.offload_dir))
       std::fprintf(stderr, "kvrun: removed %s, left by a process that no longer runs\n", f.c_str());
@@ -352,11 +215,16 @@ KvCache::KvCache(const Hparams& hp, const KvCacheParams& params,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) throw std::bad_alloc();
   c.base = static_cast<uint8_t*>(p);
+  if (c.win.window > 0) c.map_window_group();
   c.place_layers(kv_devices);
   c.pool = BlockPool(c.n_blocks);
   c.slot_of.resize(size_t(c.n_blocks));
   c.id_at.resize(size_t(c.n_blocks));
   for (int64_t i = 0; i < c.n_blocks; ++i) c.slot_of[size_t(i)] = c.id_at[size_t(i)] = int32_t(i);
+  if (c.win.window > 0) {
+    c.win.slot_of.assign(size_t(c.n_blocks), -1);
+    c.win.ref.assign(size_t(c.n_blocks), 0);
+  }
   if (!params.cache_dir.empty() && params.prefix_cache) {
     PrefixStoreLayout L;
     L.model_id = params.model_id;
@@ -395,6 +263,10 @@ KvLayer KvCache::layer(int64_t il) const {
   l.block_size = c.params.block_size;
   l.k = c.layer_k(il);
   l.v = c.layer_v(il);
+  if (c.windowed(il)) {  // block id → windowed slot (−1 before the window: never read)
+    l.slot_of = c.win.slot_of.data();
+    return l;
+  }
   if (c.slow) {
     l.slot_of = c.slot_of.data();
     l.n_fast = c.n_fast;
@@ -411,6 +283,14 @@ int64_t KvCache::block_size() const { return impl_->params.block_size; }
 int64_t KvCache::n_blocks() const { return impl_->n_blocks; }
 int64_t KvCache::bytes_per_token() const { return impl_->bytes_per_token; }
 int64_t KvCache::bytes_per_block() const { return impl_->bytes_per_block; }
+int64_t KvCache::window() const { return impl_->win.window; }
+bool KvCache::windowed_layer(int64_t il) const {
+  return il >= 0 && il < impl_->n_layer && impl_->windowed(il);
+}
+int64_t KvCache::n_window_layers() const { return impl_->win.n_layers; }
+int64_t KvCache::window_blocks() const { return impl_->win.n_slots; }
+int64_t KvCache::window_blocks_used() const { return impl_->win.live; }
+int64_t KvCache::window_bytes_per_block() const { return impl_->win.bytes_per_block; }
 BlockPool& KvCache::pool() { return impl_->pool; }
 const BlockPool& KvCache::pool() const { return impl_->pool; }
 
@@ -420,6 +300,7 @@ void KvCache::copy_block(int32_t dst, int32_t src) {
     throw std::out_of_range("KvCache::copy_block: block out of range");
   if (dst == src) return;
   impl_->copy_slot(c.slot_of[size_t(dst)], c.slot_of[size_t(src)]);
+  if (c.win.window > 0 && impl_->win_has(dst) && impl_->win_has(src)) impl_->win_copy(dst, src);
 }
 
 namespace {
@@ -443,7 +324,8 @@ void KvCache::write_synthetic_rows(std::span<const int32_t> table, int64_t pos0,
     throw std::out_of_range("KvCache::write_synthetic_rows: position " +
                             std::to_string(pos0 + n - 1) + " has no block in the table");
   for (int64_t b = pos0 / bs; b <= last; ++b)
-    if (table[size_t(b)] < 0 || table[size_t(b)] >= c.n_blocks)
+    if (table[size_t(b)] < 0 || table[size_t(b)] >= c.n_blocks ||
+        (c.win.window > 0 && !c.win_has(table[size_t(b)])))
       throw std::out_of_range("KvCache::write_synthetic_rows: block " + std::to_string(b) +
                               " of the table is given back or out of range");
   // One copy per run of consecutive slots, at most run_max blocks (8 MiB of staging) each.
@@ -467,7 +349,17 @@ void KvCache::write_synthetic_rows(std::span<const int32_t> table, int64_t pos0,
     std::mt19937_64 rng(seed ^ (0x9e3779b97f4a7c15ull * uint64_t(il + 1)));
     random_rows(c.params.type_k, c.n_head_kv, c.head_dim, bs, longest + 1, rng, stage_k);
     random_rows(c.params.type_v, c.n_head_kv, c.head_dim_v, bs, longest + 1, rng, stage_v);
+    for (int64_t p = pos0; c.windowed(il) && p < pos0 + n;) {  // one run per block, its slot
+      const int64_t b = p / bs, end = std::min(pos0 + n, (b + 1) * bs), off = p % bs;
+      const int64_t s = c.win.slot_of[size_t(table[size_t(b)])];
+      std::memcpy(c.wk_at(il, s) + off * c.k_row, stage_k.data() + off * c.k_row,
+                  size_t((end - p) * c.k_row));
+      std::memcpy(c.wv_at(il, s) + off * c.v_row, stage_v.data() + off * c.v_row,
+                  size_t((end - p) * c.v_row));
+      p = end;
+    }
     for (const SlotRun& r : runs) {
+      if (c.windowed(il)) break;
       const int64_t off = r.p0 % bs, len = r.p1 - r.p0;
       c.write_rows(il, c.k_at(il, r.slot) + off * c.k_row, stage_k.data() + off * c.k_row,
                    size_t(len * c.k_row));
@@ -565,192 +457,5 @@ bool KvCache::restore_block(int32_t block, uint64_t hash, std::span<const int32_
   c.block_io(block, false);
   return true;
 }
-
-// ---------------------------------------------------------------------------------------------
-// KvSequence
-
-KvSequence::KvSequence(KvCache& cache) : cache_(cache) { cache_.attach(this); }
-
-KvSequence::~KvSequence() {
-  clear();
-  cache_.detach(this);
-}
-
-int64_t KvSequence::n_tokens() const { return static_cast<int64_t>(tokens_.size()); }
-
-const std::vector<int32_t>& KvSequence::block_table() const { return table_; }
-
-int64_t KvSequence::bytes_held() const {
-  return (static_cast<int64_t>(table_.size()) - n_released_) * cache_.bytes_per_block();
-}
-
-int64_t KvSequence::n_fast_blocks() const {
-  int64_t n = 0;
-  for (int32_t b : table_)
-    if (b >= 0) n += cache_.in_fast_tier(b);  // (−1: given back, sliding window)
-  return n;
-}
-
-int64_t KvSequence::release_before(int64_t pos) {
-  const int64_t bs = cache_.block_size();
-  const int64_t until = std::min<int64_t>(
-      std::max<int64_t>(0, pos) / bs, std::min<int64_t>(n_tokens() / bs, int64_t(table_.size())));
-  const int64_t n = std::max<int64_t>(0, until - n_released_);
-  for (int64_t b = n_released_; b < until; ++b) {
-    cache_.unref_block(table_[size_t(b)]);
-    table_[size_t(b)] = -1;
-  }
-  n_released_ = std::max(n_released_, until);
-  if (n > 0) cache_.rebalance();  // fast slots freed: slow blocks may come back
-  return n;
-}
-
-const std::vector<int32_t>& KvSequence::tokens() const { return tokens_; }
-
-void KvSequence::reserve(int64_t n) {
-  if (n < 0) throw std::invalid_argument("KvSequence::reserve: negative count");
-  if (n == 0) return;
-  BlockPool& pool = cache_.pool();
-  const int64_t bs = cache_.block_size();
-  const int64_t n_tok = n_tokens();
-  const int64_t need_table = (n_tok + n + bs - 1) / bs;
-  const int64_t n_new = std::max<int64_t>(0, need_table - static_cast<int64_t>(table_.size()));
-  // The partial last block is written next: copy it when shared, un-hash it when ours alone.
-  // (With reserved_ > 0 an earlier reserve() already did this.)
-  const bool partial = n_tok % bs != 0 && reserved_ == 0;
-  const int64_t last = n_tok / bs;
-  const bool cow = partial && pool.refcount(table_[last]) > 1;
-  const int64_t n_take = n_new + (cow ? 1 : 0);
-
-  const BlockPoolStats st = pool.stats();
-  if (n_take > st.n_free + st.n_cached)
-    throw KvCacheFull("KV cache full: " + std::to_string(n_take) + " more blocks needed, " +
-                      std::to_string(st.n_free + st.n_cached) + " of " +
-                      std::to_string(st.n_blocks) + " available (raise --kv-mem" +
-                      (cache_.params().offload_dir.empty() ? ", or add --kv-offload-dir)"
-                                                           : " or --kv-offload-max)"));
-  std::vector<int32_t> taken;
-  taken.reserve(static_cast<size_t>(n_take));
-  for (int64_t i = 0; i < n_take; ++i) {
-    std::optional<int32_t> b = cache_.take_block();
-    if (!b) {  // cannot happen after the check above; stay all-or-nothing anyway
-      for (int32_t t : taken) cache_.unref_block(t);
-      throw KvCacheFull("KV cache full");
-    }
-    taken.push_back(*b);
-  }
-  size_t next = 0;
-  if (cow) {
-    const int32_t shared = table_[last];
-    cache_.copy_block(taken[0], shared);
-    table_[last] = taken[next++];
-    cache_.unref_block(shared);
-  } else if (partial) {
-    pool.clear_hash(table_[last]);
-  }
-  for (; next < taken.size(); ++next) table_.push_back(taken[next]);
-  reserved_ = std::max(reserved_, n);
-}
-
-void KvSequence::commit(std::span<const int32_t> tokens) {
-  const int64_t m = static_cast<int64_t>(tokens.size());
-  if (m > reserved_)
-    throw std::logic_error("KvSequence::commit: " + std::to_string(m) + " tokens but only " +
-                           std::to_string(reserved_) + " positions reserved");
-  tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
-  reserved_ -= m;
-  cache_.add_computed(m);
-  if (!cache_.params().prefix_cache) return;
-  const size_t bs = static_cast<size_t>(cache_.block_size());
-  const DType tk = cache_.params().type_k, tv = cache_.params().type_v;
-  BlockPool& pool = cache_.pool();
-  // (Blocks from the first synthetic position on are never hashed: commit_synthetic.)
-  const size_t hash_end =
-      synthetic_from_ < 0 ? tokens_.size() : std::min(tokens_.size(), size_t(synthetic_from_));
-  while ((hashes_.size() + 1) * bs <= hash_end) {
-    const size_t i = hashes_.size();
-    const uint64_t parent = i == 0 ? kKvRootHash : hashes_[i - 1];
-    const uint64_t h =
-        kv_block_hash(parent, std::span<const int32_t>(tokens_).subspan(i * bs, bs), tk, tv);
-    pool.set_hash(table_[i], h);
-    hashes_.push_back(h);
-    cache_.persist_block(table_[i], h, std::span<const int32_t>(tokens_).subspan(i * bs, bs));
-  }
-}
-
-void KvSequence::commit_synthetic(int64_t n) {
-  if (n < 0 || n > reserved_)
-    throw std::logic_error("KvSequence::commit_synthetic: " + std::to_string(n) +
-                           " positions but only " + std::to_string(reserved_) + " reserved");
-  if (n == 0) return;
-  if (synthetic_from_ < 0) synthetic_from_ = n_tokens();
-  tokens_.insert(tokens_.end(), size_t(n), kSyntheticToken);
-  reserved_ -= n;
-}
-
-int64_t KvSequence::attach_prefix(std::span<const int32_t> tokens) {
-  if (!tokens_.empty() || !table_.empty())
-    throw std::logic_error("KvSequence::attach_prefix: the sequence is not empty");
-  if (!cache_.params().prefix_cache || tokens.empty()) return 0;
-  const size_t bs = static_cast<size_t>(cache_.block_size());
-  const size_t n_full = (tokens.size() - 1) / bs;  // the last token is always computed
-  const DType tk = cache_.params().type_k, tv = cache_.params().type_v;
-  BlockPool& pool = cache_.pool();
-  uint64_t parent = kKvRootHash;
-  for (size_t i = 0; i < n_full; ++i) {
-    const uint64_t h = kv_block_hash(parent, tokens.subspan(i * bs, bs), tk, tv);
-    const std::optional<int32_t> b = pool.find(h);
-    if (!b) break;
-    cache_.ref_block(*b);
-    table_.push_back(*b);
-    hashes_.push_back(h);
-    parent = h;
-  }
-  // Then the persistent prefix cache: each further block read into a block of the pool.
-  for (size_t i = table_.size(); cache_.prefix_store() && i < n_full; ++i) {
-    const std::span<const int32_t> blk = tokens.subspan(i * bs, bs);
-    const uint64_t h = kv_block_hash(parent, blk, tk, tv);
-    if (!cache_.prefix_store()->contains(h)) break;
-    const std::optional<int32_t> b = cache_.take_block();
-    if (!b) break;
-    if (!cache_.restore_block(*b, h, blk)) {
-      cache_.unref_block(*b);
-      break;
-    }
-    pool.set_hash(*b, h);
-    table_.push_back(*b);
-    hashes_.push_back(h);
-    parent = h;
-  }
-  const size_t n = table_.size() * bs;
-  tokens_.assign(tokens.begin(), tokens.begin() + static_cast<ptrdiff_t>(n));
-  cache_.add_reused(static_cast<int64_t>(n));
-  if (n > 0) cache_.rebalance();  // cached blocks found in the slow tier come back if room
-  return static_cast<int64_t>(n);
-}
-
-void KvSequence::truncate(int64_t n) {
-  if (n < 0 || n > n_tokens())
-    throw std::out_of_range("KvSequence::truncate: " + std::to_string(n) + " not in [0, " +
-                            std::to_string(n_tokens()) + "]");
-  const int64_t bs = cache_.block_size();
-  const size_t keep = static_cast<size_t>((n + bs - 1) / bs);
-  if (n > 0 && (n - 1) / bs < n_released_)
-    throw std::logic_error("KvSequence::truncate: position " + std::to_string(n - 1) +
-                           " is in a block given back by release_before");
-  const bool released = table_.size() > keep;
-  while (table_.size() > keep) {
-    if (table_.back() >= 0) cache_.unref_block(table_.back());
-    table_.pop_back();
-  }
-  n_released_ = std::min(n_released_, static_cast<int64_t>(keep));
-  tokens_.resize(static_cast<size_t>(n));
-  if (synthetic_from_ >= n) synthetic_from_ = -1;  // no synthetic position left
-  hashes_.resize(std::min(hashes_.size(), static_cast<size_t>(n / bs)));
-  reserved_ = 0;
-  if (released) cache_.rebalance();
-}
-
-void KvSequence::clear() { truncate(0); }
 
 }  // namespace kvrun

@@ -44,6 +44,15 @@ struct KvCacheParams {
   /// make_context_cache; KvCache itself then takes 90% of the directory's free space, at most
   /// 64 GiB).
   int64_t offload_max = 0;
+  /// Per-layer block tables (docs/kv-cache.md, "Windowed layers"): for a model whose layers mix
+  /// sliding-window and global attention (gemma2, gemma3), the windowed layers' rows live in a
+  /// group of their own, given back once wholly before the window; the global layers keep every
+  /// position. false: every layer's rows in one block (the uniform layout). Models whose every
+  /// layer is windowed, or none, always use the uniform layout.
+  bool window_tables = true;
+  /// Blocks the windowed group holds (with window tables), taken from mem_bytes before the
+  /// global layers' blocks; 0: as many as the global layers get (the budget split per block).
+  int64_t window_blocks = 0;
 };
 
 /// Where a KvCache's blocks are (docs/kv-cache.md, "Tiers"). Block counts; bytes are counts ×
@@ -72,6 +81,12 @@ class KvSequence;
 /// largest sequence out (its last two blocks — the decode window and the block being written —
 /// stay). Blocks move back when a sequence shrinks or ends (rebalance). Attention reads every
 /// block where it lies, so the result is the same, bit for bit, as with one tier.
+///
+/// Window tables (KvCacheParams::window_tables, a model mixing windowed and global layers): the
+/// pool's blocks hold the global layers' rows; each block id a sequence holds in its window also
+/// has the windowed layers' rows in a slot of a second, smaller group (always in RAM), given back
+/// by KvSequence::release_window_before. Block tables are the same for every layer: a windowed
+/// layer's KvLayer maps block ids to its group's slots through KvLayer::slot_of.
 class KvCache {
  public:
   /// Throws std::invalid_argument (a type that is not a KV cache type, block_size < 1, rotate
@@ -83,7 +98,8 @@ class KvCache {
   /// cannot address (a GPU) keeps its rows there: copy-on-write copies them through a backend of
   /// that device (download + upload); with such a device, --kv-offload-dir (tiers) and
   /// --kv-cache-dir (the prefix store), which read rows with the host, throw
-  /// std::invalid_argument naming the flag.
+  /// std::invalid_argument naming the flag; so do window tables with such a device or with
+  /// --kv-cache-dir (make_context_cache turns window tables off there instead).
   KvCache(const Hparams& hp, const KvCacheParams& params,
           const std::vector<Device*>& kv_devices = {});
   ~KvCache();
@@ -98,12 +114,32 @@ class KvCache {
   bool rows_on_host() const;
   int64_t n_layer() const;
   int64_t block_size() const;
-  int64_t n_blocks() const;         ///< capacity
-  int64_t bytes_per_token() const;  ///< kv_bytes_per_token(type_k, type_v, ...)
-  int64_t bytes_per_block() const;  ///< block_size × bytes_per_token
+  int64_t n_blocks()
+      const;  ///< capacity of the pool (the global layers' blocks with window tables)
+  /// K and V bytes of one position over every layer: kv_bytes_per_token(type_k, type_v, ...).
+  int64_t bytes_per_token() const;
+  /// Bytes of one pool block: block_size × the K and V rows of the layers it holds (every layer;
+  /// with window tables the global layers only).
+  int64_t bytes_per_block() const;
+  /// The sliding window (Hparams::n_swa) of the windowed layers when they have blocks of their
+  /// own (window tables on a mixed model), else 0.
+  int64_t window() const;
+  /// True when layer `il`'s rows are in the windowed group (window() > 0 and il windowed).
+  bool windowed_layer(int64_t il) const;
+  /// Layers in the windowed group (0 without window tables).
+  int64_t n_window_layers() const;
+  /// Windowed-group blocks the cache can hold (0 without window tables).
+  int64_t window_blocks() const;
+  /// Windowed-group blocks in some sequence's window now (the rest are free or keep the rows
+  /// of a cached prefix block, reusable).
+  int64_t window_blocks_used() const;
+  /// Bytes of one windowed-group block: block_size × the windowed layers' K and V rows (0
+  /// without window tables).
+  int64_t window_bytes_per_block() const;
   BlockPool& pool();
   const BlockPool& pool() const;
-  /// Copies block `src`'s rows (every layer, K and V) to block `dst` (copy-on-write).
+  /// Copies block `src`'s rows (every layer, K and V; with window tables the windowed layers'
+  /// rows too, both blocks holding them) to block `dst` (copy-on-write).
   void copy_block(int32_t dst, int32_t src);
   /// Writes synthetic K and V rows, every layer, at positions pos0 … pos0+n−1 of the block table
   /// `table` (blocks already taken; table[p / block_size] holds position p): random values
@@ -156,6 +192,11 @@ class KvCache {
   std::unique_ptr<Impl> impl_;
 };
 
+/// The layers whose rows a KvCache of `p` for a model of `hp` keeps in its windowed group: the
+/// windowed layers (Hparams::is_swa) when p.window_tables is on and the model mixes windowed
+/// and global layers (gemma2: every other layer; gemma3: 5 of 6), else 0 (the uniform layout).
+int64_t kv_window_table_layers(const Hparams& hp, const KvCacheParams& p);
+
 /// MemAvailable from /proc/meminfo in bytes (what the machine can give without swapping); -1
 /// when it cannot be read. Half of it is KvCache's budget when none is given.
 int64_t mem_available_bytes();
@@ -181,9 +222,23 @@ class KvSequence {
   /// [ceil(n_tokens / block_size)] physical block ids (more while a reserve() is pending); the
   /// first n_released() are −1 (given back by release_before).
   const std::vector<int32_t>& block_table() const;
-  /// Bytes of the blocks the table holds ((ceil(S / block_size) − n_released()) ×
-  /// bytes_per_block).
+  /// Bytes of the blocks the table holds: (ceil(S / block_size) − n_released()) ×
+  /// bytes_per_block, plus n_window_blocks() × window_bytes_per_block with window tables.
   int64_t bytes_held() const;
+  /// With window tables: leading table entries whose windowed-layer rows were given back
+  /// (release_window_before); 0 otherwise.
+  int64_t n_window_released() const { return n_win_released_; }
+  /// With window tables: entries whose windowed-layer rows the sequence holds (the table's
+  /// entries from n_window_released() on); 0 otherwise.
+  int64_t n_window_blocks() const;
+  /// With window tables (KvCache::window() > 0): gives back the windowed layers' rows of every
+  /// block wholly before position `pos` (no later query of a windowed layer reads them); the
+  /// global layers keep them, so the table, n_tokens(), tokens() and the prefix hashes are
+  /// unchanged. Returns the blocks whose windowed rows this call gave back (0 without window
+  /// tables). Engine steps call it after each commit with pos = n_tokens() − window + 1. The
+  /// rows stay in their slots until the group needs them (oldest first), so a truncate or a
+  /// prefix match shortly behind may still find them.
+  int64_t release_window_before(int64_t pos);
   /// Blocks of the table whose rows are in the cache's fast tier (the rest of bytes_held() is in
   /// the slow tier: --kv-offload-dir).
   int64_t n_fast_blocks() const;
@@ -193,6 +248,10 @@ class KvSequence {
   /// (a released full block stays in the pool's prefix cache for other sequences). Returns the
   /// number of blocks given back by this call.
   int64_t release_before(int64_t pos);
+  /// With window tables: whether the window of position n (n ≤ n_tokens()) has its windowed
+  /// rows, held or given back but still kept (truncate(n) holds those again); always true
+  /// without window tables or for n = 0.
+  bool has_window_rows(int64_t n) const;
   /// Leading blocks given back by release_before (a truncate into them lowers it).
   int64_t n_released() const { return n_released_; }
 
@@ -215,7 +274,9 @@ class KvSequence {
   /// With n_tokens() == 0: takes the cached blocks matching the longest full-block prefix of
   /// `tokens`, leaving at least the last token to compute — blocks in the pool first, then blocks
   /// read from the persistent prefix cache (--kv-cache-dir) into free blocks; returns the tokens
-  /// reused (a multiple of block_size, 0 without a match or with the prefix cache off) and adds
+  /// reused (a multiple of block_size, 0 without a match or with the prefix cache off; with
+  /// window tables the match also needs the windowed rows of the blocks in the window of its
+  /// first computed position, and is shortened until they are there) and adds
   /// them to the cache's reused counter. The sequence then holds those tokens (n_tokens() == the
   /// return value).
   int64_t attach_prefix(std::span<const int32_t> tokens);
@@ -223,7 +284,8 @@ class KvSequence {
   /// any pending reservation (cancellation). A block left partial keeps its content (and its
   /// hash in the pool, still valid for other holders); the next reserve() copies it first when
   /// shared, or drops its hash when this sequence owns it alone. Throws std::logic_error when
-  /// position n − 1 is in a released block (n = 0 is always allowed).
+  /// position n − 1 is in a released block, or (window tables) when !has_window_rows(n)
+  /// (n = 0 is always allowed).
   void truncate(int64_t n);
   /// truncate(0).
   void clear();
@@ -231,6 +293,9 @@ class KvSequence {
   const std::vector<int32_t>& tokens() const;
 
  private:
+  /// attach_prefix with window tables: shortens the match until every block in the window of
+  /// its first computed position has windowed rows, and holds those.
+  void attach_window_rows();
   KvCache& cache_;
   std::vector<int32_t> table_;
   std::vector<int32_t> tokens_;
@@ -238,6 +303,7 @@ class KvSequence {
   int64_t reserved_ = 0;          // positions reserved beyond n_tokens()
   int64_t n_released_ = 0;        // leading table entries given back (−1)
   int64_t synthetic_from_ = -1;   // first synthetic position (−1: none); no block from it hashed
+  int64_t n_win_released_ = 0;    // leading entries whose windowed rows were given back
 };
 
 }  // namespace kvrun
