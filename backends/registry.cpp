@@ -39,6 +39,8 @@ const char* op_name(Op op) {
       return "moe_route";
     case Op::kMatmulId:
       return "matmul_id";
+    case Op::kAttnSinks:
+      return "attention sinks";
   }
   return "?";
 }

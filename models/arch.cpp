@@ -11,14 +11,16 @@ struct ArchEntry {
 };
 
 constexpr ArchEntry kArchs[] = {
-    {"llama", llama_arch},       {"qwen2", qwen2_arch},   {"qwen3", qwen3_arch},
-    {"phi3", phi3_arch},         {"gemma2", gemma2_arch}, {"gemma3", gemma3_arch},
-    {"qwen3moe", qwen3moe_arch},
+    {"llama", llama_arch},       {"qwen2", qwen2_arch},    {"qwen3", qwen3_arch},
+    {"phi3", phi3_arch},         {"gemma2", gemma2_arch},  {"gemma3", gemma3_arch},
+    {"qwen3moe", qwen3moe_arch}, {"gpt-oss", gptoss_arch},
 };
 
 }  // namespace
 
-const char* supported_archs() { return "llama, qwen2, qwen3, qwen3moe, phi3, gemma2, gemma3"; }
+const char* supported_archs() {
+  return "llama, qwen2, qwen3, qwen3moe, gpt-oss, phi3, gemma2, gemma3";
+}
 
 ArchSpec configure_arch(const gguf::File& file, Hparams& hp) {
   for (const ArchEntry& e : kArchs)

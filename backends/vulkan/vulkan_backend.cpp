@@ -265,6 +265,8 @@ class VulkanBackend final : public Backend {
 
   void glu(GluKind kind, const float* gate, const float* up, float* out, int64_t rows,
            int64_t cols) override {
+    if (kind == GluKind::kSwiGluOai)  // only gpt-oss's experts use it; MoE layers are refused
+      throw std::logic_error("glu swiglu_oai is not implemented by the Vulkan backend");
     eltwise(kind == GluKind::kGeGlu ? kGeGlu : kSwiGlu, gate, up, out, rows * cols, 0, 0, 0, 0);
   }
   void add(float* y, const float* x, int64_t n) override {
@@ -445,6 +447,7 @@ class VulkanDevice final : public Device {
         return kv_code(a) >= 0 && kv_code(b) >= 0;
       case Op::kMoeRoute:  // not yet: a MoE model is refused by -ngl
       case Op::kMatmulId:
+      case Op::kAttnSinks:  // gpt-oss's attention sinks: not yet (load refuses)
         return false;
     }
     return false;
