@@ -51,13 +51,22 @@ enum class Op {
   kLayerNorm,       ///< LayerNorm with an f32 weight and bias (encoders: bert, nomic-bert)
   kGelu,            ///< GELU of every element (bert's FFN)
   kAttention,       ///< bidirectional attention within each sequence of a step (encoders)
+  kAttnSinks,       ///< paged attention with per-head sink logits (PagedAttnParams::sinks)
 };
 
 /// The name of `op` ("matmul", "paged_attention", …).
 const char* op_name(Op op);
 
 /// Which gated linear unit an FFN uses (Shazeer 2020, "GLU Variants Improve Transformer").
-enum class GluKind { kSwiGlu, kGeGlu };
+/// kSwiGluOai is gpt-oss's clamped variant (OpenAI 2025, "gpt-oss-120b & gpt-oss-20b Model
+/// Card"; constants as ggml's swiglu_oai / the model's swiglu_limit): g = min(gate, limit),
+/// u = clamp(up, −limit, limit), out = g · sigmoid(alpha · g) · (u + 1), with alpha =
+/// kSwiGluOaiAlpha and limit = kSwiGluOaiLimit.
+enum class GluKind { kSwiGlu, kGeGlu, kSwiGluOai };
+
+/// gpt-oss's SwiGLU constants (GluKind::kSwiGluOai): the sigmoid's slope and the clamp.
+constexpr float kSwiGluOaiAlpha = 1.702f;
+constexpr float kSwiGluOaiLimit = 7.0f;
 
 /// RoPE settings (RoFormer, Su et al. 2021).
 struct RopeConfig {
@@ -91,6 +100,12 @@ struct PagedAttnParams {
   /// Soft-capping of the scaled scores, s ← cap · tanh(s / cap) before the softmax (Gemma 2
   /// report, §2; llama.cpp's attn_soft_cap); 0 = off.
   float softcap = 0;
+  /// Attention sinks (gpt-oss; Xiao et al. 2023, "Efficient Streaming Language Models with
+  /// Attention Sinks", learned per head): [n_head] f32 logits in the device's memory, each one
+  /// more term of its head's softmax denominator with no value (weights e^(s_j − M) /
+  /// (e^(sink − M) + Σ e^(s − M)), M the max over the scores and the sink; the sink is not
+  /// scaled). Null: none. A device answers supports(Op::kAttnSinks) for it.
+  const float* sinks = nullptr;
 };
 
 /// One layer's K and V storage in the paged KV cache (does not own memory), in the memory of the
@@ -206,11 +221,15 @@ class Device {
 
 /// How a mixture-of-experts router turns one row of expert logits into expert weights
 /// (Shazeer et al. 2017, "Outrageously Large Neural Networks"; Qwen3 MoE: softmax gating,
-/// top-k, the k probabilities renormalized to sum to 1 when norm_topk_prob is set).
+/// top-k, the k probabilities renormalized to sum to 1 when norm_topk_prob is set; gpt-oss:
+/// top-k of the logits, then a softmax over the k chosen).
 struct MoeRouteParams {
   int64_t n_expert = 0;  ///< logits per row
   int64_t n_used = 0;    ///< k: experts chosen per row (1 ≤ k ≤ n_expert)
-  bool norm = true;      ///< divide the k chosen probabilities by their sum
+  bool norm = true;      ///< divide the k chosen probabilities by their sum (softmax first only)
+  /// false: softmax over every expert, then top-k; true (gpt-oss, llama.cpp's
+  /// SOFTMAX_WEIGHT gating): the k largest logits, then softmax over those k (norm unused)
+  bool topk_then_softmax = false;
 };
 
 /// One output of Backend::matmul_many.
@@ -292,8 +311,10 @@ class Backend {
 
   /// The router of n rows: p = softmax(logits[r, :]) over p.n_expert, the p.n_used largest
   /// (descending; the lower id first on a tie) into ids[r, :] and their probabilities into
-  /// weights[r, :], divided by their sum when p.norm. logits: [n, n_expert]; ids: [n, n_used]
-  /// int32; weights: [n, n_used] f32. Throws std::invalid_argument when n_used is out of range.
+  /// weights[r, :], divided by their sum when p.norm; with p.topk_then_softmax the p.n_used
+  /// largest logits (same order) and the softmax of those n_used logits instead.
+  /// logits: [n, n_expert]; ids: [n, n_used] int32; weights: [n, n_used] f32. Throws
+  /// std::invalid_argument when n_used is out of range.
   virtual void moe_route(const float* /*logits*/, int64_t /*n*/, const MoeRouteParams& /*p*/,
                          int32_t* /*ids*/, float* /*weights*/) {
     throw std::logic_error("moe_route is not implemented by the " + device().name() + " backend");
@@ -302,13 +323,16 @@ class Backend {
   /// [k, m, n_expert] (ne[2] matrices of m rows of k), ids [n, n_used] as moe_route writes them.
   /// For row r and slot j, with e = ids[r, j] and input row xr = x[r, :] (x [n, k]) or, with
   /// x_per_slot, x[r, j, :] (x [n, n_used, k]):
-  ///   weights == null: y[r, j, :] = w[e] · xr            (y [n, n_used, m])
-  ///   weights != null: y[r, :] = Σ_j weights[r, j] · (w[e] · xr), summed in slot order (y [n, m])
-  /// Each w[e] equals matmul's result on the rows routed to e. Throws std::out_of_range for an
-  /// id outside [0, n_expert) and std::invalid_argument for an unsupported weight.
+  ///   weights == null: y[r, j, :] = w[e] · xr + b[e]            (y [n, n_used, m])
+  ///   weights != null: y[r, :] = Σ_j weights[r, j] · (w[e] · xr + b[e]), summed in slot order
+  ///                    (y [n, m])
+  /// where b[e] is row e of `bias` (f32 [m, n_expert] on the device: one bias per expert, as
+  /// ggml's add_id) or 0 when bias is null. Each w[e] · xr equals matmul's result on the rows
+  /// routed to e. Throws std::out_of_range for an id outside [0, n_expert) and
+  /// std::invalid_argument for an unsupported weight.
   virtual void matmul_id(const Tensor& /*w*/, const float* /*x*/, bool /*x_per_slot*/,
                          const int32_t* /*ids*/, const float* /*weights*/, int64_t /*n*/,
-                         int64_t /*n_used*/, float* /*y*/) {
+                         int64_t /*n_used*/, float* /*y*/, const Tensor* /*bias*/) {
     throw std::logic_error("matmul_id is not implemented by the " + device().name() + " backend");
   }
 

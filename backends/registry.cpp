@@ -45,6 +45,8 @@ const char* op_name(Op op) {
       return "gelu";
     case Op::kAttention:
       return "attention";
+    case Op::kAttnSinks:
+      return "attention sinks";
   }
   return "?";
 }

@@ -28,6 +28,11 @@
 //              FFN with biases (Devlin et al. 2019, "BERT")
 //   nomic-bert bert without position embeddings or biases: fused QKV, NeoX RoPE, SwiGLU FFN
 //              (Nussbaum et al. 2024, "Nomic Embed")
+//   gpt-oss  (GGUF arch "gpt-oss", llama.cpp's LLM_ARCH_OPENAI_MOE) Q/K/V and output biases,
+//            a learned attention sink per head, a 128-token window on even layers, YaRN RoPE;
+//            a MoE FFN in every layer whose norm is named post_attention_norm: router with
+//            bias, top-k of the logits then softmax over the k, experts with biases and the
+//            clamped SwiGLU (OpenAI 2025, "gpt-oss-120b & gpt-oss-20b Model Card")
 #pragma once
 
 #include <string>
@@ -42,6 +47,7 @@ namespace kvrun {
 enum class FfnAct {
   SiLU,      ///< SwiGLU: silu(gate) · up (llama, qwen, phi3, mistral)
   GeluTanh,  ///< GeGLU: gelu_tanh(gate) · up (gemma)
+  SiluOai,   ///< gpt-oss's clamped SwiGLU (GluKind::kSwiGluOai, backend.h)
 };
 
 /// How the shared forward pass runs one architecture (defaults: plain llama).
@@ -62,6 +68,16 @@ struct ArchSpec {
   /// An encoder (bert, nomic-bert): bidirectional attention over whole inputs, outputs
   /// embeddings only (no output head); loaded and run by models/bert.h.
   bool encoder = false;
+  /// The router takes the top-k logits, then a softmax over those k (gpt-oss; moe_norm unused)
+  bool moe_topk_softmax = false;
+  /// Biases of the router and the experts are required: ffn_gate_inp.bias {n_expert},
+  /// ffn_{gate,up}_exps.bias {n_ff_exp, n_expert}, ffn_down_exps.bias {n_embd, n_expert}
+  /// (gpt-oss; other MoE architectures use them when present)
+  bool moe_bias = false;
+  bool attn_sinks = false;  ///< attn_sinks {n_head} f32: a learned sink logit per head (gpt-oss)
+  /// The FFN's pre-norm is stored as post_attention_norm (gpt-oss: Hugging Face's
+  /// post_attention_layernorm name), not ffn_norm; there is no attention post-norm
+  bool ffn_norm_is_post_attention = false;
 };
 
 /// Whether `arch` (general.architecture) is an encoder kvrun knows (bert, nomic-bert): an
@@ -85,6 +101,11 @@ ArchSpec gemma2_arch(const gguf::File& file, Hparams& hp);    ///< gemma2
 ArchSpec gemma3_arch(const gguf::File& file, Hparams& hp);    ///< gemma3
 ArchSpec qwen3moe_arch(const gguf::File& file, Hparams& hp);  ///< qwen3moe
 ArchSpec bert_arch(const gguf::File& file, Hparams& hp);      ///< bert, nomic-bert
+ArchSpec gptoss_arch(const gguf::File& file, Hparams& hp);    ///< gpt-oss
+
+/// Reads `{arch}.expert_count`, `.expert_used_count` (≤ expert_count) and
+/// `.expert_feed_forward_length` into hp (all required, ≥ 1). Throws ModelError naming the key.
+void read_moe_counts(const gguf::File& file, Hparams& hp);
 
 /// `{arch}.attention.sliding_window` if present (else `fallback`), checked to be ≥ 0.
 int64_t read_sliding_window(const gguf::File& file, const Hparams& hp, int64_t fallback);

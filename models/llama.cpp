@@ -52,6 +52,15 @@ Tensor load_matrix(const gguf::File& f, const std::string& name, int64_t ne0, in
 
 namespace {
 
+/// An f32 bias per expert, {m, n_expert} (absent → null view unless `required`).
+Tensor get_expert_bias(const gguf::File& f, const std::string& name, int64_t m, int64_t n_expert,
+                       bool required) {
+  Tensor t = load_tensor(f, name, m, n_expert, required);
+  if (t.data && t.type != DType::F32)
+    throw ModelError("tensor " + name + " is " + traits(t.type).name + ", expected f32");
+  return t;
+}
+
 /// The matmuls of weights that read the same input (one backend call: the CPU converts the
 /// activations once when the weights pair with the same activation type).
 void matmul_shared_input(Backend& be, std::initializer_list<MatmulOut> outs, const float* x,
@@ -115,14 +124,24 @@ LlamaWeights load_llama_weights(const gguf::File& f, const Hparams& hp, const Ar
     L.q_norm = load_tensor(f, p + "attn_q_norm.weight", hp.head_dim, 0, spec.qk_norm);
     L.k_norm = load_tensor(f, p + "attn_k_norm.weight", hp.head_dim, 0, spec.qk_norm);
     L.wo = load_matrix(f, p + "attn_output.weight", no, d);
-    L.attn_post_norm = load_tensor(f, p + "post_attention_norm.weight", d, 0, spec.post_norms);
-    L.ffn_norm = load_tensor(f, p + "ffn_norm.weight", d, 0);
+    L.bo = load_tensor(f, p + "attn_output.bias", d, 0, false);
+    L.attn_sinks = load_tensor(f, p + "attn_sinks.weight", hp.n_head, 0, spec.attn_sinks);
+    if (spec.ffn_norm_is_post_attention) {  // gpt-oss: the FFN's norm under this name
+      L.ffn_norm = load_tensor(f, p + "post_attention_norm.weight", d, 0);
+    } else {
+      L.attn_post_norm = load_tensor(f, p + "post_attention_norm.weight", d, 0, spec.post_norms);
+      L.ffn_norm = load_tensor(f, p + "ffn_norm.weight", d, 0);
+    }
     if (spec.moe) {
       const int64_t ne = hp.n_expert, ff = hp.n_ff_exp;
       L.ffn_gate_inp = load_matrix(f, p + "ffn_gate_inp.weight", d, ne);
       L.ffn_gate_exps = load_matrix(f, p + "ffn_gate_exps.weight", d, ff, ne);
       L.ffn_up_exps = load_matrix(f, p + "ffn_up_exps.weight", d, ff, ne);
       L.ffn_down_exps = load_matrix(f, p + "ffn_down_exps.weight", ff, d, ne);
+      L.ffn_gate_inp_b = load_tensor(f, p + "ffn_gate_inp.bias", ne, 0, spec.moe_bias);
+      L.ffn_gate_exps_b = get_expert_bias(f, p + "ffn_gate_exps.bias", ff, ne, spec.moe_bias);
+      L.ffn_up_exps_b = get_expert_bias(f, p + "ffn_up_exps.bias", ff, ne, spec.moe_bias);
+      L.ffn_down_exps_b = get_expert_bias(f, p + "ffn_down_exps.bias", d, ne, spec.moe_bias);
       w.layers.push_back(L);
       continue;
     }
@@ -173,7 +192,7 @@ std::vector<Device*> Placement::devices() const {
 namespace {
 
 /// The per-layer weights a device holds, in upload order.
-std::array<Tensor*, 28> layer_tensors(LlamaLayer& L) {
+std::array<Tensor*, 33> layer_tensors(LlamaLayer& L) {
   return {&L.attn_norm,
           &L.wqkv,
           &L.wq,
@@ -185,6 +204,8 @@ std::array<Tensor*, 28> layer_tensors(LlamaLayer& L) {
           &L.q_norm,
           &L.k_norm,
           &L.wo,
+          &L.bo,
+          &L.attn_sinks,
           &L.attn_post_norm,
           &L.ffn_norm,
           &L.ffn_gate,
@@ -195,7 +216,10 @@ std::array<Tensor*, 28> layer_tensors(LlamaLayer& L) {
           &L.ffn_gate_exps,
           &L.ffn_up_exps,
           &L.ffn_down_exps,
-          &L.bo,
+          &L.ffn_gate_inp_b,
+          &L.ffn_gate_exps_b,
+          &L.ffn_up_exps_b,
+          &L.ffn_down_exps_b,
           &L.attn_out_norm,
           &L.attn_out_norm_b,
           &L.ffn_up_b,
@@ -251,6 +275,10 @@ size_t upload_llama_weights(LlamaWeights& w, const Placement& p, bool release_ma
           throw ModelError("layer " + std::to_string(il) + " is an encoder (" + w.spec.name +
                            ") layer, and " + dev.name() + " does not support " + op_name(op) +
                            " yet (run it on the CPU: no -ngl)");
+    for (const Device* d : {&dev, p.kv[il]})  // the sinks are read where the attention runs
+      if (L.attn_sinks.data && !d->supports(Op::kAttnSinks))
+        throw ModelError("layer " + std::to_string(il) + " has attention sinks, and " + d->name() +
+                         " does not support them yet");
     for (Tensor* t : layer_tensors(L))
       up(*t, dev, ("layer " + std::to_string(il) + " weight").c_str());
   }
@@ -398,8 +426,10 @@ void attention_block(const Hparams& hp, const LlamaWeights& w, int64_t il, Backe
   ap.rotate = b.rotate;
   ap.window = hp.is_swa(il) ? hp.n_swa : 0;
   ap.softcap = hp.attn_softcap;
+  ap.sinks = static_cast<const float*>(L.attn_sinks.data);
   kv_attention(be, s, kv_be, kv_s, b.kv[il], ap, n, nq, nk, nv);
   be.matmul(L.wo, s.att, n, s.proj);
+  add_bias(be, s.proj, L.bo, n, d);
   if (L.attn_post_norm.data) be.rms_norm(s.proj, &L.attn_post_norm, s.proj, n, d, hp.rms_eps);
   be.add(s.x, s.proj, n * d);
 }
@@ -423,8 +453,7 @@ void ffn_block(const Hparams& hp, const LlamaWeights& w, int64_t il, Backend& be
     be.copy_cols(fused, n, 2 * ff, 0, ff, s.gate);
     be.copy_cols(fused, n, 2 * ff, ff, ff, s.up);
   }
-  be.glu(w.spec.ffn == FfnAct::GeluTanh ? GluKind::kGeGlu : GluKind::kSwiGlu, s.gate, s.up, s.gate,
-         n, ff);
+  be.glu(glu_kind(w.spec.ffn), s.gate, s.up, s.gate, n, ff);
   be.matmul(L.ffn_down, s.gate, n, s.proj);
   if (L.ffn_post_norm.data) be.rms_norm(s.proj, &L.ffn_post_norm, s.proj, n, d, hp.rms_eps);
   be.add(s.x, s.proj, n * d);

@@ -11,10 +11,11 @@
 // then logits = Woutput · RMSNorm(x)·output_norm. Weights stay in their stored types.
 //
 // Every architecture kvrun runs is this block with options (models/arch.h: an ArchSpec per
-// architecture, one small file each): Q/K/V biases when present (qwen2), a fused attn_qkv and a
-// fused gate/up ffn_up when present (phi3), per-head Q/K RMSNorm (qwen3, gemma3), post-norms,
-// embedding scaling, GeGLU and soft-capping (gemma), NeoX RoPE, per-layer RoPE bases and sliding
-// windows (gemma, phi3, mistral).
+// architecture, one small file each): Q/K/V/output biases when present (qwen2, gpt-oss), a fused
+// attn_qkv and a fused gate/up ffn_up when present (phi3), per-head Q/K RMSNorm (qwen3, gemma3),
+// post-norms, embedding scaling, GeGLU and soft-capping (gemma), NeoX RoPE, per-layer RoPE bases
+// and sliding windows (gemma, phi3, mistral, gpt-oss), attention sinks and mixture-of-experts
+// FFNs (qwen3moe, gpt-oss: models/moe.cpp).
 #pragma once
 
 #include <cstdint>
@@ -44,6 +45,8 @@ struct LlamaLayer {
   Tensor q_norm;     ///< {head_dim} f32, optional: RMSNorm weight of every Q head (qwen3, gemma3)
   Tensor k_norm;     ///< {head_dim} f32, optional: the same for K
   Tensor wo;         ///< {n_head · head_dim_v, n_embd}
+  Tensor bo;         ///< {n_embd} f32, optional: attn_output bias (gpt-oss, bert)
+  Tensor attn_sinks;      ///< {n_head} f32, optional: a sink logit per head (gpt-oss)
   Tensor attn_post_norm;  ///< {n_embd} f32, optional (gemma): RMSNorm of the attention output
   Tensor ffn_norm;        ///< {n_embd} f32
   Tensor ffn_gate;        ///< {n_embd, n_ff}; absent when ffn_up is fused
@@ -51,12 +54,15 @@ struct LlamaLayer {
   Tensor ffn_down;        ///< {n_ff, n_embd}
   Tensor ffn_post_norm;   ///< {n_embd} f32, optional (gemma): RMSNorm of the FFN output
   // A mixture-of-experts FFN (ArchSpec::moe) instead of ffn_gate / ffn_up / ffn_down:
-  Tensor ffn_gate_inp;   ///< {n_embd, n_expert} router
-  Tensor ffn_gate_exps;  ///< {n_embd, n_ff_exp, n_expert}: one gate matrix per expert
-  Tensor ffn_up_exps;    ///< {n_embd, n_ff_exp, n_expert}
-  Tensor ffn_down_exps;  ///< {n_ff_exp, n_embd, n_expert}
-  // An encoder block (ArchSpec::encoder, models/bert.h), post-LayerNorm:
-  Tensor bo;                ///< {n_embd} f32 attn_output.bias (bert)
+  Tensor ffn_gate_inp;     ///< {n_embd, n_expert} router
+  Tensor ffn_gate_exps;    ///< {n_embd, n_ff_exp, n_expert}: one gate matrix per expert
+  Tensor ffn_up_exps;      ///< {n_embd, n_ff_exp, n_expert}
+  Tensor ffn_down_exps;    ///< {n_ff_exp, n_embd, n_expert}
+  Tensor ffn_gate_inp_b;   ///< {n_expert} f32, optional: router bias (gpt-oss)
+  Tensor ffn_gate_exps_b;  ///< {n_ff_exp, n_expert} f32, optional: one bias row per expert
+  Tensor ffn_up_exps_b;    ///< {n_ff_exp, n_expert} f32, optional
+  Tensor ffn_down_exps_b;  ///< {n_embd, n_expert} f32, optional
+  // An encoder block (ArchSpec::encoder, models/bert.h), post-LayerNorm (and bo above):
   Tensor attn_out_norm;     ///< {n_embd} f32 LayerNorm of x + attention (attn_output_norm)
   Tensor attn_out_norm_b;   ///< {n_embd} f32 its bias
   Tensor ffn_up_b;          ///< {n_ff} f32 (bert)
@@ -161,9 +167,17 @@ class LlamaScratch {
   std::unique_ptr<DeviceBuffer> grown_[5];
 };
 
+/// The seam's gated unit for an architecture's FFN activation.
+inline GluKind glu_kind(FfnAct a) {
+  return a == FfnAct::GeluTanh  ? GluKind::kGeGlu
+         : a == FfnAct::SiluOai ? GluKind::kSwiGluOai
+                                : GluKind::kSwiGlu;
+}
+
 /// out (the FFN output [n, n_embd]) = the mixture-of-experts FFN of layer L over its input
-/// xn [n, n_embd] (models/moe.cpp): router logits, Backend::moe_route, the experts' gate and up
-/// (Backend::matmul_id), SwiGLU, their down projections summed with the router weights.
+/// xn [n, n_embd] (models/moe.cpp): router logits (+ bias), Backend::moe_route, the experts'
+/// gate and up (Backend::matmul_id, + their biases), SwiGLU (gpt-oss: clamped), their down
+/// projections (+ bias) summed with the router weights.
 void moe_ffn(const Hparams& hp, const ArchSpec& spec, const LlamaLayer& L, Backend& be,
              LlamaScratch& s, const float* xn, int64_t n, float* out);
 

@@ -2,8 +2,10 @@
 //
 // Per token (Shazeer et al. 2017; Qwen3-MoE): logits = W_router · xn; the router (softmax,
 // top-k, renormalized weights w_j) picks experts e_j; out = Σ_j w_j · W_down[e_j] ·
-// (silu(W_gate[e_j] · xn) ⊙ W_up[e_j] · xn). The backend groups the rows per expert, so each
-// chosen expert's matrices are read once per step however many rows chose it.
+// (silu(W_gate[e_j] · xn) ⊙ W_up[e_j] · xn). gpt-oss adds a bias to the router logits and to
+// each expert's gate, up and down outputs, routes by the top-k logits then a softmax over them,
+// and uses the clamped SwiGLU (backend.h GluKind::kSwiGluOai). The backend groups the rows per
+// expert, so each chosen expert's matrices are read once per step however many rows chose it.
 #include "models/llama.h"
 
 namespace kvrun {
@@ -17,13 +19,17 @@ void moe_ffn(const Hparams& hp, const ArchSpec& spec, const LlamaLayer& L, Backe
   float* weights = route + n * ne;
   int32_t* ids = reinterpret_cast<int32_t*>(weights + n * k);
   be.matmul(L.ffn_gate_inp, xn, n, logits);
-  be.moe_route(logits, n, MoeRouteParams{ne, k, spec.moe_norm}, ids, weights);
+  if (L.ffn_gate_inp_b.data) be.add_row(logits, L.ffn_gate_inp_b, n, ne);
+  MoeRouteParams rp{ne, k, spec.moe_norm};
+  rp.topk_then_softmax = spec.moe_topk_softmax;
+  be.moe_route(logits, n, rp, ids, weights);
   float* gate = s.grow(LlamaScratch::kMoeGate, n * k * ff);
   float* up = s.grow(LlamaScratch::kMoeUp, n * k * ff);
-  be.matmul_id(L.ffn_gate_exps, xn, false, ids, nullptr, n, k, gate);
-  be.matmul_id(L.ffn_up_exps, xn, false, ids, nullptr, n, k, up);
-  be.glu(GluKind::kSwiGlu, gate, up, gate, n * k, ff);
-  be.matmul_id(L.ffn_down_exps, gate, true, ids, weights, n, k, out);
+  auto bias = [](const Tensor& b) { return b.data ? &b : nullptr; };
+  be.matmul_id(L.ffn_gate_exps, xn, false, ids, nullptr, n, k, gate, bias(L.ffn_gate_exps_b));
+  be.matmul_id(L.ffn_up_exps, xn, false, ids, nullptr, n, k, up, bias(L.ffn_up_exps_b));
+  be.glu(glu_kind(spec.ffn), gate, up, gate, n * k, ff);
+  be.matmul_id(L.ffn_down_exps, gate, true, ids, weights, n, k, out, bias(L.ffn_down_exps_b));
 }
 
 }  // namespace kvrun

@@ -20,11 +20,15 @@ int64_t require_count(const gguf::File& file, const std::string& key, int64_t ma
 
 }  // namespace
 
-ArchSpec qwen3moe_arch(const gguf::File& file, Hparams& hp) {
+void read_moe_counts(const gguf::File& file, Hparams& hp) {
   const std::string p = hp.arch + ".";
   hp.n_expert = require_count(file, p + "expert_count", 4096);
   hp.n_expert_used = require_count(file, p + "expert_used_count", hp.n_expert);
   hp.n_ff_exp = require_count(file, p + "expert_feed_forward_length", int64_t(1) << 24);
+}
+
+ArchSpec qwen3moe_arch(const gguf::File& file, Hparams& hp) {
+  read_moe_counts(file, hp);
   ArchSpec s;
   s.rope_neox = true;
   s.qk_norm = true;

@@ -41,6 +41,7 @@ class CountingDevice final : public Device {
         (a == DType::Q4_0 || b == DType::Q4_0))
       return false;
     if (refuse_moe && (op == Op::kMoeRoute || op == Op::kMatmulId)) return false;
+    if (refuse_sinks && op == Op::kAttnSinks) return false;
     return dev_->supports(op, a, b, k);
   }
   std::unique_ptr<DeviceBuffer> alloc(size_t bytes, BufferUse use) override {
@@ -57,6 +58,7 @@ class CountingDevice final : public Device {
 
   bool refuse_q4_0_kv = false;  ///< stands in for a device without q4_0 KV kernels
   bool refuse_moe = false;      ///< stands in for a device without the MoE ops (Vulkan, CUDA)
+  bool refuse_sinks = false;    ///< stands in for a device without attention sinks
   bool host = true;             ///< host_memory()
   int kv_allocs = 0;
   int uploads = 0;
@@ -126,8 +128,9 @@ class CountingBackend final : public Backend {
     be_->moe_route(logits, n, p, ids, weights);
   }
   void matmul_id(const Tensor& w, const float* x, bool x_per_slot, const int32_t* ids,
-                 const float* weights, int64_t n, int64_t n_used, float* y) override {
-    be_->matmul_id(w, x, x_per_slot, ids, weights, n, n_used, y);
+                 const float* weights, int64_t n, int64_t n_used, float* y,
+                 const Tensor* bias) override {
+    be_->matmul_id(w, x, x_per_slot, ids, weights, n, n_used, y, bias);
   }
 
  private:
@@ -203,8 +206,10 @@ TEST(BackendSplit, StoriesFixtureBitIdenticalAcrossTwoCpuDevices) {
 TEST(BackendSplit, SyntheticArchitecturesBitIdenticalAcrossTwoCpuDevices) {
   test::TempDir dir;
   // Q/K/V biases (qwen2), fused QKV and gate/up (phi3), post-norms, GeGLU and soft-caps (gemma2),
-  // the mixture-of-experts FFN (qwen3moe: moe_route and matmul_id on the second device).
-  for (const char* shape : {"tiny", "tiny-qwen2", "tiny-phi3", "tiny-gemma2", "tiny-qwen3moe"}) {
+  // the mixture-of-experts FFN (qwen3moe: moe_route and matmul_id on the second device), attention
+  // sinks, output and expert biases and the clamped SwiGLU (gpt-oss).
+  for (const char* shape :
+       {"tiny", "tiny-qwen2", "tiny-phi3", "tiny-gemma2", "tiny-qwen3moe", "tiny-gpt-oss"}) {
     SCOPED_TRACE(shape);
     check_splits(test::synth_model(dir, shape));
   }
@@ -268,6 +273,30 @@ TEST(BackendSplit, MoeLayersOnADeviceWithoutTheMoeOpsAreRefusedAtLoad) {
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("CPU1"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("moe_route"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(Model::load(path, {}));
+}
+
+// A layer with attention sinks placed on a device without them (CUDA and Vulkan today) is
+// refused at load, naming the device, with its KV rows there or on the host (-nkvo); the host
+// alone runs it.
+TEST(BackendSplit, AttentionSinksOnADeviceWithoutThemAreRefusedAtLoad) {
+  test::TempDir dir;
+  const std::string path = test::synth_model(dir, "tiny-gpt-oss");
+  for (bool kv_offload : {true, false}) {
+    CountingDevice gpu("CPU1");
+    gpu.refuse_sinks = true;
+    ModelParams mp;
+    mp.n_gpu_layers = 1;
+    mp.gpu = &gpu;
+    mp.kv_offload = kv_offload;
+    try {
+      const Model m = Model::load(path, mp);
+      ADD_FAILURE() << "attention sinks on a device without them were accepted";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find("CPU1"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("attention sinks"), std::string::npos) << e.what();
+    }
   }
   EXPECT_NO_THROW(Model::load(path, {}));
 }

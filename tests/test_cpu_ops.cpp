@@ -1,8 +1,9 @@
 // test_cpu_ops.cpp — CPU backend ops against naive double-precision references on random data:
 // the matmul for every supported weight type (weights decoded with traits().to_float,
 // activations quantized to the paired type and decoded the same way), RMSNorm, RoPE (normal and
-// NeoX), SwiGLU, add, softmax, get_rows, causal GQA attention, and the thread pool. Threaded
-// results must be bit-identical to single-threaded ones.
+// NeoX), SwiGLU and gpt-oss's clamped SwiGLU, add, softmax (also with an attention sink),
+// get_rows, causal GQA attention, and the thread pool. Threaded results must be bit-identical to
+// single-threaded ones.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "backend.h"
 #include "blocks.h"
 #include "cpu/attention.h"
 #include "cpu/cpu_traits.h"
@@ -230,6 +232,64 @@ TEST(Ops, SwigluAddSoftmax) {
   double den = 0;
   for (float v : s0) den += std::exp(double(v));
   for (size_t i = 0; i < 50; ++i) EXPECT_NEAR(s[i], std::exp(double(s0[i])) / den, 1e-7);
+}
+
+// gpt-oss's clamped SwiGLU against the plain formula in double (OpenAI's model card; ggml's
+// swiglu_oai): g = min(gate, 7), u = clamp(up, −7, 7), out = g · sigmoid(1.702 g) · (u + 1).
+// Inputs of sd 6 so both clamps are hit, plus the exact edges ±7; through the backend's glu too.
+TEST(Ops, SwigluOaiMatchesDoubleFormula) {
+  auto g = random_floats(200, 31, 6.0f), u = random_floats(200, 32, 6.0f);
+  g[0] = 7.0f, g[1] = -7.0f, u[2] = 7.0f, u[3] = -7.0f, g[4] = 0.0f;
+  auto formula = [](double gate, double up) {
+    const double x = std::min(gate, 7.0), y = std::clamp(up, -7.0, 7.0);
+    return x / (1.0 + std::exp(-1.702 * x)) * (y + 1.0);
+  };
+  int clamped = 0;
+  for (size_t i = 0; i < g.size(); ++i) clamped += g[i] > 7.0f || std::fabs(u[i]) > 7.0f;
+  EXPECT_GT(clamped, 20) << "the inputs must exercise the clamps";
+  std::vector<float> out(g.size());
+  swiglu_oai(g.data(), u.data(), out.data(), 10, 20);
+  auto be = cpu_device().make_backend(1);
+  std::vector<float> via(g.size());
+  be->glu(GluKind::kSwiGluOai, g.data(), u.data(), via.data(), 20, 10);
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double ref = formula(g[i], u[i]);
+    EXPECT_NEAR(out[i], ref, 2e-6 * (1 + std::fabs(ref))) << "gate " << g[i] << " up " << u[i];
+    EXPECT_EQ(out[i], via[i]) << i;
+  }
+  // Plain SwiGLU differs wherever a clamp or the slope matters: the kind is not ignored.
+  be->glu(GluKind::kSwiGlu, g.data(), u.data(), via.data(), 20, 10);
+  EXPECT_NE(out, via);
+}
+
+// Softmax with an attention sink (gpt-oss; llama.cpp's soft_max with sinks) against the formula
+// in double: w_j = e^(scale·x_j) / (e^sink + Σ_p e^(scale·x_p)) over the n_pos visible cells, 0 for
+// the masked rest; for sinks far below, at and far above the scores. Without a sink the result
+// is bit for bit the sink-less call's, and a −inf sink changes nothing.
+TEST(Ops, MaskedSoftmaxWithSinkMatchesDoubleFormula) {
+  const int64_t n_pos = 37, n_kv = 64;
+  const float scale = 0.125f;
+  const auto x0 = random_floats(size_t(n_kv), 33, 8.0f);
+  for (float sink : {-30.0f, -1.0f, 0.0f, 0.5f, 3.0f, 40.0f}) {
+    auto x = x0;
+    masked_softmax(x.data(), n_pos, n_kv, scale, &sink);
+    double mx = sink, den = 0;
+    for (int64_t j = 0; j < n_pos; ++j) mx = std::max(mx, double(scale) * x0[size_t(j)]);
+    for (int64_t j = 0; j < n_pos; ++j) den += std::exp(double(scale) * x0[size_t(j)] - mx);
+    den += std::exp(double(sink) - mx);
+    double total = 0;
+    for (int64_t j = 0; j < n_kv; ++j) {
+      const double ref = j < n_pos ? std::exp(double(scale) * x0[size_t(j)] - mx) / den : 0.0;
+      EXPECT_NEAR(x[size_t(j)], ref, 1e-7 + 1e-6 * ref) << "sink " << sink << " cell " << j;
+      total += x[size_t(j)];
+    }
+    EXPECT_NEAR(total, 1.0 - std::exp(double(sink) - mx) / den, 1e-6) << "sink " << sink;
+  }
+  auto plain = x0, none = x0;
+  masked_softmax(plain.data(), n_pos, n_kv, scale);
+  const float minus_inf = -INFINITY;
+  masked_softmax(none.data(), n_pos, n_kv, scale, &minus_inf);
+  EXPECT_EQ(0, std::memcmp(plain.data(), none.data(), plain.size() * sizeof(float)));
 }
 
 TEST(Ops, GetRowsDecodesAnyType) {

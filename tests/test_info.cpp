@@ -221,6 +221,51 @@ TEST(Info, Qwen3MoeCountsActiveParameters) {
       << text.out;
 }
 
+// A metadata-only gpt-oss-20b (the tensor infos of kvrun synth's MXFP4 plan: MXFP4 experts, Q8_0
+// elsewhere, as released): 20.91 B parameters (the model card's 20.9B), 4 of 32 experts per
+// token (the card's 3.6B active leaves out the 1.16 B of embedding and unembedding, which kvrun
+// counts), and the architecture's keys read (its window of 128 on even layers, YaRN ×32).
+TEST(Info, GptOssCountsActiveParameters) {
+  test::TempDir dir;
+  gguf::Writer w;
+  const std::string a = "gpt-oss.";
+  w.set_string("general.architecture", "gpt-oss");
+  w.set_u32(a + "block_count", 24);
+  w.set_u32(a + "embedding_length", 2880);
+  w.set_u32(a + "feed_forward_length", 2880);
+  w.set_u32(a + "attention.head_count", 64);
+  w.set_u32(a + "attention.head_count_kv", 8);
+  w.set_u32(a + "attention.key_length", 64);
+  w.set_u32(a + "attention.value_length", 64);
+  w.set_u32(a + "attention.sliding_window", 128);
+  w.set_u32(a + "context_length", 131072);
+  w.set_u32(a + "vocab_size", 201088);
+  w.set_f32(a + "rope.freq_base", 150000.0f);
+  w.set_string(a + "rope.scaling.type", "yarn");
+  w.set_f32(a + "rope.scaling.factor", 32.0f);
+  w.set_u32(a + "rope.scaling.original_context_length", 4096);
+  w.set_u32(a + "expert_count", 32);
+  w.set_u32(a + "expert_used_count", 4);
+  w.set_u32(a + "expert_feed_forward_length", 2880);
+  for (const SynthTensor& t :
+       synth_tensor_plan(*find_synth_shape("gpt-oss-20b"), SynthFileType::MXFP4))
+    w.add_tensor(t.name, t.type, t.ne, nullptr);
+  const auto path = (dir / "gpt-oss-20b-meta.gguf").string();
+  w.write(path);
+
+  json j = info_json(path);
+  EXPECT_EQ(j["arch"], "gpt-oss");
+  EXPECT_EQ(j["experts"]["n_expert"], 32);
+  EXPECT_EQ(j["experts"]["n_expert_used"], 4);
+  EXPECT_EQ(j["n_params"], int64_t(20914757184));
+  const int64_t experts = int64_t(24) * 3 * 2880 * 2880 * 32;
+  EXPECT_EQ(j["n_params_active"], int64_t(20914757184) - experts + experts / 8);
+  auto text = test::run_command(test::kvrun_binary() + " info -m '" + path + "'");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("experts      32, 4 used per token, expert n_ff 2880"), std::string::npos)
+      << text.out;
+}
+
 void expect_one_line_error(const std::string& path, const std::string& what) {
   auto r = test::run_command(test::kvrun_binary() + " info -m '" + path + "'");
   EXPECT_NE(r.exit_code, 0) << what;

@@ -9,6 +9,13 @@
 // prompt position and of the greedy steps agree within 1e-4 and the greedy tokens are equal.
 // Prefill runs in chunks of 5 tokens (several rows per expert per step), decode one token per step.
 // Bad expert keys are ModelErrors naming the key.
+// The same reference in its gpt-oss mode (OpenAI's gpt-oss model card; models/gptoss.cpp) checks
+// tiny-gpt-oss's F32 and MXFP4 files (MXFP4 experts and Q8_0 elsewhere, both paired with q8_0
+// activations): Q/K/V and output biases, NeoX RoPE with YaRN (ggml's rope_yarn: the ramp between
+// corr_dims of beta_fast and beta_slow, mscale 1 + 0.1 ln(factor)), the window on even layers, a
+// sink logit per head in the softmax denominator, router bias, the top-k logits then a softmax
+// over them, expert biases and the clamped SwiGLU — over a 40-token prompt that runs past the
+// window of 32.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -33,15 +40,24 @@ namespace {
 using Vec = std::vector<double>;
 
 /// A double-precision qwen3moe over the F32 tensors of a GGUF file, with its own KV cache.
+/// A double-precision qwen3moe or gpt-oss over the tensors of a GGUF file (decoded; matmul inputs
+/// rounded to the activation type a quantized weight pairs with), with its own KV cache.
 class RefQwen3Moe {
  public:
   explicit RefQwen3Moe(const gguf::File& f) : f_(f) {
-    auto key = [&](const std::string& k) { return *f.get_int("qwen3moe." + k); };
+    const std::string a = std::string(*f.get_string("general.architecture")) + ".";
+    oss_ = a == "gpt-oss.";
+    auto key = [&](const std::string& k) { return *f.get_int(a + k); };
     nl_ = key("block_count"), d_ = key("embedding_length"), nh_ = key("attention.head_count");
     nhk_ = key("attention.head_count_kv"), hd_ = key("attention.key_length");
     ne_ = key("expert_count"), nu_ = key("expert_used_count");
-    eps_ = *f.get_float("qwen3moe.attention.layer_norm_rms_epsilon");
-    base_ = *f.get_float("qwen3moe.rope.freq_base");
+    eps_ = *f.get_float(a + "attention.layer_norm_rms_epsilon");
+    base_ = *f.get_float(a + "rope.freq_base");
+    if (oss_) {
+      window_ = key("attention.sliding_window");
+      yarn_factor_ = *f.get_float(a + "rope.scaling.factor");
+      yarn_orig_ = key("rope.scaling.original_context_length");
+    }
     k_.resize(size_t(nl_)), v_.resize(size_t(nl_));
   }
 
@@ -53,7 +69,7 @@ class RefQwen3Moe {
     for (int64_t l = 0; l < nl_; ++l) {
       const std::string p = "blk." + std::to_string(l) + ".";
       add(x, attention(l, p, rms(x, w(p + "attn_norm.weight"))));
-      add(x, moe(p, rms(x, w(p + "ffn_norm.weight"))));
+      add(x, moe(p, rms(x, w(p + (oss_ ? "post_attention_norm.weight" : "ffn_norm.weight")))));
     }
     ++pos_;
     return mv("output.weight", rms(x, w("output_norm.weight")));
@@ -74,7 +90,7 @@ class RefQwen3Moe {
     const Tensor t = f_.view(info);
     const int64_t k = t.ne[0];
     std::vector<float> xf(x.begin(), x.end()), row(static_cast<size_t>(k));
-    if (t.type == DType::Q8_0) {
+    if (t.type != DType::F32) {  // q8_0 and mxfp4 weights: x rounded to q8_0
       const cpu::CpuTypeTraits* ct = cpu::cpu_traits(t.type);
       std::vector<uint8_t> q(size_t(*row_bytes(ct->act_type, k)));
       ct->act_from_float(xf.data(), q.data(), k);
@@ -86,7 +102,29 @@ class RefQwen3Moe {
       for (int64_t c = 0; c < k; ++c)
         y[size_t(j)] += double(row[size_t(c)]) * double(xf[size_t(c)]);
     }
+    // gpt-oss: the bias of `name` (row e of an expert bias), when the file has one.
+    const std::string bias = name.substr(0, name.size() - 6) + "bias";
+    if (oss_ && f_.find_tensor(bias)) {
+      const float* b = w(bias) + e * t.ne[1];
+      for (int64_t j = 0; j < t.ne[1]; ++j) y[size_t(j)] += double(b[j]);
+    }
     return y;
+  }
+  /// RoPE angle of pair i at the current position, and the cos/sin factor: plain, or gpt-oss's
+  /// YaRN as ggml's rope_yarn (ext_factor 1, beta_fast 32, beta_slow 1).
+  std::pair<double, double> angle(int64_t i) const {
+    const double th = double(pos_) * std::pow(double(base_), -2.0 * double(i) / double(hd_));
+    if (!oss_) return {th, 1.0};
+    auto corr = [&](double beta) {
+      return double(hd_) * std::log(double(yarn_orig_) / (beta * 2 * M_PI)) /
+             (2 * std::log(double(base_)));
+    };
+    const double lo = std::max(0.0, std::floor(corr(32.0)));
+    const double hi = std::min(double(hd_ - 1), std::ceil(corr(1.0)));
+    const double y = (double(i) - lo) / std::max(0.001, hi - lo);
+    const double mix = 1 - std::min(1.0, std::max(0.0, y));  // 1: extrapolated (unscaled)
+    const double th_i = th / yarn_factor_;
+    return {th_i * (1 - mix) + th * mix, 1 + 0.1 * std::log(yarn_factor_)};
   }
   Vec rms(const Vec& x, const float* g) const {
     double s = 0;
@@ -99,35 +137,43 @@ class RefQwen3Moe {
   static void add(Vec& x, const Vec& y) {
     for (size_t i = 0; i < x.size(); ++i) x[i] += y[i];
   }
-  /// Head h of `v` (heads of hd_), RMSNormed with `g`, NeoX-rotated at the current position.
+  /// Head h of `v` (heads of hd_), RMSNormed with `g` (qwen3moe), NeoX-rotated at the current
+  /// position.
   Vec head(const Vec& v, int64_t h, const float* g) const {
-    Vec x = rms(Vec(v.begin() + h * hd_, v.begin() + (h + 1) * hd_), g), y = x;
+    Vec x(v.begin() + h * hd_, v.begin() + (h + 1) * hd_);
+    if (g) x = rms(x, g);
+    Vec y = x;
     for (int64_t i = 0; i < hd_ / 2; ++i) {
-      const double th = double(pos_) * std::pow(double(base_), -2.0 * double(i) / double(hd_));
-      y[size_t(i)] = x[size_t(i)] * std::cos(th) - x[size_t(i + hd_ / 2)] * std::sin(th);
-      y[size_t(i + hd_ / 2)] = x[size_t(i)] * std::sin(th) + x[size_t(i + hd_ / 2)] * std::cos(th);
+      const auto [th, ms] = angle(i);
+      const double c = std::cos(th) * ms, sn = std::sin(th) * ms;
+      y[size_t(i)] = x[size_t(i)] * c - x[size_t(i + hd_ / 2)] * sn;
+      y[size_t(i + hd_ / 2)] = x[size_t(i)] * sn + x[size_t(i + hd_ / 2)] * c;
     }
     return y;
   }
+  const float* qk_norm(const std::string& name) const { return oss_ ? nullptr : w(name); }
   Vec attention(int64_t l, const std::string& p, const Vec& h) {
     const Vec q = mv(p + "attn_q.weight", h), k = mv(p + "attn_k.weight", h);
     const Vec v = mv(p + "attn_v.weight", h);
     for (int64_t g = 0; g < nhk_; ++g) {
-      k_[size_t(l)].push_back(head(k, g, w(p + "attn_k_norm.weight")));
+      k_[size_t(l)].push_back(head(k, g, qk_norm(p + "attn_k_norm.weight")));
       v_[size_t(l)].push_back(Vec(v.begin() + g * hd_, v.begin() + (g + 1) * hd_));
     }
     Vec att;
     for (int64_t i = 0; i < nh_; ++i) {
-      const Vec qh = head(q, i, w(p + "attn_q_norm.weight"));
+      const Vec qh = head(q, i, qk_norm(p + "attn_q_norm.weight"));
       const int64_t g = i / (nh_ / nhk_), n = pos_ + 1;
-      Vec s(static_cast<size_t>(n));
-      for (int64_t j = 0; j < n; ++j) {
+      // gpt-oss: even layers see the last window_ positions; a sink logit joins the softmax.
+      const int64_t lo = oss_ && l % 2 == 0 ? std::max<int64_t>(0, n - window_) : 0;
+      Vec s(static_cast<size_t>(n), -INFINITY);
+      for (int64_t j = lo; j < n; ++j) {
         const Vec& kj = k_[size_t(l)][size_t(j * nhk_ + g)];
         s[size_t(j)] =
             std::inner_product(qh.begin(), qh.end(), kj.begin(), 0.0) / std::sqrt(double(hd_));
       }
-      const double mx = *std::max_element(s.begin(), s.end());
-      double z = 0;
+      const double sink = oss_ ? double(w(p + "attn_sinks.weight")[i]) : -INFINITY;
+      const double mx = std::max(sink, *std::max_element(s.begin(), s.end()));
+      double z = std::exp(sink - mx);
       for (double& e : s) z += e = std::exp(e - mx);
       for (int64_t c = 0; c < hd_; ++c) {
         double o = 0;
@@ -138,15 +184,23 @@ class RefQwen3Moe {
     }
     return mv(p + "attn_output.weight", att);
   }
+  /// The MoE FFN: qwen3moe softmax → top-k → renormalized; gpt-oss top-k logits → softmax over
+  /// them, experts with the clamped SwiGLU (min(g, 7) · sigmoid(1.702 g) · (clamp(u, ±7) + 1)).
   Vec moe(const std::string& p, const Vec& h) const {
-    Vec pr = mv(p + "ffn_gate_inp.weight", h);
-    const double mx = *std::max_element(pr.begin(), pr.end());
-    double z = 0;
-    for (double& e : pr) z += e = std::exp(e - mx);
+    Vec pr = mv(p + "ffn_gate_inp.weight", h);  // (+ the router bias, gpt-oss)
+    if (!oss_) {
+      const double mx = *std::max_element(pr.begin(), pr.end());
+      for (double& e : pr) e = std::exp(e - mx);
+    }
     std::vector<int64_t> idx(static_cast<size_t>(ne_));
     std::iota(idx.begin(), idx.end(), 0);
     std::stable_sort(idx.begin(), idx.end(),
                      [&](int64_t a, int64_t b) { return pr[size_t(a)] > pr[size_t(b)]; });
+    if (oss_) {  // softmax over the k chosen logits
+      const double mx = pr[size_t(idx[0])];
+      for (int64_t j = 0; j < nu_; ++j)
+        pr[size_t(idx[size_t(j)])] = std::exp(pr[size_t(idx[size_t(j)])] - mx);
+    }
     double sw = 0;
     for (int64_t j = 0; j < nu_; ++j) sw += pr[size_t(idx[size_t(j)])];
     Vec y(size_t(d_), 0.0);
@@ -154,7 +208,14 @@ class RefQwen3Moe {
       const int64_t e = idx[size_t(j)];
       Vec g = mv(p + "ffn_gate_exps.weight", h, e);
       const Vec u = mv(p + "ffn_up_exps.weight", h, e);
-      for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1 + std::exp(-g[i])) * u[i];
+      for (size_t i = 0; i < g.size(); ++i) {
+        if (oss_) {
+          const double x = std::min(g[i], 7.0), v = std::clamp(u[i], -7.0, 7.0);
+          g[i] = x / (1 + std::exp(-1.702 * x)) * (v + 1);
+        } else {
+          g[i] = g[i] / (1 + std::exp(-g[i])) * u[i];
+        }
+      }
       const Vec dn = mv(p + "ffn_down_exps.weight", g, e);
       for (int64_t i = 0; i < d_; ++i) y[size_t(i)] += pr[size_t(e)] / sw * dn[size_t(i)];
     }
@@ -162,8 +223,9 @@ class RefQwen3Moe {
   }
 
   const gguf::File& f_;
-  int64_t nl_, d_, nh_, nhk_, hd_, ne_, nu_, pos_ = 0;
-  double eps_, base_;
+  bool oss_ = false;  ///< gpt-oss (else qwen3moe)
+  int64_t nl_, d_, nh_, nhk_, hd_, ne_, nu_, pos_ = 0, window_ = 0, yarn_orig_ = 0;
+  double eps_, base_, yarn_factor_ = 1;
   std::vector<std::vector<Vec>> k_, v_;  ///< per layer: [position · n_head_kv + head]
 };
 
@@ -175,11 +237,12 @@ double logprob(std::span<const double> x, size_t i) {
   return x[i] - mx - std::log(z);
 }
 
-class Qwen3MoeTypes : public ::testing::TestWithParam<SynthFileType> {};
-
-TEST_P(Qwen3MoeTypes, ForwardMatchesDoublePrecisionReference) {
+/// kvrun's forward of synth `shape` in `type` (f32 KV, exact attention, prefill in chunks of 5)
+/// against the reference: logprobs of every prompt position (n_prompt tokens) and of 6 greedy
+/// decode steps within 1e-4, the same greedy tokens.
+void check_against_reference(const std::string& shape, SynthFileType type, int n_prompt) {
   test::TempDir dir;
-  const std::string path = test::synth_model(dir, "tiny-qwen3moe", GetParam());
+  const std::string path = test::synth_model(dir, shape, type);
   const gguf::File file = gguf::File::open(path);
   RefQwen3Moe ref(file);
   const Model m = Model::load(path, {});
@@ -192,7 +255,7 @@ TEST_P(Qwen3MoeTypes, ForwardMatchesDoublePrecisionReference) {
   Context ctx(m, cp);
   const int64_t nv = m.hparams().n_vocab;
   std::vector<int32_t> prompt;
-  for (int i = 0; i < 13; ++i) prompt.push_back(int32_t((i * 37 + 5) % nv));
+  for (int i = 0; i < n_prompt; ++i) prompt.push_back(int32_t((i * 37 + 5) % nv));
   const std::span<const float> all = ctx.eval(prompt, true);
   ASSERT_EQ(all.size(), prompt.size() * size_t(nv));
   double max_diff = 0;
@@ -218,12 +281,30 @@ TEST_P(Qwen3MoeTypes, ForwardMatchesDoublePrecisionReference) {
     want = ref.step(next);
     compare(lg, want, "decode step " + std::to_string(s));
   }
-  std::cout << "[ qwen3moe ] " << synth_file_type_name(GetParam())
+  std::cout << "[ " << shape << " ] " << synth_file_type_name(type)
             << ": max |logprob diff| against the double-precision reference: " << max_diff << "\n";
+}
+
+class Qwen3MoeTypes : public ::testing::TestWithParam<SynthFileType> {};
+
+TEST_P(Qwen3MoeTypes, ForwardMatchesDoublePrecisionReference) {
+  check_against_reference("tiny-qwen3moe", GetParam(), 13);
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, Qwen3MoeTypes,
                          ::testing::Values(SynthFileType::F32, SynthFileType::Q8_0),
+                         [](const ::testing::TestParamInfo<SynthFileType>& i) {
+                           return std::string(synth_file_type_name(i.param));
+                         });
+
+class GptOssTypes : public ::testing::TestWithParam<SynthFileType> {};
+
+TEST_P(GptOssTypes, ForwardMatchesDoublePrecisionReference) {
+  check_against_reference("tiny-gpt-oss", GetParam(), 40);
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, GptOssTypes,
+                         ::testing::Values(SynthFileType::F32, SynthFileType::MXFP4),
                          [](const ::testing::TestParamInfo<SynthFileType>& i) {
                            return std::string(synth_file_type_name(i.param));
                          });

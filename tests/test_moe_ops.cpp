@@ -1,9 +1,11 @@
 // test_moe_ops.cpp — the seam's mixture-of-experts ops (Backend::moe_route, Backend::matmul_id)
 // on the CPU backend, against plain scalar references on random data:
-//  * moe_route: softmax in double, the k largest by a full sort, renormalized in double;
+//  * moe_route: softmax in double, the k largest by a full sort, renormalized in double; and
+//    gpt-oss's order (the k largest logits, then a softmax over them);
 //  * matmul_id: for every (row, slot), the expert's weights decoded with traits().to_float times
 //    the input row quantized to the paired activation type and decoded (as test_cpu_ops), in
-//    double; with router weights, the weighted sum of those. Also bit for bit: each expert's
+//    double; with router weights, the weighted sum of those; with a bias row per expert (gpt-oss),
+//    the unbiased outputs plus the bias exactly. Also bit for bit: each expert's
 //    outputs equal Backend::matmul of that expert's matrix (uploaded alone, so packed alike) on
 //    the rows routed to it — the grouping and the packed experts' offsets change nothing.
 // Weight types F32, Q8_0, Q4_0, Q4_K, Q6_K; k ∈ {1, 2, 4} of 6 experts, so experts repeat across
@@ -77,6 +79,38 @@ TEST(MoeRoute, MatchesScalarReference) {
                std::invalid_argument);
 }
 
+// gpt-oss's gating (topk_then_softmax): the k largest logits in descending order, then a softmax
+// over those k only, against the same in double; the weights sum to 1 and differ from the
+// softmax-first probabilities.
+TEST(MoeRoute, TopkThenSoftmaxMatchesScalarReference) {
+  auto be = cpu_device().make_backend(2);
+  const int64_t ne = 8, n = 9;
+  const auto logits = random_floats(size_t(n * ne), 8, 2.0f);
+  for (int64_t k : {1, 2, 4, 8}) {
+    SCOPED_TRACE("k " + std::to_string(k));
+    std::vector<int32_t> ids(size_t(n * k), -1);
+    std::vector<float> w(size_t(n * k), -1);
+    MoeRouteParams p{ne, k, false};
+    p.topk_then_softmax = true;
+    be->moe_route(logits.data(), n, p, ids.data(), w.data());
+    for (int64_t r = 0; r < n; ++r) {
+      const float* lr = logits.data() + r * ne;
+      std::vector<int32_t> idx(static_cast<size_t>(ne));
+      std::iota(idx.begin(), idx.end(), 0);
+      std::stable_sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) { return lr[a] > lr[b]; });
+      double mx = lr[idx[0]], den = 0, sum = 0;
+      for (int64_t j = 0; j < k; ++j) den += std::exp(double(lr[idx[size_t(j)]]) - mx);
+      for (int64_t j = 0; j < k; ++j) {
+        EXPECT_EQ(ids[size_t(r * k + j)], idx[size_t(j)]) << "row " << r << " slot " << j;
+        EXPECT_NEAR(w[size_t(r * k + j)], std::exp(double(lr[idx[size_t(j)]]) - mx) / den, 1e-6)
+            << "row " << r << " slot " << j;
+        sum += w[size_t(r * k + j)];
+      }
+      EXPECT_NEAR(sum, 1.0, 1e-6);
+    }
+  }
+}
+
 /// Row-major bytes of `rows` rows of `k` floats encoded in `t`.
 std::vector<uint8_t> encode(DType t, const std::vector<float>& x, int64_t rows, int64_t k) {
   const size_t rb = size_t(*row_bytes(t, k));
@@ -122,6 +156,8 @@ TEST_P(MatmulIdTypes, MatchesScalarReferenceAndPerExpertMatmul) {
     slice_ups.push_back(dev->upload_weight(slices[size_t(e)], false));
   }
   EXPECT_EQ(w.packed != nullptr, slices[0].packed != nullptr) << "experts packed as one matrix";
+  const auto bf = random_floats(size_t(ne * m), 12 + uint32_t(t));  // a bias row per expert
+  const Tensor bias = Tensor::contiguous(DType::F32, const_cast<float*>(bf.data()), m, ne);
 
   for (int64_t n : {1, 7})
     for (int64_t nu : {1, 2, 4}) {
@@ -135,8 +171,25 @@ TEST_P(MatmulIdTypes, MatchesScalarReferenceAndPerExpertMatmul) {
       for (bool per_slot : {false, true}) {
         const std::vector<float>& in = per_slot ? xs : x;
         std::vector<float> y(size_t(n * nu * m), -7), yw(size_t(n * m), -7);
-        be->matmul_id(w, in.data(), per_slot, ids.data(), nullptr, n, nu, y.data());
-        be->matmul_id(w, in.data(), per_slot, ids.data(), rw.data(), n, nu, yw.data());
+        be->matmul_id(w, in.data(), per_slot, ids.data(), nullptr, n, nu, y.data(), nullptr);
+        be->matmul_id(w, in.data(), per_slot, ids.data(), rw.data(), n, nu, yw.data(), nullptr);
+        // With a bias per expert (gpt-oss, ggml's add_id): each slot's output plus its expert's
+        // bias row, exactly (one f32 add), and the weighted sum of those.
+        std::vector<float> yb(y.size(), -7), ywb(yw.size(), -7);
+        be->matmul_id(w, in.data(), per_slot, ids.data(), nullptr, n, nu, yb.data(), &bias);
+        be->matmul_id(w, in.data(), per_slot, ids.data(), rw.data(), n, nu, ywb.data(), &bias);
+        for (int64_t i = 0; i < n * nu; ++i)
+          for (int64_t c = 0; c < m; ++c)
+            EXPECT_EQ(yb[size_t(i * m + c)],
+                      y[size_t(i * m + c)] + bf[size_t(ids[size_t(i)] * m + c)])
+                << "biased pair " << i << " out " << c;
+        for (int64_t r = 0; r < n; ++r)
+          for (int64_t c = 0; c < m; ++c) {
+            double ref = 0;
+            for (int64_t j = 0; j < nu; ++j)
+              ref += double(rw[size_t(r * nu + j)]) * double(yb[size_t((r * nu + j) * m + c)]);
+            EXPECT_NEAR(ywb[size_t(r * m + c)], ref, 1e-5 * (1 + std::fabs(ref)));
+          }
         std::vector<double> ref_w(size_t(n * m), 0.0);
         for (int64_t r = 0; r < n; ++r)
           for (int64_t j = 0; j < nu; ++j) {
@@ -174,7 +227,12 @@ TEST_P(MatmulIdTypes, MatchesScalarReferenceAndPerExpertMatmul) {
     }
   int32_t bad[2] = {0, int32_t(ne)};
   std::vector<float> x(size_t(2 * k)), y(size_t(2 * m));
-  EXPECT_THROW(be->matmul_id(w, x.data(), false, bad, nullptr, 2, 1, y.data()), std::out_of_range);
+  EXPECT_THROW(be->matmul_id(w, x.data(), false, bad, nullptr, 2, 1, y.data(), nullptr),
+               std::out_of_range);
+  const Tensor wrong = Tensor::contiguous(DType::F32, x.data(), m + 1, ne);  // not [m, n_expert]
+  int32_t good[2] = {0, 1};
+  EXPECT_THROW(be->matmul_id(w, x.data(), false, good, nullptr, 2, 1, y.data(), &wrong),
+               std::invalid_argument);
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, MatmulIdTypes,

@@ -8,7 +8,8 @@
 // sequences in one call; GQA; every K type × every V type; both softmax schemes; 1 vs 4
 // threads bit for bit; the exact scheme bit for bit against cpu::attention over a contiguous
 // store (f16 and f32); rotation; sliding windows and score soft-capping (both schemes, against
-// the reference with the same window and cap; blocks before the window never read). Random
+// the reference with the same window and cap; blocks before the window never read); attention
+// sinks (both schemes, the decode kernel and the merge of long decodes). Random
 // N(0, 1) data with fixed seeds; no timing assertions.
 #include <gtest/gtest.h>
 
@@ -44,6 +45,7 @@ struct Case {
   bool flash = true, rotate = false;
   int64_t window = 0;         ///< sliding window (0: none)
   float softcap = 0;          ///< score soft-cap (0: none)
+  std::vector<float> sinks;   ///< [n_head] attention sink logits (empty: none)
   std::vector<SeqSpec> seqs;  ///< set by every test
   uint32_t seed = 1;
 };
@@ -58,6 +60,14 @@ struct Paged {
   std::vector<std::vector<float>> k, v;  ///< per sequence: [len][n_head_kv · head_dim(_v)]
   std::vector<float> q;                  ///< [Σ n_q][n_head · head_dim]
   std::vector<PagedSeq> seqs;            ///< the attention call's sequences
+  std::vector<float> sinks;              ///< the Case's sinks (params() points p.sinks at them)
+
+  /// The call's parameters: p with its sinks pointer set (so a copied Paged stays valid).
+  PagedAttnParams params() const {
+    PagedAttnParams q = p;
+    q.sinks = sinks.empty() ? nullptr : sinks.data();
+    return q;
+  }
 };
 
 Paged build(const Case& c) {
@@ -68,6 +78,7 @@ Paged build(const Case& c) {
   pg.p.rotate = c.rotate;
   pg.p.window = c.window;
   pg.p.softcap = c.softcap;
+  pg.sinks = c.sinks;
   pg.kv = {c.kt, c.vt, kv_row_bytes(c.kt, c.n_head_kv, c.head_dim),
            kv_row_bytes(c.vt, c.n_head_kv, c.head_dim_v), c.block_size};
   int64_t n_blocks = 0;
@@ -102,7 +113,7 @@ std::vector<float> run(const Paged& pg, int threads = 2) {
   int64_t rows = 0;
   for (const PagedSeq& s : pg.seqs) rows += s.n_q;
   std::vector<float> out(static_cast<size_t>(rows * pg.p.attn.n_head * pg.p.attn.head_dim_v), NAN);
-  paged_attention(pool, pg.kv, pg.p, pg.seqs.data(), int64_t(pg.seqs.size()), pg.q.data(),
+  paged_attention(pool, pg.kv, pg.params(), pg.seqs.data(), int64_t(pg.seqs.size()), pg.q.data(),
                   out.data());
   return out;
 }
@@ -130,8 +141,9 @@ std::vector<double> rows_of(const Paged& pg, size_t s, bool is_k, bool decoded) 
   return out;
 }
 
-/// Softmax attention in double over all sequences, with the sliding window and soft-cap of
-/// pg.p (rotate is not applied: with rotation the
+/// Softmax attention in double over all sequences, with the sliding window, soft-cap and
+/// attention sinks of pg.p (a sink: one more e^(sink − max) in the denominator, no value;
+/// rotate is not applied: with rotation the
 /// decoded K is rotated, so tests compare rotated runs against unrotated ones instead).
 std::vector<double> reference(const Paged& pg, bool decoded) {
   const AttnParams& a = pg.p.attn;
@@ -159,7 +171,10 @@ std::vector<double> reference(const Paged& pg, bool decoded) {
           sc[size_t(p)] = p < lo ? -INFINITY : d;
           mx = std::max(mx, sc[size_t(p)]);
         }
+        const double sink = pg.sinks.empty() ? -INFINITY : double(pg.sinks[size_t(h)]);
+        mx = std::max(mx, sink);
         for (double& x : sc) sum += (x = std::exp(x - mx));
+        sum += std::exp(sink - mx);
         for (int64_t e = 0; e < a.head_dim_v; ++e) {
           double o = 0;
           for (int64_t p = 0; p < n_pos; ++p)
@@ -549,6 +564,37 @@ TEST(PagedAttention, SlidingWindowNeverReadsBlocksBeforeIt) {
     }
 }
 
+// Attention sinks (gpt-oss: a learned logit per head in the softmax denominator): both schemes
+// against the double reference with the same sinks — sinks below, among and above the scores,
+// prefill and decode, several sequences, with and without a sliding window, f32 and f16 KV, a
+// long decode whose segments are merged by log-sum-exp. Sinks take effect, and −inf sinks give
+// the sink-less output bit for bit.
+TEST(PagedAttention, SinksMatchReference) {
+  for (DType t : {DType::F32, DType::F16})
+    for (int64_t window : {0, 16})
+      for (bool flash : {true, false}) {
+        Case c;
+        c.kt = c.vt = t;
+        c.n_head = 4;
+        c.n_head_kv = 2;
+        c.window = window;
+        c.flash = flash;
+        c.sinks = {-4.0f, 0.0f, 1.5f, 9.0f};
+        c.seqs = {{100, 1}, {70, 40}, {9, 9}, {1, 1}};
+        c.seed = uint32_t(window + 7);
+        check_case(c, window ? "sinks + window" : "sinks");
+        Case plain = c;
+        plain.sinks.clear();
+        const std::vector<float> without = run(build(plain));
+        EXPECT_GT(max_err(run(build(c)), std::vector<double>(without.begin(), without.end())), 1e-2)
+            << "sinks must change the output";
+        c.sinks.assign(4, -INFINITY);
+        const std::vector<float> minus_inf = run(build(c));
+        EXPECT_EQ(0, std::memcmp(minus_inf.data(), without.data(), without.size() * 4))
+            << (flash ? "flash" : "exact");
+      }
+}
+
 // ---- the decode block kernel (flash_decode.h): query tiles of at most 4 tokens, head_dim a
 // multiple of 16, K and V read in place (F32, F16, BF16, Q8_0, Q4_0) or decoded (the rest) ----
 
@@ -558,7 +604,7 @@ std::vector<float> run_at(const Paged& pg, CpuLevel level, int threads = 2) {
   int64_t rows = 0;
   for (const PagedSeq& s : pg.seqs) rows += s.n_q;
   std::vector<float> out(static_cast<size_t>(rows * pg.p.attn.n_head * pg.p.attn.head_dim_v), NAN);
-  paged_attention_at_level(pool, level, pg.kv, pg.p, pg.seqs.data(), int64_t(pg.seqs.size()),
+  paged_attention_at_level(pool, level, pg.kv, pg.params(), pg.seqs.data(), int64_t(pg.seqs.size()),
                            pg.q.data(), out.data());
   return out;
 }
@@ -736,20 +782,23 @@ TEST(PagedAttentionDecode, SlidingWindowAndSoftcap) {
         }
 }
 
-// A long decode (split into segments merged by log-sum-exp) through the decode kernel.
+// A long decode (split into segments merged by log-sum-exp) through the decode kernel, without
+// and with attention sinks (added at the merge).
 TEST(PagedAttentionDecode, LongDecodeSegments) {
-  for (DType t : {DType::F16, DType::Q4_0}) {
-    Case c;
-    c.kt = c.vt = t;
-    c.n_head = 8;
-    c.n_head_kv = 2;
-    c.head_dim = c.head_dim_v = 64;
-    c.seqs = {{9000, 1}};
-    const Paged pg = build(c);
-    for (CpuLevel level : supported_levels())
-      EXPECT_LE(max_err(run_at(pg, level), reference(pg, true)), decode_bound(c))
-          << cpu_level_name(level) << " " << kv_type_name(t);
-  }
+  for (DType t : {DType::F16, DType::Q4_0})
+    for (bool sinks : {false, true}) {
+      Case c;
+      c.kt = c.vt = t;
+      c.n_head = 8;
+      c.n_head_kv = 2;
+      c.head_dim = c.head_dim_v = 64;
+      if (sinks) c.sinks = {-3.0f, 0.0f, 1.0f, 2.0f, 3.0f, 4.0f, 6.0f, 12.0f};
+      c.seqs = {{9000, 1}, {700, 3}};
+      const Paged pg = build(c);
+      for (CpuLevel level : supported_levels())
+        EXPECT_LE(max_err(run_at(pg, level), reference(pg, true)), decode_bound(c))
+            << cpu_level_name(level) << " " << kv_type_name(t) << (sinks ? " sinks" : "");
+    }
 }
 
 // Blocks in the slow tier (PagedKvLayer::k_slow / v_slow) are read where they lie: the same

@@ -71,6 +71,14 @@ fs::path make(const test::TempDir& dir, const std::string& name, SynthFileType t
   return p.out_path;
 }
 
+/// The stored type of tensor `name` in `plan` (a test failure when absent).
+DType plan_type(const std::vector<SynthTensor>& plan, const std::string& name) {
+  for (const SynthTensor& t : plan)
+    if (t.name == name) return t.type;
+  ADD_FAILURE() << "no tensor " << name;
+  return DType::F32;
+}
+
 int64_t n_elements(const std::vector<int64_t>& ne) {
   return std::accumulate(ne.begin(), ne.end(), int64_t(1), std::multiplies<>());
 }
@@ -125,13 +133,14 @@ double correlation(const std::vector<float>& a, const std::vector<float>& b) {
 
 // ---- shapes and the plan ---------------------------------------------------------------------
 
-// Parameter counts published for the real models (the 1.24B / 8.03B / 0.49B / 30.5B of the model
-// cards; exact values as transformers counts them), from the shapes table alone.
+// Parameter counts published for the real models (the 1.24B / 8.03B / 0.49B / 30.5B / 20.9B of
+// the model cards; exact values as transformers counts them), from the shapes table alone.
 TEST(SynthPlan, ParameterCountsMatchTheRealModels) {
   const std::map<std::string, int64_t> want = {{"llama3.2-1b", 1235814400},
                                                {"llama3.1-8b", 8030261248},
                                                {"qwen2.5-0.5b", 494032768},
-                                               {"qwen3-30b-a3b", 30532122624}};
+                                               {"qwen3-30b-a3b", 30532122624},
+                                               {"gpt-oss-20b", 20914757184}};
   for (const auto& [name, n] : want) {
     int64_t total = 0;
     for (const SynthTensor& t : synth_tensor_plan(shape(name), SynthFileType::F16))
@@ -164,7 +173,42 @@ TEST(SynthPlan, RealShapesHaveTheirPublishedHyperparameters) {
   EXPECT_EQ(m.n_expert, 128);
   EXPECT_EQ(m.n_expert_used, 8);
   EXPECT_EQ(m.n_ff_exp, 768);
+  const SynthShape& g = shape("gpt-oss-20b");  // openai/gpt-oss-20b config.json
+  EXPECT_EQ(g.arch, "gpt-oss");
+  EXPECT_EQ(g.n_layer, 24);
+  EXPECT_EQ(g.n_embd, 2880);
+  EXPECT_EQ(g.n_head * g.head_dim, 4096);
+  EXPECT_EQ(g.n_head_kv, 8);
+  EXPECT_EQ(g.n_expert, 32);
+  EXPECT_EQ(g.n_expert_used, 4);
+  EXPECT_EQ(g.n_ff_exp, 2880);
+  EXPECT_EQ(g.sliding_window, 128);
+  EXPECT_EQ(g.yarn_factor, 32);
+  EXPECT_EQ(g.yarn_n_ctx_orig, 4096);
   EXPECT_EQ(find_synth_shape("llama-9000"), nullptr);
+}
+
+// gpt-oss in an MXFP4 file, as released: MXFP4 experts, Q8_0 for every other matrix (the output
+// head too), f32 routers, sinks and biases (the per-expert bias rows are 2-D f32).
+TEST(SynthPlan, GptOssMxfp4FileHasTheReleasedTypes) {
+  for (const char* name : {"gpt-oss-20b", "tiny-gpt-oss"}) {
+    SCOPED_TRACE(name);
+    const auto p = synth_tensor_plan(shape(name), SynthFileType::MXFP4);
+    EXPECT_EQ(plan_type(p, "blk.0.ffn_gate_exps.weight"), DType::MXFP4);
+    EXPECT_EQ(plan_type(p, "blk.3.ffn_down_exps.weight"), DType::MXFP4);
+    EXPECT_EQ(plan_type(p, "blk.0.attn_q.weight"), DType::Q8_0);
+    EXPECT_EQ(plan_type(p, "blk.1.attn_output.weight"), DType::Q8_0);
+    EXPECT_EQ(plan_type(p, "output.weight"), DType::Q8_0);
+    EXPECT_EQ(plan_type(p, "token_embd.weight"), DType::Q8_0);
+    EXPECT_EQ(plan_type(p, "blk.0.ffn_gate_inp.weight"), DType::F32);
+    EXPECT_EQ(plan_type(p, "blk.0.attn_sinks.weight"), DType::F32);
+    EXPECT_EQ(plan_type(p, "blk.0.ffn_down_exps.bias"), DType::F32);
+    EXPECT_EQ(plan_type(p, "blk.0.post_attention_norm.weight"), DType::F32);
+  }
+  // Other shapes keep MXFP4 for every matrix.
+  EXPECT_EQ(plan_type(synth_tensor_plan(shape("tiny-qwen3moe"), SynthFileType::MXFP4),
+                      "blk.0.attn_q.weight"),
+            DType::MXFP4);
 }
 
 TEST(SynthPlan, Llama3RopeFactorsFollowTheConverterRule) {

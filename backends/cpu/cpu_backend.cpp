@@ -126,6 +126,8 @@ class CpuBackend final : public Backend {
            int64_t cols) override {
     if (kind == GluKind::kGeGlu)
       cpu::geglu(gate, up, out, rows, cols);
+    else if (kind == GluKind::kSwiGluOai)
+      cpu::swiglu_oai(gate, up, out, rows, cols);
     else
       cpu::swiglu(gate, up, out, rows, cols);
   }
@@ -162,14 +164,19 @@ class CpuBackend final : public Backend {
     cpu::moe_route(logits, n, p, ids, weights);
   }
   void matmul_id(const Tensor& w, const float* x, bool x_per_slot, const int32_t* ids,
-                 const float* weights, int64_t n, int64_t n_used, float* y) override {
-    if (!weights) {
-      cpu::matmul_id(pool_, w, x, x_per_slot, ids, n, n_used, y);
-      return;
+                 const float* weights, int64_t n, int64_t n_used, float* y,
+                 const Tensor* bias) override {
+    const int64_t m = w.ne[1];
+    if (bias && (bias->type != DType::F32 || bias->ne[0] != m || bias->ne[1] != w.ne[2]))
+      throw std::invalid_argument("matmul_id: the bias must be f32 [m, n_expert]");
+    float* ys = y;  // the per-slot outputs: y itself, or before the weighted sum moe_tmp_
+    if (weights) {
+      moe_tmp_.resize(size_t(n * n_used * m));
+      ys = moe_tmp_.data();
     }
-    moe_tmp_.resize(size_t(n * n_used * w.ne[1]));
-    cpu::matmul_id(pool_, w, x, x_per_slot, ids, n, n_used, moe_tmp_.data());
-    cpu::moe_combine(moe_tmp_.data(), weights, n, n_used, w.ne[1], y);
+    cpu::matmul_id(pool_, w, x, x_per_slot, ids, n, n_used, ys);
+    if (bias) cpu::moe_add_bias(ys, static_cast<const float*>(bias->data), ids, n, n_used, m);
+    if (weights) cpu::moe_combine(ys, weights, n, n_used, m, y);
   }
 
   void layer_norm(const float* x, const Tensor* w, const Tensor* b, float* y, int64_t rows,

@@ -20,7 +20,7 @@ void moe_route(const float* logits, int64_t n, const MoeRouteParams& p, int32_t*
   std::vector<int32_t> idx(static_cast<size_t>(ne));
   for (int64_t r = 0; r < n; ++r) {
     std::copy_n(logits + r * ne, ne, prob.begin());
-    softmax(prob.data(), ne);
+    if (!p.topk_then_softmax) softmax(prob.data(), ne);
     for (int64_t e = 0; e < ne; ++e) idx[size_t(e)] = int32_t(e);
     std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
       return prob[size_t(a)] > prob[size_t(b)] || (prob[size_t(a)] == prob[size_t(b)] && a < b);
@@ -33,8 +33,19 @@ void moe_route(const float* logits, int64_t n, const MoeRouteParams& p, int32_t*
       w[j] = prob[size_t(id[j])];
       sum += w[j];
     }
-    if (p.norm)
+    if (p.topk_then_softmax)
+      softmax(w, k);  // over the k chosen logits
+    else if (p.norm)
       for (int64_t j = 0; j < k; ++j) w[j] /= sum;
+  }
+}
+
+void moe_add_bias(float* ys, const float* bias, const int32_t* ids, int64_t n, int64_t n_used,
+                  int64_t m) {
+  for (int64_t i = 0; i < n * n_used; ++i) {
+    float* y = ys + i * m;
+    const float* b = bias + int64_t(ids[i]) * m;
+    for (int64_t c = 0; c < m; ++c) y[c] += b[c];
   }
 }
 

@@ -14,10 +14,16 @@ namespace kvrun::cpu {
 /// The router of n rows (Backend::moe_route): per row of logits [n_expert], softmax as
 /// llama.cpp's soft_max op (ops.h softmax), the p.n_used largest probabilities in descending
 /// order (the lower id first on a tie) into ids [n, n_used] and their probabilities into
-/// weights [n, n_used], divided by their sum (f32) when p.norm. Throws std::invalid_argument
-/// when n_used is not in [1, n_expert].
+/// weights [n, n_used], divided by their sum (f32) when p.norm; with p.topk_then_softmax
+/// (gpt-oss) the n_used largest logits, same order, and softmax (ops.h) over those n_used.
+/// Throws std::invalid_argument when n_used is not in [1, n_expert].
 void moe_route(const float* logits, int64_t n, const MoeRouteParams& p, int32_t* ids,
                float* weights);
+
+/// ys[r, j, :] += bias[ids[r, j], :] for r < n, j < n_used (ggml's add_id): one f32 bias row of
+/// m per expert, bias [n_expert, m].
+void moe_add_bias(float* ys, const float* bias, const int32_t* ids, int64_t n, int64_t n_used,
+                  int64_t m);
 
 /// y[r, :] = Σ_j weights[r, j] · ys[r, j, :] over j < n_used in slot order (f32 multiply, then
 /// add), the experts' outputs ys [n, n_used, m] combined into y [n, m].

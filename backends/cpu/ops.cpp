@@ -1,6 +1,7 @@
 // ops.cpp — element-wise and row ops (see ops.h).
 #include "cpu/ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -59,6 +60,14 @@ void swiglu(const float* gate, const float* up, float* out, int64_t rows, int64_
     float* o = out + r * cols;
     silu_mul(g, u, o, body);
     for (int64_t i = body; i < cols; ++i) o[i] = silu_tail(g[i]) * u[i];
+  }
+}
+
+void swiglu_oai(const float* gate, const float* up, float* out, int64_t rows, int64_t cols) {
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    const float g = std::min(gate[i], kSwiGluOaiLimit);
+    const float u = std::max(std::min(up[i], kSwiGluOaiLimit), -kSwiGluOaiLimit);
+    out[i] = g / (1.0f + std::exp(kSwiGluOaiAlpha * (-g))) * (u + 1.0f);
   }
 }
 
@@ -165,14 +174,17 @@ void get_rows(const Tensor& table, const int32_t* ids, int64_t n_ids, float* out
   }
 }
 
-void masked_softmax(float* x, int64_t n_pos, int64_t n_kv, float scale) {
+void masked_softmax(float* x, int64_t n_pos, int64_t n_kv, float scale, const float* sink) {
   float max = -INFINITY;
   for (int64_t j = 0; j < n_pos; ++j) {
     x[j] *= scale;
     max = std::fmax(max, x[j]);
   }
   for (int64_t j = n_pos; j < n_kv; ++j) x[j] = -INFINITY;
-  const float inv = float(1.0 / softmax_exp(x, x, n_kv, max));
+  if (sink) max = std::fmax(max, *sink);
+  double sum = softmax_exp(x, x, n_kv, max);
+  if (sink) sum += double(std::exp(*sink - max));
+  const float inv = float(1.0 / sum);
   for (int64_t j = 0; j < n_kv; ++j) x[j] *= inv;
 }
 

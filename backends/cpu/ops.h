@@ -39,6 +39,12 @@ inline void swiglu(const float* gate, const float* up, float* out, int64_t n) {
   swiglu(gate, up, out, 1, n);
 }
 
+/// gpt-oss's clamped SwiGLU (GluKind::kSwiGluOai, backend.h): g = min(gate, limit), u =
+/// clamp(up, −limit, limit), out = g / (1 + e^(alpha · (−g))) · (u + 1) in f32 with libm expf,
+/// as ggml's swiglu_oai op (alpha = kSwiGluOaiAlpha, limit = kSwiGluOaiLimit). gate, up, out:
+/// [rows, cols]; out may equal gate or up.
+void swiglu_oai(const float* gate, const float* up, float* out, int64_t rows, int64_t cols);
+
 /// GeGLU (Shazeer 2020, "GLU Variants Improve Transformer"): out = gelu(gate) · up with the
 /// tanh approximation gelu(x) = 0.5·x·(1 + tanh(√(2/π)·x·(1 + 0.044715·x²))) (Hendrycks &
 /// Gimpel 2016), computed as llama.cpp's CPU GELU op then MUL: x ≤ −10 → 0, x ≥ 10 → x, else x
@@ -78,7 +84,11 @@ double softmax_exp(const float* x, float* y, int64_t n, float max);
 /// Softmax of x[0..n_pos) scaled by `scale`, inside a row of n_kv cells whose rest is masked
 /// (set to −inf here), as llama.cpp's soft_max op with a scale and an f32 causal mask: scale,
 /// max, softmax_exp over all n_kv cells, every cell times float(1 / sum). In place, x[n_kv].
-void masked_softmax(float* x, int64_t n_pos, int64_t n_kv, float scale);
+/// With `sink` (an attention sink's logit, not scaled; PagedAttnParams::sinks) as llama.cpp's
+/// soft_max with sinks: the max also covers *sink and the sum (double) adds expf(*sink − max),
+/// so the weights sum to less than 1. Without it nothing changes.
+void masked_softmax(float* x, int64_t n_pos, int64_t n_kv, float scale,
+                    const float* sink = nullptr);
 
 /// In-place softmax of x[n] as llama.cpp's soft_max op (no scale or mask): softmax_exp with the
 /// row's max, then every element times float(1 / sum).

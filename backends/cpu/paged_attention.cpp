@@ -148,7 +148,8 @@ void flash_call(ThreadPool& pool, const Call& c, const PagedSeq* seqs, int64_t n
         }
         const int64_t i = g.i0 + r / c.group, h = g.hk * c.group + r % c.group;
         attn_merge_partials(g.n_parts, m.data(), l.data(), accs.data(), hdv,
-                            out + (seqs[g.s].q0 + i) * a.n_head * hdv + h * hdv);
+                            out + (seqs[g.s].q0 + i) * a.n_head * hdv + h * hdv,
+                            c.p.sinks ? c.p.sinks + h : nullptr);
       }
     }
   });
@@ -244,8 +245,14 @@ void paged_attention_at_level(ThreadPool& pool, CpuLevel level, const PagedKvLay
   });
 }
 
+float attn_sink_inv(float sink, float m, float l) {
+  if (sink <= m) return 1.0f / (l + std::exp(sink - m));
+  const float ms = std::exp(m - sink);
+  return ms / (l * ms + 1.0f);
+}
+
 void attn_merge_partials(int64_t n_parts, const float* m, const float* l, const float* const* acc,
-                         int64_t head_dim_v, float* out) {
+                         int64_t head_dim_v, float* out, const float* sink) {
   float mx = -INFINITY;
   for (int64_t k = 0; k < n_parts; ++k) mx = std::max(mx, m[k]);
   float den = 0.0f;
@@ -256,7 +263,7 @@ void attn_merge_partials(int64_t n_parts, const float* m, const float* l, const 
     den += w * l[k];
     for (int64_t d = 0; d < head_dim_v; ++d) out[d] += w * acc[k][d];
   }
-  const float inv = 1.0f / den;
+  const float inv = sink ? attn_sink_inv(*sink, mx, den) : 1.0f / den;
   for (int64_t d = 0; d < head_dim_v; ++d) out[d] *= inv;
 }
 

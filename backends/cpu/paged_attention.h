@@ -62,8 +62,16 @@ void paged_attention_at_level(ThreadPool& pool, CpuLevel level, const PagedKvLay
 /// with M = max m[k] (the log-sum-exp combination of Milakov & Gimelshein 2018, "Online
 /// normalizer calculation for softmax", as Flash-Decoding uses it). Parts with m = −inf (no
 /// positions) are skipped; at least one part must have seen a position.
+/// With `sink` (an attention sink's logit, PagedAttnParams::sinks) it joins the denominator:
+/// out = Σ_k e^(m[k] − M) acc[k] · attn_sink_inv(*sink, M, Σ_k e^(m[k] − M) l[k]).
 void attn_merge_partials(int64_t n_parts, const float* m, const float* l, const float* const* acc,
-                         int64_t head_dim_v, float* out);
+                         int64_t head_dim_v, float* out, const float* sink = nullptr);
+
+/// The factor that finishes an online-softmax row with running max m and sum l = Σ e^(s − m)
+/// when a sink logit joins the softmax (no value: out = acc · factor, acc = Σ e^(s − m) · v):
+/// 1 / (l + e^(sink − m)) when sink ≤ m, else e^(m − sink) / (l · e^(m − sink) + 1), as ggml's
+/// flash attention adds its sinks after the last position (libm expf).
+float attn_sink_inv(float sink, float m, float l);
 
 /// In-place fast Walsh–Hadamard transform of `n` values (n a power of two), scaled by 1/√n so
 /// it is orthonormal (its own inverse). Used by --kv-rotate (QuaRot, Ashkboos et al. 2024).

@@ -14,7 +14,8 @@
 // least 32; cells past the causal limit weigh 0), masked softmax with softmax_exp, weights
 // rounded to f16 for an f16 V, then the weighted sum of V in the lane order of vec_dot_f16 /
 // vec_dot_f32 (one token) or gemm_dot_* (batches), reproduced here block by block with per-lane
-// accumulators (see LaneOrder).
+// accumulators (see LaneOrder). Attention sinks (PagedAttnParams::sinks) enter the softmax's
+// max and sum as llama.cpp's soft_max with sinks does (ops.h masked_softmax).
 #include <algorithm>
 #include <cmath>
 
@@ -196,7 +197,7 @@ void exact_weights(const Call& c, const PagedSeq& seq, int64_t n_pos, int64_t n_
       scale = 1.0f;  // applied above (models with soft-capping pre-scale Q: scale is 1 there)
     }
     std::fill_n(w, lo, -INFINITY);  // before the sliding window (masked, weight 0)
-    masked_softmax(w, n_pos, n_kv, scale);
+    masked_softmax(w, n_pos, n_kv, scale, c.p.sinks ? c.p.sinks + hk * G + g : nullptr);
     if (c.v_f16)
       for (int64_t j = 0; j < n_kv; ++j) w[j] = fp16_lut(f32_to_fp16(w[j]));
   }

@@ -219,7 +219,10 @@ void write_tile_rows(const Call& c, const PagedSeq& seq, int64_t i0, int64_t i1,
       const float* acc = acc_rows + r * acc_len;
       float* o = partial ? partial + r * (hdv + 2) + 2
                          : out + (seq.q0 + i) * a.n_head * hdv + (hk * G + g) * hdv;
-      const float inv = partial ? 1.0f : 1.0f / l[r];
+      // A sink (the finished row only; a partial state gets it at the merge): one more term of
+      // the denominator, the accumulator rescaled when it raises the max.
+      float inv = partial ? 1.0f : 1.0f / l[r];
+      if (!partial && c.p.sinks) inv = attn_sink_inv(c.p.sinks[hk * G + g], m[r], l[r]);
       if (partial) {
         partial[r * (hdv + 2)] = m[r];
         partial[r * (hdv + 2) + 1] = l[r];

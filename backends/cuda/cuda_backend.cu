@@ -121,6 +121,8 @@ class CudaBackend final : public kvrun::Backend {
 
   void glu(GluKind kind, const float* gate, const float* up, float* out, int64_t rows,
            int64_t cols) override {
+    if (kind == GluKind::kSwiGluOai)  // only gpt-oss's experts use it; MoE layers are refused
+      throw std::logic_error("glu swiglu_oai is not implemented by the CUDA backend");
     if (kind == GluKind::kGeGlu)
       cuda::geglu(ctx_, gate, up, out, rows * cols);
     else
@@ -316,6 +318,7 @@ class CudaDevice final : public kvrun::Device {
       case Op::kLayerNorm:  // encoders (bert): not written for CUDA yet (load refuses)
       case Op::kGelu:
       case Op::kAttention:
+      case Op::kAttnSinks:  // gpt-oss's attention sinks: not yet (load refuses)
         return false;
     }
     return false;

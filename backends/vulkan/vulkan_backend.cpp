@@ -281,6 +281,8 @@ class VulkanBackend final : public Backend {
 
   void glu(GluKind kind, const float* gate, const float* up, float* out, int64_t rows,
            int64_t cols) override {
+    if (kind == GluKind::kSwiGluOai)  // only gpt-oss's experts use it; MoE layers are refused
+      throw std::logic_error("glu swiglu_oai is not implemented by the Vulkan backend");
     eltwise(kind == GluKind::kGeGlu ? kGeGlu : kSwiGlu, gate, up, out, rows * cols, 0, 0, 0, 0);
   }
   void add(float* y, const float* x, int64_t n) override {
@@ -464,6 +466,7 @@ class VulkanDevice final : public Device {
       case Op::kLayerNorm:  // encoders (bert): not yet, refused by -ngl
       case Op::kGelu:
       case Op::kAttention:
+      case Op::kAttnSinks:  // gpt-oss's attention sinks: not yet (load refuses)
         return false;
     }
     return false;

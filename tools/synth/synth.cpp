@@ -69,12 +69,16 @@ DType with_fallback(DType t, int64_t ne0) {
   return divides(f, ne0) ? f : DType::F16;
 }
 
-/// The wanted (pre-fallback) type of matrix `role` of layer `il` (−1 outside the layers).
-DType wanted_type(SynthFileType ft, const std::string& role, int64_t il, int64_t n_layer,
+/// The wanted (pre-fallback) type of matrix `role` of layer `il` (−1 outside the layers) of
+/// shape `s`.
+DType wanted_type(SynthFileType ft, const SynthShape& s, const std::string& role, int64_t il,
                   int64_t ne0) {
   const DType base = row_of(ft).base;
   if (!traits(base).quantized) return base;
   if (role == "ffn_gate_inp") return DType::F32;  // llama-quantize keeps MoE routers as they are
+  if (s.gpt_oss && ft == SynthFileType::MXFP4)    // as released: MXFP4 experts, Q8_0 elsewhere
+    return role.ends_with("_exps") ? DType::MXFP4 : DType::Q8_0;
+  const int64_t n_layer = s.n_layer;
   if (role == "output") {  // the output head (or the tied embedding serving as it)
     if (!divides(base, ne0)) return DType::Q8_0;
     return base == DType::Q8_0 ? DType::Q8_0 : DType::Q6_K;
@@ -322,17 +326,20 @@ std::vector<SynthTensor> synth_tensor_plan(const SynthShape& s, SynthFileType ft
                     int64_t ne1, int64_t ne2 = 0) {
     SynthTensor t;
     t.name = name;
-    t.wanted = wanted_type(ft, role, il, s.n_layer, ne0);
+    t.wanted = wanted_type(ft, s, role, il, ne0);
     t.type = with_fallback(t.wanted, ne0);
     t.ne = {ne0, ne1};
     if (ne2 > 0) t.ne.push_back(ne2);
     t.sd = float(1.0 / std::sqrt(double(ne0)));
+    if (role == "ffn_gate_exps" || role == "ffn_up_exps") t.sd *= float(s.expert_gain);
     plan.push_back(std::move(t));
   };
-  auto vector = [&](const std::string& name, int64_t n, float mean, float sd) {
+  // F32 vectors (ne1 == 0) and f32 rows of one bias per expert (ne1 = n_expert).
+  auto vector = [&](const std::string& name, int64_t n, float mean, float sd, int64_t ne1 = 0) {
     SynthTensor t;
     t.name = name;
     t.ne = {n};
+    if (ne1 > 0) t.ne.push_back(ne1);
     t.mean = mean;
     t.sd = sd;
     plan.push_back(std::move(t));
@@ -376,14 +383,27 @@ std::vector<SynthTensor> synth_tensor_plan(const SynthShape& s, SynthFileType ft
       vector(p + "attn_k_norm.weight", s.head_dim, 1.0f, kNormSd);
     }
     matrix(p + "attn_output.weight", "attn_output", il, nq, d);
-    if (s.post_norms) vector(p + "post_attention_norm.weight", d, 1.0f, kNormSd);
-    vector(p + "ffn_norm.weight", d, 1.0f, kNormSd);
-    if (s.n_expert > 0) {  // llama.cpp's qwen3moe tensors
+    if (s.gpt_oss) {  // output bias, sink logits around 2 (so they take a visible share), and
+                      // the FFN's norm under the name post_attention_norm
+      vector(p + "attn_output.bias", d, 0, kBiasSd);
+      vector(p + "attn_sinks.weight", s.n_head, 2.0f, 1.0f);
+      vector(p + "post_attention_norm.weight", d, 1.0f, kNormSd);
+    } else {
+      if (s.post_norms) vector(p + "post_attention_norm.weight", d, 1.0f, kNormSd);
+      vector(p + "ffn_norm.weight", d, 1.0f, kNormSd);
+    }
+    if (s.n_expert > 0) {  // llama.cpp's qwen3moe tensors (+ gpt-oss's biases)
       const int64_t ne = s.n_expert, ff = s.n_ff_exp;
       matrix(p + "ffn_gate_inp.weight", "ffn_gate_inp", il, d, ne);
       matrix(p + "ffn_gate_exps.weight", "ffn_gate_exps", il, d, ff, ne);
       matrix(p + "ffn_up_exps.weight", "ffn_up_exps", il, d, ff, ne);
       matrix(p + "ffn_down_exps.weight", "ffn_down_exps", il, ff, d, ne);
+      if (s.gpt_oss) {
+        vector(p + "ffn_gate_inp.bias", ne, 0, kBiasSd);
+        vector(p + "ffn_gate_exps.bias", ff, 0, kBiasSd, ne);
+        vector(p + "ffn_up_exps.bias", ff, 0, kBiasSd, ne);
+        vector(p + "ffn_down_exps.bias", d, 0, kBiasSd, ne);
+      }
       continue;
     }
     if (!s.fused) matrix(p + "ffn_gate.weight", "ffn_gate", il, d, s.n_ff);

@@ -8,17 +8,21 @@
 // fan_in = ne0 (its row length, the matmul's input size), so each matmul output has about the
 // variance of its input; token_embd the same (1/n_embd; as the tied output head this gives
 // logits of standard deviation ≈ 1); RMSNorm weights 1 + 0.1·N(0,1); Q/K/V biases 0.1·N(0,1);
-// rope_freqs (llama3 scaling) computed exactly as llama.cpp's converter defines it.
+// rope_freqs (llama3 scaling) computed exactly as llama.cpp's converter defines it; gpt-oss's
+// output, router and expert biases 0.1·N(0,1) and attention sinks 2 + N(0,1).
 //
 // Tensor types per file type (llama.cpp's llama-quantize conventions, src/llama-quant.cpp at
-// c392e509, restated): 1-D tensors (norms, biases, rope_freqs) are F32. F32/F16/Q8_0/Q6_K:
-// every matrix in that type. Q4_0: every matrix Q4_0 except the output head (output.weight, or
-// token_embd.weight when tied), which is Q6_K. Q4_K: llama.cpp's Q4_K_S recipe: output head Q6_K,
-// attn_v of layers 0–3 and ffn_down of layers < n_layer/8 Q5_K, every other matrix Q4_K.
-// A quantized output head whose row length is not a multiple of the file type's block is Q8_0.
-// A row length that is not a multiple of 256 cannot hold K-quant super-blocks: as llama.cpp
-// does, Q4_K falls back to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0, and any type whose block does not
-// divide the row to F16 (e.g. every n_embd-wide matrix of qwen2.5-0.5b, whose n_embd is 896).
+// c392e509, restated): 1-D tensors (norms, biases, rope_freqs, sinks) and gpt-oss's per-expert
+// bias rows are F32, MoE routers (ffn_gate_inp) F32 in quantized files; a gpt-oss shape in an
+// MXFP4 file has MXFP4 experts and every other matrix Q8_0 (SynthShape::gpt_oss).
+// F32/F16/Q8_0/Q6_K: every matrix in that type. Q4_0: every matrix Q4_0 except the output head
+// (output.weight, or token_embd.weight when tied), which is Q6_K. Q4_K: llama.cpp's Q4_K_S recipe:
+// output head Q6_K, attn_v of layers 0–3 and ffn_down of layers < n_layer/8 Q5_K, every other
+// matrix Q4_K. A quantized output head whose row length is not a multiple of the file type's block
+// is Q8_0. A row length that is not a multiple of 256 cannot hold K-quant super-blocks: as
+// llama.cpp does, Q4_K falls back to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0, and any type whose block
+// does not divide the row to F16 (e.g. every n_embd-wide matrix of qwen2.5-0.5b, whose n_embd is
+// 896).
 #pragma once
 
 #include <atomic>

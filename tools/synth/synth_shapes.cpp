@@ -141,6 +141,29 @@ const std::vector<SynthShape>& synth_shapes() {
     s.pooling_type = 1;
     v.push_back(s);
 
+    // gpt-oss: the real model's layout scaled down: nq = 256 ≠ n_embd, GQA 2, untied, Q/K/V and
+    // output biases, attention sinks, a window of 32 on even layers (the 48-token prompt crosses
+    // it), YaRN ×32 over 4096 and base 150000 as released, 8 experts of 64 with biases, top 2.
+    tiny("tiny-gpt-oss", "gpt-oss");
+    s.n_layer = 4;
+    s.n_embd = 64;
+    s.n_head = 4;
+    s.n_head_kv = 2;
+    s.n_ff = 64;
+    s.n_ctx_train = 131072;
+    s.rope_theta = 150000;
+    s.rms_eps = 1e-5;
+    s.qkv_bias = true;
+    s.sliding_window = 32;
+    s.yarn_factor = 32;
+    s.yarn_n_ctx_orig = 4096;
+    s.n_expert = 8;
+    s.n_expert_used = 2;
+    s.n_ff_exp = 64;
+    s.gpt_oss = true;
+    s.expert_gain = 3;
+    v.push_back(s);
+
     s = {};
     s.name = "llama3.2-1b";
     s.arch = "llama";
@@ -214,6 +237,31 @@ const std::vector<SynthShape>& synth_shapes() {
     s.n_expert_used = 8;
     s.n_ff_exp = 768;
     s.source = "huggingface.co/Qwen/Qwen3-30B-A3B config.json";
+    v.push_back(s);
+
+    s = {};
+    s.name = "gpt-oss-20b";
+    s.arch = "gpt-oss";
+    s.n_layer = 24;
+    s.n_embd = 2880;
+    s.n_head = 64;
+    s.n_head_kv = 8;
+    s.head_dim = 64;
+    s.n_ff = 2880;
+    s.n_vocab = 201088;
+    s.n_ctx_train = 131072;
+    s.rope_theta = 150000;
+    s.rms_eps = 1e-5;
+    s.tied = false;
+    s.qkv_bias = true;
+    s.sliding_window = 128;
+    s.yarn_factor = 32;
+    s.yarn_n_ctx_orig = 4096;
+    s.n_expert = 32;
+    s.n_expert_used = 4;
+    s.n_ff_exp = 2880;
+    s.gpt_oss = true;
+    s.source = "huggingface.co/openai/gpt-oss-20b config.json";
     v.push_back(s);
     return v;
   }();

@@ -9,6 +9,8 @@
 //   qwen2.5-0.5b  Qwen/Qwen2.5-0.5B/config.json (QKV biases: Qwen2 attention has bias=True)
 //   qwen3-30b-a3b Qwen/Qwen3-30B-A3B/config.json (num_experts, num_experts_per_tok,
 //                 moe_intermediate_size; norm_topk_prob true)
+//   gpt-oss-20b   openai/gpt-oss-20b/config.json (num_local_experts 32, experts_per_token 4,
+//                 intermediate_size 2880, sliding_window 128, rope_scaling yarn ×32 over 4096)
 // The tiny shapes are kvrun's own, for tests: head_dim 64 so every block quant applies, and
 // n_embd 128 (not a multiple of 256) so the K-quant fallback is exercised too. tiny-qwen3,
 // tiny-mistral, tiny-phi3, tiny-gemma2 and tiny-gemma3 have the tensor names and metadata
@@ -77,6 +79,15 @@ struct SynthShape {
   /// {arch}.pooling_type (llama.cpp's values: 1 mean, 2 cls) and a WordPiece vocabulary.
   double norm_eps = 0;
   int64_t pooling_type = 0;
+  /// gpt-oss's tensors (llama.cpp's LLM_ARCH_OPENAI_MOE names): attn_output bias, attn_sinks
+  /// (one logit per head), router and per-expert biases, the FFN's norm stored as
+  /// post_attention_norm. In an MXFP4 file only the experts are MXFP4 and the other matrices
+  /// Q8_0, as in the released GGUFs (ggml-org/gpt-oss-20b-GGUF: 12.1 GB = 19.1 G expert weights
+  /// at 4.25 bits + 1.8 G others at 8.5 bits).
+  bool gpt_oss = false;
+  /// The experts' gate and up weights get this many times the usual standard deviation
+  /// (tiny-gpt-oss: 3, so the clamped SwiGLU's limit of 7 is reached by a few percent of them).
+  double expert_gain = 1;
   std::string source;  ///< where the numbers come from
 };
 
