@@ -249,17 +249,12 @@ TEST(Ops, SwigluOaiMatchesDoubleFormula) {
   EXPECT_GT(clamped, 20) << "the inputs must exercise the clamps";
   std::vector<float> out(g.size());
   swiglu_oai(g.data(), u.data(), out.data(), 10, 20);
-  auto be = cpu_device().make_backend(1);
-  std::vector<float> via(g.size());
-  be->glu(GluKind::kSwiGluOai, g.data(), u.data(), via.data(), 20, 10);
   for (size_t i = 0; i < g.size(); ++i) {
     const double ref = formula(g[i], u[i]);
     EXPECT_NEAR(out[i], ref, 2e-6 * (1 + std::fabs(ref))) << "gate " << g[i] << " up " << u[i];
-    EXPECT_EQ(out[i], via[i]) << i;
   }
-  // Plain SwiGLU differs wherever a clamp or the slope matters: the kind is not ignored.
-  be->glu(GluKind::kSwiGlu, g.data(), u.data(), via.data(), 20, 10);
-  EXPECT_NE(out, via);
+  // (That the CPU backend's glu runs it for GluKind::kSwiGluOai: test_moe_ops.cpp. This file is
+  // also cross-built for AArch64 without the backend registry, cmake/cpu_tests_only.cmake.)
 }
 
 // Softmax with an attention sink (gpt-oss; llama.cpp's soft_max with sinks) against the formula

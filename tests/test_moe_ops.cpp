@@ -22,6 +22,7 @@
 
 #include "backend.h"
 #include "cpu/cpu_traits.h"
+#include "cpu/ops.h"
 #include "test_util.h"
 
 namespace kvrun {
@@ -244,6 +245,20 @@ INSTANTIATE_TEST_SUITE_P(Types, MatmulIdTypes,
                            return std::string(traits(i.param.type).name) + "_m" +
                                   std::to_string(i.param.m);
                          });
+
+// The CPU backend's glu runs the clamped SwiGLU of gpt-oss for GluKind::kSwiGluOai
+// (cpu::swiglu_oai, bit for bit; its formula is tested in test_cpu_ops), and plain SwiGLU, which
+// differs wherever a clamp or the slope matters, for kSwiGlu: the kind is not ignored.
+TEST(MoeOps, BackendGluRunsTheClampedSwiglu) {
+  auto g = random_floats(200, 31, 6.0f), u = random_floats(200, 32, 6.0f);
+  std::vector<float> want(g.size()), via(g.size());
+  cpu::swiglu_oai(g.data(), u.data(), want.data(), 10, 20);
+  auto be = cpu_device().make_backend(1);
+  be->glu(GluKind::kSwiGluOai, g.data(), u.data(), via.data(), 20, 10);
+  EXPECT_EQ(want, via);
+  be->glu(GluKind::kSwiGlu, g.data(), u.data(), via.data(), 20, 10);
+  EXPECT_NE(want, via);
+}
 
 }  // namespace
 }  // namespace kvrun
