@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "blocks.h"
+#include "cpu/kv_row_ops.h"
 #include "fp16.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)

@@ -20,8 +20,6 @@
 // operations, and the results, do not depend on W.
 // Nothing here is specific to a level; the compiler maps vf to that level's registers.
 
-constexpr bool is_fp8(DType t) { return t == DType::FP8_E4M3 || t == DType::FP8_E5M2; }
-
 /// The binary16 bits of FP8 code c scaled by 2^−8 (E4M3) or 2^0 (E5M2), exactly (OCP OFP8 1.0):
 /// E5M2 is binary16's top byte; E4M3's exponent (bias 7) and mantissa shifted into binary16's
 /// fields (bias 15) give the value · 2^−8, subnormals included, and S.1111.111 (its NaN)

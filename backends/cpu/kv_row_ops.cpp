@@ -117,6 +117,9 @@ int64_t kv_head_offset(DType t, int64_t head_dim, int64_t h) {
     case DType::F16:
     case DType::BF16:
       return h * head_dim * 2;
+    case DType::FP8_E4M3:
+    case DType::FP8_E5M2:
+      return h * head_dim;
     case DType::Q8_0:
       return head_dim % QK8_0 == 0 ? h * (head_dim / QK8_0) * int64_t(sizeof(block_q8_0)) : -1;
     case DType::Q4_0:

@@ -19,8 +19,12 @@ namespace kvrun::cpu {
 void kv_decode_head(DType t, int64_t n_head_kv, int64_t head_dim, const uint8_t* row, int64_t h,
                     float* out);
 
+/// Whether `t` is one of the FP8 KV types (one byte per value plus an E8M0 scale byte per head).
+constexpr bool is_fp8(DType t) { return t == DType::FP8_E4M3 || t == DType::FP8_E5M2; }
+
 /// Byte offset of head `h` inside a row when the head is a whole run of the type's elements or
-/// blocks (f32, f16, bf16 always; q8_0 / q4_0 when head_dim % 32 == 0), else −1.
+/// blocks (f32, f16, bf16, fp8 values always — fp8's scale bytes follow all values; q8_0 / q4_0
+/// when head_dim % 32 == 0), else −1.
 int64_t kv_head_offset(DType t, int64_t head_dim, int64_t h);
 
 }  // namespace kvrun::cpu

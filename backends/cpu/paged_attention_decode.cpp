@@ -36,15 +36,6 @@ inline void prefetch_rows(const uint8_t* p, int64_t stride, int64_t bytes, int64
   }
 }
 
-inline bool is_fp8(DType t) { return t == DType::FP8_E4M3 || t == DType::FP8_E5M2; }
-
-/// Byte offset of KV head hk in a stored row that the decode kernel reads in place
-/// (flash_decode_in_place): kv_head_offset, or hk · head_dim for FP8 (one byte per value, the
-/// scale bytes after all values: kv_layout.h).
-inline int64_t in_place_offset(DType type, int64_t head_dim, int64_t hk) {
-  return is_fp8(type) ? hk * head_dim : kv_head_offset(type, head_dim, hk);
-}
-
 /// For an FP8 row: the offset of head hk's E8M0 scale byte from the head's first value byte.
 inline int64_t fp8_scale_offset(int64_t n_head_kv, int64_t head_dim, int64_t hk) {
   return n_head_kv * head_dim + hk - hk * head_dim;
@@ -70,7 +61,7 @@ inline bool scales_in_place(DType type, const uint8_t* block, int64_t row_bytes,
 inline const uint8_t* head_rows(DType type, bool in_place, int64_t n_head_kv, int64_t head_dim,
                                 const uint8_t* block, int64_t row_bytes, int64_t hk, int64_t n,
                                 float* tile) {
-  if (in_place) return block + in_place_offset(type, head_dim, hk);
+  if (in_place) return block + kv_head_offset(type, head_dim, hk);
   for (int64_t j = 0; j < n; ++j)
     kv_decode_head(type, n_head_kv, head_dim, block + j * row_bytes, hk, tile + j * head_dim);
   return reinterpret_cast<const uint8_t*>(tile);
@@ -150,8 +141,8 @@ void flash_tile_decode(const Call& c, const PagedSeq& seq, int64_t i0, int64_t i
   fb.corr = sc.corr.data();
   // Bytes of the heads' run in a stored row, from the first head's offset: what the block reads
   // in place and what prefetch_rows asks for.
-  const int64_t k_off0 = k_in_place ? in_place_offset(kv.k_type, hd, hk0) : 0;
-  const int64_t v_off0 = v_in_place ? in_place_offset(kv.v_type, hdv, hk0) : 0;
+  const int64_t k_off0 = k_in_place ? kv_head_offset(kv.k_type, hd, hk0) : 0;
+  const int64_t v_off0 = v_in_place ? kv_head_offset(kv.v_type, hdv, hk0) : 0;
   const int64_t k_bytes = k_in_place ? kv_row_bytes(kv.k_type, nh, hd) : 0;
   const int64_t v_bytes = v_in_place ? kv_row_bytes(kv.v_type, nh, hdv) : 0;
   if (!k_in_place || is_fp8(kv.k_type)) sc.ktile.resize(size_t(bs * hd));
