@@ -159,40 +159,11 @@ LlamaWeights load_llama_weights(const gguf::File& f, const Hparams& hp, const Ar
   return w;
 }
 
-Placement Placement::all_on(Device& host, int64_t n_layer) {
-  Placement p;
-  p.input = p.output = &host;
-  p.layers.assign(size_t(n_layer), &host);
-  p.kv.assign(size_t(n_layer), &host);
-  return p;
-}
-
-Placement Placement::split(Device& host, Device& gpu, int64_t n_layer, int64_t n_gpu,
-                           bool kv_offload) {
-  Placement p = all_on(host, n_layer);
-  for (int64_t il = std::max<int64_t>(0, n_layer - n_gpu); il < n_layer; ++il) {
-    p.layers[size_t(il)] = &gpu;
-    if (kv_offload) p.kv[size_t(il)] = &gpu;
-  }
-  if (n_gpu > n_layer) p.output = &gpu;
-  return p;
-}
-
-std::vector<Device*> Placement::devices() const {
-  std::vector<Device*> d{input};
-  auto add = [&](Device* x) {
-    if (std::find(d.begin(), d.end(), x) == d.end()) d.push_back(x);
-  };
-  for (Device* x : layers) add(x);
-  for (Device* x : kv) add(x);
-  add(output);
-  return d;
-}
-
 namespace {
 
-/// The per-layer weights a device holds, in upload order.
-std::array<Tensor*, 33> layer_tensors(LlamaLayer& L) {
+/// The per-layer weights of the attention sub-block (and an encoder's other per-layer ones),
+/// which the layer's device holds, in upload order.
+std::array<Tensor*, 18> layer_tensors(LlamaLayer& L) {
   return {&L.attn_norm,
           &L.wqkv,
           &L.wq,
@@ -207,25 +178,18 @@ std::array<Tensor*, 33> layer_tensors(LlamaLayer& L) {
           &L.bo,
           &L.attn_sinks,
           &L.attn_post_norm,
-          &L.ffn_norm,
-          &L.ffn_gate,
-          &L.ffn_up,
-          &L.ffn_down,
-          &L.ffn_post_norm,
-          &L.ffn_gate_inp,
-          &L.ffn_gate_exps,
-          &L.ffn_up_exps,
-          &L.ffn_down_exps,
-          &L.ffn_gate_inp_b,
-          &L.ffn_gate_exps_b,
-          &L.ffn_up_exps_b,
-          &L.ffn_down_exps_b,
           &L.attn_out_norm,
           &L.attn_out_norm_b,
-          &L.ffn_up_b,
-          &L.ffn_down_b,
           &L.layer_out_norm,
           &L.layer_out_norm_b};
+}
+
+/// The per-layer weights of the FFN sub-block, which Placement::ffn's device holds.
+std::array<Tensor*, 15> ffn_tensors(LlamaLayer& L) {
+  return {&L.ffn_norm,        &L.ffn_gate,       &L.ffn_up,          &L.ffn_down,
+          &L.ffn_post_norm,   &L.ffn_gate_inp,   &L.ffn_gate_exps,   &L.ffn_up_exps,
+          &L.ffn_down_exps,   &L.ffn_gate_inp_b, &L.ffn_gate_exps_b, &L.ffn_up_exps_b,
+          &L.ffn_down_exps_b, &L.ffn_up_b,       &L.ffn_down_b};
 }
 
 }  // namespace
@@ -239,8 +203,10 @@ size_t upload_llama_weights(LlamaWeights& w, const Placement& p, bool release_ma
   };
   if (progress) {
     total = tensor_bytes(w.output_norm) + tensor_bytes(w.output);
-    for (LlamaLayer& L : w.layers)
+    for (LlamaLayer& L : w.layers) {
       for (const Tensor* t : layer_tensors(L)) total += tensor_bytes(*t);
+      for (const Tensor* t : ffn_tensors(L)) total += tensor_bytes(*t);
+    }
   }
   auto up = [&](Tensor& t, Device& dev, const char* what) {
     if (!t.data) return;
@@ -266,9 +232,12 @@ size_t upload_llama_weights(LlamaWeights& w, const Placement& p, bool release_ma
   for (size_t il = 0; il < w.layers.size(); ++il) {
     LlamaLayer& L = w.layers[il];
     Device& dev = *p.layers[il];
-    if (L.ffn_gate_inp.data && !dev.supports(Op::kMoeRoute))
+    Device& ffn_dev = *p.ffn[il];
+    if (L.ffn_gate_inp.data && !ffn_dev.supports(Op::kMoeRoute))
       throw ModelError("layer " + std::to_string(il) + " is a mixture of experts, and " +
-                       dev.name() + " does not support moe_route yet");
+                       ffn_dev.name() +
+                       " does not support moe_route yet (-ot \"ffn_.*_exps=CPU\" keeps the "
+                       "experts on the CPU)");
     if (w.spec.encoder)
       for (Op op : {Op::kLayerNorm, Op::kGelu, Op::kAttention})
         if (!dev.supports(op))
@@ -281,6 +250,8 @@ size_t upload_llama_weights(LlamaWeights& w, const Placement& p, bool release_ma
                          " does not support them yet");
     for (Tensor* t : layer_tensors(L))
       up(*t, dev, ("layer " + std::to_string(il) + " weight").c_str());
+    for (Tensor* t : ffn_tensors(L))
+      up(*t, ffn_dev, ("layer " + std::to_string(il) + " FFN weight").c_str());
   }
   return bytes;
 }
@@ -459,6 +430,21 @@ void ffn_block(const Hparams& hp, const LlamaWeights& w, int64_t il, Backend& be
   be.add(s.x, s.proj, n * d);
 }
 
+/// ffn_block of layer il where its FFN runs: on `be` (the layer's backend), or, when -ot placed
+/// the FFN on another device, on that device's backend `f_be` with the residual stream copied
+/// there and back.
+void ffn_on(const Hparams& hp, const LlamaWeights& w, int64_t il, Backend& be, LlamaScratch& s,
+            Backend& f_be, LlamaScratch& f_s, int64_t n) {
+  if (&f_be == &be) {
+    ffn_block(hp, w, il, be, s, n);
+    return;
+  }
+  const size_t bytes = size_t(n * hp.n_embd) * sizeof(float);
+  f_be.copy_from(be, s.x, f_s.x, bytes);
+  ffn_block(hp, w, il, f_be, f_s, n);
+  be.copy_from(f_be, f_s.x, s.x, bytes);
+}
+
 /// Output norm, head and final soft-cap of b.out_rows on backend `be`; returns the device rows
 /// output_fetch copies out: the logits [n_out, n_vocab], or with b.embd the normed rows
 /// [n_out, n_embd] themselves. Issues ops only (run_graph may record it).
@@ -520,24 +506,26 @@ void llama_forward(const Hparams& hp, const LlamaWeights& w, const Placement& p,
   };
   // Each run of consecutive layers on one device (and the output head where it follows them
   // there) is issued as one unit a GPU backend may replay as a graph; a run whose KV rows live
-  // on another device (-nkvo) copies between backends and is issued directly.
+  // or FFN on another device (-nkvo, -ot) copies between backends and is issued directly.
   const float* out = nullptr;
   for (int64_t il = 0; il < hp.n_layer;) {
     move_to(p.layers[size_t(il)]);
     int64_t end = il + 1;
     while (end < hp.n_layer && p.layers[size_t(end)] == cur) ++end;
-    bool local_kv = true;
-    for (int64_t j = il; j < end; ++j) local_kv = local_kv && p.kv[size_t(j)] == cur;
+    bool local = true;
+    for (int64_t j = il; j < end; ++j)
+      local = local && p.kv[size_t(j)] == cur && p.ffn[size_t(j)] == cur;
     const bool head = end == hp.n_layer && b.n_out > 0 && p.output == cur;
     auto issue = [&, il, end] {
       for (int64_t j = il; j < end; ++j) {
         const Device* kv_dev = p.kv[size_t(j)];
+        const Device* ffn_dev = p.ffn[size_t(j)];
         attention_block(hp, w, j, *be, *s, exec.backend(kv_dev), exec.scratch(kv_dev), b, n);
-        ffn_block(hp, w, j, *be, *s, n);
+        ffn_on(hp, w, j, *be, *s, exec.backend(ffn_dev), exec.scratch(ffn_dev), n);
       }
       if (head) out = output_compute(hp, w, *be, *s, b);
     };
-    if (local_kv)
+    if (local)
       be->run_graph(issue);
     else
       issue();

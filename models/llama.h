@@ -103,7 +103,10 @@ struct Placement {
   Device* input = nullptr;      ///< token embedding rows
   std::vector<Device*> layers;  ///< [n_layer] runs layer il
   std::vector<Device*> kv;      ///< [n_layer] holds layer il's KV rows (-nkvo: the host)
-  Device* output = nullptr;     ///< output norm, head and soft-cap
+  /// [n_layer] runs layer il's FFN sub-block (its norm, dense FFN or router and experts, post
+  /// norm) and holds its weights: the layer's device unless -ot moved it (apply_tensor_overrides).
+  std::vector<Device*> ffn;
+  Device* output = nullptr;  ///< output norm, head and soft-cap
 
   /// Every part on `host`.
   static Placement all_on(Device& host, int64_t n_layer);
@@ -114,6 +117,24 @@ struct Placement {
   /// The distinct devices, host first.
   std::vector<Device*> devices() const;
 };
+
+/// One -ot / --override-tensor rule (llama.cpp's `PATTERN=BUFFER_TYPE`): the tensors whose GGUF
+/// name contains a match of the ECMAScript regex `pattern` (std::regex_search, as llama.cpp) go
+/// to `device`.
+struct TensorOverride {
+  std::string pattern;
+  Device* device = nullptr;
+};
+
+/// Applies -ot rules to `p` for the model in `f` (n_layer layers): each tensor takes the first
+/// rule that matches its name. kvrun places by rule only the FFN tensors of a layer
+/// (`blk.N.ffn_*`), and a layer's whole FFN sub-block runs where its matched tensors go (its
+/// norm and router too: the usual `-ot "ffn_.*_exps=CPU"` moves layer N's MoE FFN to the
+/// host while its attention and KV stay on the GPU). Throws ModelError naming the rule for: a
+/// rule that matches no tensor, a match outside blk.N.ffn_* (use -ngl for whole layers), one
+/// layer's FFN tensors sent to two devices, an encoder (bert) layer's FFN moved off its layer.
+void apply_tensor_overrides(Placement& p, const gguf::File& f, int64_t n_layer, bool encoder,
+                            const std::vector<TensorOverride>& rules);
 
 /// The tensor `name` of `f` with shape {ne0} (ne1 == 0), {ne0, ne1} or {ne0, ne1, ne2} (ne2 > 1)
 /// as a host view into the mapping; absent → a null view unless `required`. Throws ModelError

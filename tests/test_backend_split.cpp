@@ -277,6 +277,71 @@ TEST(BackendSplit, MoeLayersOnADeviceWithoutTheMoeOpsAreRefusedAtLoad) {
   EXPECT_NO_THROW(Model::load(path, {}));
 }
 
+// -ot: `-ngl all -ot "ffn_.*_exps=CPU"` on a device without the MoE ops (as CUDA and Vulkan
+// today) runs every layer's attention and KV there and its MoE FFN on the host, bit-identical
+// to the host alone; the experts' weights never reach the device, and the residual stream
+// crosses at every layer (there and back). The other way round, -ot moves one layer's dense FFN
+// onto the second device with -ngl 0.
+TEST(BackendSplit, OverrideTensorRunsALayersFfnOnTheRulesDevice) {
+  test::TempDir dir;
+  const std::string moe = test::synth_model(dir, "tiny-qwen3moe");
+  int64_t n_layer = 0;
+  const std::vector<float> ref = run(moe, {}, &n_layer);
+  CountingDevice gpu("CPU1");
+  gpu.refuse_moe = true;
+  ModelParams mp;
+  mp.n_gpu_layers = n_layer + 1;
+  mp.gpu = &gpu;
+  EXPECT_THROW(Model::load(moe, mp), ModelError);  // without -ot: refused (moe_route)
+  mp.overrides = {{"ffn_.*_exps", &cpu_device()}};
+  {
+    const Model m = Model::load(moe, mp);
+    for (const LlamaLayer& L : m.weights().layers) {
+      EXPECT_NE(L.ffn_up_exps.device, &gpu);
+      EXPECT_NE(L.ffn_gate_inp.device, &gpu);  // the router goes with its experts
+      EXPECT_EQ(L.wq.device, &gpu);
+    }
+  }
+  gpu.copies_in = 0;
+  expect_bit_identical(run(moe, mp), ref, "-ngl all -ot ffn_.*_exps=CPU");
+  // 3 prefill chunks + 4 decode steps, each crossing back into the device after every layer's FFN
+  EXPECT_GE(gpu.copies_in, 7 * n_layer);
+
+  const std::string dense = test::synth_model(dir, "tiny");
+  const std::vector<float> dense_ref = run(dense, {});
+  CountingDevice second("CPU2");
+  ModelParams one;
+  one.overrides = {{"blk\\.1\\.ffn_", &second}};
+  expect_bit_identical(run(dense, one), dense_ref, "-ot blk\\.1\\.ffn_=CPU2");
+  EXPECT_GT(second.uploads, 0);
+  EXPECT_GT(second.copies_in, 0);
+  EXPECT_EQ(second.kv_allocs, 0);
+}
+
+// The -ot rules kvrun cannot honour are load errors naming the rule: a match outside a layer's
+// FFN tensors, a rule that matches nothing, one layer's FFN sent to two devices, a bad regex.
+TEST(BackendSplit, OverrideTensorRulesItCannotHonourAreRefused) {
+  test::TempDir dir;
+  const std::string path = test::synth_model(dir, "tiny");
+  CountingDevice gpu("CPU1");
+  auto refused = [&](std::vector<TensorOverride> rules, const std::string& want) {
+    ModelParams mp;
+    mp.overrides = std::move(rules);
+    try {
+      const Model m = Model::load(path, mp);
+      ADD_FAILURE() << "accepted; wanted an error with: " << want;
+    } catch (const ModelError& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("-ot "), std::string::npos) << e.what();
+    }
+  };
+  refused({{"attn_q", &gpu}}, "blk.0.attn_q.weight");
+  refused({{"^output", &cpu_device()}}, "-ngl whole layers");
+  refused({{"ffn_nothing_like_this", &gpu}}, "matches no tensor");
+  refused({{"blk\\.0\\.ffn_up", &gpu}, {"blk\\.0\\.ffn_down", &cpu_device()}}, "two devices");
+  refused({{"ffn_(", &gpu}}, "not a regular expression");
+}
+
 // A layer with attention sinks placed on a device without them (CUDA and Vulkan today) is
 // refused at load, naming the device, with its KV rows there or on the host (-nkvo); the host
 // alone runs it.

@@ -311,6 +311,29 @@ TEST(Cli, NglAutoAndZeroRunOnTheCpuAsWithout) {
   }
 }
 
+// -ot as llama.cpp spells it: rules kvrun can honour run (a layer's FFN on the CPU, where it
+// already is: the same tokens); a malformed rule, a bad regex or an unknown device is one line
+// naming -ot and exit 2 before anything loads; a rule that matches a tensor outside a layer's
+// FFN is a load error naming the rule and the tensor.
+TEST(Cli, OverrideTensorRunsOrSaysWhyNot) {
+  const std::string gen = "-p " + q(kPrompt) + " -n 8 --temp 0";
+  const json ref = run_json(gen);
+  const json j = run_json(gen + " -ot ffn_up=CPU --override-tensor 'blk\\.0\\.ffn_down=cpu'");
+  EXPECT_EQ(j["tokens"], ref["tokens"]);
+  const std::string base = q(test::kvrun_binary()) + " -m " + q(test::fixture(kModel).string());
+  for (const char* bad : {"-ot ffn_up", "-ot =CPU", "-ot 'ffn_(=CPU'", "-ot ffn_up=NoSuchGpu0",
+                          "-ot ffn_up=CPU,attn"}) {
+    SCOPED_TRACE(bad);
+    const auto r = test::run_command(base + " -p hi -n 1 " + bad);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_EQ(r.err.rfind("kvrun: -ot ", 0), 0u) << r.err;
+    EXPECT_EQ(count_of(r.err, "\n"), 1u) << "one line: " << r.err;
+  }
+  const auto r = test::run_command(base + " -p hi -n 1 -ot attn_q=CPU");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("-ot attn_q=CPU: matches blk.0.attn_q.weight"), std::string::npos) << r.err;
+}
+
 TEST(Cli, ListDevicesSaysNoGpuAndExits0) {
   const auto r = test::run_command(q(test::kvrun_binary()) + " --list-devices");
   EXPECT_EQ(r.exit_code, 0) << r.err;

@@ -202,6 +202,30 @@ TEST(GpuEndToEnd, SyntheticArchitecturesFollowTheCpu) {
     for (Device* gpu : gpus) check_model(*gpu, test::synth_model(dir, "tiny", t), pairs);
 }
 
+// A mixture-of-experts model with its experts kept on the CPU (`-ngl all -ot "ffn_.*_exps=CPU"`,
+// how people run MoE models on one GPU; the GPU backends have no MoE ops yet): attention and KV
+// on the GPU, each layer's MoE FFN on the host, and the CPU's tokens.
+TEST(GpuEndToEnd, MoeExpertsKeptOnTheCpuByOverrideTensorFollowTheCpu) {
+  const std::vector<Device*> gpus = gpu_devices();
+  if (gpus.empty()) GTEST_SKIP() << "no GPU device (gpu_devices() is empty)";
+  test::TempDir dir;
+  const std::string path = test::synth_model(dir, "tiny-qwen3moe");
+  const Trace ref = run(path, {}, DType::F16, DType::F16);
+  for (Device* gpu : gpus) {
+    ModelParams mp;
+    mp.n_gpu_layers = 1000;  // every layer and the output
+    mp.gpu = gpu;
+    mp.overrides = {{"ffn_.*_exps", &cpu_device()}};
+    const Model m = Model::load(path, mp);
+    for (int64_t il = 0; il < m.hparams().n_layer; ++il) {
+      EXPECT_EQ(m.placement().layers[size_t(il)], gpu);
+      EXPECT_EQ(m.placement().ffn[size_t(il)], &cpu_device());
+    }
+    const std::string what = "tiny-qwen3moe on " + gpu->name() + " -ngl all -ot ffn_.*_exps=CPU";
+    expect_follows(run(path, mp, DType::F16, DType::F16), ref, Tolerance{1e-3, 0.02f}, what);
+  }
+}
+
 /// `kvrun serve` with the model on the GPU (-ngl all, KV rows there too) answers a greedy
 /// completion with the CPU server's text.
 TEST(GpuEndToEnd, ServeOnTheGpuGivesTheCpusGreedyText) {

@@ -2,7 +2,9 @@
 #include "device_options.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -102,6 +104,12 @@ void add_device_options(CLI::App& app, DeviceOptions& o) {
   app.add_flag("--list-devices", o.list_devices, "print the available devices and exit");
   app.add_flag("--no-kv-offload", o.no_kv_offload,
                "(-nkvo) keep the KV cache and attention of GPU layers on the host");
+  app.add_option("--override-tensor", o.override_tensor,
+                 "(-ot) PATTERN=DEVICE[,...]: run the FFN of each layer whose tensors match the "
+                 "regex PATTERN on DEVICE (CPU or a GPU name), e.g. -ot \"ffn_.*_exps=CPU\" "
+                 "keeps MoE experts on the CPU")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   add_rope_options(app, o.rope);
 }
 
@@ -120,9 +128,43 @@ std::optional<int64_t> parse_ngl(const std::string& v, int64_t all) {
   return n;
 }
 
+std::vector<TensorOverride> parse_tensor_overrides(const std::vector<std::string>& specs) {
+  std::vector<TensorOverride> out;
+  for (const std::string& spec : specs) {
+    size_t start = 0;
+    while (start <= spec.size()) {
+      const size_t comma = std::min(spec.find(',', start), spec.size());
+      const std::string rule = spec.substr(start, comma - start);
+      start = comma + 1;
+      const size_t eq = rule.rfind('=');
+      if (eq == std::string::npos || eq == 0 || eq + 1 == rule.size())
+        throw DeviceOptionError("-ot " + rule + ": expected PATTERN=DEVICE (e.g. ffn_.*_exps=CPU)");
+      TensorOverride r{rule.substr(0, eq), nullptr};
+      const std::string name = rule.substr(eq + 1);
+      try {
+        std::regex check(r.pattern, std::regex::ECMAScript);
+      } catch (const std::regex_error& e) {
+        throw DeviceOptionError("-ot " + rule + ": " + r.pattern +
+                                " is not a regular expression (" + e.what() + ")");
+      }
+      std::string lower = name;
+      for (char& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
+      if (lower == "cpu") r.device = &cpu_device();
+      for (Device* d : gpu_devices())
+        if (!r.device && d->name() == name) r.device = d;
+      if (!r.device)
+        throw DeviceOptionError("-ot " + rule + ": no device " + name +
+                                " (CPU, or a GPU that kvrun --list-devices prints)");
+      out.push_back(r);
+    }
+  }
+  return out;
+}
+
 ModelParams resolve_device_options(const DeviceOptions& o, int64_t n_layer, const AutoFit* fit) {
   ModelParams mp;
   mp.kv_offload = !o.no_kv_offload;
+  mp.overrides = parse_tensor_overrides(o.override_tensor);
   mp.rope = o.rope;
   const std::string& v = o.n_gpu_layers;
   Device* gpu = pick_gpu(o.device);

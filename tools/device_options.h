@@ -9,6 +9,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "engine/model.h"
 #include "rope_options.h"
@@ -21,7 +22,9 @@ struct DeviceOptions {
   std::string device;              ///< -dev: a device name (CUDA0, Vulkan0) or "none" / "CPU"
   bool list_devices = false;       ///< --list-devices
   bool no_kv_offload = false;      ///< -nkvo
-  RopeOverrides rope;              ///< --rope-scaling, --rope-scale, --yarn-* … (rope_options.h)
+  /// -ot / --override-tensor, each "PATTERN=DEVICE[,PATTERN=DEVICE…]" (llama.cpp's syntax)
+  std::vector<std::string> override_tensor;
+  RopeOverrides rope;  ///< --rope-scaling, --rope-scale, --yarn-* … (rope_options.h)
 };
 
 /// A device option that cannot be honoured (exit code 2, one line).
@@ -57,10 +60,15 @@ void add_device_options(CLI::App& app, DeviceOptions& o);
 /// after their KV rows and scratch, printed on stderr; 0 without a GPU, when the device does not
 /// say its free memory, or without `fit`), on the -dev device or the first GPU. Throws
 /// DeviceOptionError naming what is missing: no GPU backend built, no GPU device found, an unknown
-/// device name, a value that is not a count. `n_layer` is the model's layer count (-1 before it is
-/// known: "all" becomes a large count).
+/// device name, a value that is not a count, a bad -ot rule (parse_tensor_overrides). `n_layer` is
+/// the model's layer count (-1 before it is known: "all" becomes a large count).
 ModelParams resolve_device_options(const DeviceOptions& o, int64_t n_layer = -1,
                                    const AutoFit* fit = nullptr);
+
+/// The -ot rules of `specs` (each "PATTERN=DEVICE[,PATTERN=DEVICE…]"; DEVICE is CPU or a GPU's
+/// name as --list-devices prints it). Throws DeviceOptionError for a rule without '=', an empty
+/// pattern, a pattern that is not an ECMAScript regular expression, or an unknown device.
+std::vector<TensorOverride> parse_tensor_overrides(const std::vector<std::string>& specs);
 
 /// Prints the devices for --list-devices ("no GPU devices" when there are none). Returns 0.
 int print_devices();

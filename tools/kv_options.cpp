@@ -51,10 +51,10 @@ void add_kv_cache_options(CLI::App& app, KvCacheOptions& o) {
 
 void rewrite_short_aliases(int argc, char** argv) {
   static const std::pair<const char*, const char*> kAliases[] = {
-      {"-ctk", "--cache-type-k"},   {"-ctv", "--cache-type-v"}, {"-fa", "--flash-attn"},
-      {"-np", "--parallel"},        {"-ngl", "--n-gpu-layers"}, {"-dev", "--device"},
-      {"-nkvo", "--no-kv-offload"}, {"-hf", "--hf-repo"},       {"-hff", "--hf-file"},
-      {"-mu", "--model-url"}};
+      {"-ctk", "--cache-type-k"},   {"-ctv", "--cache-type-v"},  {"-fa", "--flash-attn"},
+      {"-np", "--parallel"},        {"-ngl", "--n-gpu-layers"},  {"-dev", "--device"},
+      {"-nkvo", "--no-kv-offload"}, {"-hf", "--hf-repo"},        {"-hff", "--hf-file"},
+      {"-mu", "--model-url"},       {"-ot", "--override-tensor"}};
   static std::vector<std::unique_ptr<char[]>> storage;  // rewritten "-ctk=T" strings
   for (int i = 1; i < argc; ++i) {
     for (const auto& [alias, full] : kAliases) {

@@ -18,6 +18,8 @@ Model Model::from_file(gguf::File file, const ModelParams& mp) {
   Placement p = mp.n_gpu_layers > 0 ? Placement::split(cpu_device(), *mp.gpu, hp.n_layer,
                                                        mp.n_gpu_layers, mp.kv_offload)
                                     : Placement::all_on(cpu_device(), hp.n_layer);
+  if (!mp.overrides.empty())
+    apply_tensor_overrides(p, file, hp.n_layer, spec.encoder, mp.overrides);
   // path() is empty for an in-memory image (nothing mapped to give back)
   upload_llama_weights(w, p, !file.path().empty(), mp.progress);
   return Model(std::move(file), std::move(hp), std::move(w), std::move(p));

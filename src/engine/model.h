@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "gguf.h"
 #include "models/hparams.h"
@@ -24,6 +25,9 @@ struct ModelParams {
   Device* gpu = nullptr;
   /// false (-nkvo): the KV rows and attention of GPU layers stay on the host.
   bool kv_offload = true;
+  /// -ot / --override-tensor rules, applied after the -ngl split (apply_tensor_overrides): the
+  /// FFN of layers whose tensors match runs on the rule's device. Devices must outlive the model.
+  std::vector<TensorOverride> overrides;
   /// RoPE settings from the command line that replace the GGUF's (--rope-scaling, --yarn-*…).
   RopeOverrides rope;
   /// Called while the weights are placed (packed, copied to a device) with the bytes done and
