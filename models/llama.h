@@ -136,6 +136,12 @@ struct TensorOverride {
 void apply_tensor_overrides(Placement& p, const gguf::File& f, int64_t n_layer, bool encoder,
                             const std::vector<TensorOverride>& rules);
 
+/// The checks and matching of apply_tensor_overrides without a placement: per layer, the index
+/// in `rules` of the rule that moves its FFN, or −1. Throws ModelError as apply_tensor_overrides
+/// (all but the encoder check).
+std::vector<int64_t> ffn_override_rules(const gguf::File& f, int64_t n_layer,
+                                        const std::vector<TensorOverride>& rules);
+
 /// The tensor `name` of `f` with shape {ne0} (ne1 == 0), {ne0, ne1} or {ne0, ne1, ne2} (ne2 > 1)
 /// as a host view into the mapping; absent → a null view unless `required`. Throws ModelError
 /// for a missing required tensor, another shape, or a 1-D tensor (norm, bias) that is not f32.

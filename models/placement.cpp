@@ -57,8 +57,8 @@ std::string rule_text(const TensorOverride& r) {
 
 }  // namespace
 
-void apply_tensor_overrides(Placement& p, const gguf::File& f, int64_t n_layer, bool encoder,
-                            const std::vector<TensorOverride>& rules) {
+std::vector<int64_t> ffn_override_rules(const gguf::File& f, int64_t n_layer,
+                                        const std::vector<TensorOverride>& rules) {
   std::vector<std::regex> res;
   for (const TensorOverride& r : rules) {
     try {
@@ -68,8 +68,7 @@ void apply_tensor_overrides(Placement& p, const gguf::File& f, int64_t n_layer, 
     }
   }
   std::vector<bool> used(rules.size(), false);
-  std::vector<Device*> moved(size_t(n_layer), nullptr);  // per layer, by the rules
-  std::vector<size_t> by(size_t(n_layer), 0);            // which rule moved it
+  std::vector<int64_t> by(size_t(n_layer), -1);  // per layer, the rule that moved its FFN
   for (const gguf::TensorInfo& t : f.tensors()) {
     const std::string name(t.name);
     size_t i = 0;
@@ -80,24 +79,30 @@ void apply_tensor_overrides(Placement& p, const gguf::File& f, int64_t n_layer, 
     if (il < 0 || il >= n_layer)
       throw ModelError(rule_text(rules[i]) + ": matches " + name +
                        "; -ot places the FFN tensors of a layer (blk.N.ffn_*), -ngl whole layers");
-    Device*& dev = moved[size_t(il)];
-    if (dev && dev != rules[i].device)
-      throw ModelError(rule_text(rules[i]) + " and " + rule_text(rules[by[size_t(il)]]) +
-                       ": layer " + std::to_string(il) + "'s FFN tensors go to two devices (" +
-                       dev->name() + ", " + rules[i].device->name() +
+    int64_t& prev = by[size_t(il)];
+    if (prev >= 0 && rules[size_t(prev)].device != rules[i].device)
+      throw ModelError(rule_text(rules[i]) + " and " + rule_text(rules[size_t(prev)]) + ": layer " +
+                       std::to_string(il) + "'s FFN tensors go to two devices (" +
+                       rules[size_t(prev)].device->name() + ", " + rules[i].device->name() +
                        "); kvrun runs a layer's FFN on one");
-    dev = rules[i].device;
-    by[size_t(il)] = i;
+    if (prev < 0) prev = int64_t(i);
   }
   for (size_t i = 0; i < rules.size(); ++i)
     if (!used[i]) throw ModelError(rule_text(rules[i]) + ": matches no tensor of this model");
+  return by;
+}
+
+void apply_tensor_overrides(Placement& p, const gguf::File& f, int64_t n_layer, bool encoder,
+                            const std::vector<TensorOverride>& rules) {
+  const std::vector<int64_t> by = ffn_override_rules(f, n_layer, rules);
   for (int64_t il = 0; il < n_layer; ++il) {
-    Device* dev = moved[size_t(il)];
-    if (!dev || dev == p.ffn[size_t(il)]) continue;
+    if (by[size_t(il)] < 0) continue;
+    const TensorOverride& r = rules[size_t(by[size_t(il)])];
+    if (r.device == p.ffn[size_t(il)]) continue;
     if (encoder)
-      throw ModelError(rule_text(rules[by[size_t(il)]]) + ": layer " + std::to_string(il) +
+      throw ModelError(rule_text(r) + ": layer " + std::to_string(il) +
                        " is an encoder layer, which runs on one device (no -ot)");
-    p.ffn[size_t(il)] = dev;
+    p.ffn[size_t(il)] = r.device;
   }
 }
 

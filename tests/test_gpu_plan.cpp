@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "eval/model_info.h"
 #include "gguf.h"
@@ -109,6 +110,41 @@ TEST(GpuPlan, InfoAnswersDoesItFit) {
   const auto bad = test::run_command(test::kvrun_binary() + " info -ngl x -m '" + path + "'");
   EXPECT_EQ(bad.exit_code, 2) << bad.out;
   EXPECT_NE(bad.err.find("-ngl x"), std::string::npos) << bad.err;
+}
+
+// -ot rules that keep layers' FFN on the host (`-ot "ffn_.*_exps=CPU"` for a MoE model) leave
+// those layers' ffn_* tensors out of the GPU plan: `kvrun info` reports the weights without them,
+// equal to the plan's own sum over the tensors it keeps; a rule the model cannot honour is exit 2.
+TEST(GpuPlan, OverrideTensorRulesLeaveTheHostsFfnTensorsOut) {
+  test::TempDir dir;
+  const std::string path = test::synth_model(dir, "tiny-qwen3moe");
+  const gguf::File f = gguf::File::open(path);
+  const ModelInfo mi = describe_model(f, 512);
+  int64_t ffn_bytes = 0, experts = 0;
+  for (const gguf::TensorInfo& t : f.tensors()) {
+    if (t.name.find(".ffn_") != std::string_view::npos) ffn_bytes += int64_t(t.n_bytes);
+    if (t.name.find("_exps") != std::string_view::npos) ++experts;
+  }
+  ASSERT_GT(experts, 0);
+  auto weights = [&](const std::string& flags) {
+    const auto r = test::run_command(test::kvrun_binary() + " info --json -c 512 -ngl all " +
+                                     flags + " -m '" + path + "'");
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return nlohmann::json::parse(r.out)["gpu_plan"]["by_kv_type"]["f16"]["weight_bytes"]
+        .get<int64_t>();
+  };
+  const int64_t all = weights(""), kept = weights("-ot 'ffn_.*_exps=CPU'");
+  EXPECT_EQ(all, plan_gpu(mi, f, mi.hp.n_layer + 1, DType::F16, DType::F16, true).weight_bytes);
+  // the whole FFN of every layer (experts, router, norm) stays on the host
+  EXPECT_EQ(all - kept, ffn_bytes);
+  const std::vector<bool> on_host(size_t(mi.hp.n_layer), true);
+  EXPECT_EQ(
+      kept,
+      plan_gpu(mi, f, mi.hp.n_layer + 1, DType::F16, DType::F16, true, 512, &on_host).weight_bytes);
+  const auto bad =
+      test::run_command(test::kvrun_binary() + " info -ngl all -ot attn_q=CPU -m '" + path + "'");
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("matches blk.0.attn_q.weight"), std::string::npos) << bad.err;
 }
 
 }  // namespace

@@ -46,10 +46,16 @@ std::string no_gpu_reason() {
   return "no GPU device found (kvrun --list-devices)";
 }
 
+/// Whether layer il of `file` has experts (a router).
+bool has_experts(const gguf::File& file, int64_t il) {
+  return file.find_tensor("blk." + std::to_string(il) + ".ffn_gate_inp.weight") != nullptr;
+}
+
 /// -ngl auto on `gpu`: the layers that fit its free memory (eval/model_info.h), with one line on
 /// stderr saying what was planned; 0 when the device does not say its free memory (with a line)
 /// or no model facts were given (main()'s early check of the options: silent).
-int64_t auto_layers(Device& gpu, const AutoFit* fit, bool kv_on_gpu) {
+int64_t auto_layers(Device& gpu, const AutoFit* fit, bool kv_on_gpu,
+                    const std::vector<TensorOverride>& rules) {
   if (!fit) return 0;  // main()'s check of the options before the command runs
   const int64_t free = gpu.free_memory();
   if (free < 0) {
@@ -62,10 +68,15 @@ int64_t auto_layers(Device& gpu, const AutoFit* fit, bool kv_on_gpu) {
   const gguf::File file = gguf::File::open_metadata_only(fit->model_path);
   const int64_t n_ctx = fit->n_ctx > 0 ? fit->n_ctx : default_n_ctx(load_hparams(file).n_ctx_train);
   ModelInfo mi = describe_model(file, n_ctx);
-  if (mi.hp.n_expert > 0 && !(gpu.supports(Op::kMoeRoute) && gpu.supports(Op::kMatmulId))) {
+  const std::vector<bool> on_host = ffn_kept_on_host(file, mi.hp.n_layer, rules);
+  bool moe_on_gpu = false;
+  for (int64_t il = 0; il < mi.hp.n_layer; ++il)
+    moe_on_gpu = moe_on_gpu || (has_experts(file, il) && !on_host[size_t(il)]);
+  if (moe_on_gpu && !(gpu.supports(Op::kMoeRoute) && gpu.supports(Op::kMatmulId))) {
     std::fprintf(stderr,
                  "kvrun: -ngl auto: %s does not run mixture-of-experts layers yet (moe_route, "
-                 "matmul_id); running every layer on the CPU\n",
+                 "matmul_id); running every layer on the CPU (-ot \"ffn_.*_exps=CPU\" keeps "
+                 "the experts there)\n",
                  gpu.name().c_str());
     return 0;
   }
@@ -79,8 +90,9 @@ int64_t auto_layers(Device& gpu, const AutoFit* fit, bool kv_on_gpu) {
   }
   mi.kv_tokens *= std::max<int64_t>(1, fit->n_seqs);
   const int64_t n =
-      fit_gpu_layers(mi, file, fit->type_k, fit->type_v, kv_on_gpu, free, fit->n_batch);
-  const GpuPlan p = plan_gpu(mi, file, n, fit->type_k, fit->type_v, kv_on_gpu, fit->n_batch);
+      fit_gpu_layers(mi, file, fit->type_k, fit->type_v, kv_on_gpu, free, fit->n_batch, &on_host);
+  const GpuPlan p =
+      plan_gpu(mi, file, n, fit->type_k, fit->type_v, kv_on_gpu, fit->n_batch, &on_host);
   std::fprintf(stderr,
                "kvrun: -ngl auto: %lld of %lld layers%s on %s: weights %s, KV %s (%lld positions), "
                "scratch ~%s; %s free\n",
@@ -161,6 +173,22 @@ std::vector<TensorOverride> parse_tensor_overrides(const std::vector<std::string
   return out;
 }
 
+std::vector<bool> ffn_kept_on_host(const gguf::File& file, int64_t n_layer,
+                                   const std::vector<TensorOverride>& rules) {
+  std::vector<bool> on_host(size_t(n_layer), false);
+  if (rules.empty()) return on_host;
+  std::vector<int64_t> by;
+  try {
+    by = ffn_override_rules(file, n_layer, rules);
+  } catch (const ModelError& e) {
+    throw DeviceOptionError(e.what());
+  }
+  for (int64_t il = 0; il < n_layer; ++il)
+    on_host[size_t(il)] =
+        by[size_t(il)] >= 0 && rules[size_t(by[size_t(il)])].device->host_memory();
+  return on_host;
+}
+
 ModelParams resolve_device_options(const DeviceOptions& o, int64_t n_layer, const AutoFit* fit) {
   ModelParams mp;
   mp.kv_offload = !o.no_kv_offload;
@@ -171,7 +199,7 @@ ModelParams resolve_device_options(const DeviceOptions& o, int64_t n_layer, cons
   const int64_t all = n_layer >= 0 ? n_layer + 1 : int64_t(1) << 30;
   const std::optional<int64_t> asked = parse_ngl(v, all);
   if (!asked && !gpu) return mp;  // auto without a GPU: the CPU
-  const int64_t n = asked ? *asked : auto_layers(*gpu, fit, mp.kv_offload);
+  const int64_t n = asked ? *asked : auto_layers(*gpu, fit, mp.kv_offload, mp.overrides);
   if (n == 0) return mp;
   if (!gpu)
     throw DeviceOptionError(

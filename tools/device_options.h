@@ -70,6 +70,12 @@ ModelParams resolve_device_options(const DeviceOptions& o, int64_t n_layer = -1,
 /// pattern, a pattern that is not an ECMAScript regular expression, or an unknown device.
 std::vector<TensorOverride> parse_tensor_overrides(const std::vector<std::string>& specs);
 
+/// [n_layer] the layers whose FFN the -ot `rules` keep in host memory (all false without rules),
+/// for the GPU plans. Throws DeviceOptionError for rules the model cannot honour
+/// (ffn_override_rules).
+std::vector<bool> ffn_kept_on_host(const gguf::File& file, int64_t n_layer,
+                                   const std::vector<TensorOverride>& rules);
+
 /// Prints the devices for --list-devices ("no GPU devices" when there are none). Returns 0.
 int print_devices();
 

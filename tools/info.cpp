@@ -211,12 +211,15 @@ GpuPlanReport plan_report(const InfoOptions& opt, const ModelInfo& mi, const ggu
     r.free = gpu->free_memory();
   }
   const std::string& v = opt.dev.n_gpu_layers;
+  // -ot rules that keep layers' FFN on the host leave their tensors out of the plan
+  const std::vector<bool> on_host =
+      ffn_kept_on_host(file, mi.hp.n_layer, parse_tensor_overrides(opt.dev.override_tensor));
   for (DType t : kKvCacheTypes) {
     GpuPlanReport::Row row{t, {}, -1};
     const bool kv_on_gpu = !opt.dev.no_kv_offload;
-    if (r.free >= 0) row.fit = fit_gpu_layers(mi, file, t, t, kv_on_gpu, r.free);
+    if (r.free >= 0) row.fit = fit_gpu_layers(mi, file, t, t, kv_on_gpu, r.free, 512, &on_host);
     const int64_t n = parse_ngl(v, mi.hp.n_layer + 1).value_or(std::max<int64_t>(0, row.fit));
-    row.plan = plan_gpu(mi, file, n, t, t, kv_on_gpu);
+    row.plan = plan_gpu(mi, file, n, t, t, kv_on_gpu, 512, &on_host);
     r.rows.push_back(row);
   }
   return r;

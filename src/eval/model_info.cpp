@@ -107,7 +107,8 @@ int64_t layer_of(std::string_view name) {
 }  // namespace
 
 GpuPlan plan_gpu(const ModelInfo& mi, const gguf::File& file, int64_t n_gpu, DType type_k,
-                 DType type_v, bool kv_on_gpu, int64_t n_batch) {
+                 DType type_v, bool kv_on_gpu, int64_t n_batch,
+                 const std::vector<bool>* ffn_on_host) {
   const Hparams& hp = mi.hp;
   GpuPlan p;
   p.n_gpu = std::max<int64_t>(0, n_gpu);
@@ -119,7 +120,9 @@ GpuPlan plan_gpu(const ModelInfo& mi, const gguf::File& file, int64_t n_gpu, DTy
   uint64_t rope_freqs = 0;
   for (const gguf::TensorInfo& t : file.tensors()) {
     const int64_t il = layer_of(t.name);
-    if (il >= first && il < hp.n_layer) p.weight_bytes += int64_t(t.n_bytes);
+    const bool kept = ffn_on_host && il >= 0 && il < int64_t(ffn_on_host->size()) &&
+                      (*ffn_on_host)[size_t(il)] && t.name.find(".ffn_") != std::string_view::npos;
+    if (il >= first && il < hp.n_layer && !kept) p.weight_bytes += int64_t(t.n_bytes);
     if (t.name == "output.weight") has_output = true;
     if (t.name == "token_embd.weight") embd = int64_t(t.n_bytes);
     if (t.name == "rope_freqs.weight") rope_freqs = t.n_bytes;
@@ -142,10 +145,12 @@ GpuPlan plan_gpu(const ModelInfo& mi, const gguf::File& file, int64_t n_gpu, DTy
 }
 
 int64_t fit_gpu_layers(const ModelInfo& mi, const gguf::File& file, DType type_k, DType type_v,
-                       bool kv_on_gpu, int64_t free_bytes, int64_t n_batch) {
+                       bool kv_on_gpu, int64_t free_bytes, int64_t n_batch,
+                       const std::vector<bool>* ffn_on_host) {
   int64_t n = 0;
   while (n <= mi.hp.n_layer &&
-         plan_gpu(mi, file, n + 1, type_k, type_v, kv_on_gpu, n_batch).total() <= free_bytes)
+         plan_gpu(mi, file, n + 1, type_k, type_v, kv_on_gpu, n_batch, ffn_on_host).total() <=
+             free_bytes)
     ++n;
   return n;
 }

@@ -107,12 +107,16 @@ struct GpuPlan {
 
 /// The plan of `-ngl n_gpu` (≥ 0) for the model `file` described by `mi`, with K/V cache types
 /// type_k / type_v and prefill chunks of n_batch tokens; kv_on_gpu false for -nkvo.
+/// `ffn_on_host`, when given: [n_layer] layers whose FFN tensors (blk.N.ffn_*) -ot keeps on the
+/// host, not counted.
 GpuPlan plan_gpu(const ModelInfo& mi, const gguf::File& file, int64_t n_gpu, DType type_k,
-                 DType type_v, bool kv_on_gpu, int64_t n_batch = 512);
+                 DType type_v, bool kv_on_gpu, int64_t n_batch = 512,
+                 const std::vector<bool>* ffn_on_host = nullptr);
 
 /// `-ngl auto`: the largest N in 0 … n_layer + 1 whose plan_gpu total is at most free_bytes
 /// (the plan grows with N, so the answer is the first N that no longer fits, minus one).
 int64_t fit_gpu_layers(const ModelInfo& mi, const gguf::File& file, DType type_k, DType type_v,
-                       bool kv_on_gpu, int64_t free_bytes, int64_t n_batch = 512);
+                       bool kv_on_gpu, int64_t free_bytes, int64_t n_batch = 512,
+                       const std::vector<bool>* ffn_on_host = nullptr);
 
 }  // namespace kvrun
