@@ -63,8 +63,15 @@ struct OneSeq {
       pos.push_back(int32_t(pos0 + i));
       slot.push_back(pos0 + i);
     }
-    pt = {1,           n,          kBs, seq_indptr.data(), block_indptr.data(), block_ids.data(),
-          last_len.data(), pos.data(), slot.data()};
+    pt = {1,
+          n,
+          kBs,
+          seq_indptr.data(),
+          block_indptr.data(),
+          block_ids.data(),
+          last_len.data(),
+          pos.data(),
+          slot.data()};
   }
 };
 
@@ -129,21 +136,23 @@ double absorbed_vs_expanded(const MlaCase& c, int64_t n_ctx, uint32_t seed) {
   // Expanded, in double, over the rows as stored (decoded from the cache type).
   std::vector<float> dec(size_t(n_ctx * kRow));
   for (int64_t t = 0; t < n_ctx; ++t)
-    kv_decode_row(c.type, 1, kRow, kv.k + t * kv.k_row_bytes,
-                  dec.data() + t * kRow);
+    kv_decode_row(c.type, 1, kRow, kv.k + t * kv.k_row_bytes, dec.data() + t * kRow);
   double max_ref = 0, max_diff = 0;
-  std::vector<double> kn(size_t(n_ctx * kNope)), vv(size_t(n_ctx * kHv)), sc(static_cast<size_t>(n_ctx));
+  std::vector<double> kn(size_t(n_ctx * kNope)), vv(size_t(n_ctx * kHv)),
+      sc(static_cast<size_t>(n_ctx));
   for (int64_t h = 0; h < kHeads; ++h) {
     for (int64_t t = 0; t < n_ctx; ++t) {  // k_nope and v of head h at every position
       const float* lt = dec.data() + t * kRow + kRot;
       for (int64_t i = 0; i < kNope; ++i) {
         double a = 0;
-        for (int64_t j = 0; j < kRank; ++j) a += double(wuk[size_t((h * kNope + i) * kRank + j)]) * lt[j];
+        for (int64_t j = 0; j < kRank; ++j)
+          a += double(wuk[size_t((h * kNope + i) * kRank + j)]) * lt[j];
         kn[size_t(t * kNope + i)] = a;
       }
       for (int64_t i = 0; i < kHv; ++i) {
         double a = 0;
-        for (int64_t j = 0; j < kRank; ++j) a += double(wuv[size_t((h * kHv + i) * kRank + j)]) * lt[j];
+        for (int64_t j = 0; j < kRank; ++j)
+          a += double(wuv[size_t((h * kHv + i) * kRank + j)]) * lt[j];
         vv[size_t(t * kHv + i)] = a;
       }
     }
@@ -162,10 +171,12 @@ double absorbed_vs_expanded(const MlaCase& c, int64_t n_ctx, uint32_t seed) {
       for (int64_t t = 0; t < n_see; ++t) den += std::exp(sc[size_t(t)] - mx);
       for (int64_t i = 0; i < kHv; ++i) {
         double a = 0;
-        for (int64_t t = 0; t < n_see; ++t) a += std::exp(sc[size_t(t)] - mx) * vv[size_t(t * kHv + i)];
+        for (int64_t t = 0; t < n_see; ++t)
+          a += std::exp(sc[size_t(t)] - mx) * vv[size_t(t * kHv + i)];
         a /= den;
         max_ref = std::max(max_ref, std::abs(a));
-        max_diff = std::max(max_diff, std::abs(a - double(out[size_t((r * kHeads + h) * kHv + i)])));
+        max_diff =
+            std::max(max_diff, std::abs(a - double(out[size_t((r * kHeads + h) * kHv + i)])));
       }
     }
   }
@@ -225,9 +236,11 @@ Hparams v2_lite() {
 // MLA's bytes per token: n_layer × (kv_lora_rank + n_rot) values in the cache type, no V rows.
 TEST(MlaKvCache, BytesPerTokenAreTheLatentAndRopePartPerLayer) {
   const Hparams hp = v2_lite();
-  const std::pair<DType, double> per_value[] = {
-      {DType::F32, 4}, {DType::F16, 2}, {DType::BF16, 2}, {DType::Q8_0, 34.0 / 32},
-      {DType::Q4_0, 18.0 / 32}};
+  const std::pair<DType, double> per_value[] = {{DType::F32, 4},
+                                                {DType::F16, 2},
+                                                {DType::BF16, 2},
+                                                {DType::Q8_0, 34.0 / 32},
+                                                {DType::Q4_0, 18.0 / 32}};
   for (const auto& [t, bytes] : per_value) {
     KvCacheParams p;
     p.type_k = p.type_v = t;
@@ -276,8 +289,8 @@ TEST(MlaKvCache, TypesThatCannotHoldTheLatentAndRotationAreRefused) {
   ap.attn = {4, 1, 80, 64, 1.0f};  // RoPE part 16: not a whole block
   std::vector<int32_t> seq{0, 1}, blocks{0, 1}, ids{0}, last{1}, pos{0};
   std::vector<int64_t> slot{0};
-  const PageTable pt{1, 1, 16, seq.data(), blocks.data(), ids.data(), last.data(), pos.data(),
-                     slot.data()};
+  const PageTable pt{1,          1,           16,         seq.data(), blocks.data(),
+                     ids.data(), last.data(), pos.data(), slot.data()};
   auto be = cpu_device().make_backend(1);
   be->begin_step(pt);
   std::vector<float> x(80 * 4);
