@@ -52,6 +52,9 @@ enum class Op {
   kGelu,            ///< GELU of every element (bert's FFN)
   kAttention,       ///< bidirectional attention within each sequence of a step (encoders)
   kAttnSinks,       ///< paged attention with per-head sink logits (PagedAttnParams::sinks)
+  /// multi-head latent attention (deepseek2): copy_strided, and kv_store / paged_attention over
+  /// a KvLayer whose V rows are the latents inside its K rows (KvLayer::mla)
+  kMla,
 };
 
 /// The name of `op` ("matmul", "paged_attention", …).
@@ -126,6 +129,12 @@ struct KvLayer {
   int64_t n_fast = INT64_MAX;        ///< slots below this are in the fast tier
   uint8_t* k_slow = nullptr;         ///< slow tier: [n_slow][block_size][k_row_bytes]
   uint8_t* v_slow = nullptr;         ///< slow tier: [n_slow][block_size][v_row_bytes]
+  /// Multi-head latent attention (DeepSeek-V2 §2.1): one K head per row (n_head_kv 1) holding
+  /// the RoPE'd shared key part, then the latent; V is that latent, read in place: v = k +
+  /// kv_row_bytes(k_type, 1, head_dim − head_dim_v), v_slow likewise, v_type = k_type and
+  /// v_row_bytes = k_row_bytes (kv_type_holds_mla says which types allow it). kv_store writes
+  /// the K rows only; the layer has no V storage of its own.
+  bool mla = false;
 
   /// The slot holding block `id`.
   int64_t slot(int32_t id) const { return slot_of ? slot_of[id] : id; }
@@ -282,7 +291,8 @@ class Backend {
   virtual void copy_cols(const float* src, int64_t rows, int64_t cols, int64_t c0, int64_t n,
                          float* dst) = 0;
   /// Encodes and writes the step's K [n_tokens, n_head_kv · head_dim] and V rows into `kv` at
-  /// the page table's positions (blocks reserved by the caller).
+  /// the page table's positions (blocks reserved by the caller); with kv.mla the K rows only
+  /// (v unused).
   virtual void kv_store(const KvLayer& kv, const PagedAttnParams& p, const float* k,
                         const float* v) = 0;
   /// Causal attention of the step's rows: out [n_tokens, n_head · head_dim_v] from q [n_tokens,
@@ -334,6 +344,18 @@ class Backend {
                          const int32_t* /*ids*/, const float* /*weights*/, int64_t /*n*/,
                          int64_t /*n_used*/, float* /*y*/, const Tensor* /*bias*/) {
     throw std::logic_error("matmul_id is not implemented by the " + device().name() + " backend");
+  }
+
+  // ---- Multi-head latent attention (deepseek2: Op::kMla). The default throws
+  // std::logic_error: a device that does not override it must say no in supports(). ----
+
+  /// dst[r · dst_stride + c] = src[r · src_stride + c] for r < rows, c < cols (the columns of
+  /// a matrix, or of every head of a [n, n_head, head] array, into another's: MLA's query and
+  /// K row assembly). Source and destination do not overlap.
+  virtual void copy_strided(const float* /*src*/, int64_t /*src_stride*/, float* /*dst*/,
+                            int64_t /*dst_stride*/, int64_t /*rows*/, int64_t /*cols*/) {
+    throw std::logic_error("copy_strided is not implemented by the " + device().name() +
+                           " backend");
   }
 
   // ---- Encoders (bert, nomic-bert: Op::kLayerNorm, Op::kGelu, Op::kAttention). The defaults

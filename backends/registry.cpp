@@ -47,6 +47,8 @@ const char* op_name(Op op) {
       return "attention";
     case Op::kAttnSinks:
       return "attention sinks";
+    case Op::kMla:
+      return "MLA attention";
   }
   return "?";
 }

@@ -177,10 +177,24 @@ int64_t kv_row_bytes(DType type, int64_t n_head_kv, int64_t head_dim) {
   }
 }
 
+bool kv_type_holds_mla(DType type, int64_t offset) {
+  switch (type) {
+    case DType::F32:
+    case DType::F16:
+    case DType::BF16:
+      return offset >= 0;
+    case DType::Q8_0:
+    case DType::Q4_0:
+      return offset >= 0 && offset % 32 == 0;
+    default:
+      return false;
+  }
+}
+
 int64_t kv_bytes_per_token(DType type_k, DType type_v, int64_t n_layer, int64_t n_head_kv,
                            int64_t head_dim_k, int64_t head_dim_v) {
   return n_layer * (kv_row_bytes(type_k, n_head_kv, head_dim_k) +
-                    kv_row_bytes(type_v, n_head_kv, head_dim_v));
+                    (head_dim_v == 0 ? 0 : kv_row_bytes(type_v, n_head_kv, head_dim_v)));
 }
 
 void kv_encode_row(DType type, int64_t n_head_kv, int64_t head_dim, const float* x, void* row) {

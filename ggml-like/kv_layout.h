@@ -43,9 +43,17 @@ const char* kv_type_name(DType t);
 int64_t kv_row_bytes(DType type, int64_t n_head_kv, int64_t head_dim);
 
 /// Bytes of KV cache per token over all layers: n_layer × (K row + V row), K rows of
-/// n_head_kv × head_dim_k values and V rows of n_head_kv × head_dim_v values.
+/// n_head_kv × head_dim_k values and V rows of n_head_kv × head_dim_v values; head_dim_v = 0:
+/// no V rows (MLA, whose one K row per layer holds the latent that V is read from).
 int64_t kv_bytes_per_token(DType type_k, DType type_v, int64_t n_layer, int64_t n_head_kv,
                            int64_t head_dim_k, int64_t head_dim_v);
+
+/// Whether a row of `type` with n_head_kv 1 keeps its values from `offset` on decodable as a row
+/// of their own, starting `kv_row_bytes(type, 1, offset)` bytes in (what MLA's V, the latent
+/// after the RoPE part of the K row, needs): f32, f16 and bf16 always, q8_0 and q4_0 when
+/// `offset` is a multiple of their 32-value blocks; never fp8 or nvfp4, whose scales sit at the
+/// end of the row.
+bool kv_type_holds_mla(DType type, int64_t offset);
 
 /// Encodes one row: x holds n_head_kv × head_dim floats (head after head); `row` receives
 /// kv_row_bytes(type, n_head_kv, head_dim) bytes. fp8 and nvfp4 choose their scales from the

@@ -11,16 +11,17 @@ struct ArchEntry {
 };
 
 constexpr ArchEntry kArchs[] = {
-    {"llama", llama_arch},       {"qwen2", qwen2_arch},   {"qwen3", qwen3_arch},
-    {"phi3", phi3_arch},         {"gemma2", gemma2_arch}, {"gemma3", gemma3_arch},
-    {"qwen3moe", qwen3moe_arch}, {"gpt-oss", gptoss_arch}, {"bert", bert_arch},
-    {"nomic-bert", bert_arch},
+    {"llama", llama_arch},       {"qwen2", qwen2_arch},     {"qwen3", qwen3_arch},
+    {"phi3", phi3_arch},         {"gemma2", gemma2_arch},   {"gemma3", gemma3_arch},
+    {"qwen3moe", qwen3moe_arch}, {"gpt-oss", gptoss_arch},  {"deepseek2", deepseek2_arch},
+    {"bert", bert_arch},         {"nomic-bert", bert_arch},
 };
 
 }  // namespace
 
 const char* supported_archs() {
-  return "llama, qwen2, qwen3, qwen3moe, gpt-oss, phi3, gemma2, gemma3, bert, nomic-bert";
+  return "llama, qwen2, qwen3, qwen3moe, gpt-oss, deepseek2, phi3, gemma2, gemma3, bert, "
+         "nomic-bert";
 }
 
 bool is_encoder_arch(std::string_view arch) { return arch == "bert" || arch == "nomic-bert"; }

@@ -28,6 +28,11 @@
 //              FFN with biases (Devlin et al. 2019, "BERT")
 //   nomic-bert bert without position embeddings or biases: fused QKV, NeoX RoPE, SwiGLU FFN
 //              (Nussbaum et al. 2024, "Nomic Embed")
+//   deepseek2 multi-head latent attention (one cached latent + shared RoPE key part per
+//            token; Q through a LoRA unless V2-Lite), plain RoPE with YaRN and its log-scaled
+//            score factor, the first leading_dense_block_count FFNs dense, the others softmax-gated
+//            experts (weights × expert_weights_scale) plus shared experts (DeepSeek-AI 2024,
+//            "DeepSeek-V2"; models/deepseek2.cpp)
 //   gpt-oss  (GGUF arch "gpt-oss", llama.cpp's LLM_ARCH_OPENAI_MOE) Q/K/V and output biases,
 //            a learned attention sink per head, a 128-token window on even layers, YaRN RoPE;
 //            a MoE FFN in every layer whose norm is named post_attention_norm: router with
@@ -78,6 +83,9 @@ struct ArchSpec {
   /// The FFN's pre-norm is stored as post_attention_norm (gpt-oss: Hugging Face's
   /// post_attention_layernorm name), not ffn_norm; there is no attention post-norm
   bool ffn_norm_is_post_attention = false;
+  /// Multi-head latent attention (deepseek2): the layers' attention is mla_attention_block
+  /// (models/llama.h) over a KV cache of latents (Hparams::kv_lora_rank)
+  bool mla = false;
 };
 
 /// Whether `arch` (general.architecture) is an encoder kvrun knows (bert, nomic-bert): an
@@ -102,6 +110,7 @@ ArchSpec gemma3_arch(const gguf::File& file, Hparams& hp);    ///< gemma3
 ArchSpec qwen3moe_arch(const gguf::File& file, Hparams& hp);  ///< qwen3moe
 ArchSpec bert_arch(const gguf::File& file, Hparams& hp);      ///< bert, nomic-bert
 ArchSpec gptoss_arch(const gguf::File& file, Hparams& hp);    ///< gpt-oss
+ArchSpec deepseek2_arch(const gguf::File& file, Hparams& hp);  ///< deepseek2
 
 /// Reads `{arch}.expert_count`, `.expert_used_count` (≤ expert_count) and
 /// `.expert_feed_forward_length` into hp (all required, ≥ 1). Throws ModelError naming the key.

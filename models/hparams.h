@@ -83,6 +83,30 @@ struct Hparams {
   int64_t n_expert = 0;       ///< experts per MoE layer
   int64_t n_expert_used = 0;  ///< experts each token is routed to (top-k)
   int64_t n_ff_exp = 0;       ///< hidden size of one expert's FFN
+  int64_t n_expert_shared = 0;  ///< shared experts every token also runs (deepseek2)
+  int64_t n_layer_dense_lead = 0;  ///< leading layers with a dense FFN (deepseek2)
+  float expert_weights_scale = 1.0f;  ///< the routed experts' weights are multiplied by it
+  /// Multi-head latent attention (DeepSeek-AI 2024, "DeepSeek-V2", §2.1; deepseek2's
+  /// attention.kv_lora_rank): K and V of every head are up-projections of one compressed latent
+  /// of kv_lora_rank values per token, which the KV cache stores with the RoPE part of K
+  /// (rope.n_rot values, shared by the heads) instead of K and V per head. 0: not MLA.
+  int64_t kv_lora_rank = 0;
+  int64_t q_lora_rank = 0;  ///< Q through a rank-q_lora_rank bottleneck (0: a plain projection)
+  /// rope.scaling.yarn_log_multiplier (deepseek2: 0.1 · mscale_all_dim): the score scale is
+  /// (1 + it · ln(1 / freq_scale))² / sqrt(head_dim)
+  float yarn_log_mul = 0.0f;
+
+  /// The KV cache's rows of this model (docs/kv-cache.md): per layer a K row of n_head_kv ×
+  /// head_dim values and a V row of n_head_kv × head_dim_v; for MLA one K "head" of
+  /// n_rot + kv_lora_rank values (the RoPE'd shared key part, then the normalized latent) and no
+  /// V row (head_dim_v = 0: attention reads V as the latent inside the K row).
+  struct KvRows {
+    int64_t n_head_kv, head_dim, head_dim_v;
+  };
+  KvRows kv_rows() const {
+    if (kv_lora_rank > 0) return {1, rope.n_rot + kv_lora_rank, 0};
+    return {n_head_kv, head_dim, head_dim_v};
+  }
 
   /// n_swa when every layer attends within the sliding window (then blocks before the window
   /// of the newest position can be given back), else 0.

@@ -111,7 +111,9 @@ LlamaWeights load_llama_weights(const gguf::File& f, const Hparams& hp, const Ar
     const std::string p = "blk." + std::to_string(il) + ".";
     LlamaLayer L;
     L.attn_norm = load_tensor(f, p + "attn_norm.weight", d, 0);
-    if (f.find_tensor(p + "attn_qkv.weight")) {
+    if (spec.mla) {
+      load_mla_attention(f, hp, w, L, il);
+    } else if (f.find_tensor(p + "attn_qkv.weight")) {
       L.wqkv = load_matrix(f, p + "attn_qkv.weight", d, nq + nk + nv);
     } else {
       L.wq = load_matrix(f, p + "attn_q.weight", d, nq);
@@ -132,7 +134,7 @@ LlamaWeights load_llama_weights(const gguf::File& f, const Hparams& hp, const Ar
       L.attn_post_norm = load_tensor(f, p + "post_attention_norm.weight", d, 0, spec.post_norms);
       L.ffn_norm = load_tensor(f, p + "ffn_norm.weight", d, 0);
     }
-    if (spec.moe) {
+    if (spec.moe && il >= hp.n_layer_dense_lead) {
       const int64_t ne = hp.n_expert, ff = hp.n_ff_exp;
       L.ffn_gate_inp = load_matrix(f, p + "ffn_gate_inp.weight", d, ne);
       L.ffn_gate_exps = load_matrix(f, p + "ffn_gate_exps.weight", d, ff, ne);
@@ -142,6 +144,12 @@ LlamaWeights load_llama_weights(const gguf::File& f, const Hparams& hp, const Ar
       L.ffn_gate_exps_b = get_expert_bias(f, p + "ffn_gate_exps.bias", ff, ne, spec.moe_bias);
       L.ffn_up_exps_b = get_expert_bias(f, p + "ffn_up_exps.bias", ff, ne, spec.moe_bias);
       L.ffn_down_exps_b = get_expert_bias(f, p + "ffn_down_exps.bias", d, ne, spec.moe_bias);
+      if (hp.n_expert_shared > 0) {  // deepseek2: one SwiGLU of n_ff_exp · n_expert_shared
+        const int64_t fs = ff * hp.n_expert_shared;
+        L.ffn_gate_shexp = load_matrix(f, p + "ffn_gate_shexp.weight", d, fs);
+        L.ffn_up_shexp = load_matrix(f, p + "ffn_up_shexp.weight", d, fs);
+        L.ffn_down_shexp = load_matrix(f, p + "ffn_down_shexp.weight", fs, d);
+      }
       w.layers.push_back(L);
       continue;
     }
@@ -159,12 +167,28 @@ LlamaWeights load_llama_weights(const gguf::File& f, const Hparams& hp, const Ar
   return w;
 }
 
+bool LlamaWeights::is_derived(const Tensor& t) const {
+  const auto* p = static_cast<const uint8_t*>(t.data);
+  for (const Buffer& b : derived) {
+    const auto* lo = static_cast<const uint8_t*>(b.data());
+    if (p >= lo && p < lo + b.size()) return true;
+  }
+  return false;
+}
+
 namespace {
 
-/// The per-layer weights of the attention sub-block (and an encoder's other per-layer ones),
-/// which the layer's device holds, in upload order.
-std::array<Tensor*, 18> layer_tensors(LlamaLayer& L) {
-  return {&L.attn_norm,
+/// The per-layer weights of the attention sub-block (MLA's too, and an encoder's other per-layer
+/// ones), which the layer's device holds, in upload order.
+std::array<Tensor*, 25> layer_tensors(LlamaLayer& L) {
+  return {&L.wq_a,
+          &L.q_a_norm,
+          &L.wq_b,
+          &L.wkv_a,
+          &L.kv_a_norm,
+          &L.wk_b,
+          &L.wv_b,
+          &L.attn_norm,
           &L.wqkv,
           &L.wq,
           &L.wk,
@@ -185,11 +209,12 @@ std::array<Tensor*, 18> layer_tensors(LlamaLayer& L) {
 }
 
 /// The per-layer weights of the FFN sub-block, which Placement::ffn's device holds.
-std::array<Tensor*, 15> ffn_tensors(LlamaLayer& L) {
+std::array<Tensor*, 18> ffn_tensors(LlamaLayer& L) {
   return {&L.ffn_norm,        &L.ffn_gate,       &L.ffn_up,          &L.ffn_down,
           &L.ffn_post_norm,   &L.ffn_gate_inp,   &L.ffn_gate_exps,   &L.ffn_up_exps,
           &L.ffn_down_exps,   &L.ffn_gate_inp_b, &L.ffn_gate_exps_b, &L.ffn_up_exps_b,
-          &L.ffn_down_exps_b, &L.ffn_up_b,       &L.ffn_down_b};
+          &L.ffn_down_exps_b, &L.ffn_up_b,       &L.ffn_down_b,      &L.ffn_gate_shexp,
+          &L.ffn_up_shexp,    &L.ffn_down_shexp};
 }
 
 }  // namespace
@@ -217,7 +242,7 @@ size_t upload_llama_weights(LlamaWeights& w, const Placement& p, bool release_ma
     if (t.ne[1] > 1 && !dev.supports(Op::kMatmul, t.type, DType::F32, t.ne[0]))
       throw ModelError(std::string(what) + " has type " + traits(t.type).name + ", which " +
                        dev.name() + "'s matmul does not support");
-    std::unique_ptr<DeviceBuffer> b = dev.upload_weight(t, release_mapped);
+    std::unique_ptr<DeviceBuffer> b = dev.upload_weight(t, release_mapped && !w.is_derived(t));
     done += nb;
     if (progress) progress(done, total);
     if (!b) return;
@@ -244,6 +269,10 @@ size_t upload_llama_weights(LlamaWeights& w, const Placement& p, bool release_ma
           throw ModelError("layer " + std::to_string(il) + " is an encoder (" + w.spec.name +
                            ") layer, and " + dev.name() + " does not support " + op_name(op) +
                            " yet (run it on the CPU: no -ngl)");
+    for (const Device* d : {&dev, p.kv[il]})
+      if (w.spec.mla && !d->supports(Op::kMla))
+        throw ModelError("layer " + std::to_string(il) + " uses multi-head latent attention, and " +
+                         d->name() + " does not support it yet (run it on the CPU: no -ngl)");
     for (const Device* d : {&dev, p.kv[il]})  // the sinks are read where the attention runs
       if (L.attn_sinks.data && !d->supports(Op::kAttnSinks))
         throw ModelError("layer " + std::to_string(il) + " has attention sinks, and " + d->name() +
@@ -312,8 +341,6 @@ void LlamaExec::begin_step(const PageTable& pt) {
   for (auto& p : parts_) p->be->begin_step(pt);
 }
 
-namespace {
-
 /// The layer's RoPE: its base and scaling (gemma3's windowed layers differ) and frequency
 /// divisors (llama3 rope_freqs, or phi3's LongRoPE short/long by the context size); with YaRN
 /// (ext_factor ≠ 0) the divisors of w.yarn_div, which carry the position scale, and its mscale.
@@ -336,6 +363,8 @@ RopeConfig layer_rope(const Hparams& hp, const LlamaWeights& w, int64_t il, int6
   rc.freq_factors = static_cast<const float*>(ff.data);
   return rc;
 }
+
+namespace {
 
 /// The KV store and paged attention of one layer: on the layer's backend `be`, or, when the
 /// layer's KV rows live on another device (-nkvo), on that device's backend `kv_be`, with Q, K
@@ -362,6 +391,10 @@ void kv_attention(Backend& be, LlamaScratch& s, Backend& kv_be, LlamaScratch& kv
 void attention_block(const Hparams& hp, const LlamaWeights& w, int64_t il, Backend& be,
                      LlamaScratch& s, Backend& kv_be, LlamaScratch& kv_s, const LlamaBatch& b,
                      int64_t n) {
+  if (w.spec.mla) {
+    mla_attention_block(hp, w, il, be, s, kv_be, kv_s, b, n);
+    return;
+  }
   const LlamaLayer& L = w.layers[size_t(il)];
   const ArchSpec& spec = w.spec;
   const int64_t d = hp.n_embd, nq = hp.n_head * hp.head_dim, nk = hp.n_head_kv * hp.head_dim;

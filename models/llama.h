@@ -62,6 +62,20 @@ struct LlamaLayer {
   Tensor ffn_gate_exps_b;  ///< {n_ff_exp, n_expert} f32, optional: one bias row per expert
   Tensor ffn_up_exps_b;    ///< {n_ff_exp, n_expert} f32, optional
   Tensor ffn_down_exps_b;  ///< {n_embd, n_expert} f32, optional
+  Tensor ffn_gate_shexp;   ///< {n_embd, n_ff_exp · n_expert_shared}: shared experts (deepseek2)
+  Tensor ffn_up_shexp;     ///< {n_embd, n_ff_exp · n_expert_shared}
+  Tensor ffn_down_shexp;   ///< {n_ff_exp · n_expert_shared, n_embd}
+  // Multi-head latent attention (ArchSpec::mla, models/deepseek2.cpp) instead of wq/wk/wv;
+  // nope = head_dim − n_rot, r = kv_lora_rank:
+  Tensor wq_a;       ///< {n_embd, q_lora_rank} (with q_lora_rank; then wq is absent)
+  Tensor q_a_norm;   ///< {q_lora_rank} f32
+  Tensor wq_b;       ///< {q_lora_rank, n_head · head_dim}
+  Tensor wkv_a;      ///< {n_embd, r + n_rot}: the latent, then the shared RoPE key part
+  Tensor kv_a_norm;  ///< {r} f32
+  /// {nope, r, n_head}: per head the transpose of attn_kv_b's K rows (built at load; Q8_0 for
+  /// a quantized attn_kv_b, as ik_llama.cpp's attn_k_b), which takes q_nope into latent space
+  Tensor wk_b;
+  Tensor wv_b;  ///< {r, head_dim_v, n_head}: per head attn_kv_b's V rows (built at load)
   // An encoder block (ArchSpec::encoder, models/bert.h), post-LayerNorm (and bo above):
   Tensor attn_out_norm;     ///< {n_embd} f32 LayerNorm of x + attention (attn_output_norm)
   Tensor attn_out_norm_b;   ///< {n_embd} f32 its bias
@@ -93,6 +107,10 @@ struct LlamaWeights {
   /// The devices' copies of the weights (upload_llama_weights; for the CPU the packed layout)
   /// that the tensors above point into.
   std::vector<std::unique_ptr<DeviceBuffer>> uploads;
+  /// Host weights built at load rather than mapped from the file (MLA's wk_b / wv_b).
+  std::vector<Buffer> derived;
+  /// Whether `t`'s bytes are in `derived` (never given back as mapped file pages).
+  bool is_derived(const Tensor& t) const;
 };
 
 /// Which device runs each part of the model, as llama.cpp's -ngl places layers: the token
@@ -187,11 +205,16 @@ class LlamaScratch {
   /// and kept.
   float* grow(int which, int64_t n);
   static constexpr int kFused = 0, kLogits = 1, kMoeRoute = 2, kMoeGate = 3, kMoeUp = 4;
+  /// A MoE layer's shared experts (gate, up, output); MLA's buffers (models/deepseek2.cpp).
+  static constexpr int kShexpGate = 5, kShexpUp = 6, kShexpOut = 7, kMlaQLora = 8, kMlaKva = 9,
+                       kMlaLatent = 10, kMlaKRow = 11, kMlaQNope = 12, kMlaQAbs = 13,
+                       kMlaQuery = 14, kMlaOut = 15, kMlaIds = 16, kMlaKvK = 17, kMlaKvQ = 18,
+                       kMlaKvOut = 19, kNumGrown = 20;
 
  private:
   Device& dev_;
   std::vector<std::unique_ptr<DeviceBuffer>> bufs_;
-  std::unique_ptr<DeviceBuffer> grown_[5];
+  std::unique_ptr<DeviceBuffer> grown_[kNumGrown];
 };
 
 /// The seam's gated unit for an architecture's FFN activation.
@@ -207,6 +230,26 @@ inline GluKind glu_kind(FfnAct a) {
 /// projections (+ bias) summed with the router weights.
 void moe_ffn(const Hparams& hp, const ArchSpec& spec, const LlamaLayer& L, Backend& be,
              LlamaScratch& s, const float* xn, int64_t n, float* out);
+
+struct LlamaBatch;
+
+/// x += the multi-head latent attention sub-block of layer il (DeepSeek-V2 §2.1, absorbed: Q's
+/// no-RoPE part through wk_b into latent space, attention over the cached latent + RoPE rows
+/// with one KV head, its output through wv_b; models/deepseek2.cpp) over the batch's n rows on
+/// backend `be`, its KV store and attention on `kv_be` (another device's with -nkvo).
+void mla_attention_block(const Hparams& hp, const LlamaWeights& w, int64_t il, Backend& be,
+                         LlamaScratch& s, Backend& kv_be, LlamaScratch& kv_s, const LlamaBatch& b,
+                         int64_t n);
+
+/// Loads layer il's MLA attention tensors (attn_q or attn_q_a + attn_q_a_norm + attn_q_b,
+/// attn_kv_a_mqa, attn_kv_a_norm, attn_kv_b) into L and builds wk_b / wv_b from attn_kv_b
+/// (kept in w.derived). Throws ModelError naming a missing or misshapen tensor.
+void load_mla_attention(const gguf::File& f, const Hparams& hp, LlamaWeights& w, LlamaLayer& L,
+                        int64_t il);
+
+/// The RoPE of layer il as the model runs it (base, scaling, frequency divisors, YaRN's mscale)
+/// for a context of n_ctx positions.
+RopeConfig layer_rope(const Hparams& hp, const LlamaWeights& w, int64_t il, int64_t n_ctx);
 
 /// The backends one engine runs a model's forward on (one per device of the placement, each with
 /// its scratch), owned by the engine (engine/step.h), so that two engines never share a stream.

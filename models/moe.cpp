@@ -4,8 +4,10 @@
 // top-k, renormalized weights w_j) picks experts e_j; out = Σ_j w_j · W_down[e_j] ·
 // (silu(W_gate[e_j] · xn) ⊙ W_up[e_j] · xn). gpt-oss adds a bias to the router logits and to
 // each expert's gate, up and down outputs, routes by the top-k logits then a softmax over them,
-// and uses the clamped SwiGLU (backend.h GluKind::kSwiGluOai). The backend groups the rows per
-// expert, so each chosen expert's matrices are read once per step however many rows chose it.
+// and uses the clamped SwiGLU (backend.h GluKind::kSwiGluOai). deepseek2 multiplies the router
+// weights by expert_weights_scale and adds its shared experts' SwiGLU to the sum. The backend
+// groups the rows per expert, so each chosen expert's matrices are read once per step however many
+// rows chose it.
 #include "models/llama.h"
 
 namespace kvrun {
@@ -23,6 +25,7 @@ void moe_ffn(const Hparams& hp, const ArchSpec& spec, const LlamaLayer& L, Backe
   MoeRouteParams rp{ne, k, spec.moe_norm};
   rp.topk_then_softmax = spec.moe_topk_softmax;
   be.moe_route(logits, n, rp, ids, weights);
+  if (hp.expert_weights_scale != 1.0f) be.scale(weights, n * k, hp.expert_weights_scale);
   float* gate = s.grow(LlamaScratch::kMoeGate, n * k * ff);
   float* up = s.grow(LlamaScratch::kMoeUp, n * k * ff);
   auto bias = [](const Tensor& b) { return b.data ? &b : nullptr; };
@@ -30,6 +33,17 @@ void moe_ffn(const Hparams& hp, const ArchSpec& spec, const LlamaLayer& L, Backe
   be.matmul_id(L.ffn_up_exps, xn, false, ids, nullptr, n, k, up, bias(L.ffn_up_exps_b));
   be.glu(glu_kind(spec.ffn), gate, up, gate, n * k, ff);
   be.matmul_id(L.ffn_down_exps, gate, true, ids, weights, n, k, out, bias(L.ffn_down_exps_b));
+  if (!L.ffn_up_shexp.data) return;
+  // deepseek2's shared experts: one SwiGLU every row runs, added to the routed experts' sum.
+  const int64_t fs = L.ffn_up_shexp.ne[1], d = hp.n_embd;
+  float* sg = s.grow(LlamaScratch::kShexpGate, n * fs);
+  float* su = s.grow(LlamaScratch::kShexpUp, n * fs);
+  float* so = s.grow(LlamaScratch::kShexpOut, n * d);
+  const MatmulOut outs[2] = {{&L.ffn_gate_shexp, sg}, {&L.ffn_up_shexp, su}};
+  be.matmul_many(outs, 2, xn, n);
+  be.glu(GluKind::kSwiGlu, sg, su, sg, n, fs);
+  be.matmul(L.ffn_down_shexp, sg, n, so);
+  be.add(out, so, n * d);
 }
 
 }  // namespace kvrun

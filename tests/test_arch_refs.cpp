@@ -23,7 +23,10 @@
 // (attention sinks, biases, YaRN, a window of 32 on even layers, top-k-then-softmax routing, the
 // clamped SwiGLU) was referenced with an f32 K cache (its `cache_type_k`), which kvrun is then run
 // with too: with an f16 K, ik_llama.cpp's scores and kvrun's (which rounds Q to f16 as llama.cpp's
-// CPU backend does) differ enough to flip a router choice (README there).
+// CPU backend does) differ enough to flip a router choice (README there). tiny-deepseek2 (MLA,
+// YaRN ×40 with its log-scaled score factor, shared experts) is compared with an f32 K cache
+// against ik_llama.cpp's expanded (non-MLA) graph, whose f16 V cache of every head's W_UV·c
+// kvrun's latent cache does not round: its files allow 2e-3 (measured ≤ 1.5e-3).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -95,7 +98,8 @@ TEST_P(ArchRefs, MatchesLlamaCpp) {
     std::ifstream in(path);
     const nlohmann::json ref = nlohmann::json::parse(in);
     const bool ik = ref["tool"].get<std::string>().starts_with("ik_llama.cpp");
-    const double tol = c.type == "F32" ? 1e-3 : ik ? 0.1 : 2e-2;
+    // A reference may widen it (`logprob_tolerance`, with the reason in the README there).
+    const double tol = ref.value("logprob_tolerance", c.type == "F32" ? 1e-3 : ik ? 0.1 : 2e-2);
     ASSERT_EQ(sha256_of(gguf), ref["sha256"].get<std::string>())
         << "kvrun synth no longer writes the file the reference was made from";
     const fs::path prompt = dir / "prompt.txt";
@@ -200,7 +204,8 @@ INSTANTIATE_TEST_SUITE_P(
                       ArchCase{"tiny-phi3", "F32"}, ArchCase{"tiny-phi3", "Q8_0"},
                       ArchCase{"tiny-gemma2", "F32"}, ArchCase{"tiny-gemma2", "Q8_0"},
                       ArchCase{"tiny-gemma3", "F32"}, ArchCase{"tiny-gemma3", "Q8_0"},
-                      ArchCase{"tiny-qwen3moe", "F32"}, ArchCase{"tiny-gpt-oss", "F32"}),
+                      ArchCase{"tiny-qwen3moe", "F32"}, ArchCase{"tiny-gpt-oss", "F32"},
+                      ArchCase{"tiny-deepseek2", "F32"}),
     case_name);
 
 }  // namespace

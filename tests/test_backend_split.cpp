@@ -42,6 +42,7 @@ class CountingDevice final : public Device {
       return false;
     if (refuse_moe && (op == Op::kMoeRoute || op == Op::kMatmulId)) return false;
     if (refuse_sinks && op == Op::kAttnSinks) return false;
+    if (refuse_mla && op == Op::kMla) return false;
     return dev_->supports(op, a, b, k);
   }
   std::unique_ptr<DeviceBuffer> alloc(size_t bytes, BufferUse use) override {
@@ -59,6 +60,7 @@ class CountingDevice final : public Device {
   bool refuse_q4_0_kv = false;  ///< stands in for a device without q4_0 KV kernels
   bool refuse_moe = false;      ///< stands in for a device without the MoE ops (Vulkan, CUDA)
   bool refuse_sinks = false;    ///< stands in for a device without attention sinks
+  bool refuse_mla = false;      ///< stands in for a device without MLA (Vulkan, CUDA)
   bool host = true;             ///< host_memory()
   int kv_allocs = 0;
   int uploads = 0;
@@ -131,6 +133,10 @@ class CountingBackend final : public Backend {
                  const float* weights, int64_t n, int64_t n_used, float* y,
                  const Tensor* bias) override {
     be_->matmul_id(w, x, x_per_slot, ids, weights, n, n_used, y, bias);
+  }
+  void copy_strided(const float* src, int64_t ss, float* dst, int64_t ds, int64_t rows,
+                    int64_t cols) override {
+    be_->copy_strided(src, ss, dst, ds, rows, cols);
   }
 
  private:
@@ -207,9 +213,10 @@ TEST(BackendSplit, SyntheticArchitecturesBitIdenticalAcrossTwoCpuDevices) {
   test::TempDir dir;
   // Q/K/V biases (qwen2), fused QKV and gate/up (phi3), post-norms, GeGLU and soft-caps (gemma2),
   // the mixture-of-experts FFN (qwen3moe: moe_route and matmul_id on the second device), attention
-  // sinks, output and expert biases and the clamped SwiGLU (gpt-oss).
-  for (const char* shape :
-       {"tiny", "tiny-qwen2", "tiny-phi3", "tiny-gemma2", "tiny-qwen3moe", "tiny-gpt-oss"}) {
+  // sinks, output and expert biases and the clamped SwiGLU (gpt-oss), MLA's latent rows and
+  // shared experts (deepseek2; with -nkvo its query and row cross to the host).
+  for (const char* shape : {"tiny", "tiny-qwen2", "tiny-phi3", "tiny-gemma2", "tiny-qwen3moe",
+                            "tiny-gpt-oss", "tiny-deepseek2"}) {
     SCOPED_TRACE(shape);
     check_splits(test::synth_model(dir, shape));
   }
@@ -361,6 +368,30 @@ TEST(BackendSplit, AttentionSinksOnADeviceWithoutThemAreRefusedAtLoad) {
     } catch (const std::exception& e) {
       EXPECT_NE(std::string(e.what()).find("CPU1"), std::string::npos) << e.what();
       EXPECT_NE(std::string(e.what()).find("attention sinks"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_NO_THROW(Model::load(path, {}));
+}
+
+// An MLA layer (deepseek2) placed on a device without it is refused at load, naming the device,
+// with its KV rows there or on the host (-nkvo); the host alone runs it.
+TEST(BackendSplit, MlaLayersOnADeviceWithoutMlaAreRefusedAtLoad) {
+  test::TempDir dir;
+  const std::string path = test::synth_model(dir, "tiny-deepseek2");
+  for (bool kv_offload : {true, false}) {
+    CountingDevice gpu("CPU1");
+    gpu.refuse_mla = true;
+    ModelParams mp;
+    mp.n_gpu_layers = 1;
+    mp.gpu = &gpu;
+    mp.kv_offload = kv_offload;
+    try {
+      const Model m = Model::load(path, mp);
+      ADD_FAILURE() << "MLA on a device without it was accepted";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find("CPU1"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("multi-head latent attention"), std::string::npos)
+          << e.what();
     }
   }
   EXPECT_NO_THROW(Model::load(path, {}));

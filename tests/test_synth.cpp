@@ -134,13 +134,13 @@ double correlation(const std::vector<float>& a, const std::vector<float>& b) {
 // ---- shapes and the plan ---------------------------------------------------------------------
 
 // Parameter counts published for the real models (the 1.24B / 8.03B / 0.49B / 30.5B / 20.9B of
-// the model cards; exact values as transformers counts them), from the shapes table alone.
+// the model cards; exact values as transformers counts them; DeepSeek-V2-Lite's 15.7B), from the
+// shapes table alone.
 TEST(SynthPlan, ParameterCountsMatchTheRealModels) {
-  const std::map<std::string, int64_t> want = {{"llama3.2-1b", 1235814400},
-                                               {"llama3.1-8b", 8030261248},
-                                               {"qwen2.5-0.5b", 494032768},
-                                               {"qwen3-30b-a3b", 30532122624},
-                                               {"gpt-oss-20b", 20914757184}};
+  const std::map<std::string, int64_t> want = {
+      {"llama3.2-1b", 1235814400},  {"llama3.1-8b", 8030261248},
+      {"qwen2.5-0.5b", 494032768},  {"qwen3-30b-a3b", 30532122624},
+      {"gpt-oss-20b", 20914757184}, {"deepseek-v2-lite", 15706484224}};
   for (const auto& [name, n] : want) {
     int64_t total = 0;
     for (const SynthTensor& t : synth_tensor_plan(shape(name), SynthFileType::F16))
@@ -185,7 +185,48 @@ TEST(SynthPlan, RealShapesHaveTheirPublishedHyperparameters) {
   EXPECT_EQ(g.sliding_window, 128);
   EXPECT_EQ(g.yarn_factor, 32);
   EXPECT_EQ(g.yarn_n_ctx_orig, 4096);
+  const SynthShape& ds = shape("deepseek-v2-lite");  // deepseek-ai/DeepSeek-V2-Lite config.json
+  EXPECT_EQ(ds.arch, "deepseek2");
+  EXPECT_EQ(ds.n_layer, 27);
+  EXPECT_EQ(ds.n_embd, 2048);
+  EXPECT_EQ(ds.n_head, 16);
+  EXPECT_EQ(ds.kv_lora_rank, 512);
+  EXPECT_EQ(ds.q_lora_rank, 0);
+  EXPECT_EQ(ds.head_dim - ds.qk_rope, 128);  // qk_nope_head_dim
+  EXPECT_EQ(ds.qk_rope, 64);
+  EXPECT_EQ(ds.head_dim_v, 128);
+  EXPECT_EQ(ds.n_expert, 64);
+  EXPECT_EQ(ds.n_expert_used, 6);
+  EXPECT_EQ(ds.n_expert_shared, 2);
+  EXPECT_EQ(ds.n_ff_exp, 1408);
+  EXPECT_EQ(ds.n_dense_lead, 1);
+  EXPECT_EQ(ds.yarn_factor, 40);
   EXPECT_EQ(find_synth_shape("llama-9000"), nullptr);
+}
+
+// deepseek2's tensors (llama.cpp's names): Q without LoRA for V2-Lite, MLA's compressed KV,
+// a dense first FFN, then experts with shared experts; tiny-deepseek2 has Q's LoRA.
+TEST(SynthPlan, DeepSeek2HasMlaAndSharedExpertTensors) {
+  std::map<std::string, std::vector<int64_t>> ne;
+  for (const SynthTensor& t : synth_tensor_plan(shape("deepseek-v2-lite"), SynthFileType::F16))
+    ne[t.name] = t.ne;
+  EXPECT_EQ(ne["blk.0.attn_q.weight"], (std::vector<int64_t>{2048, 16 * 192}));
+  EXPECT_EQ(ne.count("blk.0.attn_q_a.weight"), 0u);
+  EXPECT_EQ(ne["blk.0.attn_kv_a_mqa.weight"], (std::vector<int64_t>{2048, 512 + 64}));
+  EXPECT_EQ(ne["blk.0.attn_kv_a_norm.weight"], (std::vector<int64_t>{512}));
+  EXPECT_EQ(ne["blk.0.attn_kv_b.weight"], (std::vector<int64_t>{512, 16 * (128 + 128)}));
+  EXPECT_EQ(ne["blk.0.attn_output.weight"], (std::vector<int64_t>{16 * 128, 2048}));
+  EXPECT_EQ(ne["blk.0.ffn_up.weight"], (std::vector<int64_t>{2048, 10944}));
+  EXPECT_EQ(ne.count("blk.0.ffn_gate_inp.weight"), 0u);
+  EXPECT_EQ(ne["blk.1.ffn_gate_exps.weight"], (std::vector<int64_t>{2048, 1408, 64}));
+  EXPECT_EQ(ne["blk.1.ffn_up_shexp.weight"], (std::vector<int64_t>{2048, 2 * 1408}));
+  EXPECT_EQ(ne["blk.26.ffn_down_shexp.weight"], (std::vector<int64_t>{2 * 1408, 2048}));
+  std::map<std::string, std::vector<int64_t>> tiny;
+  for (const SynthTensor& t : synth_tensor_plan(shape("tiny-deepseek2"), SynthFileType::Q8_0))
+    tiny[t.name] = t.ne;
+  EXPECT_EQ(tiny["blk.0.attn_q_a.weight"], (std::vector<int64_t>{64, 64}));
+  EXPECT_EQ(tiny["blk.0.attn_q_b.weight"], (std::vector<int64_t>{64, 4 * 64}));
+  EXPECT_EQ(tiny.count("blk.0.attn_q.weight"), 0u);
 }
 
 // gpt-oss in an MXFP4 file, as released: MXFP4 experts, Q8_0 for every other matrix (the output

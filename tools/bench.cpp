@@ -193,8 +193,9 @@ int64_t context_for_depth(const BenchOptions& opt, const Model& model, const KvC
                                 " does not fit in the context of -c " + std::to_string(opt.n_ctx));
   const int64_t n_ctx = opt.n_ctx > 0 ? opt.n_ctx : need;
   const Hparams& hp = model.hparams();
-  const int64_t per_token = kv_bytes_per_token(kv.type_k, kv.type_v, hp.n_layer, hp.n_head_kv,
-                                               hp.head_dim, hp.head_dim_v);
+  const Hparams::KvRows rows = hp.kv_rows();
+  const int64_t per_token = kv_bytes_per_token(kv.type_k, kv.type_v, hp.n_layer, rows.n_head_kv,
+                                               rows.head_dim, rows.head_dim_v);
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
   // (With --kv-offload-dir the part past --kv-mem lives in a file, not in memory.)
   if (kv.offload_dir.empty() && pages > 0 && page > 0 &&

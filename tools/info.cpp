@@ -43,6 +43,10 @@ nlohmann::ordered_json to_json(const ModelInfo& mi) {
     j["experts"] = {{"n_expert", mi.hp.n_expert},
                     {"n_expert_used", mi.hp.n_expert_used},
                     {"n_ff_exp", mi.hp.n_ff_exp}};
+  if (mi.hp.kv_lora_rank > 0)
+    j["mla"] = {{"kv_lora_rank", mi.hp.kv_lora_rank},
+                {"q_lora_rank", mi.hp.q_lora_rank},
+                {"kv_row_values", mi.hp.kv_rows().head_dim}};
   j["n_params"] = mi.n_params;
   j["n_params_active"] = mi.n_params_active;
   j["weight_bytes_active"] = mi.weight_bytes_active;
@@ -125,6 +129,11 @@ void print_text(const ModelInfo& mi, const std::string& fast_source) {
   std::printf("head_dim     %lld", (long long)hp.head_dim);
   if (hp.head_dim_v != hp.head_dim) std::printf(" (V: %lld)", (long long)hp.head_dim_v);
   std::printf("\nn_ff         %lld\n", (long long)hp.n_ff);
+  if (hp.kv_lora_rank > 0)
+    std::printf(
+        "mla          kv_lora_rank %lld + %lld RoPE values: one KV row per layer, V read "
+        "from its latent (q_lora_rank %lld)\n",
+        (long long)hp.kv_lora_rank, (long long)hp.rope.n_rot, (long long)hp.q_lora_rank);
   if (hp.n_expert > 0)
     std::printf("experts      %lld, %lld used per token, expert n_ff %lld\n",
                 (long long)hp.n_expert, (long long)hp.n_expert_used, (long long)hp.n_ff_exp);
@@ -169,8 +178,9 @@ void print_text(const ModelInfo& mi, const std::string& fast_source) {
 #else
   std::printf("gpu          not built (configure with -DKVRUN_CUDA=ON)\n");
 #endif
-  std::printf("\nKV cache for n_ctx = %lld (K and V both of the type; layout in docs/formats.md)\n",
-              (long long)mi.n_ctx);
+  std::printf("\nKV cache for n_ctx = %lld (%s; layout in docs/formats.md)\n", (long long)mi.n_ctx,
+              hp.kv_lora_rank > 0 ? "MLA: latent + RoPE part of the type, no V rows"
+                                  : "K and V both of the type");
   if (mi.n_layer_window > 0)
     std::printf(
         "window tables: %lld windowed layers (n_swa %lld) hold %lld positions, %lld global "

@@ -142,6 +142,11 @@ class CpuBackend final : public Backend {
                  float* dst) override {
     for (int64_t r = 0; r < rows; ++r) std::copy_n(src + r * cols + c0, n, dst + r * n);
   }
+  void copy_strided(const float* src, int64_t src_stride, float* dst, int64_t dst_stride,
+                    int64_t rows, int64_t cols) override {
+    for (int64_t r = 0; r < rows; ++r)
+      std::copy_n(src + r * src_stride, cols, dst + r * dst_stride);
+  }
   void kv_store(const KvLayer& kv, const PagedAttnParams& p, const float* k,
                 const float* v) override {
     paged_kv_store(kv, p, seqs_.data(), int64_t(seqs_.size()), k, v);

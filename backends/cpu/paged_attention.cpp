@@ -162,6 +162,14 @@ void check_shapes(const PagedKvLayer& kv, const PagedAttnParams& p) {
   if (a.n_head <= 0 || a.n_head_kv <= 0 || a.n_head % a.n_head_kv != 0 || a.head_dim <= 0 ||
       a.head_dim_v <= 0 || kv.block_size <= 0)
     throw std::invalid_argument("paged attention: bad shape");
+  if (kv.mla) {  // V = the last head_dim_v values of the one K head, read in place
+    if (a.n_head_kv != 1 || a.head_dim_v >= a.head_dim || kv.v_type != kv.k_type ||
+        kv.v_row_bytes != kv.k_row_bytes || p.rotate ||
+        !kv_type_holds_mla(kv.k_type, a.head_dim - a.head_dim_v) ||
+        kv.k_row_bytes != kv_row_bytes(kv.k_type, 1, a.head_dim))
+      throw std::invalid_argument("paged attention: not an MLA layer shape");
+    return;
+  }
   if (kv.k_row_bytes != kv_row_bytes(kv.k_type, a.n_head_kv, a.head_dim) ||
       kv.v_row_bytes != kv_row_bytes(kv.v_type, a.n_head_kv, a.head_dim_v))
     throw std::invalid_argument("paged attention: row bytes do not match the KV types");
@@ -193,7 +201,9 @@ void paged_kv_store(const PagedKvLayer& kv, const PagedAttnParams& p, const Page
         krow = rot.data();
       }
       kv_encode_row(kv.k_type, hkv, hd, krow, kv.k_block(id) + j * kv.k_row_bytes);
-      kv_encode_row(kv.v_type, hkv, hdv, v + row * hkv * hdv, kv.v_block(id) + j * kv.v_row_bytes);
+      if (!kv.mla)
+        kv_encode_row(kv.v_type, hkv, hdv, v + row * hkv * hdv,
+                      kv.v_block(id) + j * kv.v_row_bytes);
     }
   }
 }

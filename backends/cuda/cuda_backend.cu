@@ -319,6 +319,7 @@ class CudaDevice final : public kvrun::Device {
       case Op::kGelu:
       case Op::kAttention:
       case Op::kAttnSinks:  // gpt-oss's attention sinks: not yet (load refuses)
+      case Op::kMla:        // deepseek2's latent attention: not yet (load refuses)
         return false;
     }
     return false;

@@ -467,6 +467,7 @@ class VulkanDevice final : public Device {
       case Op::kGelu:
       case Op::kAttention:
       case Op::kAttnSinks:  // gpt-oss's attention sinks: not yet (load refuses)
+      case Op::kMla:        // deepseek2's latent attention: not yet (load refuses)
         return false;
     }
     return false;

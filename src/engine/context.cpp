@@ -63,8 +63,9 @@ std::unique_ptr<KvCache> make_context_cache(const Model& model, const ContextPar
     const int64_t n_ctx = checked_n_ctx(model, params), bs = kp.block_size;
     if (bs < 1) throw std::invalid_argument("KV block size must be at least 1");
     auto per_block = [&](int64_t layers) {
-      return bs * kv_bytes_per_token(kp.type_k, kp.type_v, layers, hp.n_head_kv, hp.head_dim,
-                                     hp.head_dim_v);
+      const Hparams::KvRows r = hp.kv_rows();
+      return bs * kv_bytes_per_token(kp.type_k, kp.type_v, layers, r.n_head_kv, r.head_dim,
+                                     r.head_dim_v);
     };
     const int64_t whole = (n_ctx + bs - 1) / bs * per_block(hp.n_layer - n_win);
     if (n_win > 0 && kp.window_blocks == 0) {

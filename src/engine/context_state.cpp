@@ -37,6 +37,9 @@ uint8_t* v_row_at(const KvLayer& L, const std::vector<int32_t>& table, int64_t p
   return L.v_block(table[size_t(pos / L.block_size)]) + pos % L.block_size * L.v_row_bytes;
 }
 
+/// Bytes of layer L's own V rows in a state: none for MLA (V is the latent inside the K row).
+int64_t v_state_bytes(const KvLayer& L) { return L.mla ? 0 : L.v_row_bytes; }
+
 /// The first position whose rows layer il has in a state of n positions with windowed rows from
 /// w0 on.
 int64_t first_row(const Hparams& hp, int64_t il, int64_t w0, int64_t n) {
@@ -62,7 +65,9 @@ void restore_rows(Context& ctx, const std::vector<char>& data, const std::vector
       const char* v = k + rows * L.k_row_bytes;
       for (int64_t pos = std::max(a, p0); pos < b; ++pos) {
         std::memcpy(k_row_at(L, table, pos), k + (pos - p0) * L.k_row_bytes, size_t(L.k_row_bytes));
-        std::memcpy(v_row_at(L, table, pos), v + (pos - p0) * L.v_row_bytes, size_t(L.v_row_bytes));
+        if (!L.mla)
+          std::memcpy(v_row_at(L, table, pos), v + (pos - p0) * L.v_row_bytes,
+                      size_t(L.v_row_bytes));
       }
     }
     seq.commit(tokens.subspan(size_t(a), size_t(b - a)));
@@ -90,7 +95,7 @@ void write_context_state(std::ostream& out, const Context& ctx) {
     for (int64_t pos = p0; pos < n; ++pos)
       out.write(reinterpret_cast<const char*>(k_row_at(L, table, pos)),
                 std::streamsize(L.k_row_bytes));
-    for (int64_t pos = p0; pos < n; ++pos)
+    for (int64_t pos = p0; pos < n && !L.mla; ++pos)
       out.write(reinterpret_cast<const char*>(v_row_at(L, table, pos)),
                 std::streamsize(L.v_row_bytes));
   }
@@ -140,7 +145,7 @@ void read_context_state(std::istream& in, Context& ctx, std::span<const int32_t>
     const KvLayer L = cache.layer(il);
     at.push_back(data.size());
     const int64_t rows = int64_t(n) - first_row(ctx.model().hparams(), il, w0, int64_t(n));
-    data.resize(data.size() + size_t((L.k_row_bytes + L.v_row_bytes) * rows));
+    data.resize(data.size() + size_t((L.k_row_bytes + v_state_bytes(L)) * rows));
   }
   in.read(data.data(), std::streamsize(data.size()));
   if (size_t(in.gcount()) != data.size()) throw std::runtime_error("KV state is truncated");

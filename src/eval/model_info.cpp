@@ -67,16 +67,17 @@ ModelInfo describe_model(const gguf::File& file, int64_t n_ctx, int64_t block_si
   mi.n_layer_window = kv_window_table_layers(mi.hp, KvCacheParams{});
   if (mi.n_layer_window > 0) mi.kv_window_tokens = window_tokens;
   const Hparams& hp = mi.hp;
+  const Hparams::KvRows r = hp.kv_rows();  // MLA: the latent + RoPE part, one per layer
   for (DType t : kKvCacheTypes) {
+    if (hp.kv_lora_rank > 0 && !kv_type_holds_mla(t, hp.rope.n_rot)) continue;
     KvSizeEntry e;
     e.type = t;
-    e.bytes_per_token =
-        kv_bytes_per_token(t, t, hp.n_layer, hp.n_head_kv, hp.head_dim, hp.head_dim_v);
-    e.bytes_global = kv_bytes_per_token(t, t, hp.n_layer - mi.n_layer_window, hp.n_head_kv,
-                                        hp.head_dim, hp.head_dim_v) *
+    e.bytes_per_token = kv_bytes_per_token(t, t, hp.n_layer, r.n_head_kv, r.head_dim, r.head_dim_v);
+    e.bytes_global = kv_bytes_per_token(t, t, hp.n_layer - mi.n_layer_window, r.n_head_kv,
+                                        r.head_dim, r.head_dim_v) *
                      mi.kv_tokens;
     e.bytes_window =
-        kv_bytes_per_token(t, t, mi.n_layer_window, hp.n_head_kv, hp.head_dim, hp.head_dim_v) *
+        kv_bytes_per_token(t, t, mi.n_layer_window, r.n_head_kv, r.head_dim, r.head_dim_v) *
         mi.kv_window_tokens;
     e.bytes_total = e.bytes_global + e.bytes_window;
     mi.kv.push_back(e);
@@ -133,9 +134,9 @@ GpuPlan plan_gpu(const ModelInfo& mi, const gguf::File& file, int64_t n_gpu, DTy
   // RoPE frequency factors (llama3 scaling): one copy on the GPU for its layers.
   if (p.layers > 0) p.weight_bytes += int64_t(rope_freqs);
   if (kv_on_gpu && p.layers > 0)
-    p.kv_bytes =
-        kv_bytes_per_token(type_k, type_v, p.layers, hp.n_head_kv, hp.head_dim, hp.head_dim_v) *
-        mi.kv_tokens;
+    p.kv_bytes = kv_bytes_per_token(type_k, type_v, p.layers, hp.kv_rows().n_head_kv,
+                                    hp.kv_rows().head_dim, hp.kv_rows().head_dim_v) *
+                 mi.kv_tokens;
   if (p.n_gpu > 0) {
     const int64_t q = hp.n_head * hp.head_dim, kv = 2 * hp.n_head_kv * hp.head_dim;
     const int64_t per_row = 4 * hp.n_embd + q + kv + 3 * hp.n_ff + (p.output ? hp.n_vocab : 0);

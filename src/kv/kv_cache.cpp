@@ -68,6 +68,15 @@ void validate(const Hparams& hp, const KvCacheParams& p) {
   if (p.mem_bytes < 0) throw std::invalid_argument("KV cache: negative memory budget");
   if (hp.n_layer < 1 || hp.n_head_kv < 1 || hp.head_dim < 1 || hp.head_dim_v < 1)
     throw std::invalid_argument("KV cache: n_layer, n_head_kv, head_dim, head_dim_v must be >= 1");
+  if (hp.kv_lora_rank > 0) {  // MLA: V is read from the latent inside the K row
+    if (p.rotate)
+      throw std::invalid_argument(
+          "KV cache: --kv-rotate is not supported with MLA (the latent in the K row is V too)");
+    if (!kv_type_holds_mla(p.type_k, hp.rope.n_rot))
+      throw std::invalid_argument(std::string("KV cache: -ctk ") + kv_type_name(p.type_k) +
+                                  " cannot hold MLA's latent (f32, f16, bf16, q8_0 or q4_0)");
+    return;
+  }
   // --kv-rotate Hadamard-rotates K and Q along head_dim (V is not rotated).
   if (p.rotate && !is_pow2(hp.head_dim))
     throw std::invalid_argument("KV cache: --kv-rotate needs a power-of-two head_dim (got " +
@@ -185,13 +194,15 @@ KvCache::KvCache(const Hparams& hp, const KvCacheParams& params,
   Impl& c = *impl_;
   c.params = params;
   c.n_layer = hp.n_layer;
-  c.n_head_kv = hp.n_head_kv;
-  c.head_dim = hp.head_dim;
-  c.head_dim_v = hp.head_dim_v;
-  c.k_row = kv_row_bytes(params.type_k, hp.n_head_kv, hp.head_dim);
-  c.v_row = kv_row_bytes(params.type_v, hp.n_head_kv, hp.head_dim_v);
-  c.bytes_per_token = kv_bytes_per_token(params.type_k, params.type_v, hp.n_layer, hp.n_head_kv,
-                                         hp.head_dim, hp.head_dim_v);
+  const Hparams::KvRows rows = hp.kv_rows();
+  c.n_head_kv = rows.n_head_kv;
+  c.head_dim = rows.head_dim;
+  c.head_dim_v = rows.head_dim_v;
+  c.k_row = kv_row_bytes(params.type_k, rows.n_head_kv, rows.head_dim);
+  c.v_row = rows.head_dim_v > 0 ? kv_row_bytes(params.type_v, rows.n_head_kv, rows.head_dim_v) : 0;
+  if (hp.kv_lora_rank > 0) c.v_off = kv_row_bytes(params.type_k, 1, hp.rope.n_rot);
+  c.bytes_per_token = kv_bytes_per_token(params.type_k, params.type_v, hp.n_layer, rows.n_head_kv,
+                                         rows.head_dim, rows.head_dim_v);
   if (kv_window_table_layers(hp, params) > 0) check_window_tables(params, kv_devices);
   c.plan_groups(hp, params.mem_bytes > 0 ? params.mem_bytes : default_budget());
   if (!params.offload_dir.empty()) {
@@ -273,6 +284,13 @@ KvLayer KvCache::layer(int64_t il) const {
     l.k_slow = c.slow_k(il);
     l.v_slow = c.slow_v(il);
   }
+  if (c.v_off >= 0) {  // MLA: V rows are the latents inside the K rows
+    l.mla = true;
+    l.v_type = l.k_type;
+    l.v_row_bytes = l.k_row_bytes;
+    l.v = l.k + c.v_off;
+    l.v_slow = l.k_slow ? l.k_slow + c.v_off : nullptr;
+  }
   return l;
 }
 
@@ -348,7 +366,8 @@ void KvCache::write_synthetic_rows(std::span<const int32_t> table, int64_t pos0,
   for (int64_t il = 0; il < c.n_layer; ++il) {
     std::mt19937_64 rng(seed ^ (0x9e3779b97f4a7c15ull * uint64_t(il + 1)));
     random_rows(c.params.type_k, c.n_head_kv, c.head_dim, bs, longest + 1, rng, stage_k);
-    random_rows(c.params.type_v, c.n_head_kv, c.head_dim_v, bs, longest + 1, rng, stage_v);
+    if (c.v_row > 0)
+      random_rows(c.params.type_v, c.n_head_kv, c.head_dim_v, bs, longest + 1, rng, stage_v);
     for (int64_t p = pos0; c.windowed(il) && p < pos0 + n;) {  // one run per block, its slot
       const int64_t b = p / bs, end = std::min(pos0 + n, (b + 1) * bs), off = p % bs;
       const int64_t s = c.win.slot_of[size_t(table[size_t(b)])];

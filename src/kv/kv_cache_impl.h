@@ -67,7 +67,8 @@ struct KvCache::Impl {
   int64_t n_layer = 0;
   int64_t n_head_kv = 0, head_dim = 0, head_dim_v = 0;
   int64_t k_row = 0;            // bytes of one K row
-  int64_t v_row = 0;            // bytes of one V row
+  int64_t v_row = 0;            // bytes of one V row (0: MLA, no V rows)
+  int64_t v_off = -1;           // MLA: byte offset of the latent (V) in a K row; −1 otherwise
   int64_t bytes_per_token = 0;  // every layer
   int64_t bytes_per_block = 0;  // a pool block: block_size × its layers' (the global ones') rows
   int64_t n_blocks = 0;         // n_fast + n_slow

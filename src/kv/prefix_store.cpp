@@ -141,7 +141,7 @@ PrefixStore::PrefixStore(const std::string& dir, int64_t max_bytes, const Prefix
     : impl_(std::make_unique<Impl>()) {
   if (max_bytes <= 0) throw std::invalid_argument("--kv-cache-dir-max must be positive");
   if (layout.block_size < 1 || layout.n_layer < 1 || layout.k_row_bytes < 1 ||
-      layout.v_row_bytes < 1 || layout.payload_bytes() > int64_t(UINT32_MAX))
+      layout.v_row_bytes < 0 || layout.payload_bytes() > int64_t(UINT32_MAX))
     throw std::invalid_argument("prefix store: bad block layout");
   Impl& s = *impl_;
   s.dir = dir;

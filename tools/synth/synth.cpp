@@ -188,8 +188,8 @@ void write_metadata(gguf::Writer& w, const SynthParams& p) {
   w.set_u32(a + "attention.head_count", uint32_t(s.n_head));
   w.set_u32(a + "attention.head_count_kv", uint32_t(s.n_head_kv));
   w.set_u32(a + "attention.key_length", uint32_t(s.head_dim));
-  w.set_u32(a + "attention.value_length", uint32_t(s.head_dim));
-  w.set_u32(a + "rope.dimension_count", uint32_t(s.head_dim));
+  w.set_u32(a + "attention.value_length", uint32_t(s.head_dim_v > 0 ? s.head_dim_v : s.head_dim));
+  w.set_u32(a + "rope.dimension_count", uint32_t(s.qk_rope > 0 ? s.qk_rope : s.head_dim));
   w.set_f32(a + "rope.freq_base", float(s.rope_theta));
   if (is_encoder_shape(s)) {  // llama.cpp's bert / nomic-bert keys (src/llama-hparams.cpp)
     w.set_f32(a + "attention.layer_norm_epsilon", float(s.norm_eps));
@@ -204,6 +204,15 @@ void write_metadata(gguf::Writer& w, const SynthParams& p) {
     w.set_u32(a + "expert_used_count", uint32_t(s.n_expert_used));
     w.set_u32(a + "expert_feed_forward_length", uint32_t(s.n_ff_exp));
   }
+  if (s.kv_lora_rank > 0) {  // llama.cpp's deepseek2 keys (gguf-py constants.py)
+    w.set_u32(a + "attention.kv_lora_rank", uint32_t(s.kv_lora_rank));
+    if (s.q_lora_rank > 0) w.set_u32(a + "attention.q_lora_rank", uint32_t(s.q_lora_rank));
+    w.set_u32(a + "leading_dense_block_count", uint32_t(s.n_dense_lead));
+    w.set_u32(a + "expert_shared_count", uint32_t(s.n_expert_shared));
+    w.set_f32(a + "expert_weights_scale", float(s.expert_weights_scale));
+    w.set_u32(a + "expert_gating_func", 1);  // softmax (llama.cpp's LLM_EXPERT_GATING_FUNC_SOFTMAX)
+  }
+  if (s.yarn_log_mul > 0) w.set_f32(a + "rope.scaling.yarn_log_multiplier", float(s.yarn_log_mul));
   if (s.sliding_window > 0) w.set_u32(a + "attention.sliding_window", uint32_t(s.sliding_window));
   if (s.attn_softcap > 0) w.set_f32(a + "attn_logit_softcapping", float(s.attn_softcap));
   if (s.final_softcap > 0) w.set_f32(a + "final_logit_softcapping", float(s.final_softcap));
@@ -268,6 +277,46 @@ void encoder_tensor_plan(const SynthShape& s, std::vector<SynthTensor>& plan, Ma
     if (bert) vector(p + "ffn_down.bias", d, 0.0f, kBiasSd);
     vector(p + "layer_output_norm.weight", d, 1.0f, kNormSd);
     vector(p + "layer_output_norm.bias", d, 0.0f, kBiasSd);
+  }
+}
+
+/// The layers of a deepseek2 shape (llama.cpp's tensor names, src/llama-arch.cpp): MLA
+/// attention (models/deepseek2.cpp), the first n_dense_lead FFNs dense, the others n_expert
+/// experts plus n_expert_shared shared ones (one SwiGLU of n_ff_exp · n_expert_shared).
+template <class Matrix, class Vector>
+void mla_tensor_plan(const SynthShape& s, Matrix& matrix, Vector& vector) {
+  constexpr float kNormSd = 0.1f;
+  const int64_t d = s.n_embd, nh = s.n_head, nope = s.head_dim - s.qk_rope;
+  const int64_t r = s.kv_lora_rank, ff = s.n_ff_exp, ne = s.n_expert;
+  for (int64_t il = 0; il < s.n_layer; ++il) {
+    const std::string p = "blk." + std::to_string(il) + ".";
+    vector(p + "attn_norm.weight", d, 1.0f, kNormSd);
+    if (s.q_lora_rank > 0) {
+      matrix(p + "attn_q_a.weight", "attn_q_a", il, d, s.q_lora_rank);
+      vector(p + "attn_q_a_norm.weight", s.q_lora_rank, 1.0f, kNormSd);
+      matrix(p + "attn_q_b.weight", "attn_q_b", il, s.q_lora_rank, nh * s.head_dim);
+    } else {
+      matrix(p + "attn_q.weight", "attn_q", il, d, nh * s.head_dim);
+    }
+    matrix(p + "attn_kv_a_mqa.weight", "attn_kv_a_mqa", il, d, r + s.qk_rope);
+    vector(p + "attn_kv_a_norm.weight", r, 1.0f, kNormSd);
+    matrix(p + "attn_kv_b.weight", "attn_kv_b", il, r, nh * (nope + s.head_dim_v));
+    matrix(p + "attn_output.weight", "attn_output", il, nh * s.head_dim_v, d);
+    vector(p + "ffn_norm.weight", d, 1.0f, kNormSd);
+    if (il < s.n_dense_lead) {
+      matrix(p + "ffn_gate.weight", "ffn_gate", il, d, s.n_ff);
+      matrix(p + "ffn_up.weight", "ffn_up", il, d, s.n_ff);
+      matrix(p + "ffn_down.weight", "ffn_down", il, s.n_ff, d);
+      continue;
+    }
+    matrix(p + "ffn_gate_inp.weight", "ffn_gate_inp", il, d, ne);
+    matrix(p + "ffn_gate_exps.weight", "ffn_gate_exps", il, d, ff, ne);
+    matrix(p + "ffn_up_exps.weight", "ffn_up_exps", il, d, ff, ne);
+    matrix(p + "ffn_down_exps.weight", "ffn_down_exps", il, ff, d, ne);
+    const int64_t fs = ff * s.n_expert_shared;
+    matrix(p + "ffn_gate_shexp.weight", "ffn_gate_shexp", il, d, fs);
+    matrix(p + "ffn_up_shexp.weight", "ffn_up_shexp", il, d, fs);
+    matrix(p + "ffn_down_shexp.weight", "ffn_down_shexp", il, fs, d);
   }
 }
 
@@ -362,6 +411,10 @@ std::vector<SynthTensor> synth_tensor_plan(const SynthShape& s, SynthFileType ft
     for (int64_t i = 0; i < half; ++i) plan.back().values.push_back(1.0f + 0.5f * float(i));
     vector("rope_factors_short.weight", half, 0, 0);
     for (int64_t i = 0; i < half; ++i) plan.back().values.push_back(1.0f + 0.03125f * float(i));
+  }
+  if (s.kv_lora_rank > 0) {
+    mla_tensor_plan(s, matrix, vector);
+    return plan;
   }
   for (int64_t il = 0; il < s.n_layer; ++il) {
     const std::string p = "blk." + std::to_string(il) + ".";

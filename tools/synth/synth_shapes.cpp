@@ -126,6 +126,35 @@ const std::vector<SynthShape>& synth_shapes() {
     s.n_ff_exp = 64;
     v.push_back(s);
 
+    // deepseek2: MLA with Q through a LoRA (ik_llama.cpp treats only 26/27-layer files as
+    // V2-Lite, without one), YaRN ×40 over 4096 with V2's log multiplier, the first layer
+    // dense, then 8 experts of 32, top 2, one shared expert, softmax gating without
+    // renormalization and routed weights ×2.5. Every row length is a multiple of 32 (Q8_0),
+    // and the RoPE part (32) too, so the cached latent starts on a q8_0 block.
+    tiny("tiny-deepseek2", "deepseek2");
+    s.n_layer = 4;
+    s.n_embd = 64;
+    s.n_head = 4;
+    s.n_head_kv = 4;
+    s.head_dim = 64;  // qk_nope 32 + qk_rope 32
+    s.n_ff = 128;
+    s.rope_theta = 10000;
+    s.n_ctx_train = 163840;
+    s.yarn_factor = 40;
+    s.yarn_n_ctx_orig = 4096;
+    s.yarn_log_mul = 0.0707;
+    s.kv_lora_rank = 64;
+    s.q_lora_rank = 64;
+    s.qk_rope = 32;
+    s.head_dim_v = 32;
+    s.n_expert = 8;
+    s.n_expert_used = 2;
+    s.n_ff_exp = 32;
+    s.n_expert_shared = 1;
+    s.n_dense_lead = 1;
+    s.expert_weights_scale = 2.5;
+    v.push_back(s);
+
     // Encoders: n_head_kv = n_head as BERT's; every token of type 0.
     tiny("tiny-bert", "bert");  // absolute positions, biases, GELU; CLS pooling (as bge)
     s.n_head_kv = 2;
@@ -262,6 +291,35 @@ const std::vector<SynthShape>& synth_shapes() {
     s.n_ff_exp = 2880;
     s.gpt_oss = true;
     s.source = "huggingface.co/openai/gpt-oss-20b config.json";
+    v.push_back(s);
+
+    s = {};
+    s.name = "deepseek-v2-lite";
+    s.arch = "deepseek2";
+    s.n_layer = 27;
+    s.n_embd = 2048;
+    s.n_head = 16;
+    s.n_head_kv = 16;
+    s.head_dim = 192;  // qk_nope_head_dim 128 + qk_rope_head_dim 64
+    s.n_ff = 10944;
+    s.n_vocab = 102400;
+    s.n_ctx_train = 163840;
+    s.rope_theta = 10000;
+    s.rms_eps = 1e-6;
+    s.tied = false;
+    s.yarn_factor = 40;
+    s.yarn_n_ctx_orig = 4096;
+    s.yarn_log_mul = 0.0707;
+    s.kv_lora_rank = 512;
+    s.qk_rope = 64;
+    s.head_dim_v = 128;
+    s.n_expert = 64;
+    s.n_expert_used = 6;
+    s.n_ff_exp = 1408;
+    s.n_expert_shared = 2;
+    s.n_dense_lead = 1;
+    s.expert_weights_scale = 1.0;
+    s.source = "huggingface.co/deepseek-ai/DeepSeek-V2-Lite config.json";
     v.push_back(s);
     return v;
   }();

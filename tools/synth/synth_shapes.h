@@ -11,6 +11,13 @@
 //                 moe_intermediate_size; norm_topk_prob true)
 //   gpt-oss-20b   openai/gpt-oss-20b/config.json (num_local_experts 32, experts_per_token 4,
 //                 intermediate_size 2880, sliding_window 128, rope_scaling yarn ×32 over 4096)
+//   deepseek-v2-lite deepseek-ai/DeepSeek-V2-Lite/config.json (kv_lora_rank 512, q_lora_rank
+//                 null, qk_nope_head_dim 128, qk_rope_head_dim 64, v_head_dim 128,
+//                 n_routed_experts 64, num_experts_per_tok 6, n_shared_experts 2,
+//                 moe_intermediate_size 1408, first_k_dense_replace 1, routed_scaling_factor 1,
+//                 scoring_func softmax, norm_topk_prob false, rope_scaling yarn ×40 over 4096
+//                 with mscale_all_dim 0.707); GGUF keys as llama.cpp's convert_hf_to_gguf.py
+//                 writes them (rope.scaling.yarn_log_multiplier = 0.1 · mscale_all_dim)
 // The tiny shapes are kvrun's own, for tests: head_dim 64 so every block quant applies, and
 // n_embd 128 (not a multiple of 256) so the K-quant fallback is exercised too. tiny-qwen3,
 // tiny-mistral, tiny-phi3, tiny-gemma2 and tiny-gemma3 have the tensor names and metadata
@@ -88,6 +95,18 @@ struct SynthShape {
   /// The experts' gate and up weights get this many times the usual standard deviation
   /// (tiny-gpt-oss: 3, so the clamped SwiGLU's limit of 7 is reached by a few percent of them).
   double expert_gain = 1;
+  /// DeepSeek-V2 multi-head latent attention (arch deepseek2) when kv_lora_rank > 0 (DeepSeek-AI
+  /// 2024, "DeepSeek-V2", §2.1): attn_kv_a_mqa {n_embd, kv_lora_rank + qk_rope}, attn_kv_a_norm,
+  /// attn_kv_b {kv_lora_rank, n_head · (head_dim − qk_rope + head_dim_v)}, Q through attn_q or
+  /// (q_lora_rank > 0) attn_q_a, attn_q_a_norm, attn_q_b; head_dim is qk_nope + qk_rope.
+  int64_t kv_lora_rank = 0;
+  int64_t q_lora_rank = 0;   ///< q_lora_rank (0: Q without LoRA, as V2-Lite)
+  int64_t qk_rope = 0;       ///< qk_rope_head_dim (rope.dimension_count)
+  int64_t head_dim_v = 0;    ///< v_head_dim (0: head_dim)
+  int64_t n_expert_shared = 0;      ///< n_shared_experts: ffn_{gate,up,down}_shexp
+  int64_t n_dense_lead = 0;         ///< first_k_dense_replace: leading dense FFN layers
+  double expert_weights_scale = 0;  ///< routed_scaling_factor (deepseek2 keys when > 0)
+  double yarn_log_mul = 0;          ///< rope.scaling.yarn_log_multiplier when > 0
   std::string source;  ///< where the numbers come from
 };
 
