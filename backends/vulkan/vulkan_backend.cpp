@@ -13,6 +13,7 @@
 
 #include "gguf.h"
 #include "vulkan/vk_context.h"
+#include "vulkan/vk_grids.h"
 #include "vulkan/vk_paged.h"
 
 namespace kvrun::vulkan {
@@ -53,6 +54,20 @@ const char* weight_suffix(DType t) {
       return "q5_k";
     case DType::Q6_K:
       return "q6_k";
+    case DType::IQ2_XXS:
+      return "iq2_xxs";
+    case DType::IQ2_XS:
+      return "iq2_xs";
+    case DType::IQ2_S:
+      return "iq2_s";
+    case DType::IQ3_XXS:
+      return "iq3_xxs";
+    case DType::IQ3_S:
+      return "iq3_s";
+    case DType::IQ1_S:
+      return "iq1_s";
+    case DType::IQ1_M:
+      return "iq1_m";
     default:
       return nullptr;
   }
@@ -105,15 +120,15 @@ struct RopePush {
   float theta_scale, freq_scale, mscale;
 };
 struct GetRowsPush {
-  uint64_t table, ids, out;
+  uint64_t table, ids, out, grid;
   uint32_t cols, row_bytes, n;
 };
 struct MatvecPush {
-  uint64_t w, x, y;
+  uint64_t w, x, y, grid;
   uint32_t k, m, row_bytes;
 };
 struct MatmulPush {
-  uint64_t w, x, y;
+  uint64_t w, x, y, grid;
   uint32_t k, m, n, row_bytes;
 };
 struct KvStorePush {
@@ -169,11 +184,41 @@ void check_paged(const KvLayer& kv, const PagedAttnParams& p, bool store = false
 /// Activation rows up to this use the matrix-vector shader; more use the tiled one.
 constexpr int64_t kMatvecMaxRows = 4;
 
-class VulkanDevice;
+/// The grid i-quants' tables (vk_grids.h) in one buffer of a device, uploaded on first use.
+class GridBuffer {
+ public:
+  explicit GridBuffer(Context& ctx) : ctx_(ctx) {}
+  ~GridBuffer() { ctx_.release(a_); }
+  GridBuffer(const GridBuffer&) = delete;
+  GridBuffer& operator=(const GridBuffer&) = delete;
+
+  /// The device address of the grid weight type `t` decodes with; 0 when `t` has none. The
+  /// first call uploads the tables on `s` and submits it (so another stream never reads them
+  /// before they are there): call it before an op stages anything on `s`.
+  uint64_t address(DType t, Stream& s) {
+    const int64_t off = iq_grid_offset(t);
+    if (off < 0) return 0;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!a_) {
+      const std::vector<uint32_t>& w = iq_grid_words();
+      Allocation* a = ctx_.allocate(w.size() * 4, false);
+      s.upload(a->address, w.data(), w.size() * 4);
+      s.flush();
+      a_ = a;
+    }
+    return a_->address + uint64_t(off) * 4;
+  }
+
+ private:
+  Context& ctx_;
+  std::mutex mu_;
+  Allocation* a_ = nullptr;
+};
 
 class VulkanBackend final : public Backend {
  public:
-  VulkanBackend(Device& dev, Context& ctx) : dev_(dev), ctx_(ctx), s_(ctx) {}
+  VulkanBackend(Device& dev, Context& ctx, GridBuffer& grids)
+      : dev_(dev), ctx_(ctx), grids_(grids), s_(ctx) {}
   ~VulkanBackend() override {  // s_ drops unsynchronized work
     ctx_.release(pos_);
     ctx_.release(part_);
@@ -202,6 +247,7 @@ class VulkanBackend final : public Backend {
     if (!suffix)
       throw std::invalid_argument(std::string("Vulkan get_rows: table type ") +
                                   traits(table.type).name + " is not supported");
+    const uint64_t grid = grids_.address(table.type, s_);  // before anything is staged
     for (int64_t i = 0; i < n; ++i)
       if (ids[i] < 0 || ids[i] >= table.ne[1])
         throw std::out_of_range("get_rows: id " + std::to_string(ids[i]) + " outside [0, " +
@@ -210,6 +256,7 @@ class VulkanBackend final : public Backend {
     const GetRowsPush p{addr(table.data),
                         s_.stage(ids, size_t(n) * sizeof(int32_t)),
                         addr(out),
+                        grid,
                         u32(table.ne[0], "get_rows cols"),
                         u32(int64_t(table.nb[1]), "get_rows row bytes"),
                         u32(n, "get_rows n")};
@@ -233,19 +280,20 @@ class VulkanBackend final : public Backend {
       throw std::invalid_argument(std::string("Vulkan matmul: weight type ") + traits(w.type).name +
                                   " is not supported");
     if (n <= 0) return;
+    const uint64_t grid = grids_.address(w.type, s_);
     const int64_t k = w.ne[0], m = w.n_rows();
     u32(n * k, "matmul n·k");
     u32(n * m, "matmul n·m");
     u32(int64_t(w.nb[1]) * m, "matmul weight bytes");
     if (n <= kMatvecMaxRows) {
-      const MatvecPush p{addr(w.data), addr(x),     addr(y),
+      const MatvecPush p{addr(w.data), addr(x),     addr(y),          grid,
                          uint32_t(k),  uint32_t(m), uint32_t(w.nb[1])};
       const uint32_t gx = std::min<uint32_t>(uint32_t(m), 32768);
       s_.dispatch(std::string("matvec_") + suffix, &p, sizeof p, gx, (uint32_t(m) + gx - 1) / gx,
                   uint32_t(n));
     } else {
-      const MatmulPush p{addr(w.data), addr(x),     addr(y),          uint32_t(k),
-                         uint32_t(m),  uint32_t(n), uint32_t(w.nb[1])};
+      const MatmulPush p{addr(w.data), addr(x),     addr(y),     grid,
+                         uint32_t(k),  uint32_t(m), uint32_t(n), uint32_t(w.nb[1])};
       s_.dispatch(std::string("matmul_") + suffix, &p, sizeof p, u32((m + 31) / 32, "matmul m"),
                   u32((n + 31) / 32, "matmul n"));
     }
@@ -424,6 +472,7 @@ class VulkanBackend final : public Backend {
 
   Device& dev_;
   Context& ctx_;
+  GridBuffer& grids_;
   Stream s_;
   PageTable pt_;
   Allocation* pos_ = nullptr;
@@ -500,13 +549,17 @@ class VulkanDevice final : public Device {
   }
 
   std::unique_ptr<Backend> make_backend(int) override {
-    return std::make_unique<VulkanBackend>(*this, ctx());
+    Context& c = ctx();
+    return std::make_unique<VulkanBackend>(*this, c, *grids_);
   }
 
  private:
   Context& ctx() {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!ctx_) ctx_ = std::make_unique<Context>(pd_);
+    if (!ctx_) {
+      ctx_ = std::make_unique<Context>(pd_);
+      grids_ = std::make_unique<GridBuffer>(*ctx_);
+    }
     return *ctx_;
   }
 
@@ -514,7 +567,8 @@ class VulkanDevice final : public Device {
   const PhysicalDevice& pd_;
   std::mutex mu_;
   std::unique_ptr<Context> ctx_;
-  std::unique_ptr<Stream> transfer_;  // upload_weight's copies
+  std::unique_ptr<GridBuffer> grids_;  // after ctx_: destroyed first
+  std::unique_ptr<Stream> transfer_;   // upload_weight's copies
 };
 
 bool software_wanted() {
