@@ -45,6 +45,12 @@ inline Backend& vk() {
   return *be;
 }
 
+/// Whether the device under test reports the int8 dot product (its description says so), which
+/// the q8_0 / q4_0 decode matvec then uses (docs/vulkan.md).
+inline bool has_int8_dot() {
+  return vk_device()->description().find("int8 dot") != std::string::npos;
+}
+
 #define REQUIRE_VULKAN() \
   if (!::kvrun::vktest::vk_device()) GTEST_SKIP() << ::kvrun::vktest::no_device_reason()
 

@@ -131,6 +131,14 @@ struct MatmulPush {
   uint64_t w, x, y, grid;
   uint32_t k, m, n, row_bytes;
 };
+struct QuantizeQ8Push {
+  uint64_t x, qs, ds;
+  uint32_t n_blocks;
+};
+struct MatvecDotPush {
+  uint64_t w, qs, ds, y;
+  uint32_t k, m, row_bytes;
+};
 struct KvStorePush {
   uint64_t k, v, dst;
   uint32_t n_rows, k_n, v_n, k_type, v_type, n_head_kv;
@@ -184,6 +192,17 @@ void check_paged(const KvLayer& kv, const PagedAttnParams& p, bool store = false
 /// Activation rows up to this use the matrix-vector shader; more use the tiled one.
 constexpr int64_t kMatvecMaxRows = 4;
 
+/// The weight types of the int8 dot-product matvec (matvec_dot.comp).
+bool int8_dot_type(DType t) { return t == DType::Q8_0 || t == DType::Q4_0; }
+
+/// Whether a backend made now uses the device's int8 dot product: when the device reports it,
+/// unless KVRUN_VULKAN_NO_INT8_DOT=1 forces the portable f32 matvec (what a device without it
+/// runs; the tests run both paths on one device this way).
+bool int8_dot_wanted(const PhysicalDevice& pd) {
+  const char* e = std::getenv("KVRUN_VULKAN_NO_INT8_DOT");
+  return pd.int8_dot && !(e && std::string(e) == "1");
+}
+
 /// The grid i-quants' tables (vk_grids.h) in one buffer of a device, uploaded on first use.
 class GridBuffer {
  public:
@@ -218,10 +237,11 @@ class GridBuffer {
 class VulkanBackend final : public Backend {
  public:
   VulkanBackend(Device& dev, Context& ctx, GridBuffer& grids)
-      : dev_(dev), ctx_(ctx), grids_(grids), s_(ctx) {}
+      : dev_(dev), ctx_(ctx), grids_(grids), s_(ctx), int8_dot_(int8_dot_wanted(ctx.physical())) {}
   ~VulkanBackend() override {  // s_ drops unsynchronized work
     ctx_.release(pos_);
     ctx_.release(part_);
+    ctx_.release(xq_);
   }
   Device& device() const override { return dev_; }
   int n_threads() const override { return 1; }
@@ -285,7 +305,9 @@ class VulkanBackend final : public Backend {
     u32(n * k, "matmul n·k");
     u32(n * m, "matmul n·m");
     u32(int64_t(w.nb[1]) * m, "matmul weight bytes");
-    if (n <= kMatvecMaxRows) {
+    if (n <= kMatvecMaxRows && int8_dot_ && int8_dot_type(w.type) && k % 32 == 0) {
+      matvec_dot(w, x, n, y, suffix);
+    } else if (n <= kMatvecMaxRows) {
       const MatvecPush p{addr(w.data), addr(x),     addr(y),          grid,
                          uint32_t(k),  uint32_t(m), uint32_t(w.nb[1])};
       const uint32_t gx = std::min<uint32_t>(uint32_t(m), 32768);
@@ -446,6 +468,27 @@ class VulkanBackend final : public Backend {
   void synchronize() override { s_.flush(); }
 
  private:
+  /// The decode matvec of a q8_0 / q4_0 weight with the int8 dot product: x quantized to q8_0
+  /// blocks (quantize_q8.comp) into the backend's scratch, then matvec_dot.comp.
+  void matvec_dot(const Tensor& w, const float* x, int64_t n, float* y, const char* suffix) {
+    const int64_t k = w.ne[0], m = w.n_rows(), nb = n * k / 32;
+    const size_t bytes = size_t(nb) * 36;  // 8 words of codes + an f32 scale per block
+    if (!xq_ || xq_->size < bytes) {
+      s_.flush();  // recorded ops may still read the old scratch
+      ctx_.release(xq_);
+      xq_ = nullptr;
+      xq_ = ctx_.allocate(std::max<size_t>(bytes, 64 << 10), false);
+    }
+    const uint64_t qs = xq_->address, ds = qs + uint64_t(nb) * 32;
+    const QuantizeQ8Push q{addr(x), qs, ds, uint32_t(nb)};
+    s_.dispatch("quantize_q8", &q, sizeof q, stride_groups(q.n_blocks));
+    const MatvecDotPush p{addr(w.data),     qs, ds, addr(y), uint32_t(k), uint32_t(m),
+                          uint32_t(w.nb[1])};
+    const uint32_t gx = std::min<uint32_t>(uint32_t(m), 32768);
+    s_.dispatch(std::string("matvec_dot_") + suffix, &p, sizeof p, gx, (uint32_t(m) + gx - 1) / gx,
+                uint32_t(n));
+  }
+
   void eltwise(EltOp op, const void* a, const void* b, void* c, int64_t n, int64_t cols, int64_t c0,
                int64_t n_out, float s) {
     if (n <= 0) return;
@@ -477,6 +520,8 @@ class VulkanBackend final : public Backend {
   PageTable pt_;
   Allocation* pos_ = nullptr;
   Allocation* part_ = nullptr;  // attention's per-segment partial states
+  const bool int8_dot_;         // int8_dot_wanted() when made
+  Allocation* xq_ = nullptr;    // matvec_dot's q8_0 activations
 };
 
 class VulkanDevice final : public Device {
@@ -486,7 +531,10 @@ class VulkanDevice final : public Device {
   std::string description() const override {
     return pd_.name + " (Vulkan " + std::to_string(VK_API_VERSION_MAJOR(pd_.api_version)) + "." +
            std::to_string(VK_API_VERSION_MINOR(pd_.api_version)) + ", subgroup " +
-           std::to_string(pd_.subgroup_size) + (pd_.software ? ", software" : "") + ")";
+           std::to_string(pd_.subgroup_size) + (pd_.software ? ", software" : "") +
+           (pd_.int8_dot ? (pd_.int8_dot_accelerated ? ", int8 dot" : ", int8 dot (emulated)")
+                         : "") +
+           ")";
   }
   bool host_memory() const override { return false; }
   int64_t total_memory() const override { return pd_.local_bytes; }
