@@ -28,9 +28,12 @@ if(_kvrun_want_vulkan)
     "kv_store|kv_store.comp|"
     "kv_store_nvfp4|kv_store.comp|-DKV_NVFP4"
     "attention|attention.comp|"
-    "attn_merge|attn_merge.comp|")
+    "attn_merge|attn_merge.comp|"
+    "quantize_q8|quantize_q8.comp|"
+    "matvec_dot_q8_0|matvec_dot.comp|-DWTYPE_Q8_0"
+    "matvec_dot_q4_0|matvec_dot.comp|-DWTYPE_Q4_0")
   foreach(_t F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS
-                 MXFP4)
+                 MXFP4 IQ2_XXS IQ2_XS IQ2_S IQ3_XXS IQ3_S IQ1_S IQ1_M)
     string(TOLOWER ${_t} _tl)
     list(APPEND _vk_shaders "get_rows_${_tl}|get_rows.comp|-DWTYPE_${_t}"
                             "matvec_${_tl}|matvec.comp|-DWTYPE_${_t}"

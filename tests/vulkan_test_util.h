@@ -14,6 +14,7 @@
 
 #include "backend.h"
 #include "dtype.h"
+#include "quants.h"
 #include "tensor.h"
 #include "test_util.h"
 #include "vulkan/vulkan_backend.h"
@@ -42,6 +43,12 @@ inline std::string no_device_reason() {
 inline Backend& vk() {
   static std::unique_ptr<Backend> be = vk_device()->make_backend(0);
   return *be;
+}
+
+/// Whether the device under test reports the int8 dot product (its description says so), which
+/// the q8_0 / q4_0 decode matvec then uses (docs/vulkan.md).
+inline bool has_int8_dot() {
+  return vk_device()->description().find("int8 dot") != std::string::npos;
 }
 
 #define REQUIRE_VULKAN() \
@@ -83,10 +90,20 @@ inline double nmse(const std::vector<float>& got, const std::vector<float>& want
   return nmse(got, std::vector<double>(want.begin(), want.end()));
 }
 
-/// Row-quantized bytes of `rows` × `cols` random values in `t` (the reference encoder).
+/// Row-quantized bytes of `rows` × `cols` random values in `t` (the reference encoder); for the
+/// grid i-quants, which have no encoder, random valid blocks (quants.h fill_random_iq_blocks:
+/// random grid indices, signs and scales, d of magnitude ~0.01), a different draw per row.
 inline std::vector<uint8_t> random_rows(DType t, int64_t rows, int64_t cols, uint32_t seed) {
+  const size_t rb = size_t(*row_bytes(t, cols));
+  std::vector<uint8_t> q(rb * size_t(rows));
+  if (!traits(t).from_float) {
+    for (int64_t r = 0; r < rows; ++r)
+      EXPECT_TRUE(
+          fill_random_iq_blocks(t, 0.01f, seed * 7919u + uint32_t(r), q.data() + r * rb, cols))
+          << traits(t).name;
+    return q;
+  }
   const std::vector<float> x = test::random_floats(size_t(rows * cols), seed);
-  std::vector<uint8_t> q(size_t(*row_bytes(t, cols) * rows));
   traits(t).from_float(x.data(), q.data(), rows * cols);
   return q;
 }
@@ -111,9 +128,10 @@ inline void record(const char* key, double v) {
 }
 
 /// The weight types of get_rows and matmul.
-inline const DType kWeightTypes[] = {DType::F32,  DType::F16,    DType::BF16,   DType::Q8_0,
-                                     DType::Q4_0, DType::Q4_1,   DType::Q5_0,   DType::Q5_1,
-                                     DType::Q2_K, DType::Q3_K,   DType::Q4_K,   DType::Q5_K,
-                                     DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4};
+inline const DType kWeightTypes[] = {
+    DType::F32,   DType::F16,     DType::BF16,   DType::Q8_0,  DType::Q4_0,    DType::Q4_1,
+    DType::Q5_0,  DType::Q5_1,    DType::Q2_K,   DType::Q3_K,  DType::Q4_K,    DType::Q5_K,
+    DType::Q6_K,  DType::IQ4_NL,  DType::IQ4_XS, DType::MXFP4, DType::IQ2_XXS, DType::IQ2_XS,
+    DType::IQ2_S, DType::IQ3_XXS, DType::IQ3_S,  DType::IQ1_S, DType::IQ1_M};
 
 }  // namespace kvrun::vktest

@@ -47,14 +47,29 @@ VkInstance instance() {
   return h.inst;
 }
 
+/// True when the device lists the extension `name`.
+bool has_extension(VkPhysicalDevice h, const char* name) {
+  uint32_t n = 0;
+  if (vkEnumerateDeviceExtensionProperties(h, nullptr, &n, nullptr) != VK_SUCCESS) return false;
+  std::vector<VkExtensionProperties> ext(n);
+  if (vkEnumerateDeviceExtensionProperties(h, nullptr, &n, ext.data()) != VK_SUCCESS) return false;
+  for (const VkExtensionProperties& e : ext)
+    if (std::strcmp(e.extensionName, name) == 0) return true;
+  return false;
+}
+
 PhysicalDevice describe(VkPhysicalDevice h) {
   PhysicalDevice d;
   d.handle = h;
+  const bool dot_ext = has_extension(h, VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME);
   auto sub = vk_struct<VkPhysicalDeviceSubgroupProperties>(
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES);
+  auto dotp = vk_struct<VkPhysicalDeviceShaderIntegerDotProductPropertiesKHR>(
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_PROPERTIES_KHR);
   auto props =
       vk_struct<VkPhysicalDeviceProperties2>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2);
   props.pNext = &sub;
+  if (dot_ext) sub.pNext = &dotp;
   vkGetPhysicalDeviceProperties2(h, &props);
   d.name = props.properties.deviceName;
   d.software = props.properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
@@ -83,14 +98,16 @@ PhysicalDevice describe(VkPhysicalDevice h) {
   }
   auto f12 = vk_struct<VkPhysicalDeviceVulkan12Features>(
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES);
-  auto f13 = vk_struct<VkPhysicalDeviceVulkan13Features>(
-      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES);
-  if (VK_API_VERSION_MINOR(d.api_version) >= 3) f12.pNext = &f13;
+  // The extension's own feature struct (the instance is Vulkan 1.2, so not Vulkan13Features).
+  auto fdot = vk_struct<VkPhysicalDeviceShaderIntegerDotProductFeaturesKHR>(
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES_KHR);
+  if (dot_ext) f12.pNext = &fdot;
   auto f = vk_struct<VkPhysicalDeviceFeatures2>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2);
   f.pNext = &f12;
   vkGetPhysicalDeviceFeatures2(h, &f);
   d.float16 = f12.shaderFloat16;
-  d.int8_dot = f13.shaderIntegerDotProduct;
+  d.int8_dot = dot_ext && fdot.shaderIntegerDotProduct;
+  d.int8_dot_accelerated = d.int8_dot && dotp.integerDotProduct4x8BitPackedSignedAccelerated;
   d.float64 = f.features.shaderFloat64;
   if (!has_compute)
     d.unusable = "no compute queue";
@@ -130,10 +147,20 @@ Context::Context(const PhysicalDevice& pd) : pd_(pd) {
   auto f12 = vk_struct<VkPhysicalDeviceVulkan12Features>(
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES);
   f12.bufferDeviceAddress = VK_TRUE;
+  auto fdot = vk_struct<VkPhysicalDeviceShaderIntegerDotProductFeaturesKHR>(
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES_KHR);
+  fdot.shaderIntegerDotProduct = VK_TRUE;
+  std::vector<const char*> exts;
+  if (pd.int8_dot) {
+    f12.pNext = &fdot;
+    exts.push_back(VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME);
+  }
   VkPhysicalDeviceFeatures core{};
   core.shaderFloat64 = pd.float64 ? VK_TRUE : VK_FALSE;
   auto ci = vk_struct<VkDeviceCreateInfo>(VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO);
   ci.pNext = &f12;
+  ci.enabledExtensionCount = uint32_t(exts.size());
+  ci.ppEnabledExtensionNames = exts.data();
   ci.pEnabledFeatures = &core;
   ci.queueCreateInfoCount = 1;
   ci.pQueueCreateInfos = &qci;

@@ -39,10 +39,13 @@ struct PhysicalDevice {
   uint32_t max_shared = 0;     ///< maxComputeSharedMemorySize in bytes
   int64_t local_bytes = -1;    ///< the largest device-local heap
   uint32_t queue_family = 0;   ///< a queue family with compute
-  bool float16 = false;        ///< shaderFloat16 reported (not used yet)
-  bool int8_dot = false;       ///< shaderIntegerDotProduct reported (not used yet)
-  bool float64 = false;        ///< shaderFloat64: enabled when reported (the nvfp4 KV store)
-  std::string unusable;        ///< empty when usable, else why (e.g. no bufferDeviceAddress)
+  bool float16 = false;        ///< shaderFloat16 reported (not used)
+  /// VK_KHR_shader_integer_dot_product with shaderIntegerDotProduct: enabled when reported (the
+  /// q8_0 / q4_0 decode matvec, matvec_dot.comp)
+  bool int8_dot = false;
+  bool int8_dot_accelerated = false;  ///< integerDotProduct4x8BitPackedSignedAccelerated
+  bool float64 = false;               ///< shaderFloat64: enabled when reported (the nvfp4 KV store)
+  std::string unusable;               ///< empty when usable, else why (e.g. no bufferDeviceAddress)
 };
 
 /// The physical devices of the process's Vulkan instance, made on the first call (an empty list

@@ -1,7 +1,8 @@
 // vk_shaders.h — the SPIR-V modules compiled from shaders/*.comp at build time (glslc, see
 // cmake/vulkan.cmake), embedded in the binary. Names: "eltwise", "rms_norm", "rope",
 // "get_rows_<type>", "matvec_<type>", "matmul_<type>" (type: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0
-// q5_1 q2_k q3_k q4_k q5_k q6_k iq4_nl iq4_xs mxfp4).
+// q5_1 q2_k q3_k q4_k q5_k q6_k iq4_nl iq4_xs mxfp4 iq2_xxs iq2_xs iq2_s iq3_xxs iq3_s iq1_s
+// iq1_m).
 #pragma once
 
 #include <cstddef>

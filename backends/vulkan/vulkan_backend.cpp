@@ -13,6 +13,7 @@
 
 #include "gguf.h"
 #include "vulkan/vk_context.h"
+#include "vulkan/vk_grids.h"
 #include "vulkan/vk_paged.h"
 
 namespace kvrun::vulkan {
@@ -53,6 +54,20 @@ const char* weight_suffix(DType t) {
       return "q5_k";
     case DType::Q6_K:
       return "q6_k";
+    case DType::IQ2_XXS:
+      return "iq2_xxs";
+    case DType::IQ2_XS:
+      return "iq2_xs";
+    case DType::IQ2_S:
+      return "iq2_s";
+    case DType::IQ3_XXS:
+      return "iq3_xxs";
+    case DType::IQ3_S:
+      return "iq3_s";
+    case DType::IQ1_S:
+      return "iq1_s";
+    case DType::IQ1_M:
+      return "iq1_m";
     default:
       return nullptr;
   }
@@ -105,16 +120,24 @@ struct RopePush {
   float theta_scale, freq_scale, mscale;
 };
 struct GetRowsPush {
-  uint64_t table, ids, out;
+  uint64_t table, ids, out, grid;
   uint32_t cols, row_bytes, n;
 };
 struct MatvecPush {
-  uint64_t w, x, y;
+  uint64_t w, x, y, grid;
   uint32_t k, m, row_bytes;
 };
 struct MatmulPush {
-  uint64_t w, x, y;
+  uint64_t w, x, y, grid;
   uint32_t k, m, n, row_bytes;
+};
+struct QuantizeQ8Push {
+  uint64_t x, qs, ds;
+  uint32_t n_blocks;
+};
+struct MatvecDotPush {
+  uint64_t w, qs, ds, y;
+  uint32_t k, m, row_bytes;
 };
 struct KvStorePush {
   uint64_t k, v, dst;
@@ -169,14 +192,56 @@ void check_paged(const KvLayer& kv, const PagedAttnParams& p, bool store = false
 /// Activation rows up to this use the matrix-vector shader; more use the tiled one.
 constexpr int64_t kMatvecMaxRows = 4;
 
-class VulkanDevice;
+/// The weight types of the int8 dot-product matvec (matvec_dot.comp).
+bool int8_dot_type(DType t) { return t == DType::Q8_0 || t == DType::Q4_0; }
+
+/// Whether a backend made now uses the device's int8 dot product: when the device reports it,
+/// unless KVRUN_VULKAN_NO_INT8_DOT=1 forces the portable f32 matvec (what a device without it
+/// runs; the tests run both paths on one device this way).
+bool int8_dot_wanted(const PhysicalDevice& pd) {
+  const char* e = std::getenv("KVRUN_VULKAN_NO_INT8_DOT");
+  return pd.int8_dot && !(e && std::string(e) == "1");
+}
+
+/// The grid i-quants' tables (vk_grids.h) in one buffer of a device, uploaded on first use.
+class GridBuffer {
+ public:
+  explicit GridBuffer(Context& ctx) : ctx_(ctx) {}
+  ~GridBuffer() { ctx_.release(a_); }
+  GridBuffer(const GridBuffer&) = delete;
+  GridBuffer& operator=(const GridBuffer&) = delete;
+
+  /// The device address of the grid weight type `t` decodes with; 0 when `t` has none. The
+  /// first call uploads the tables on `s` and submits it (so another stream never reads them
+  /// before they are there): call it before an op stages anything on `s`.
+  uint64_t address(DType t, Stream& s) {
+    const int64_t off = iq_grid_offset(t);
+    if (off < 0) return 0;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!a_) {
+      const std::vector<uint32_t>& w = iq_grid_words();
+      Allocation* a = ctx_.allocate(w.size() * 4, false);
+      s.upload(a->address, w.data(), w.size() * 4);
+      s.flush();
+      a_ = a;
+    }
+    return a_->address + uint64_t(off) * 4;
+  }
+
+ private:
+  Context& ctx_;
+  std::mutex mu_;
+  Allocation* a_ = nullptr;
+};
 
 class VulkanBackend final : public Backend {
  public:
-  VulkanBackend(Device& dev, Context& ctx) : dev_(dev), ctx_(ctx), s_(ctx) {}
+  VulkanBackend(Device& dev, Context& ctx, GridBuffer& grids)
+      : dev_(dev), ctx_(ctx), grids_(grids), s_(ctx), int8_dot_(int8_dot_wanted(ctx.physical())) {}
   ~VulkanBackend() override {  // s_ drops unsynchronized work
     ctx_.release(pos_);
     ctx_.release(part_);
+    ctx_.release(xq_);
   }
   Device& device() const override { return dev_; }
   int n_threads() const override { return 1; }
@@ -202,6 +267,7 @@ class VulkanBackend final : public Backend {
     if (!suffix)
       throw std::invalid_argument(std::string("Vulkan get_rows: table type ") +
                                   traits(table.type).name + " is not supported");
+    const uint64_t grid = grids_.address(table.type, s_);  // before anything is staged
     for (int64_t i = 0; i < n; ++i)
       if (ids[i] < 0 || ids[i] >= table.ne[1])
         throw std::out_of_range("get_rows: id " + std::to_string(ids[i]) + " outside [0, " +
@@ -210,6 +276,7 @@ class VulkanBackend final : public Backend {
     const GetRowsPush p{addr(table.data),
                         s_.stage(ids, size_t(n) * sizeof(int32_t)),
                         addr(out),
+                        grid,
                         u32(table.ne[0], "get_rows cols"),
                         u32(int64_t(table.nb[1]), "get_rows row bytes"),
                         u32(n, "get_rows n")};
@@ -233,19 +300,22 @@ class VulkanBackend final : public Backend {
       throw std::invalid_argument(std::string("Vulkan matmul: weight type ") + traits(w.type).name +
                                   " is not supported");
     if (n <= 0) return;
+    const uint64_t grid = grids_.address(w.type, s_);
     const int64_t k = w.ne[0], m = w.n_rows();
     u32(n * k, "matmul n·k");
     u32(n * m, "matmul n·m");
     u32(int64_t(w.nb[1]) * m, "matmul weight bytes");
-    if (n <= kMatvecMaxRows) {
-      const MatvecPush p{addr(w.data), addr(x),     addr(y),
+    if (n <= kMatvecMaxRows && int8_dot_ && int8_dot_type(w.type) && k % 32 == 0) {
+      matvec_dot(w, x, n, y, suffix);
+    } else if (n <= kMatvecMaxRows) {
+      const MatvecPush p{addr(w.data), addr(x),     addr(y),          grid,
                          uint32_t(k),  uint32_t(m), uint32_t(w.nb[1])};
       const uint32_t gx = std::min<uint32_t>(uint32_t(m), 32768);
       s_.dispatch(std::string("matvec_") + suffix, &p, sizeof p, gx, (uint32_t(m) + gx - 1) / gx,
                   uint32_t(n));
     } else {
-      const MatmulPush p{addr(w.data), addr(x),     addr(y),          uint32_t(k),
-                         uint32_t(m),  uint32_t(n), uint32_t(w.nb[1])};
+      const MatmulPush p{addr(w.data), addr(x),     addr(y),     grid,
+                         uint32_t(k),  uint32_t(m), uint32_t(n), uint32_t(w.nb[1])};
       s_.dispatch(std::string("matmul_") + suffix, &p, sizeof p, u32((m + 31) / 32, "matmul m"),
                   u32((n + 31) / 32, "matmul n"));
     }
@@ -398,6 +468,27 @@ class VulkanBackend final : public Backend {
   void synchronize() override { s_.flush(); }
 
  private:
+  /// The decode matvec of a q8_0 / q4_0 weight with the int8 dot product: x quantized to q8_0
+  /// blocks (quantize_q8.comp) into the backend's scratch, then matvec_dot.comp.
+  void matvec_dot(const Tensor& w, const float* x, int64_t n, float* y, const char* suffix) {
+    const int64_t k = w.ne[0], m = w.n_rows(), nb = n * k / 32;
+    const size_t bytes = size_t(nb) * 36;  // 8 words of codes + an f32 scale per block
+    if (!xq_ || xq_->size < bytes) {
+      s_.flush();  // recorded ops may still read the old scratch
+      ctx_.release(xq_);
+      xq_ = nullptr;
+      xq_ = ctx_.allocate(std::max<size_t>(bytes, 64 << 10), false);
+    }
+    const uint64_t qs = xq_->address, ds = qs + uint64_t(nb) * 32;
+    const QuantizeQ8Push q{addr(x), qs, ds, uint32_t(nb)};
+    s_.dispatch("quantize_q8", &q, sizeof q, stride_groups(q.n_blocks));
+    const MatvecDotPush p{addr(w.data),     qs, ds, addr(y), uint32_t(k), uint32_t(m),
+                          uint32_t(w.nb[1])};
+    const uint32_t gx = std::min<uint32_t>(uint32_t(m), 32768);
+    s_.dispatch(std::string("matvec_dot_") + suffix, &p, sizeof p, gx, (uint32_t(m) + gx - 1) / gx,
+                uint32_t(n));
+  }
+
   void eltwise(EltOp op, const void* a, const void* b, void* c, int64_t n, int64_t cols, int64_t c0,
                int64_t n_out, float s) {
     if (n <= 0) return;
@@ -424,10 +515,13 @@ class VulkanBackend final : public Backend {
 
   Device& dev_;
   Context& ctx_;
+  GridBuffer& grids_;
   Stream s_;
   PageTable pt_;
   Allocation* pos_ = nullptr;
   Allocation* part_ = nullptr;  // attention's per-segment partial states
+  const bool int8_dot_;         // int8_dot_wanted() when made
+  Allocation* xq_ = nullptr;    // matvec_dot's q8_0 activations
 };
 
 class VulkanDevice final : public Device {
@@ -437,7 +531,10 @@ class VulkanDevice final : public Device {
   std::string description() const override {
     return pd_.name + " (Vulkan " + std::to_string(VK_API_VERSION_MAJOR(pd_.api_version)) + "." +
            std::to_string(VK_API_VERSION_MINOR(pd_.api_version)) + ", subgroup " +
-           std::to_string(pd_.subgroup_size) + (pd_.software ? ", software" : "") + ")";
+           std::to_string(pd_.subgroup_size) + (pd_.software ? ", software" : "") +
+           (pd_.int8_dot ? (pd_.int8_dot_accelerated ? ", int8 dot" : ", int8 dot (emulated)")
+                         : "") +
+           ")";
   }
   bool host_memory() const override { return false; }
   int64_t total_memory() const override { return pd_.local_bytes; }
@@ -501,13 +598,17 @@ class VulkanDevice final : public Device {
   }
 
   std::unique_ptr<Backend> make_backend(int) override {
-    return std::make_unique<VulkanBackend>(*this, ctx());
+    Context& c = ctx();
+    return std::make_unique<VulkanBackend>(*this, c, *grids_);
   }
 
  private:
   Context& ctx() {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!ctx_) ctx_ = std::make_unique<Context>(pd_);
+    if (!ctx_) {
+      ctx_ = std::make_unique<Context>(pd_);
+      grids_ = std::make_unique<GridBuffer>(*ctx_);
+    }
     return *ctx_;
   }
 
@@ -515,7 +616,8 @@ class VulkanDevice final : public Device {
   const PhysicalDevice& pd_;
   std::mutex mu_;
   std::unique_ptr<Context> ctx_;
-  std::unique_ptr<Stream> transfer_;  // upload_weight's copies
+  std::unique_ptr<GridBuffer> grids_;  // after ctx_: destroyed first
+  std::unique_ptr<Stream> transfer_;   // upload_weight's copies
 };
 
 bool software_wanted() {

@@ -1,10 +1,13 @@
 // dequant.glsl — element i of a weight row in the stored type (one of WTYPE_F32, WTYPE_F16,
 // WTYPE_BF16, WTYPE_Q8_0, WTYPE_Q4_0, WTYPE_Q4_1, WTYPE_Q5_0, WTYPE_Q5_1, WTYPE_Q2_K,
-// WTYPE_Q3_K, WTYPE_Q4_K, WTYPE_Q5_K, WTYPE_Q6_K, WTYPE_IQ4_NL, WTYPE_IQ4_XS, WTYPE_MXFP4
-// defined by the build),
-// the row starting at byte `row` of `w`. Block layouts: ggml-like/blocks.h (ggml's formats);
-// each decode is the operation order of ggml-like's reference dequantize_row_* (quants_*.cpp).
+// WTYPE_Q3_K, WTYPE_Q4_K, WTYPE_Q5_K, WTYPE_Q6_K, WTYPE_IQ4_NL, WTYPE_IQ4_XS, WTYPE_MXFP4,
+// WTYPE_IQ2_XXS, WTYPE_IQ2_XS, WTYPE_IQ2_S, WTYPE_IQ3_XXS, WTYPE_IQ3_S, WTYPE_IQ1_S,
+// WTYPE_IQ1_M defined by the build), the row starting at byte `row` of `w`; `g` is the type's
+// value grid (the grid i-quants only, vk_grids.h; unused by the others). Block layouts:
+// ggml-like/blocks.h (ggml's formats); each decode is the operation order of ggml-like's
+// reference dequantize_row_* (quants_*.cpp).
 #include "common.glsl"
+#include "dequant_iq.glsl"
 
 #if defined(WTYPE_Q4_K) || defined(WTYPE_Q5_K)
 // 6-bit scale and min of sub-block j (0..7) from the 12 scale bytes at `s`
@@ -41,7 +44,7 @@ uint nibble32(U32Buf w, uint qs, uint j) {
 uint bit5(U32Buf w, uint o, uint j) { return (rd8(w, o + j / 8u) >> (j % 8u)) & 1u; }
 #endif
 
-float dq(U32Buf w, uint row, uint i) {
+float dq(U32Buf w, U32Buf g, uint row, uint i) {
 #if defined(WTYPE_F32)
   return uintBitsToFloat(w.v[(row >> 2) + i]);
 #elif defined(WTYPE_F16)
@@ -125,6 +128,8 @@ float dq(U32Buf w, uint row, uint i) {
   const uint hi = (rd8(w, b + 128u + 32u * (e / 128u) + e % 32u) >> (2u * ((e % 128u) / 32u))) & 3u;
   const int q = int(lo | (hi << 4)) - 32;
   return rdf16(w, b + 208u) * float(rd8s(w, b + 192u + e / 16u)) * float(q);
+#elif defined(IQ_GRID_TYPE)
+  return dq_iq(w, g, row, i);
 #else
 #error "define one WTYPE_*"
 #endif

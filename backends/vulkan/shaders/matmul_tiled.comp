@@ -11,6 +11,7 @@ layout(push_constant) uniform Push {
   uvec2 w;  // [m][row_bytes] in WTYPE
   uvec2 x;  // f32 [n, k]
   uvec2 y;  // f32 [n, m]
+  uvec2 grid;  // the type's value grid (grid i-quants; vk_grids.h), else 0
   uint k;
   uint m;
   uint n;
@@ -24,7 +25,7 @@ void main() {
   const uint m0 = gl_WorkGroupID.x * 32u, n0 = gl_WorkGroupID.y * 32u;
   const uint tx = gl_LocalInvocationID.x, ty = gl_LocalInvocationID.y;
   const uint tid = ty * 16u + tx;
-  U32Buf w = U32Buf(p.w);
+  U32Buf w = U32Buf(p.w), g = U32Buf(p.grid);
   F32Buf x = F32Buf(p.x);
   float acc[2][4];
   for (uint a = 0u; a < 2u; ++a)
@@ -33,7 +34,7 @@ void main() {
     for (uint l = tid; l < 1024u; l += 128u) {
       const uint rr = l / 32u, kk = l % 32u, e = k0 + kk;
       const uint wr = m0 + rr, xr = n0 + rr;
-      ws[rr][kk] = (wr < p.m && e < p.k) ? dq(w, wr * p.row_bytes, e) : 0.0;
+      ws[rr][kk] = (wr < p.m && e < p.k) ? dq(w, g, wr * p.row_bytes, e) : 0.0;
       xs[rr][kk] = (xr < p.n && e < p.k) ? x.v[xr * p.k + e] : 0.0;
     }
     barrier();

@@ -9,6 +9,7 @@ layout(push_constant) uniform Push {
   uvec2 w;  // [m][row_bytes] in WTYPE
   uvec2 x;  // f32 [n, k]
   uvec2 y;  // f32 [n, m]
+  uvec2 grid;  // the type's value grid (grid i-quants; vk_grids.h), else 0
   uint k;
   uint m;
   uint row_bytes;
@@ -20,11 +21,11 @@ void main() {
   const uint r = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
   if (r >= p.m) return;  // uniform per workgroup
   const uint j = gl_WorkGroupID.z, t = gl_LocalInvocationID.x;
-  U32Buf w = U32Buf(p.w);
+  U32Buf w = U32Buf(p.w), g = U32Buf(p.grid);
   F32Buf x = F32Buf(p.x);
   const uint row = r * p.row_bytes, xb = j * p.k;
   float s = 0.0;
-  for (uint e = t; e < p.k; e += 64u) s += dq(w, row, e) * x.v[xb + e];
+  for (uint e = t; e < p.k; e += 64u) s += dq(w, g, row, e) * x.v[xb + e];
   part[t] = s;
   barrier();
   for (uint h = 32u; h > 0u; h >>= 1) {
