@@ -12,12 +12,16 @@
 #include <cmath>
 #include <iostream>
 #include <random>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "backend.h"
+#include "engine/context.h"
+#include "engine/context_state.h"
+#include "engine/model.h"
 #include "eval/model_info.h"
 #include "gguf.h"
 #include "kv/kv_cache.h"
@@ -312,6 +316,33 @@ TEST(MlaKvCache, ModelInfoReportsTheMlaBytes) {
     EXPECT_EQ(e.bytes_total, e.bytes_per_token * 256);
   }
   EXPECT_EQ(mi.kv[1].bytes_per_token, 4 * (64 + 32) * 2);  // f16: 768 bytes per token
+}
+
+// A deepseek2 context saved and restored (its state holds the MLA rows only, no V rows of
+// their own) continues exactly as the original, in f16 and q8_0 caches.
+TEST(MlaKvCache, ContextStateRoundTripsTheLatentRows) {
+  test::TempDir dir;
+  const Model m = Model::load(test::synth_model(dir, "tiny-deepseek2", SynthFileType::F32));
+  for (DType t : {DType::F16, DType::Q8_0}) {
+    ContextParams cp;
+    cp.n_ctx = 128;
+    cp.n_threads = 2;
+    cp.kv.type_k = t;
+    Context a(m, cp);
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 37; ++i) prompt.push_back(int32_t((i * 11 + 5) % 500));
+    a.eval(prompt);
+    std::stringstream state;
+    write_context_state(state, a);
+    Context b(m, cp);
+    read_context_state(state, b, prompt);
+    const int32_t next = 7;
+    const std::span<const float> la = a.eval(std::span<const int32_t>(&next, 1));
+    const std::vector<float> want(la.begin(), la.end());
+    const std::span<const float> lb = b.eval(std::span<const int32_t>(&next, 1));
+    ASSERT_EQ(lb.size(), want.size());
+    EXPECT_TRUE(std::equal(want.begin(), want.end(), lb.begin())) << kv_type_name(t);
+  }
 }
 
 }  // namespace
