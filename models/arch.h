@@ -101,15 +101,15 @@ const char* supported_archs();
 ArchSpec configure_arch(const gguf::File& file, Hparams& hp);
 
 // One per architecture (models/<arch>.cpp).
-ArchSpec llama_arch(const gguf::File& file, Hparams& hp);     ///< llama / mistral
-ArchSpec qwen2_arch(const gguf::File& file, Hparams& hp);     ///< qwen2
-ArchSpec qwen3_arch(const gguf::File& file, Hparams& hp);     ///< qwen3
-ArchSpec phi3_arch(const gguf::File& file, Hparams& hp);      ///< phi3
-ArchSpec gemma2_arch(const gguf::File& file, Hparams& hp);    ///< gemma2
-ArchSpec gemma3_arch(const gguf::File& file, Hparams& hp);    ///< gemma3
-ArchSpec qwen3moe_arch(const gguf::File& file, Hparams& hp);  ///< qwen3moe
-ArchSpec bert_arch(const gguf::File& file, Hparams& hp);      ///< bert, nomic-bert
-ArchSpec gptoss_arch(const gguf::File& file, Hparams& hp);    ///< gpt-oss
+ArchSpec llama_arch(const gguf::File& file, Hparams& hp);      ///< llama / mistral
+ArchSpec qwen2_arch(const gguf::File& file, Hparams& hp);      ///< qwen2
+ArchSpec qwen3_arch(const gguf::File& file, Hparams& hp);      ///< qwen3
+ArchSpec phi3_arch(const gguf::File& file, Hparams& hp);       ///< phi3
+ArchSpec gemma2_arch(const gguf::File& file, Hparams& hp);     ///< gemma2
+ArchSpec gemma3_arch(const gguf::File& file, Hparams& hp);     ///< gemma3
+ArchSpec qwen3moe_arch(const gguf::File& file, Hparams& hp);   ///< qwen3moe
+ArchSpec bert_arch(const gguf::File& file, Hparams& hp);       ///< bert, nomic-bert
+ArchSpec gptoss_arch(const gguf::File& file, Hparams& hp);     ///< gpt-oss
 ArchSpec deepseek2_arch(const gguf::File& file, Hparams& hp);  ///< deepseek2
 
 /// Reads `{arch}.expert_count`, `.expert_used_count` (≤ expert_count) and

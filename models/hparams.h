@@ -80,11 +80,11 @@ struct Hparams {
   float final_softcap = 0.0f;  ///< on the output logits (final_logit_softcapping)
   /// Mixture of experts (Shazeer et al. 2017; {arch}.expert_count, .expert_used_count,
   /// .expert_feed_forward_length): 0 experts = a dense FFN.
-  int64_t n_expert = 0;       ///< experts per MoE layer
-  int64_t n_expert_used = 0;  ///< experts each token is routed to (top-k)
-  int64_t n_ff_exp = 0;       ///< hidden size of one expert's FFN
-  int64_t n_expert_shared = 0;  ///< shared experts every token also runs (deepseek2)
-  int64_t n_layer_dense_lead = 0;  ///< leading layers with a dense FFN (deepseek2)
+  int64_t n_expert = 0;               ///< experts per MoE layer
+  int64_t n_expert_used = 0;          ///< experts each token is routed to (top-k)
+  int64_t n_ff_exp = 0;               ///< hidden size of one expert's FFN
+  int64_t n_expert_shared = 0;        ///< shared experts every token also runs (deepseek2)
+  int64_t n_layer_dense_lead = 0;     ///< leading layers with a dense FFN (deepseek2)
   float expert_weights_scale = 1.0f;  ///< the routed experts' weights are multiplied by it
   /// Multi-head latent attention (DeepSeek-AI 2024, "DeepSeek-V2", §2.1; deepseek2's
   /// attention.kv_lora_rank): K and V of every head are up-projections of one compressed latent

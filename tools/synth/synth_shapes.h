@@ -100,14 +100,14 @@ struct SynthShape {
   /// attn_kv_b {kv_lora_rank, n_head · (head_dim − qk_rope + head_dim_v)}, Q through attn_q or
   /// (q_lora_rank > 0) attn_q_a, attn_q_a_norm, attn_q_b; head_dim is qk_nope + qk_rope.
   int64_t kv_lora_rank = 0;
-  int64_t q_lora_rank = 0;   ///< q_lora_rank (0: Q without LoRA, as V2-Lite)
-  int64_t qk_rope = 0;       ///< qk_rope_head_dim (rope.dimension_count)
-  int64_t head_dim_v = 0;    ///< v_head_dim (0: head_dim)
+  int64_t q_lora_rank = 0;          ///< q_lora_rank (0: Q without LoRA, as V2-Lite)
+  int64_t qk_rope = 0;              ///< qk_rope_head_dim (rope.dimension_count)
+  int64_t head_dim_v = 0;           ///< v_head_dim (0: head_dim)
   int64_t n_expert_shared = 0;      ///< n_shared_experts: ffn_{gate,up,down}_shexp
   int64_t n_dense_lead = 0;         ///< first_k_dense_replace: leading dense FFN layers
   double expert_weights_scale = 0;  ///< routed_scaling_factor (deepseek2 keys when > 0)
   double yarn_log_mul = 0;          ///< rope.scaling.yarn_log_multiplier when > 0
-  std::string source;  ///< where the numbers come from
+  std::string source;               ///< where the numbers come from
 };
 
 /// Every known shape, in a fixed order (the tiny ones first).
