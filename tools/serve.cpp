@@ -471,6 +471,9 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& o) {
                   "the content")
       ->check(CLI::IsMember({"none", "deepseek"}))
       ->capture_default_str();
+  cmd->add_flag("--spm-infill", o.spm_infill,
+                "fill-in-the-middle prompts (/infill, suffix) in suffix-prefix-middle order "
+                "instead of prefix-suffix-middle, for models trained so");
   add_kv_cache_options(*cmd, o.kv);
   ServeExtrasOptions& x = o.extras;
   cmd->add_option("--cors-origin", x.cors_origins,
@@ -555,6 +558,7 @@ int cmd_serve(const ServeOptions& opt_in) {
     api.timeout_s = opt.timeout_s;
     api.model_name = std::filesystem::path(opt.model).stem().string();
     api.embeddings_only = model->encoder();
+    api.spm_infill = opt.spm_infill;
     api.chat = chat_template_for(*model, *tok, opt.chat_template, opt.chat_template_kwargs);
     api.reasoning =
         opt.reasoning_format == "none" ? ReasoningFormat::kNone : ReasoningFormat::kDeepseek;
