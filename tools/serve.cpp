@@ -542,7 +542,10 @@ int cmd_serve(const ServeOptions& opt_in) {
     opt.n_ctx = resolve_n_ctx(*model, opt.n_ctx);
     ContextParams cp;
     cp.n_ctx = opt.n_ctx * opt.n_parallel;  // pool budget (without --kv-mem): every session full
-    cp.n_seq = opt.n_parallel;              // window tables: a window and a chunk per session
+    // An encoder generates nothing (its generation endpoints answer 501 before the scheduler):
+    // the scheduler's pool gets one block instead of -np × -c positions of KV never written.
+    if (model->encoder()) cp.n_ctx = 1;
+    cp.n_seq = opt.n_parallel;  // window tables: a window and a chunk per session
     cp.n_batch = opt.n_batch;
     apply_kv_cache_options(opt.kv, opt.model, cp);
     cache = make_context_cache(*model, cp);
