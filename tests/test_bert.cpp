@@ -94,11 +94,15 @@ TEST_P(EncoderRefs, MatchIkLlamaCpp) {
   EXPECT_EQ(ctx.n_batch(), 512);
   const Bounds b = bounds_for(c.type);
   double worst_cos = 1, worst_abs = 0;
+  std::vector<std::vector<int32_t>> all_ids;
+  std::vector<std::vector<float>> singles;
   for (const json& item : ref["items"]) {
     const std::string prompt = item["prompt"];
     const std::vector<int32_t> ids = tok.tokenize(prompt, true, false);
     ASSERT_EQ(ids, item["tokens"].get<std::vector<int32_t>>()) << prompt;
     const std::vector<float> got = embed_tokens(ctx, ids, pooling);
+    all_ids.push_back(ids);
+    singles.push_back(got);
     const auto want = item["embedding"].get<std::vector<float>>();
     ASSERT_EQ(got.size(), want.size());
     double max_abs = 0;
@@ -111,6 +115,25 @@ TEST_P(EncoderRefs, MatchIkLlamaCpp) {
     worst_abs = std::max(worst_abs, max_abs);
   }
   std::cout << name << ": worst cosine " << worst_cos << ", max |diff| " << worst_abs << "\n";
+  // Every prompt in one step (embed_inputs → Context::eval_each), each its own sequence: the
+  // same vectors as one at a time.
+  ctx.reset();
+  const auto rows = ctx.eval_each(all_ids);
+  ASSERT_EQ(rows.size(), all_ids.size());
+  for (size_t i = 0; i < rows.size(); ++i)
+    EXPECT_EQ(rows[i].size(), all_ids[i].size() * size_t(model.hparams().n_embd));
+  EXPECT_EQ(ctx.n_past(), 0);  // the step's sequences gave their blocks back
+  const auto batched = embed_inputs(ctx, all_ids, pooling);
+  ASSERT_EQ(batched.size(), singles.size());
+  for (size_t i = 0; i < batched.size(); ++i) {
+    ASSERT_EQ(batched[i].size(), singles[i].size());
+    for (size_t j = 0; j < batched[i].size(); ++j)
+      ASSERT_NEAR(batched[i][j], singles[i][j], 1e-5) << "input " << i << " element " << j;
+  }
+  ctx.reset();
+  EXPECT_THROW(ctx.eval_each(std::vector<std::vector<int32_t>>{std::vector<int32_t>(300, 5),
+                                                               std::vector<int32_t>(300, 5)}),
+               ContextError);  // 600 tokens > n_batch 512
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, EncoderRefs,

@@ -5,7 +5,10 @@
 #include <cmath>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <set>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/logprobs.h"
@@ -278,6 +281,159 @@ TEST(Logprobs, TopKMatchesDoublePrecisionReference) {
   }
   EXPECT_EQ(top_logprobs(std::vector<float>{0.5f, 1.5f}, 5).size(), 2u);
   EXPECT_TRUE(top_logprobs(std::vector<float>{}, 3).empty());
+}
+
+// ---- a request's chain (llama-server's `samplers`) and the infill stage ----
+
+/// A vocabulary for infill_filter: ids with these pieces, EOG ids ≥ 100, EOT 100.
+InfillVocab test_vocab(std::vector<std::string> pieces) {
+  return {[](int32_t id) { return id >= 100; },
+          [pieces](int32_t id) { return id < int32_t(pieces.size()) ? pieces[size_t(id)] : ""; },
+          100};
+}
+
+/// Candidates with these (id, weight) pairs: logit ln(weight), so softmax p = weight / Σ.
+std::vector<Candidate> weighted(std::vector<std::pair<int32_t, double>> w) {
+  std::vector<Candidate> c;
+  for (auto [id, x] : w) c.push_back({id, float(std::log(x))});
+  return c;
+}
+
+/// The candidates' distribution as id → p (softmax of their logits).
+std::map<int32_t, double> distribution(const std::vector<Candidate>& c) {
+  double sum = 0.0;
+  for (const auto& x : c) sum += std::exp(double(x.logit));
+  std::map<int32_t, double> out;
+  for (const auto& x : c) out[x.id] = std::exp(double(x.logit)) / sum;
+  return out;
+}
+
+void expect_distribution(const std::vector<Candidate>& c, std::map<int32_t, double> want) {
+  const auto got = distribution(c);
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [id, p] : want) {
+    ASSERT_TRUE(got.count(id)) << id;
+    EXPECT_NEAR(got.at(id), p, 1e-6) << id;
+  }
+}
+
+TEST(SamplerInfill, LlamaHsExampleCombinesPrefixes) {
+  // llama.h: "hel" .5, "hell" .2, "hello" .1, "dummy" .1 → "hel" .8, "dummy" .1; then "dummy"
+  // (.1/.9 < 0.2) goes, and "hel" alone is left.
+  auto c = weighted({{0, .5}, {1, .2}, {2, .1}, {3, .1}});
+  infill_filter(c, test_vocab({"hel", "hell", "hello", "dummy"}));
+  expect_distribution(c, {{0, 1.0}});
+}
+
+TEST(SamplerInfill, CombinesThenDropsUnlikelyTextKeepingEog) {
+  // Weights a .28, ab .10, b .35, bc .05, c .22, EOG .01 (Σ 1.01). p(EOG)·3·6 = .178 < .99: no
+  // early end. Combined: b .40, a .38, c .22 (/1.01 each). c = .218 survives 0.2 (3 text
+  // tokens), not 1/(3+1); left b .40, a .38, EOG .01 over .79.
+  auto c = weighted({{0, .28}, {1, .10}, {2, .35}, {3, .05}, {4, .22}, {100, .01}});
+  infill_filter(c, test_vocab({"a", "ab", "b", "bc", "c"}));
+  expect_distribution(c, {{2, .40 / .79}, {0, .38 / .79}, {100, .01 / .79}});
+}
+
+TEST(SamplerInfill, EndsWhenEogIsLikelyWithLlamaCppsFactorThree) {
+  // Text .8, EOG .2, n = 2: 3 · .2 · 2 = 1.2 > .8 → only EOG (without the factor 3 of
+  // llama.cpp's code, .4 < .8 would have kept the text).
+  auto c = weighted({{0, .8}, {100, .2}});
+  infill_filter(c, test_vocab({"x"}));
+  expect_distribution(c, {{100, 1.0}});
+  c = weighted({{0, .5}, {1, .3}, {100, .1}, {101, .1}});  // two EOG ids share the mass
+  infill_filter(c, test_vocab({"x", "y"}));
+  expect_distribution(c, {{100, .5}, {101, .5}});
+  c = weighted({{0, .95}, {100, .05}});  // 3 · .05 · 2 = .3 < .95: the text stays
+  infill_filter(c, test_vocab({"x"}));
+  expect_distribution(c, {{0, .95}, {100, .05}});
+}
+
+TEST(SamplerInfill, NoLikelyTextTokenGivesEot) {
+  std::vector<std::pair<int32_t, double>> w;
+  std::vector<std::string> pieces;
+  for (int32_t i = 0; i < 8; ++i) {  // eight unrelated pieces of p .125 < 0.2
+    w.push_back({i, 1.0});
+    pieces.push_back(std::string(1, char('a' + i)));
+  }
+  auto c = weighted(w);
+  infill_filter(c, test_vocab(pieces));
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].id, 100);  // the vocabulary's EOT, though it was no candidate
+  InfillVocab no_eot = test_vocab(pieces);
+  no_eot.eot = -1;
+  w[5].second = 1.5;  // without an EOT id: the most likely candidate
+  c = weighted(w);
+  infill_filter(c, no_eot);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].id, 5);
+}
+
+TEST(SamplerChain, StagesRunInTheGivenOrder) {
+  // Token 0 leads (3.0 > 2.9) until the repetition penalty halves it (1.5).
+  const std::vector<float> l = {3.0f, 2.9f, 1.0f, 0.0f};
+  SamplerParams p{.temp = 0.0f, .top_k = 1, .repeat_penalty = 2.0f, .seed = 1};
+  auto pick = [&](std::optional<std::vector<SamplerStage>> chain) {
+    p.chain = std::move(chain);
+    Sampler s(p);
+    s.accept(0);
+    return s.sample(l);
+  };
+  using S = SamplerStage;
+  EXPECT_EQ(pick(std::nullopt), 1);                             // default: penalties first
+  EXPECT_EQ(pick(std::vector<S>{S::kPenalties, S::kTopK}), 1);  // the same order
+  EXPECT_EQ(pick(std::vector<S>{S::kTopK, S::kPenalties}), 0);  // top-k kept 0 alone first
+  EXPECT_EQ(pick(std::vector<S>{S::kTopK}), 0);                 // no penalties stage: none
+}
+
+TEST(SamplerChain, TemperatureOnlyWhereTheChainNamesIt) {
+  // logits 1, 0, −5 with top-k 2: without a temperature stage the draw is from softmax at 1,
+  // p(1) = 1 / (1 + e) = 0.2689; with one at 0.01, token 0 always.
+  const std::vector<float> l = {1.0f, 0.0f, -5.0f};
+  SamplerParams p{.temp = 0.01f, .top_k = 2, .top_p = 1.0f, .min_p = 0.0f, .seed = 42};
+  p.chain = std::vector<SamplerStage>{SamplerStage::kTopK};
+  Sampler s(p);
+  int ones = 0;
+  for (int i = 0; i < 4000; ++i) {
+    const int32_t t = s.sample(l);
+    ASSERT_NE(t, 2);
+    ones += t == 1;
+  }
+  EXPECT_NEAR(ones / 4000.0, 1.0 / (1.0 + std::exp(1.0)), 0.035);  // > 5 standard deviations
+  p.chain->push_back(SamplerStage::kTemperature);
+  Sampler hot(p);
+  for (int i = 0; i < 200; ++i) EXPECT_EQ(hot.sample(l), 0);
+}
+
+TEST(SamplerChain, TheDefaultOrderWrittenOutDrawsAsTheDefault) {
+  using S = SamplerStage;
+  const auto l = random_floats(400, 5, 3.0f);
+  SamplerParams p{.temp = 0.9f,
+                  .top_k = 30,
+                  .top_p = 0.9f,
+                  .min_p = 0.02f,
+                  .repeat_penalty = 1.3f,
+                  .presence_penalty = 0.2f,
+                  .seed = 77};
+  Sampler dflt(p);
+  p.chain = std::vector<S>{S::kPenalties, S::kTopK, S::kTopP, S::kMinP, S::kTemperature};
+  Sampler chain(p);
+  for (int i = 0; i < 300; ++i) {
+    const int32_t a = dflt.sample(l), b = chain.sample(l);
+    ASSERT_EQ(a, b) << "draw " << i;
+    dflt.accept(a);
+    chain.accept(b);
+  }
+}
+
+TEST(SamplerChain, InfillStageNeedsItsVocabulary) {
+  SamplerParams p{.seed = 1};
+  p.chain = std::vector<SamplerStage>{SamplerStage::kTopK, SamplerStage::kInfill};
+  Sampler s(p);
+  const std::vector<float> l = {float(std::log(.5)), float(std::log(.2)), float(std::log(.1)),
+                                float(std::log(.1))};
+  EXPECT_THROW(s.sample(l), std::logic_error);
+  s.set_infill_vocab(test_vocab({"hel", "hell", "hello", "dummy"}));
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(s.sample(l), 0);  // only "hel" is left to draw
 }
 
 }  // namespace

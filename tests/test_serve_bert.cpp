@@ -1,6 +1,7 @@
 // test_serve_bert.cpp — `kvrun serve` with an encoder (bert) model: the embeddings endpoints
 // answer with ik_llama.cpp's embedding (tests/data/bert_refs, as test_bert) and the library's,
-// and every generation endpoint answers 501 not_supported_error naming the reason.
+// and every generation endpoint answers 501 not_supported_error naming the reason; several
+// inputs in one request give what each gives alone; the unused generation pool is one block.
 #include <gtest/gtest.h>
 #include <httplib.h>
 
@@ -55,6 +56,27 @@ TEST(ServeBert, EmbeddingsWorkAndGenerationAnswers501) {
     const std::string text = e.is_object() && e.contains("error") ? e["error"].dump() : g->body;
     EXPECT_NE(text.find("embedding (encoder-only) model"), std::string::npos) << path << text;
   }
+  // Several inputs (one step on the server's embeddings context): each as when sent alone.
+  json many = json::array();
+  for (const json& it : ref["items"]) many.push_back(it["prompt"]);
+  r = s.client()->Post("/v1/embeddings", json{{"input", many}}.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json batched = json::parse(r->body);
+  ASSERT_EQ(batched["data"].size(), many.size());
+  for (size_t i = 0; i < many.size(); ++i) {
+    auto one =
+        s.client()->Post("/v1/embeddings", json{{"input", many[i]}}.dump(), "application/json");
+    ASSERT_TRUE(one);
+    const auto a = json::parse(one->body)["data"][0]["embedding"].get<std::vector<float>>();
+    const auto b = batched["data"][i]["embedding"].get<std::vector<float>>();
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t k = 0; k < a.size(); ++k) ASSERT_NEAR(a[k], b[k], 1e-5) << i << " " << k;
+  }
+  // The generation scheduler of an encoder holds one KV block, not -np × -c positions.
+  r = s.client()->Get("/stats");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(json::parse(r->body)["kv"]["tiers"]["ram"]["blocks"], 1) << r->body;
   // The server still embeds after the refusals.
   r = s.client()->Post("/embedding", json{{"content", "the sky"}}.dump(), "application/json");
   ASSERT_TRUE(r);

@@ -4,6 +4,9 @@
 //  * in process: the FIM prompt's exact token layout (repo-level FIM_REP/FIM_SEP, the `// name`
 //    fallback, the prefix/suffix/extra budgets), /v1/completions' suffix = /infill's prompt, and
 //    the 400s;
+//  * --spm-infill: the suffix-prefix-middle layout in process and through the server's flag;
+//  * `samplers` (llama.vim's ["top_k", "top_p", "infill"], the web UI's letters) → the chain,
+//    and the 400s for unknown samplers and for those kvrun lacks set on;
 //  * end to end on the stories260K fixture (with FIM ids added): /infill with the repo tokens,
 //    /v1/completions with suffix and with max_tokens 0, n_indent and t_max_predict_ms (on text a
 //    grammar forces, so the newlines are known), response_fields, the timings keys.
@@ -173,6 +176,86 @@ TEST(ServeFim, CompletionsSuffixIsTheInfillPrompt) {
                tools::ApiError);
 }
 
+TEST(ServeFim, SpmInfillPutsTheSuffixBeforeThePrefix) {
+  KVRUN_REQUIRE_FIXTURE(kModel);
+  const FimTokenizer t(false);
+  // llama.cpp's server with --spm-infill: [BOS] extra FIM_SUF suffix FIM_PRE prefix prompt
+  // FIM_MID, the same budgets.
+  const Tokens want = cat({{t.tok->bos()},
+                           t.text("// a.txt\nLily\n"),
+                           t.text("Tom\n"),
+                           {kSuf},
+                           t.text("the end."),
+                           {kPre},
+                           t.text("Once upon"),
+                           t.tok->tokenize(" a", false, true),
+                           {kMid}});
+  EXPECT_EQ(tools::fim_prompt(*t.tok, sample_input(), kRoomy, tools::FimOrder::kSpm), want);
+  // The server's --spm-infill reaches /infill and /v1/completions' suffix alike.
+  auto ctx = context(*t.tok);
+  ctx.spm_infill = true;
+  const auto infill = tools::parse_infill(
+      json::parse(R"({"input_prefix": "Once upon", "input_suffix": "the end.", "n_predict": 4})"),
+      ctx);
+  const Tokens spm =
+      cat({{t.tok->bos(), kSuf}, t.text("the end."), {kPre}, t.text("Once upon"), {kMid}});
+  EXPECT_EQ(infill.params.prompt, spm);
+  const auto oai = tools::parse_completions(
+      json::parse(R"({"prompt": "Once upon", "suffix": "the end.", "max_tokens": 4})"), ctx);
+  EXPECT_EQ(oai.params.prompt, spm);
+  ctx.spm_infill = false;
+  EXPECT_EQ(tools::parse_infill(json::parse(R"({"input_prefix": "Once upon",
+      "input_suffix": "the end.", "n_predict": 4})"),
+                                ctx)
+                .params.prompt,
+            cat({{t.tok->bos(), kPre}, t.text("Once upon"), {kSuf}, t.text("the end."), {kMid}}));
+}
+
+TEST(ServeFim, SamplersFieldBuildsTheChain) {
+  KVRUN_REQUIRE_FIXTURE(kModel);
+  const FimTokenizer t(false);
+  const auto ctx = context(*t.tok);
+  using S = SamplerStage;
+  const auto chain = [&](const char* body) {
+    return tools::parse_llama_completion(json::parse(body), ctx).params.sampling.chain;
+  };
+  EXPECT_FALSE(chain(R"({"prompt": "a"})").has_value());  // the default chain
+  // llama.vim's list; the web UI's letters (d, y, x: off samplers kvrun skips); other spellings.
+  EXPECT_EQ(chain(R"({"prompt": "a", "samplers": ["top_k", "top_p", "infill"]})"),
+            (std::vector<S>{S::kTopK, S::kTopP, S::kInfill}));
+  EXPECT_EQ(chain(R"({"prompt": "a", "samplers": "edkypmxt"})"),
+            (std::vector<S>{S::kPenalties, S::kTopK, S::kTopP, S::kMinP, S::kTemperature}));
+  EXPECT_EQ(chain(R"({"prompt": "a", "samplers": ["temp", "min-p", "nucleus", "dry"]})"),
+            (std::vector<S>{S::kTemperature, S::kMinP, S::kTopP}));
+  EXPECT_EQ(chain(R"({"prompt": "a", "samplers": []})"), std::vector<S>{});
+  // /infill takes every /completion field.
+  EXPECT_EQ(
+      tools::parse_infill(json::parse(R"({"input_prefix": "a", "samplers": ["infill"]})"), ctx)
+          .params.sampling.chain,
+      std::vector<S>{S::kInfill});
+  const auto param_of = [&](const char* body) {
+    try {
+      tools::parse_llama_completion(json::parse(body), ctx);
+    } catch (const tools::ApiError& e) {
+      EXPECT_EQ(e.status, 400);
+      return e.param;
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_EQ(param_of(R"({"prompt": "a", "samplers": ["top_k", "mirostat"]})"), "samplers");
+  EXPECT_EQ(param_of(R"({"prompt": "a", "samplers": "kq"})"), "samplers");
+  EXPECT_EQ(param_of(R"({"prompt": "a", "samplers": [1]})"), "samplers");
+  EXPECT_EQ(param_of(R"({"prompt": "a", "samplers": {"top_k": 1}})"), "samplers");
+  EXPECT_EQ(param_of(R"({"prompt": "a", "typical_p": 0.5})"), "typical_p");
+  EXPECT_EQ(param_of(R"({"prompt": "a", "dry_multiplier": 0.8})"), "dry_multiplier");
+  EXPECT_EQ(param_of(R"({"prompt": "a", "xtc_probability": 0.5})"), "xtc_probability");
+  EXPECT_EQ(param_of(R"({"prompt": "a", "top_n_sigma": 1.0})"), "top_n_sigma");
+  EXPECT_EQ(param_of(R"({"prompt": "a", "mirostat": 2})"), "mirostat");
+  EXPECT_EQ(param_of(R"({"prompt": "a", "typical_p": 1, "dry_multiplier": 0, "xtc_probability": 0,
+                          "top_n_sigma": -1, "mirostat": 0})"),
+            "(accepted)");  // their off values, as the llama.cpp web UI sends them
+}
+
 // ---- end to end ----
 
 struct FimServer {
@@ -216,8 +299,43 @@ TEST(ServeFim, InfillUsesTheRepoLayoutAndCompletionsSuffixMatchesIt) {
       *c, "/v1/completions",
       {{"prompt", "Once upon"}, {"suffix", "the end."}, {"max_tokens", 4}, {"temperature", 0}},
       200);
+  // llama.vim's sampling: top_k, top_p, then llama.cpp's infill sampler.
+  const json vim = post_json(*c, "/infill",
+                             {{"input_prefix", "Once upon"},
+                              {"input_suffix", "the end."},
+                              {"n_predict", 4},
+                              {"top_k", 40},
+                              {"top_p", 0.99},
+                              {"samplers", {"top_k", "top_p", "infill"}}},
+                             200);
+  EXPECT_LE(vim["tokens_predicted"].get<int>(), 4) << vim.dump();
   EXPECT_EQ(oai["usage"]["prompt_tokens"], ref["tokens_evaluated"]) << oai.dump();
   EXPECT_EQ(oai["choices"][0]["text"], ref["content"]) << oai.dump();
+  expect_clean_exit(*f.srv);
+}
+
+TEST(ServeFim, SpmInfillFlagReachesTheServer) {
+  KVRUN_REQUIRE_FIXTURE(kModel);
+  FimServer f({"-c", "256", "-b", "64", "--spm-infill"}, false);
+  ASSERT_TRUE(f.srv->ok()) << f.srv->log();
+  auto c = f.srv->client();
+  const json j = post_json(*c, "/infill",
+                           {{"input_prefix", "Once upon"},
+                            {"input_suffix", "the end."},
+                            {"n_predict", 6},
+                            {"temperature", 0}},
+                           200);
+  // The same greedy run from the SPM token sequence written out.
+  const auto ids = [&](const std::string& s) {
+    return post_json(*c, "/tokenize", {{"content", s}}, 200)["tokens"].get<Tokens>();
+  };
+  const int32_t bos =
+      post_json(*c, "/tokenize", {{"content", "a"}, {"add_special", true}}, 200)["tokens"][0];
+  const Tokens spm = cat({{bos, kSuf}, ids("the end."), {kPre}, ids("Once upon"), {kMid}});
+  const json ref =
+      post_json(*c, "/completion", {{"prompt", spm}, {"n_predict", 6}, {"temperature", 0}}, 200);
+  EXPECT_EQ(j["tokens_evaluated"], spm.size()) << j.dump();
+  EXPECT_EQ(j["content"], ref["content"]) << j.dump() << ref.dump();
   expect_clean_exit(*f.srv);
 }
 

@@ -3,10 +3,12 @@
 //  * end to end through the official `ollama` npm client (tests/serve/ollama_client.cjs) on the
 //    stories260K fixture: chat and generate streamed and whole give the same greedy text, the
 //    final object's counters, num_predict, format (a JSON Schema; "json"), a tool-call history,
-//    and the errors (mirostat, template, another model);
+//    generate's `context` given back and continued, and the errors (mirostat, template, another
+//    model, a bad context);
 //  * over plain HTTP: the NDJSON framing (content type, one object per line, the last one done),
 //    ollama's {"error": "..."} objects naming the field, and the options kvrun refuses; suffix
-//    gives what /infill gives for the same prefix and suffix;
+//    gives what /infill gives for the same prefix and suffix; `context` returned (the prompt's
+//    and the reply's ids) and continued from, as /completion with those ids does;
 //  * in process: a Hermes reply with a call, streamed a byte at a time through the NDJSON chunks,
 //    adds up to the whole message; tool-call arguments are objects.
 #include <gtest/gtest.h>
@@ -70,6 +72,19 @@ TEST(ServeOllama, OfficialNodeClient) {
   else
     EXPECT_EQ(obj.rfind('{', 0), 0u) << obj;
   EXPECT_EQ(j["tools_reply"]["role"], "assistant");
+  // context: prompt + reply ids, then the next call's context begins with it and holds its
+  // prompt and reply too.
+  const json& cx = j["context"];
+  const auto first = cx["first"].get<std::vector<int32_t>>();
+  EXPECT_EQ(first.size(),
+            cx["first_prompt_eval_count"].get<size_t>() + cx["first_eval_count"].get<size_t>())
+      << cx;
+  const auto next = cx["next"].get<std::vector<int32_t>>();
+  ASSERT_GT(next.size(), first.size()) << cx;
+  EXPECT_EQ(std::vector<int32_t>(next.begin(), next.begin() + long(first.size())), first);
+  EXPECT_GT(cx["next_prompt_eval_count"].get<size_t>(), first.size()) << cx;
+  EXPECT_EQ(j["bad_context"]["status"], 400) << j;
+  EXPECT_EQ(j["bad_context"]["error"], "'context' holds token id -1 outside [0, 512)") << j;
   EXPECT_EQ(j["mirostat"]["status"], 400) << j;
   EXPECT_NE(j["mirostat"]["error"].get<std::string>().find("options.mirostat"), std::string::npos);
   EXPECT_EQ(j["template"]["status"], 400) << j;
@@ -212,6 +227,85 @@ TEST(ServeOllama, SuffixIsTheInfillPrompt) {
   EXPECT_EQ(j["response"], ref["content"]);
   EXPECT_EQ(j["prompt_eval_count"], ref["tokens_evaluated"]);
   EXPECT_EQ(j["eval_count"], ref["tokens_predicted"]);
+  expect_clean_exit(srv);
+}
+
+TEST(ServeOllama, ContextContinuesAGeneration) {
+  START_SERVER(srv, "-c", "256", "-np", "1");
+  auto c = srv.client();
+  const auto ids = [&](const std::string& text, bool bos) {
+    return post_json(*c, "/tokenize", {{"content", text}, {"add_special", bos}}, 200)["tokens"]
+        .get<std::vector<int32_t>>();
+  };
+  const json greedy = {{"temperature", 0}, {"num_predict", 8}};
+  const json g1 = post_json(*c, "/api/generate",
+                            {{"model", "stories260K-F32"},
+                             {"prompt", "Once upon a time"},
+                             {"stream", false},
+                             {"options", greedy}},
+                            200);
+  // `context`: the prompt's ids, then the generated ones (llama.cpp's /completion: the same
+  // greedy tokens).
+  const json ref1 = post_json(*c, "/completion",
+                              {{"prompt", "Once upon a time"},
+                               {"n_predict", 8},
+                               {"temperature", 0},
+                               {"return_tokens", true}},
+                              200);
+  std::vector<int32_t> want = ids("Once upon a time", true);
+  for (const auto& t : ref1["tokens"]) want.push_back(t.get<int32_t>());
+  const auto ctx1 = g1["context"].get<std::vector<int32_t>>();
+  EXPECT_EQ(ctx1, want) << g1.dump();
+  // The next call continues from it: its prompt (without BOS) after the context, streamed; the
+  // final line carries the longer context.
+  std::string type;
+  const auto lines = ndjson_lines(*c, "/api/generate",
+                                  {{"model", "stories260K-F32"},
+                                   {"prompt", " The end"},
+                                   {"context", ctx1},
+                                   {"options", greedy}},
+                                  &type);
+  ASSERT_FALSE(lines.empty());
+  std::string text;
+  for (const auto& l : lines) text += l["response"].get<std::string>();
+  std::vector<int32_t> prompt2 = ctx1;
+  for (int32_t id : ids(" The end", false)) prompt2.push_back(id);
+  const json ref2 = post_json(*c, "/completion",
+                              {{"prompt", prompt2}, {"n_predict", 8}, {"temperature", 0}}, 200);
+  EXPECT_EQ(text, ref2["content"]);
+  EXPECT_EQ(lines.back()["prompt_eval_count"], prompt2.size());
+  const auto ctx2 = lines.back()["context"].get<std::vector<int32_t>>();
+  ASSERT_GT(ctx2.size(), prompt2.size());
+  EXPECT_EQ(std::vector<int32_t>(ctx2.begin(), ctx2.begin() + long(prompt2.size())), prompt2);
+  // raw: no context returned (as ollama); a bad context is a 400 naming it.
+  json j = post_json(*c, "/api/generate",
+                     {{"model", "stories260K-F32"},
+                      {"prompt", "Once"},
+                      {"raw", true},
+                      {"stream", false},
+                      {"options", {{"num_predict", 2}}}},
+                     200);
+  EXPECT_FALSE(j.contains("context")) << j;
+  j = post_json(
+      *c, "/api/generate",
+      {{"model", "stories260K-F32"}, {"prompt", "x"}, {"stream", false}, {"context", {1, 512}}},
+      400);
+  EXPECT_EQ(j["error"], "'context' holds token id 512 outside [0, 512)");
+  j = post_json(*c, "/api/generate",
+                {{"model", "stories260K-F32"},
+                 {"prompt", "x"},
+                 {"stream", false},
+                 {"context", std::vector<int32_t>(255, 5)}},
+                400);
+  EXPECT_EQ(j["error"].get<std::string>().rfind("'context' (255 tokens) and the prompt", 0), 0u)
+      << j;
+  j = post_json(*c, "/api/chat",
+                {{"model", "stories260K-F32"},
+                 {"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                 {"stream", false},
+                 {"context", {1}}},
+                400);
+  EXPECT_EQ(j["error"], "'context' belongs to /api/generate (a chat continues with its messages)");
   expect_clean_exit(srv);
 }
 

@@ -40,13 +40,13 @@ struct RunOptions {
   int64_t n_batch = 512;             ///< -b: prefill chunk
   int n_threads = 0;                 ///< -t (0: physical cores)
   bool json = false;                 ///< --json: one JSON object instead of streamed text
-  int n_probs = 0;          ///< --n-probs K: top-K logprobs per generated token (with --json)
-  bool ignore_eos = false;  ///< --ignore-eos
-  bool verbose = false;     ///< --verbose: more detail on stderr
+  int n_probs = 0;           ///< --n-probs K: top-K logprobs per generated token (with --json)
+  bool ignore_eos = false;   ///< --ignore-eos
+  bool verbose = false;      ///< --verbose: more detail on stderr
   bool log_disable = false;  ///< --log-disable: no progress lines
-  SamplerParams sampling;   ///< --temp, --top-k, --top-p, --min-p, penalties, -s
-  GrammarSource grammar;    ///< --grammar, --grammar-file, --json-schema, --json-schema-file
-  KvCacheOptions kv;        ///< -ctk, -ctv, --kv-block-size, --kv-mem, -fa, ...
+  SamplerParams sampling;    ///< --temp, --top-k, --top-p, --min-p, penalties, -s
+  GrammarSource grammar;     ///< --grammar, --grammar-file, --json-schema, --json-schema-file
+  KvCacheOptions kv;         ///< -ctk, -ctv, --kv-block-size, --kv-mem, -fa, ...
 };
 
 /// Registers --grammar, --grammar-file, --json-schema, --json-schema-file on `app`.
@@ -119,7 +119,8 @@ struct ServeOptions {
   std::string chat_template;         ///< --chat-template NAME|FILE ("" = the model's)
   std::string chat_template_kwargs;  ///< --chat-template-kwargs JSON object ("" = none)
   std::string reasoning_format = "deepseek";  ///< --reasoning-format none|deepseek
-  KvCacheOptions kv;  ///< -ctk / -ctv / --kv-mem / --no-prefix-cache / -fa ...
+  bool spm_infill = false;    ///< --spm-infill: FIM prompts suffix-prefix-middle (serve_fim.h)
+  KvCacheOptions kv;          ///< -ctk / -ctv / --kv-mem / --no-prefix-cache / -fa ...
   ServeExtrasOptions extras;  ///< --cors-origin, --log-format/-file/-disable, --pooling
 };
 

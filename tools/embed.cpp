@@ -74,14 +74,19 @@ int cmd_embed(const EmbedOptions& o) {
     const Pooling pooling = o.pooling.empty() ? model_pooling(model) : *parse_pooling(o.pooling);
     nlohmann::ordered_json data = nlohmann::ordered_json::array();
     int64_t n_tokens = 0;
+    std::vector<std::vector<int32_t>> inputs;
     for (size_t i = 0; i < texts.size(); ++i) {
-      const std::vector<int32_t> ids = tok.tokenize(texts[i], true, false);
-      if (int64_t(ids.size()) > ctx.n_ctx())
+      inputs.push_back(tok.tokenize(texts[i], true, false));
+      if (int64_t(inputs.back().size()) > ctx.n_ctx())
         throw std::runtime_error("text " + std::to_string(i) + " has " +
-                                 std::to_string(ids.size()) + " tokens, more than -c " +
+                                 std::to_string(inputs.back().size()) + " tokens, more than -c " +
                                  std::to_string(ctx.n_ctx()));
-      n_tokens += int64_t(ids.size());
-      const std::vector<float> e = embed_tokens(ctx, ids, pooling, o.embd_normalize);
+      n_tokens += int64_t(inputs.back().size());
+    }
+    // An encoder's texts: several per step (embed_inputs).
+    const auto vectors = embed_inputs(ctx, inputs, pooling, o.embd_normalize);
+    for (size_t i = 0; i < vectors.size(); ++i) {
+      const std::vector<float>& e = vectors[i];
       if (o.json) {
         data.push_back({{"object", "embedding"}, {"index", i}, {"embedding", e}});
         continue;

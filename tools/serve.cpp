@@ -471,6 +471,9 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& o) {
                   "the content")
       ->check(CLI::IsMember({"none", "deepseek"}))
       ->capture_default_str();
+  cmd->add_flag("--spm-infill", o.spm_infill,
+                "fill-in-the-middle prompts (/infill, suffix) in suffix-prefix-middle order "
+                "instead of prefix-suffix-middle, for models trained so");
   add_kv_cache_options(*cmd, o.kv);
   ServeExtrasOptions& x = o.extras;
   cmd->add_option("--cors-origin", x.cors_origins,
@@ -539,7 +542,10 @@ int cmd_serve(const ServeOptions& opt_in) {
     opt.n_ctx = resolve_n_ctx(*model, opt.n_ctx);
     ContextParams cp;
     cp.n_ctx = opt.n_ctx * opt.n_parallel;  // pool budget (without --kv-mem): every session full
-    cp.n_seq = opt.n_parallel;              // window tables: a window and a chunk per session
+    // An encoder generates nothing (its generation endpoints answer 501 before the scheduler):
+    // the scheduler's pool gets one block instead of -np × -c positions of KV never written.
+    if (model->encoder()) cp.n_ctx = 1;
+    cp.n_seq = opt.n_parallel;  // window tables: a window and a chunk per session
     cp.n_batch = opt.n_batch;
     apply_kv_cache_options(opt.kv, opt.model, cp);
     cache = make_context_cache(*model, cp);
@@ -555,6 +561,7 @@ int cmd_serve(const ServeOptions& opt_in) {
     api.timeout_s = opt.timeout_s;
     api.model_name = std::filesystem::path(opt.model).stem().string();
     api.embeddings_only = model->encoder();
+    api.spm_infill = opt.spm_infill;
     api.chat = chat_template_for(*model, *tok, opt.chat_template, opt.chat_template_kwargs);
     api.reasoning =
         opt.reasoning_format == "none" ? ReasoningFormat::kNone : ReasoningFormat::kDeepseek;

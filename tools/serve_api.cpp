@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <limits>
+#include <map>
 
 #include "serve_chat.h"
 #include "serve_grammar.h"
@@ -89,6 +90,68 @@ void parse_sampling(const json& j, SamplerParams& sp, double max_temp) {
   if (auto t = number(j, "presence_penalty", -2, 2)) sp.presence_penalty = float(*t);
   if (auto t = number(j, "frequency_penalty", -2, 2)) sp.frequency_penalty = float(*t);
   sp.seed = seed_of(j);
+}
+
+/// llama-server's `samplers`: an array of names (llama.cpp's common_sampler_type names and
+/// their alternatives) or a string of their letters ("kpt"), in chain order. kvrun lacks dry,
+/// typ_p, xtc and top_n_sigma: they are accepted and skipped, since their off value is the only
+/// one a request can give (off_samplers). Anything else: 400 naming the field.
+std::vector<SamplerStage> sampler_chain(const json& v) {
+  using S = SamplerStage;
+  static const std::map<std::string, std::optional<S>> names = {
+      {"penalties", S::kPenalties}, {"top_k", S::kTopK},          {"top-k", S::kTopK},
+      {"top_p", S::kTopP},          {"top-p", S::kTopP},          {"nucleus", S::kTopP},
+      {"min_p", S::kMinP},          {"min-p", S::kMinP},          {"temperature", S::kTemperature},
+      {"temp", S::kTemperature},    {"infill", S::kInfill},       {"dry", std::nullopt},
+      {"typ_p", std::nullopt},      {"typ-p", std::nullopt},      {"typ", std::nullopt},
+      {"typical_p", std::nullopt},  {"typical-p", std::nullopt},  {"typical", std::nullopt},
+      {"xtc", std::nullopt},        {"top_n_sigma", std::nullopt}};
+  static const std::map<char, std::optional<S>> letters = {
+      {'e', S::kPenalties},   {'k', S::kTopK},    {'p', S::kTopP},     {'m', S::kMinP},
+      {'t', S::kTemperature}, {'i', S::kInfill},  {'d', std::nullopt}, {'y', std::nullopt},
+      {'x', std::nullopt},    {'s', std::nullopt}};
+  const std::string known =
+      " (kvrun has penalties, top_k, top_p, min_p, temperature, infill; dry, typ_p, xtc, "
+      "top_n_sigma are accepted and off)";
+  std::vector<S> out;
+  if (v.is_string()) {
+    for (char ch : v.get<std::string>()) {
+      auto it = letters.find(ch);
+      if (it == letters.end())
+        bad_field("samplers", "holds '" + std::string(1, ch) + "', not a sampler letter" + known);
+      if (it->second) out.push_back(*it->second);
+    }
+    return out;
+  }
+  if (!v.is_array()) bad_field("samplers", "must be an array of sampler names or a string");
+  for (const auto& n : v) {
+    if (!n.is_string()) bad_field("samplers", "must hold strings");
+    auto it = names.find(n.get<std::string>());
+    if (it == names.end())
+      bad_field("samplers", "holds '" + n.get<std::string>() + "', not a sampler" + known);
+    if (it->second) out.push_back(*it->second);
+  }
+  return out;
+}
+
+/// llama-server's fields of samplers kvrun does not have: accepted at their off value (as
+/// llama.cpp's defaults have them), else 400 naming the field instead of ignoring it.
+void off_samplers(const json& j) {
+  const auto must_be = [&](const char* key, auto off, const char* what) {
+    const json* v = json_field(j, key);
+    if (v && (!v->is_number() || !off(v->get<double>())))
+      bad_field(key, std::string("is not supported by kvrun (only ") + what + " is accepted)");
+  };
+  must_be(
+      "typical_p", [](double x) { return x >= 1; }, "1, off");
+  must_be(
+      "dry_multiplier", [](double x) { return x == 0; }, "0, off");
+  must_be(
+      "xtc_probability", [](double x) { return x == 0; }, "0, off");
+  must_be(
+      "top_n_sigma", [](double x) { return x <= 0; }, "a value <= 0, off");
+  must_be(
+      "mirostat", [](double x) { return x == 0; }, "0, off");
 }
 
 /// Common checks after the prompt is known.
@@ -381,7 +444,7 @@ ApiRequest parse_completions(const json& j, const ApiContext& ctx) {
     FimInput in;
     in.prefix = p->get<std::string>();
     in.suffix = *suffix;
-    r.params.prompt = fim_prompt(*ctx.tok, in, fim_budget(ctx, r.params.n_predict));
+    r.params.prompt = fim_prompt(*ctx.tok, in, fim_budget(ctx, r.params.n_predict), fim_order(ctx));
   } else {
     r.params.prompt = prompt_tokens(j, "prompt", ctx);
   }
@@ -438,6 +501,8 @@ ApiRequest parse_llama_completion(const json& j, const ApiContext& ctx) {
     }
   }
   if (auto n = integer(j, "n_probs", 0, 100)) r.params.n_probs = int(*n);
+  if (const json* s = json_field(j, "samplers")) sp.chain = sampler_chain(*s);
+  off_samplers(j);
   r.params.cache_prompt = boolean(j, "cache_prompt").value_or(true);
   r.params.ignore_eos = boolean(j, "ignore_eos").value_or(false);
   r.return_tokens = boolean(j, "return_tokens").value_or(false);
@@ -457,8 +522,12 @@ ApiRequest parse_infill(const json& j, const ApiContext& ctx) {
   in.prompt = string(j, "prompt").value_or("");
   const int64_t n_predict = integer(j, "n_predict", -1, kMaxInt).value_or(-1);
   json body = j;  // every /completion field; "prompt" is replaced by the FIM token sequence
-  body["prompt"] = fim_prompt(*ctx.tok, in, fim_budget(ctx, n_predict));
+  body["prompt"] = fim_prompt(*ctx.tok, in, fim_budget(ctx, n_predict), fim_order(ctx));
   return parse_llama_completion(body, ctx);
+}
+
+FimOrder fim_order(const ApiContext& ctx) {
+  return ctx.spm_infill ? FimOrder::kSpm : FimOrder::kPsm;
 }
 
 FimBudget fim_budget(const ApiContext& ctx, int64_t n_predict) {

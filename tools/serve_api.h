@@ -63,6 +63,8 @@ struct ApiContext {
   /// The model is an encoder (bert, nomic-bert): the generation endpoints answer 501
   /// not_supported_error, the embeddings endpoints work.
   bool embeddings_only = false;
+  /// --spm-infill: fill-in-the-middle prompts in suffix-prefix-middle order (serve_fim.h).
+  bool spm_infill = false;
 };
 
 /// A checked generation request.
@@ -81,6 +83,9 @@ struct ApiRequest {
   std::vector<std::string> response_fields;
   /// ollama: the model name as the request gave it (echoed in "model"; "" = the server's).
   std::string reply_model;
+  /// ollama /api/generate without `raw`: the final object carries `context`, the prompt's ids
+  /// (an accepted `context` included) followed by the generated ids, for the next call.
+  bool return_context = false;
   /// Chat: how the reply is split into content, reasoning and tool calls (serve_chat.h).
   std::shared_ptr<struct ChatReply> chat_reply;
 };
@@ -123,6 +128,8 @@ ApiRequest parse_infill(const json& body, const ApiContext& ctx);
 
 /// The FIM budget of a request that may generate `n_predict` tokens (< 0: unbounded).
 FimBudget fim_budget(const ApiContext& ctx, int64_t n_predict);
+/// The FIM order of the server (--spm-infill: FimOrder::kSpm).
+FimOrder fim_order(const ApiContext& ctx);
 
 /// The whole (non-streamed) response. `events` are the request's token events in order.
 json response_json(const ApiRequest& r, const RequestResult& res,

@@ -112,7 +112,7 @@ std::vector<std::vector<float>> EmbedService::embed(const std::vector<json>& inp
                                                     int64_t* n_tokens) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!ctx_) ctx_ = std::make_unique<Context>(model_, cp_);
-  std::vector<std::vector<float>> out;
+  std::vector<std::vector<int32_t>> all;
   *n_tokens = 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
     std::vector<int32_t> ids;
@@ -134,9 +134,9 @@ std::vector<std::vector<float>> EmbedService::embed(const std::vector<json>& inp
                          " tokens, more than the context of " + std::to_string(ctx_->n_ctx()),
                      "input");
     *n_tokens += int64_t(ids.size());
-    out.push_back(embed_tokens(*ctx_, ids, pooling_, norm));
+    all.push_back(std::move(ids));
   }
-  return out;
+  return embed_inputs(*ctx_, all, pooling_, norm);  // an encoder's: several per step
 }
 
 bool handle_cors_preflight(ExtrasContext& x, const httplib::Request& req, httplib::Response& res) {

@@ -45,7 +45,8 @@ bool has_fim_tokens(const Tokenizer& tok) {
   return tok.fim_prefix() >= 0 && tok.fim_suffix() >= 0 && tok.fim_middle() >= 0;
 }
 
-std::vector<int32_t> fim_prompt(const Tokenizer& tok, const FimInput& in, const FimBudget& b) {
+std::vector<int32_t> fim_prompt(const Tokenizer& tok, const FimInput& in, const FimBudget& b,
+                                FimOrder order) {
   const Tokens prompt = tok.tokenize(in.prompt, false, true);
   Tokens prefix = tok.tokenize(in.prefix, false, false);
   Tokens suffix = tok.tokenize(in.suffix, false, false);
@@ -62,11 +63,12 @@ std::vector<int32_t> fim_prompt(const Tokenizer& tok, const FimInput& in, const 
   Tokens out;
   if (tok.add_bos() && tok.bos() >= 0) out.push_back(tok.bos());
   out.insert(out.end(), extra.end() - n_extra, extra.end());
-  out.push_back(tok.fim_prefix());
-  out.insert(out.end(), prefix.end() - n_prefix, prefix.end());
-  append(out, prompt);
-  out.push_back(tok.fim_suffix());
-  out.insert(out.end(), suffix.begin(), suffix.begin() + n_suffix);
+  Tokens pre{tok.fim_prefix()}, suf{tok.fim_suffix()};
+  pre.insert(pre.end(), prefix.end() - n_prefix, prefix.end());
+  append(pre, prompt);
+  suf.insert(suf.end(), suffix.begin(), suffix.begin() + n_suffix);
+  append(out, order == FimOrder::kSpm ? suf : pre);
+  append(out, order == FimOrder::kSpm ? pre : suf);
   out.push_back(tok.fim_middle());
   return out;
 }

@@ -34,11 +34,18 @@ struct FimBudget {
   int64_t n_predict = 0;  ///< tokens the request may generate (< 0 counts as 0)
 };
 
+/// The order of the FIM prompt's parts (llama.cpp's --spm-infill chooses SPM).
+enum class FimOrder {
+  kPsm,  ///< prefix-suffix-middle: FIM_PRE prefix FIM_SUF suffix FIM_MID (the default)
+  kSpm,  ///< suffix-prefix-middle: FIM_SUF suffix FIM_PRE prefix FIM_MID (some models, e.g.
+         ///< trained with SPM as in Bavarian et al. 2022, arXiv 2207.14255, §3)
+};
+
 /// True when the vocabulary has the three FIM tokens (prefix, suffix, middle) a FIM prompt
 /// needs; the repo-level tokens (fim_repo, fim_file_sep) are optional.
 bool has_fim_tokens(const Tokenizer& tok);
 
-/// The fill-in-the-middle prompt (PSM order), token ids:
+/// The fill-in-the-middle prompt (PSM order by default), token ids:
 ///   [BOS] extra [FIM_PRE] prefix prompt [FIM_SUF] suffix [FIM_MID]
 /// where `extra`, with the repo-level tokens, is
 ///   [FIM_REP] "myproject\n" ([FIM_SEP] filename "\n" text)... [FIM_SEP] "filename\n"
@@ -51,7 +58,9 @@ bool has_fim_tokens(const Tokenizer& tok);
 /// min(n_batch, n_ctx). Text is tokenized without special tokens except in `prompt`. Layout:
 /// Qwen2.5-Coder's repo-level format (arXiv 2409.12186) as llama.cpp's server writes it,
 /// except that BOS comes first rather than after the extra context. The caller checks
-/// has_fim_tokens.
-std::vector<int32_t> fim_prompt(const Tokenizer& tok, const FimInput& in, const FimBudget& b);
+/// has_fim_tokens. With FimOrder::kSpm the two parts swap, as llama.cpp's server lays out
+/// --spm-infill: [BOS] extra [FIM_SUF] suffix [FIM_PRE] prefix prompt [FIM_MID] (same budgets).
+std::vector<int32_t> fim_prompt(const Tokenizer& tok, const FimInput& in, const FimBudget& b,
+                                FimOrder order = FimOrder::kPsm);
 
 }  // namespace kvrun::tools

@@ -109,11 +109,50 @@ bool common_fields(const json& body, const ApiContext& ctx) {
   const json* model = json_field(body, "model");
   if (model && !model->is_string()) bad_field("model", "must be a string");
   check_ollama_model(model ? model->get<std::string>() : "", ctx.model_name);
-  for (const char* key : {"template", "images", "context", "think"})
+  for (const char* key : {"template", "images", "think"})
     if (json_field(body, key)) bad_field(key, "is not supported by kvrun");
   const json* stream = json_field(body, "stream");
   if (stream && !stream->is_boolean()) bad_field("stream", "must be a boolean");
   return stream ? stream->get<bool>() : true;
+}
+
+/// ollama's `context` of /api/generate: the token ids a previous reply returned, each in the
+/// vocabulary, at most n_ctx of them (else 400 naming the field).
+std::vector<int32_t> context_tokens(const json& body, const ApiContext& ctx) {
+  const json* v = json_field(body, "context");
+  if (!v) return {};
+  if (!v->is_array()) bad_field("context", "must be an array of token ids");
+  if (int64_t(v->size()) > ctx.n_ctx)
+    bad_field("context",
+              "is " + std::to_string(v->size()) +
+                  " tokens, longer than the context (n_ctx = " + std::to_string(ctx.n_ctx) + ")");
+  std::vector<int32_t> out;
+  out.reserve(v->size());
+  for (const auto& t : *v) {
+    if (!t.is_number_integer()) bad_field("context", "must be an array of token ids");
+    const int64_t id = t.get<int64_t>();
+    if (id < 0 || id >= ctx.tok->n_vocab())
+      bad_field("context", "holds token id " + std::to_string(id) + " outside [0, " +
+                               std::to_string(ctx.tok->n_vocab()) + ")");
+    out.push_back(int32_t(id));
+  }
+  return out;
+}
+
+/// The accepted `context` before the request's prompt (whose BOS, when it has one, goes: the
+/// context already began the sequence); 400 naming `context` when both exceed n_ctx.
+void prepend_context(std::vector<int32_t> prior, ApiRequest& r, const ApiContext& ctx) {
+  if (prior.empty()) return;
+  std::vector<int32_t>& prompt = r.params.prompt;
+  if (!prompt.empty() && ctx.tok->bos() >= 0 && prompt.front() == ctx.tok->bos())
+    prompt.erase(prompt.begin());
+  if (int64_t(prior.size() + prompt.size()) > ctx.n_ctx)
+    bad_field("context", "(" + std::to_string(prior.size()) + " tokens) and the prompt (" +
+                             std::to_string(prompt.size()) +
+                             ") are longer than the context (n_ctx = " + std::to_string(ctx.n_ctx) +
+                             ")");
+  prior.insert(prior.end(), prompt.begin(), prompt.end());
+  prompt = std::move(prior);
 }
 
 /// ollama's `format` ("json", or a JSON Schema object) as the grammar field of the OpenAI parsers.
@@ -203,6 +242,7 @@ ApiRequest parse_ollama_generate(const json& body, const ApiContext& ctx) {
   if (raw_v && !raw_v->is_boolean()) bad_field("raw", "must be a boolean");
   const bool raw = raw_v && raw_v->get<bool>();
   if (sys && (raw || suffix)) bad_field("system", "cannot be combined with raw or suffix");
+  std::vector<int32_t> prior = context_tokens(body, ctx);
   json inner = json::object();
   add_format(body, inner);
   ApiRequest r;
@@ -221,15 +261,19 @@ ApiRequest parse_ollama_generate(const json& body, const ApiContext& ctx) {
     r = translated([&] { return parse_chat(inner, ctx); });
     r.chat_reply.reset();  // /api/generate returns the raw text
   }
+  prepend_context(std::move(prior), r, ctx);
   r.api = Api::kOllamaGenerate;
   r.stream = stream;
   r.reply_model = body["model"];
+  r.return_context = !raw;  // as ollama: no context for a raw prompt
   apply_options(body, r, ctx);
   return r;
 }
 
 ApiRequest parse_ollama_chat(const json& body, const ApiContext& ctx) {
   const bool stream = common_fields(body, ctx);
+  if (json_field(body, "context"))
+    bad_field("context", "belongs to /api/generate (a chat continues with its messages)");
   const json* msgs = json_field(body, "messages");
   if (!msgs || !msgs->is_array()) bad_field("messages", "must be an array");
   json inner = json::object();
@@ -298,6 +342,11 @@ json ollama_final_json(const ApiRequest& r, const RequestResult& res, const ApiC
   }
   out["done"] = true;
   out["done_reason"] = done_reason(res.finish);
+  if (r.return_context) {
+    json ids = r.params.prompt;
+    for (int32_t id : res.tokens) ids.push_back(id);
+    out["context"] = std::move(ids);
+  }
   out["total_duration"] = ns(res.ttft_ms + res.gen_ms);
   out["load_duration"] = 0;
   out["prompt_eval_count"] = res.n_prompt;

@@ -199,4 +199,42 @@ std::span<const float> Context::eval(std::span<const int32_t> tokens, bool all_l
   return logits_;
 }
 
+std::vector<std::span<const float>> Context::eval_each(
+    std::span<const std::vector<int32_t>> inputs) {
+  if (!model_.encoder() || !step_->params().embeddings)
+    throw ContextError("eval_each: only an encoder's embeddings context evaluates inputs apart");
+  if (n_past() != 0) throw ContextError("eval_each: the context must be empty; reset() first");
+  const int64_t n_vocab = model_.hparams().n_vocab, width = step_->row_width();
+  int64_t total = 0;
+  for (const auto& in : inputs) {
+    if (in.empty()) throw ContextError("eval_each: an input has no tokens");
+    for (int32_t id : in)
+      if (id < 0 || id >= n_vocab)
+        throw ContextError("eval_each: token id " + std::to_string(id) + " outside [0, " +
+                           std::to_string(n_vocab) + ")");
+    total += int64_t(in.size());
+  }
+  if (total > n_batch_)
+    throw ContextError("eval_each: " + std::to_string(total) + " tokens in all > n_batch " +
+                       std::to_string(n_batch_));
+  std::vector<std::unique_ptr<KvSequence>> seqs;  // their blocks go back when they go
+  for (const auto& in : inputs) {
+    seqs.push_back(std::make_unique<KvSequence>(cache_));
+    seqs.back()->reserve(int64_t(in.size()));  // KvCacheFull: the earlier ones go back
+  }
+  step_->clear();
+  for (size_t i = 0; i < inputs.size(); ++i) step_->add(*seqs[i], inputs[i], StepLogits::kAll);
+  step_->run();
+  logits_.resize(size_t(total * width));
+  std::vector<std::span<const float>> out;
+  size_t at = 0;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const std::span<const float> rows = step_->logits(i);
+    std::copy(rows.begin(), rows.end(), logits_.begin() + long(at));
+    out.push_back(std::span<const float>(logits_).subspan(at, rows.size()));
+    at += rows.size();
+  }
+  return out;
+}
+
 }  // namespace kvrun

@@ -86,6 +86,16 @@ class Context {
   /// full pool takes it back to n_past() — to 0 when that position's window was given back).
   std::span<const float> eval(std::span<const int32_t> tokens, bool all_logits = false);
 
+  /// An encoder's several whole inputs in one step (Model::encoder() with
+  /// ContextParams::embeddings, from an empty context): each input from position 0 in a
+  /// sequence of its own, its attention within itself (the encoders' attention op keeps the
+  /// sequences of a step apart), as llama.cpp batches sequences for embeddings. Returns each
+  /// input's rows [n_i, n_embd], valid until the next eval; the sequences' blocks go back before
+  /// it returns. Throws ContextError for another model or mode, a non-empty context, an empty
+  /// input, an id outside [0, n_vocab), or more than n_batch() tokens in all; KvCacheFull when
+  /// the pool has no blocks for them all (nothing changed).
+  std::vector<std::span<const float>> eval_each(std::span<const std::vector<int32_t>> inputs);
+
   /// Reaches a context depth without computing it: positions n_past() … n_past()+n−1 get KV
   /// blocks exactly as eval() of n tokens would take them (same blocks, bytes_held(), tiers; a
   /// sliding window's blocks given back likewise), every layer's K and V rows there are written

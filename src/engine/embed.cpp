@@ -52,14 +52,11 @@ void normalize_embedding(std::span<float> v, int norm) {
   for (float& x : v) x *= scale;
 }
 
-std::vector<float> embed_tokens(Context& ctx, std::span<const int32_t> tokens, Pooling pooling,
-                                int norm) {
-  if (tokens.empty()) throw ContextError("embed: no tokens");
-  ctx.reset();
-  const std::span<const float> rows = ctx.eval(tokens, /*all_logits=*/true);
-  const size_t n = tokens.size(), d = rows.size() / n;
-  if (rows.size() != n * size_t(ctx.model().hparams().n_embd))
-    throw ContextError("embed: the context does not output embeddings (ContextParams)");
+namespace {
+
+/// Pools `n` rows of width d and normalizes (see embed_tokens).
+std::vector<float> pool_rows(std::span<const float> rows, size_t n, size_t d, Pooling pooling,
+                             int norm) {
   std::vector<float> out;
   switch (pooling) {
     case Pooling::kNone:
@@ -82,6 +79,60 @@ std::vector<float> embed_tokens(Context& ctx, std::span<const int32_t> tokens, P
       break;
   }
   normalize_embedding(out, norm);
+  return out;
+}
+
+/// Embeds `inputs` of an encoder in one step (appended to `out`); a group the pool cannot hold
+/// at once is split in halves.
+void embed_group(Context& ctx, std::span<const std::vector<int32_t>> inputs, Pooling pooling,
+                 int norm, std::vector<std::vector<float>>& out) {
+  std::vector<std::span<const float>> rows;
+  try {
+    ctx.reset();
+    rows = ctx.eval_each(inputs);
+  } catch (const KvCacheFull&) {
+    if (inputs.size() == 1) throw;
+    const size_t half = inputs.size() / 2;
+    embed_group(ctx, inputs.first(half), pooling, norm, out);
+    embed_group(ctx, inputs.subspan(half), pooling, norm, out);
+    return;
+  }
+  const size_t d = size_t(ctx.model().hparams().n_embd);
+  for (size_t i = 0; i < inputs.size(); ++i)
+    out.push_back(pool_rows(rows[i], inputs[i].size(), d, pooling, norm));
+}
+
+}  // namespace
+
+std::vector<float> embed_tokens(Context& ctx, std::span<const int32_t> tokens, Pooling pooling,
+                                int norm) {
+  if (tokens.empty()) throw ContextError("embed: no tokens");
+  ctx.reset();
+  const std::span<const float> rows = ctx.eval(tokens, /*all_logits=*/true);
+  const size_t n = tokens.size(), d = rows.size() / n;
+  if (rows.size() != n * size_t(ctx.model().hparams().n_embd))
+    throw ContextError("embed: the context does not output embeddings (ContextParams)");
+  return pool_rows(rows, n, d, pooling, norm);
+}
+
+std::vector<std::vector<float>> embed_inputs(Context& ctx,
+                                             std::span<const std::vector<int32_t>> inputs,
+                                             Pooling pooling, int norm) {
+  std::vector<std::vector<float>> out;
+  if (!ctx.model().encoder()) {
+    for (const auto& in : inputs) out.push_back(embed_tokens(ctx, in, pooling, norm));
+    return out;
+  }
+  for (size_t i = 0; i < inputs.size();) {  // consecutive inputs while they fit n_batch
+    if (inputs[i].empty()) throw ContextError("embed: no tokens");
+    size_t j = i;
+    int64_t total = 0;
+    while (j < inputs.size() && total + int64_t(inputs[j].size()) <= ctx.n_batch())
+      total += int64_t(inputs[j++].size());
+    if (j == i) throw ContextError("embed: an input is longer than the context");
+    embed_group(ctx, inputs.subspan(i, j - i), pooling, norm, out);
+    i = j;
+  }
   return out;
 }
 

@@ -41,4 +41,12 @@ void normalize_embedding(std::span<float> v, int norm);
 std::vector<float> embed_tokens(Context& ctx, std::span<const int32_t> tokens, Pooling pooling,
                                 int norm = 2);
 
+/// Embeds several inputs as embed_tokens does each, in order. For an encoder model, consecutive
+/// inputs that fit n_batch together run in one step (Context::eval_each; halved when the pool
+/// cannot hold them at once); a decoder's run one after another. Throws ContextError as
+/// embed_tokens (an empty input, one longer than the context).
+std::vector<std::vector<float>> embed_inputs(Context& ctx,
+                                             std::span<const std::vector<int32_t>> inputs,
+                                             Pooling pooling, int norm = 2);
+
 }  // namespace kvrun

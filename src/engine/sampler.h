@@ -9,18 +9,37 @@
 // Note that top-p and min-p see the distribution *before* temperature, as in llama.cpp.
 // At temp ≤ 0 the result is the argmax of the penalised logits (llama.cpp's temperature stage
 // keeps only the max logit then); truncation never removes the max, so that is the same token.
+//
+// A request may give its own chain (SamplerParams::chain, llama-server's `samplers`): the stages
+// it names run in its order, then the draw; stages it leaves out do not run (as in llama.cpp's
+// common_sampler_init, which builds the chain from that list). That chain may hold the `infill`
+// stage (infill_filter below), which llama.vim asks for.
 #pragma once
 
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <optional>
 #include <random>
 #include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace kvrun {
 
 /// The seed value meaning "pick a random seed" (llama.cpp's LLAMA_DEFAULT_SEED convention).
 inline constexpr uint32_t kRandomSeed = 0xFFFFFFFFu;
+
+/// A stage of a sampler chain (llama.cpp's common_sampler_type of the same name).
+enum class SamplerStage : uint8_t {
+  kPenalties,    ///< repetition / presence / frequency penalties (apply_penalties)
+  kTopK,         ///< top_k_filter
+  kTopP,         ///< top_p_filter
+  kMinP,         ///< min_p_filter
+  kTemperature,  ///< temperature_scale; at temp ≤ 0 it keeps only the most likely token
+  kInfill,       ///< infill_filter (needs Sampler::set_infill_vocab)
+};
 
 /// Sampling settings; defaults are llama.cpp's (common_params_sampling, Feb 2025).
 struct SamplerParams {
@@ -46,6 +65,11 @@ struct SamplerParams {
   /// RNG seed; kRandomSeed picks one from std::random_device. Same seed + same logits + same
   /// accepted tokens → the same samples.
   uint32_t seed = kRandomSeed;
+  /// The chain's stages in order (llama-server's `samplers`); nullopt: the default chain of the
+  /// file comment. With a chain, penalties apply only where it names them, temperature likewise
+  /// (absent: logits are not scaled), and the draw follows the last stage; at temp ≤ 0 the draw
+  /// is the most likely token left (kvrun's rule: temperature 0 is greedy whatever the chain).
+  std::optional<std::vector<SamplerStage>> chain = std::nullopt;
 };
 
 /// A token still in the running: its id and its (possibly modified) logit.
@@ -78,6 +102,39 @@ void min_p_filter(std::vector<Candidate>& c, float min_p);
 
 /// Divides every logit by `temp` (> 0; callers handle temp ≤ 0 as greedy).
 void temperature_scale(std::vector<Candidate>& c, float temp);
+
+/// apply_penalties for a candidate list: the same formula on each candidate's logit, counting
+/// its id's occurrences in `window`.
+void apply_penalties(std::vector<Candidate>& c, std::span<const int32_t> window,
+                     const SamplerParams& params);
+
+/// What the infill stage needs of the vocabulary (text/tokenizer.h gives it in TokenStream).
+struct InfillVocab {
+  std::function<bool(int32_t)> is_eog;        ///< end-of-generation ids
+  std::function<std::string(int32_t)> piece;  ///< a token's text; "" for control tokens
+  int32_t eot = -1;  ///< the token chosen when no text token is left (end of turn, else EOS)
+};
+
+/// llama.cpp's `infill` sampler for fill-in-the-middle, as llama.h documents it
+/// (llama_sampler_init_infill: "meant to be used after top_k + top_p sampling"), on the
+/// candidates' softmax p:
+///  1. when 3 · p(EOG) · n > p(text) (p(EOG) the summed probability of the end-of-generation
+///     candidates, n the number of candidates, p(text) that of the others) only the EOG
+///     candidates stay. llama.h's comment states the rule without the factor 3; llama.cpp's
+///     src/llama-sampling.cpp applies it, and kvrun follows the behaviour;
+///  2. otherwise candidates whose pieces are prefixes of one another are combined: taken most
+///     likely first, each candidate absorbs every other one left whose piece is a prefix of its
+///     own or has its own as a prefix (p added, the other removed). Empty pieces (control
+///     tokens, EOG) never combine. llama.h's example: "hel" .5, "hell" .2, "hello" .1,
+///     "dummy" .1 → "hel" .8, "dummy" .1;
+///  3. text candidates with p < 0.2 are removed (EOG ones stay); when no text candidate is left
+///     the result is the single token `eot`; else the ps are renormalized and text candidates
+///     under 1 / (n_text + 1) are removed too, and the rest renormalized (thresholds from
+///     llama.cpp's src/llama-sampling.cpp).
+/// The resulting distribution replaces the logits (logit = ln p), so later stages and the draw
+/// see it. Without `eot` (< 0) and no text candidate left, the EOG candidates stay, or the most
+/// likely candidate when there is none. O(n · piece length) plus a sort.
+void infill_filter(std::vector<Candidate>& c, const InfillVocab& vocab);
 
 /// Index of the first maximum of `logits`. Throws std::invalid_argument when empty.
 int32_t argmax(std::span<const float> logits);
@@ -114,6 +171,10 @@ class Sampler {
   /// Clears the history and re-seeds the RNG with seed(), so a run can be replayed.
   void reset();
 
+  /// The vocabulary for the infill stage; sample() throws std::logic_error when the chain has
+  /// that stage and none was set.
+  void set_infill_vocab(InfillVocab vocab) { infill_ = std::move(vocab); }
+
   /// The seed in use (the drawn one when params.seed was kRandomSeed).
   uint32_t seed() const { return seed_; }
 
@@ -123,11 +184,16 @@ class Sampler {
  private:
   /// The chain after the penalties: argmax or top-k → top-p → min-p → temperature → draw.
   int32_t pick(const std::vector<float>& logits);
+  /// A request's own chain (params_.chain) over the logits, penalties included, then the draw.
+  int32_t pick_chain(const std::vector<float>& logits);
+  /// Draws from softmax of the candidates (at temp ≤ 0: the most likely one).
+  int32_t draw(const std::vector<Candidate>& c);
 
   SamplerParams params_;
   uint32_t seed_ = 0;
   std::mt19937 rng_;
   std::deque<int32_t> history_;  // at most repeat_last_n tokens when repeat_last_n ≥ 0
+  InfillVocab infill_;
 };
 
 }  // namespace kvrun

@@ -1,6 +1,7 @@
 // token_stream.cpp — see token_stream.h.
 #include "engine/token_stream.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "text/grammar_vocab.h"
@@ -86,6 +87,13 @@ std::string Utf8Stream::flush() {
 
 TokenStream::TokenStream(const Tokenizer& tok, Sampler& sampler, TokenStreamParams params)
     : tok_(tok), sampler_(sampler), p_(std::move(params)), stop_(p_.stop) {
+  if (const auto& chain = sampler_.params().chain;
+      chain && std::find(chain->begin(), chain->end(), SamplerStage::kInfill) != chain->end()) {
+    const Tokenizer* t = &tok_;
+    sampler_.set_infill_vocab({[t](int32_t id) { return t->is_eog(id); },
+                               [t](int32_t id) { return t->token_to_piece(id, false); },
+                               t->eot() >= 0 ? t->eot() : t->eos()});
+  }
   if (p_.grammar) {
     if (!p_.grammar_vocab) p_.grammar_vocab = TokenTrie::build(tok);
     try {

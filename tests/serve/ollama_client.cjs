@@ -1,7 +1,8 @@
 // ollama_client.cjs — talks to a running `kvrun serve` through the official `ollama` npm client:
 // /api/chat and /api/generate streamed and whole (greedy, so both must give the same text), a
 // short num_predict, format as a JSON Schema and as "json", a conversation with an assistant
-// tool call (object arguments) and a tool result, and the errors the client raises (an option
+// tool call (object arguments) and a tool result, generate's `context` given back to continue,
+// and the errors the client raises (an option
 // kvrun cannot honour, a template, another model). Prints one JSON object on stdout (see the
 // keys at the end). Usage: NODE_PATH=<dir>/node_modules node ollama_client.cjs BASE_URL
 const { Ollama } = require('ollama');
@@ -73,6 +74,14 @@ async function main() {
     tools: [{ type: 'function', function: { name: 'get_weather', description: 'Weather',
       parameters: { type: 'object', properties: { city: { type: 'string' } } } } }],
   });
+  // context: the first reply's ids continue in the second call (streamed: on the final part).
+  const first = await client.generate({ model, prompt, stream: false, options: greedy });
+  const next = await collect(await client.generate({
+    model, prompt: ' And then', context: first.context, stream: true, options: greedy,
+  }), 'response');
+  const badContext = await status(client.generate({
+    model, prompt, stream: false, context: [-1],
+  }));
   const mirostat = await status(client.generate({ model, prompt, options: { mirostat: 2 } }));
   const template = await status(client.generate({ model, prompt, template: '{{ .Prompt }}' }));
   const unknown = await status(client.chat({ model: 'nope:7b', messages }));
@@ -99,6 +108,12 @@ async function main() {
     json_response: json.response,
     json_done_reason: json.done_reason,
     tools_reply: { role: tools.message.role, done: tools.done },
+    context: {
+      first: first.context, first_prompt_eval_count: first.prompt_eval_count,
+      first_eval_count: first.eval_count, next: next.last.context,
+      next_prompt_eval_count: next.last.prompt_eval_count, next_text: next.text,
+    },
+    bad_context: badContext,
     mirostat, template, unknown,
   }));
 }
