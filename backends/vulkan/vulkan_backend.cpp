@@ -192,7 +192,10 @@ void check_paged(const KvLayer& kv, const PagedAttnParams& p, bool store = false
 /// Activation rows up to this use the matrix-vector shader; more use the tiled one.
 constexpr int64_t kMatvecMaxRows = 4;
 
-/// The weight types of the int8 dot-product matvec (matvec_dot.comp).
+/// The weight types of the int8 dot-product matvec (matvec_dot.comp), used for one activation
+/// row (a decode step): 2–4 rows (a prompt's last chunk, small decode batches) keep the f32
+/// matvec, so a prompt's rows all see f32 activations as in the tiled prefill (mixing the two
+/// within one prompt moved tiny-qwen3's prompt logits further from the CPU's, test_gpu_e2e).
 bool int8_dot_type(DType t) { return t == DType::Q8_0 || t == DType::Q4_0; }
 
 /// Whether a backend made now uses the device's int8 dot product: when the device reports it,
@@ -305,7 +308,7 @@ class VulkanBackend final : public Backend {
     u32(n * k, "matmul n·k");
     u32(n * m, "matmul n·m");
     u32(int64_t(w.nb[1]) * m, "matmul weight bytes");
-    if (n <= kMatvecMaxRows && int8_dot_ && int8_dot_type(w.type) && k % 32 == 0) {
+    if (n == 1 && int8_dot_ && int8_dot_type(w.type)) {  // one-row decode (see int8_dot_type)
       matvec_dot(w, x, n, y, suffix);
     } else if (n <= kMatvecMaxRows) {
       const MatvecPush p{addr(w.data), addr(x),     addr(y),          grid,
