@@ -103,6 +103,33 @@ int64_t auto_layers(Device& gpu, const AutoFit* fit, bool kv_on_gpu,
   return n;
 }
 
+/// Throws DeviceOptionError when the weights and KV rows that -ngl `v` (n layers) puts on `gpu`
+/// (eval/model_info.h plan_gpu, which counts the bytes the backends allocate for them) exceed
+/// the memory the device says is free, naming both byte counts: before any upload, instead of a
+/// driver's allocation failure halfway through the load. The step's scratch (an estimate) is not
+/// counted; a device that does not report free memory (−1) is not checked.
+void check_placement_fits(Device& gpu, const AutoFit& fit, const std::string& v, int64_t n,
+                          bool kv_on_gpu, const std::vector<TensorOverride>& rules) {
+  const int64_t free = gpu.free_memory();
+  if (free < 0) return;
+  const gguf::File file = gguf::File::open_metadata_only(fit.model_path);
+  const int64_t n_ctx = fit.n_ctx > 0 ? fit.n_ctx : default_n_ctx(load_hparams(file).n_ctx_train);
+  ModelInfo mi = describe_model(file, n_ctx);
+  mi.kv_tokens *= std::max<int64_t>(1, fit.n_seqs);
+  const std::vector<bool> on_host = ffn_kept_on_host(file, mi.hp.n_layer, rules);
+  const GpuPlan p = plan_gpu(mi, file, n, fit.type_k, fit.type_v, kv_on_gpu, fit.n_batch, &on_host);
+  const int64_t need = p.weight_bytes + p.kv_bytes;
+  if (need <= free) return;
+  throw DeviceOptionError(
+      "-ngl " + v + ": out of " + gpu.name() + " memory: " + std::to_string(p.layers) + " layers" +
+      (p.output ? " and the output" : "") + " need " + std::to_string(need) + " bytes (weights " +
+      format_bytes(p.weight_bytes) + ", KV " + format_bytes(p.kv_bytes) + " for " +
+      std::to_string(mi.kv_tokens) + " positions) but " + std::to_string(free) + " bytes (" +
+      format_bytes(free) +
+      ") are available; give fewer layers, -ngl auto, a smaller "
+      "-c or -nkvo");
+}
+
 }  // namespace
 
 void add_device_options(CLI::App& app, DeviceOptions& o) {
@@ -205,6 +232,7 @@ ModelParams resolve_device_options(const DeviceOptions& o, int64_t n_layer, cons
     throw DeviceOptionError(
         "-ngl " + v + ": " +
         (o.device.empty() ? no_gpu_reason() : "-dev " + o.device + " is not a GPU"));
+  if (asked && fit) check_placement_fits(*gpu, *fit, v, n, mp.kv_offload, mp.overrides);
   mp.n_gpu_layers = n;
   mp.gpu = gpu;
   return mp;
@@ -220,7 +248,13 @@ int print_devices() {
     std::printf("\n");
   }
   for (const Device* d : gpus) {
-    const int64_t free = d->free_memory();  // −1: the driver does not say
+    int64_t free = -1;  // −1: the driver does not say
+    try {
+      free = d->free_memory();
+    } catch (const std::exception& e) {  // e.g. a malformed KVRUN_VULKAN_BUDGET
+      std::fprintf(stderr, "kvrun: %s\n", e.what());
+      return 2;
+    }
     std::printf("  %s: %s (%lld MiB, %s)\n", d->name().c_str(), d->description().c_str(),
                 (long long)(d->total_memory() >> 20),
                 free < 0 ? "free unknown" : (std::to_string(free >> 20) + " MiB free").c_str());

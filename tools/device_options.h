@@ -60,8 +60,10 @@ void add_device_options(CLI::App& app, DeviceOptions& o);
 /// after their KV rows and scratch, printed on stderr; 0 without a GPU, when the device does not
 /// say its free memory, or without `fit`), on the -dev device or the first GPU. Throws
 /// DeviceOptionError naming what is missing: no GPU backend built, no GPU device found, an unknown
-/// device name, a value that is not a count, a bad -ot rule (parse_tensor_overrides). `n_layer` is
-/// the model's layer count (-1 before it is known: "all" becomes a large count).
+/// device name, a value that is not a count, a bad -ot rule (parse_tensor_overrides); with
+/// `fit`, also an -ngl N / all whose weights and KV rows (plan_gpu) exceed the device's free
+/// memory (the bytes needed and available named). `n_layer` is the model's layer count (-1
+/// before it is known: "all" becomes a large count).
 ModelParams resolve_device_options(const DeviceOptions& o, int64_t n_layer = -1,
                                    const AutoFit* fit = nullptr);
 
@@ -76,7 +78,9 @@ std::vector<TensorOverride> parse_tensor_overrides(const std::vector<std::string
 std::vector<bool> ffn_kept_on_host(const gguf::File& file, int64_t n_layer,
                                    const std::vector<TensorOverride>& rules);
 
-/// Prints the devices for --list-devices ("no GPU devices" when there are none). Returns 0.
+/// Prints the devices for --list-devices ("no GPU devices" when there are none). Returns 0, or 2
+/// with one line on stderr when a device cannot say its free memory (a malformed
+/// KVRUN_VULKAN_BUDGET).
 int print_devices();
 
 }  // namespace kvrun::tools

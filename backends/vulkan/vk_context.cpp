@@ -79,8 +79,12 @@ PhysicalDevice describe(VkPhysicalDevice h) {
   VkPhysicalDeviceMemoryProperties mp;
   vkGetPhysicalDeviceMemoryProperties(h, &mp);
   for (uint32_t i = 0; i < mp.memoryHeapCount; ++i)
-    if (mp.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT)
-      d.local_bytes = std::max<int64_t>(d.local_bytes, int64_t(mp.memoryHeaps[i].size));
+    if ((mp.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) &&
+        int64_t(mp.memoryHeaps[i].size) > d.local_bytes) {
+      d.local_bytes = int64_t(mp.memoryHeaps[i].size);
+      d.local_heap = i;
+    }
+  d.memory_budget = has_extension(h, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
   uint32_t nq = 0;
   vkGetPhysicalDeviceQueueFamilyProperties(h, &nq, nullptr);
   std::vector<VkQueueFamilyProperties> qf(nq);
@@ -120,6 +124,19 @@ PhysicalDevice describe(VkPhysicalDevice h) {
 
 }  // namespace
 
+int64_t heap_budget_free(const PhysicalDevice& pd) {
+  if (!pd.memory_budget || pd.local_bytes < 0) return -1;
+  auto budget = vk_struct<VkPhysicalDeviceMemoryBudgetPropertiesEXT>(
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT);
+  auto mp = vk_struct<VkPhysicalDeviceMemoryProperties2>(
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2);
+  mp.pNext = &budget;
+  vkGetPhysicalDeviceMemoryProperties2(pd.handle, &mp);
+  const int64_t b = int64_t(budget.heapBudget[pd.local_heap]);
+  const int64_t u = int64_t(budget.heapUsage[pd.local_heap]);
+  return b > 0 ? std::max<int64_t>(0, b - u) : -1;
+}
+
 const std::vector<PhysicalDevice>& physical_devices() {
   static const std::vector<PhysicalDevice> devs = [] {
     std::vector<PhysicalDevice> out;
@@ -155,6 +172,7 @@ Context::Context(const PhysicalDevice& pd) : pd_(pd) {
     f12.pNext = &fdot;
     exts.push_back(VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME);
   }
+  if (pd.memory_budget) exts.push_back(VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
   VkPhysicalDeviceFeatures core{};
   core.shaderFloat64 = pd.float64 ? VK_TRUE : VK_FALSE;
   auto ci = vk_struct<VkDeviceCreateInfo>(VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO);
@@ -223,6 +241,8 @@ Allocation* Context::allocate(size_t bytes, bool host_visible) {
     check(vkBindBufferMemory(device_, a->buffer, a->memory, 0), "vkBindBufferMemory");
     if (host_visible)
       check(vkMapMemory(device_, a->memory, 0, VK_WHOLE_SIZE, 0, &a->mapped), "vkMapMemory");
+    else
+      a->device_bytes = size_t(req.size);
   } catch (...) {
     vkDestroyBuffer(device_, a->buffer, nullptr);
     if (a->memory) vkFreeMemory(device_, a->memory, nullptr);
@@ -233,6 +253,7 @@ Allocation* Context::allocate(size_t bytes, bool host_visible) {
   a->address = vkGetBufferDeviceAddress(device_, &ai);
   std::lock_guard<std::mutex> lock(mu_);
   by_address_[a->address] = a.get();
+  device_bytes_ += int64_t(a->device_bytes);
   return a.release();
 }
 
@@ -261,6 +282,7 @@ void Context::release(Allocation* a) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     by_address_.erase(a->address);
+    device_bytes_ -= int64_t(a->device_bytes);
   }
   vkDestroyBuffer(device_, a->buffer, nullptr);
   vkFreeMemory(device_, a->memory, nullptr);

@@ -11,6 +11,7 @@
 
 #include <vulkan/vulkan.h>
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -38,6 +39,8 @@ struct PhysicalDevice {
   uint32_t subgroup_size = 0;  ///< queried; no shader assumes a value
   uint32_t max_shared = 0;     ///< maxComputeSharedMemorySize in bytes
   int64_t local_bytes = -1;    ///< the largest device-local heap
+  uint32_t local_heap = 0;     ///< its index
+  bool memory_budget = false;  ///< VK_EXT_memory_budget listed (enabled when listed)
   uint32_t queue_family = 0;   ///< a queue family with compute
   bool float16 = false;        ///< shaderFloat16 reported (not used)
   /// VK_KHR_shader_integer_dot_product with shaderIntegerDotProduct: enabled when reported (the
@@ -48,6 +51,11 @@ struct PhysicalDevice {
   std::string unusable;               ///< empty when usable, else why (e.g. no bufferDeviceAddress)
 };
 
+/// The bytes the driver says this process may still allocate in `pd`'s largest device-local
+/// heap: VK_EXT_memory_budget's heapBudget − heapUsage (every process's use of the heap
+/// counted), or −1 when the device lacks the extension.
+int64_t heap_budget_free(const PhysicalDevice& pd);
+
 /// The physical devices of the process's Vulkan instance, made on the first call (an empty list
 /// when there is no loader, no driver or no device). Thread-safe.
 const std::vector<PhysicalDevice>& physical_devices();
@@ -57,9 +65,10 @@ const std::vector<PhysicalDevice>& physical_devices();
 struct Allocation {
   VkBuffer buffer = VK_NULL_HANDLE;
   VkDeviceMemory memory = VK_NULL_HANDLE;
-  uint64_t address = 0;    ///< vkGetBufferDeviceAddress
-  size_t size = 0;         ///< bytes
-  void* mapped = nullptr;  ///< host pointer (host-visible allocations only)
+  uint64_t address = 0;     ///< vkGetBufferDeviceAddress
+  size_t size = 0;          ///< bytes
+  void* mapped = nullptr;   ///< host pointer (host-visible allocations only)
+  size_t device_bytes = 0;  ///< the memory's size when device-local (counted in device_bytes())
 };
 
 /// Bytes a push-constant block may hold (Vulkan's guaranteed minimum).
@@ -78,6 +87,8 @@ class Context {
   /// `bytes` (≥ 1) in device-local memory, or host-visible coherent memory when `host_visible`.
   /// Throws std::bad_alloc when the device is out of memory.
   Allocation* allocate(size_t bytes, bool host_visible);
+  /// Bytes of the live device-local allocations (host_visible false) of this context.
+  int64_t device_bytes() const { return device_bytes_; }
   /// Frees an allocation of this context (null is ignored). Work recorded on any of the
   /// context's streams is submitted and waited for first (it may use the allocation), as
   /// cudaFree waits for the device.
@@ -114,6 +125,7 @@ class Context {
   VkPhysicalDeviceMemoryProperties mem_props_{};
   mutable std::mutex mu_;
   std::map<uint64_t, Allocation*> by_address_;
+  std::atomic<int64_t> device_bytes_{0};
   std::unordered_map<std::string, VkPipeline> pipelines_;
   std::mutex queue_mu_;
   std::mutex streams_mu_;

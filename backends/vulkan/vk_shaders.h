@@ -2,7 +2,8 @@
 // cmake/vulkan.cmake), embedded in the binary. Names: "eltwise", "rms_norm", "rope",
 // "get_rows_<type>", "matvec_<type>", "matmul_<type>" (type: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0
 // q5_1 q2_k q3_k q4_k q5_k q6_k iq4_nl iq4_xs mxfp4 iq2_xxs iq2_xs iq2_s iq3_xxs iq3_s iq1_s
-// iq1_m).
+// iq1_m), "quantize_q8", "matvec_dot_q8_0", "matvec_dot_q4_0" (the int8 dot-product
+// matvec).
 #pragma once
 
 #include <cstddef>

@@ -192,7 +192,10 @@ void check_paged(const KvLayer& kv, const PagedAttnParams& p, bool store = false
 /// Activation rows up to this use the matrix-vector shader; more use the tiled one.
 constexpr int64_t kMatvecMaxRows = 4;
 
-/// The weight types of the int8 dot-product matvec (matvec_dot.comp).
+/// The weight types of the int8 dot-product matvec (matvec_dot.comp), used for one activation
+/// row (a decode step): 2–4 rows (a prompt's last chunk, small decode batches) keep the f32
+/// matvec, so a prompt's rows all see f32 activations as in the tiled prefill (mixing the two
+/// within one prompt moved tiny-qwen3's prompt logits further from the CPU's, test_gpu_e2e).
 bool int8_dot_type(DType t) { return t == DType::Q8_0 || t == DType::Q4_0; }
 
 /// Whether a backend made now uses the device's int8 dot product: when the device reports it,
@@ -305,7 +308,7 @@ class VulkanBackend final : public Backend {
     u32(n * k, "matmul n·k");
     u32(n * m, "matmul n·m");
     u32(int64_t(w.nb[1]) * m, "matmul weight bytes");
-    if (n <= kMatvecMaxRows && int8_dot_ && int8_dot_type(w.type) && k % 32 == 0) {
+    if (n == 1 && int8_dot_ && int8_dot_type(w.type)) {  // one-row decode (see int8_dot_type)
       matvec_dot(w, x, n, y, suffix);
     } else if (n <= kMatvecMaxRows) {
       const MatvecPush p{addr(w.data), addr(x),     addr(y),          grid,
@@ -524,6 +527,18 @@ class VulkanBackend final : public Backend {
   Allocation* xq_ = nullptr;    // matvec_dot's q8_0 activations
 };
 
+/// The budget KVRUN_VULKAN_BUDGET forces on every Vulkan device (a byte count: what a smaller
+/// GPU would have, for tests and for leaving room to other programs), or −1 when unset. Throws
+/// std::invalid_argument naming the variable when it is not a byte count.
+int64_t forced_budget() {
+  const char* e = std::getenv("KVRUN_VULKAN_BUDGET");
+  if (!e || !*e) return -1;
+  const std::string v(e);
+  if (v.size() > 18 || v.find_first_not_of("0123456789") != std::string::npos)
+    throw std::invalid_argument("KVRUN_VULKAN_BUDGET=" + v + ": expected a byte count");
+  return std::stoll(v);
+}
+
 class VulkanDevice final : public Device {
  public:
   VulkanDevice(std::string name, const PhysicalDevice& pd) : name_(std::move(name)), pd_(pd) {}
@@ -538,7 +553,16 @@ class VulkanDevice final : public Device {
   }
   bool host_memory() const override { return false; }
   int64_t total_memory() const override { return pd_.local_bytes; }
-  int64_t free_memory() const override { return -1; }
+  /// KVRUN_VULKAN_BUDGET (forced_budget) less this device's allocations; else what
+  /// VK_EXT_memory_budget says is left (every process counted); else the largest device-local
+  /// heap less this device's allocations (other processes not seen).
+  int64_t free_memory() const override {
+    const int64_t forced = forced_budget();
+    if (forced >= 0) return std::max<int64_t>(0, forced - used_bytes());
+    const int64_t b = heap_budget_free(pd_);
+    if (b >= 0) return b;
+    return pd_.local_bytes < 0 ? -1 : std::max<int64_t>(0, pd_.local_bytes - used_bytes());
+  }
 
   bool supports(Op op, DType a, DType b, int64_t k) const override {
     switch (op) {
@@ -571,6 +595,7 @@ class VulkanDevice final : public Device {
   }
 
   std::unique_ptr<DeviceBuffer> alloc(size_t bytes, BufferUse) override {
+    check_fits(bytes, "a buffer");
     Context& c = ctx();
     return std::make_unique<VulkanBuffer>(*this, c, c.allocate(bytes, false));
   }
@@ -581,8 +606,9 @@ class VulkanDevice final : public Device {
                                " is not supported by the Vulkan backend");
     if (!t.is_contiguous())
       throw std::runtime_error(name_ + ": a weight must be contiguous to be uploaded");
-    Context& c = ctx();
     const size_t bytes = t.n_bytes();
+    check_fits(bytes, "a weight");
+    Context& c = ctx();
     auto buf = std::make_unique<VulkanBuffer>(*this, c, c.allocate(bytes, false));
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -603,6 +629,23 @@ class VulkanDevice final : public Device {
   }
 
  private:
+  /// Device-local bytes this device holds now.
+  int64_t used_bytes() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return ctx_ ? ctx_->device_bytes() : 0;
+  }
+
+  /// Throws VulkanError ("out of device memory", the bytes needed and available) when `bytes`
+  /// more do not fit free_memory(): said before the driver's allocation fails, and where a
+  /// forced budget is smaller than the device.
+  void check_fits(size_t bytes, const char* what) const {
+    const int64_t free = free_memory();
+    if (free >= 0 && int64_t(bytes) > free)
+      throw VulkanError(name_ + ": out of device memory: " + what + " of " + std::to_string(bytes) +
+                        " bytes does not fit the " + std::to_string(free) + " bytes available" +
+                        (forced_budget() >= 0 ? " (KVRUN_VULKAN_BUDGET)" : ""));
+  }
+
   Context& ctx() {
     std::lock_guard<std::mutex> lock(mu_);
     if (!ctx_) {
@@ -614,7 +657,7 @@ class VulkanDevice final : public Device {
 
   std::string name_;
   const PhysicalDevice& pd_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::unique_ptr<Context> ctx_;
   std::unique_ptr<GridBuffer> grids_;  // after ctx_: destroyed first
   std::unique_ptr<Stream> transfer_;   // upload_weight's copies
