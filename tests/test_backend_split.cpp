@@ -349,52 +349,43 @@ TEST(BackendSplit, OverrideTensorRulesItCannotHonourAreRefused) {
   refused({{"ffn_(", &gpu}}, "not a regular expression");
 }
 
-// A layer with attention sinks placed on a device without them (CUDA and Vulkan today) is
-// refused at load, naming the device, with its KV rows there or on the host (-nkvo); the host
-// alone runs it.
-TEST(BackendSplit, AttentionSinksOnADeviceWithoutThemAreRefusedAtLoad) {
+/// Loading synthetic `shape` with its last layer on a second device that `refuse` makes lack an
+/// op, its KV rows there or on the host (-nkvo), is refused naming the device and `what`; the
+/// host alone loads it.
+void expect_refused_at_load(const char* shape, void (*refuse)(CountingDevice&),
+                            const std::string& what) {
   test::TempDir dir;
-  const std::string path = test::synth_model(dir, "tiny-gpt-oss");
+  const std::string path = test::synth_model(dir, shape);
   for (bool kv_offload : {true, false}) {
     CountingDevice gpu("CPU1");
-    gpu.refuse_sinks = true;
+    refuse(gpu);
     ModelParams mp;
     mp.n_gpu_layers = 1;
     mp.gpu = &gpu;
     mp.kv_offload = kv_offload;
     try {
       const Model m = Model::load(path, mp);
-      ADD_FAILURE() << "attention sinks on a device without them were accepted";
+      ADD_FAILURE() << shape << ": " << what << " on a device without it was accepted";
     } catch (const std::exception& e) {
       EXPECT_NE(std::string(e.what()).find("CPU1"), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find("attention sinks"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
     }
   }
   EXPECT_NO_THROW(Model::load(path, {}));
 }
 
-// An MLA layer (deepseek2) placed on a device without it is refused at load, naming the device,
-// with its KV rows there or on the host (-nkvo); the host alone runs it.
+// A layer with attention sinks (gpt-oss) or MLA (deepseek2) placed on a device without them
+// (CUDA and Vulkan today) is refused at load, naming the device, with its KV rows there or on the
+// host (-nkvo); the host alone runs it.
+TEST(BackendSplit, AttentionSinksOnADeviceWithoutThemAreRefusedAtLoad) {
+  expect_refused_at_load(
+      "tiny-gpt-oss", [](CountingDevice& d) { d.refuse_sinks = true; }, "attention sinks");
+}
+
 TEST(BackendSplit, MlaLayersOnADeviceWithoutMlaAreRefusedAtLoad) {
-  test::TempDir dir;
-  const std::string path = test::synth_model(dir, "tiny-deepseek2");
-  for (bool kv_offload : {true, false}) {
-    CountingDevice gpu("CPU1");
-    gpu.refuse_mla = true;
-    ModelParams mp;
-    mp.n_gpu_layers = 1;
-    mp.gpu = &gpu;
-    mp.kv_offload = kv_offload;
-    try {
-      const Model m = Model::load(path, mp);
-      ADD_FAILURE() << "MLA on a device without it was accepted";
-    } catch (const std::exception& e) {
-      EXPECT_NE(std::string(e.what()).find("CPU1"), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find("multi-head latent attention"), std::string::npos)
-          << e.what();
-    }
-  }
-  EXPECT_NO_THROW(Model::load(path, {}));
+  expect_refused_at_load(
+      "tiny-deepseek2", [](CountingDevice& d) { d.refuse_mla = true; },
+      "multi-head latent attention");
 }
 
 TEST(BackendSplit, SchedulerStepMatchesContextOnASplitModel) {
