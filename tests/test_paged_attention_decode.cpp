@@ -32,7 +32,7 @@ std::vector<float> run_at(const Paged& pg, CpuLevel level, int threads = 2) {
   return out;
 }
 
-/// The kernel levels this build and CPU support; the others are named on stdout as skipped
+/// The kernel levels this build and CPU support; the others are named on stdout as not run
 /// (once per process).
 std::vector<CpuLevel> supported_levels() {
   static bool named = false;
@@ -41,7 +41,7 @@ std::vector<CpuLevel> supported_levels() {
     if (cpu_level_supported(l))
       v.push_back(l);
     else if (!named)
-      std::printf("[  SKIPPED ] level %s: not supported by this CPU or build\n", cpu_level_name(l));
+      std::printf("  level %s: not supported by this CPU or build, not run\n", cpu_level_name(l));
   }
   named = true;
   return v;
