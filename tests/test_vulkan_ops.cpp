@@ -104,13 +104,7 @@ TEST_P(VulkanMatmul, MatchesTheCpuAndFloat64) {
   cpu::matmul(pool, host, x.data(), n, ref.data(), cpu::CpuLevel::scalar);
   std::vector<float> wf(size_t(m * k));
   traits(t).to_float(w.host.data(), wf.data(), m * k);
-  std::vector<double> exact(size_t(n * m));
-  for (int64_t j = 0; j < n; ++j)
-    for (int64_t i = 0; i < m; ++i) {
-      double s = 0;
-      for (int64_t e = 0; e < k; ++e) s += double(wf[size_t(i * k + e)]) * x[size_t(j * k + e)];
-      exact[size_t(j * m + i)] = s;
-    }
+  const std::vector<double> exact = matmul_f64(wf, x, n, m, k);
   auto dx = to_dev(x);
   auto dy = poisoned(ref.size());
   vk().matmul(w.t, fp(dx), n, fp(dy));
@@ -173,13 +167,7 @@ TEST(VulkanInt8Dot, BothPathsMatchTheirReference) {
       std::vector<float> ref(size_t(n * m)), wf(size_t(m * k));
       cpu::matmul(pool, host, x.data(), n, ref.data(), cpu::CpuLevel::scalar);
       traits(t).to_float(w.host.data(), wf.data(), m * k);
-      std::vector<double> exact(size_t(n * m));
-      for (int64_t j = 0; j < n; ++j)
-        for (int64_t i = 0; i < m; ++i) {
-          double s = 0;
-          for (int64_t e = 0; e < k; ++e) s += double(wf[size_t(i * k + e)]) * x[size_t(j * k + e)];
-          exact[size_t(j * m + i)] = s;
-        }
+      const std::vector<double> exact = matmul_f64(wf, x, n, m, k);
       auto dx = to_dev(x);
       vk().synchronize();  // x is there before the other backends' streams read it
       auto yp = poisoned(ref.size()), yd = poisoned(ref.size());
@@ -347,12 +335,8 @@ TEST(VulkanOps, ChainedOpsRunInIssueOrder) {
   std::vector<float> xn(x.size()), ref(size_t(n * m)), wf(size_t(m * k));
   cpu::rms_norm(x.data(), nullptr, xn.data(), n, k, 1e-6f);
   traits(DType::Q8_0).to_float(w.host.data(), wf.data(), m * k);
-  for (int64_t j = 0; j < n; ++j)
-    for (int64_t i = 0; i < m; ++i) {
-      double s = 0;
-      for (int64_t e = 0; e < k; ++e) s += double(wf[size_t(i * k + e)]) * xn[size_t(j * k + e)];
-      ref[size_t(j * m + i)] = float((s + r[size_t(j * m + i)]) * 0.5);
-    }
+  const std::vector<double> xw = matmul_f64(wf, xn, n, m, k);
+  for (size_t i = 0; i < ref.size(); ++i) ref[i] = float((xw[i] + r[i]) * 0.5);
   const double e = nmse(got, ref);
   record("nmse_ref", e);
   EXPECT_LE(e, 1e-10);

@@ -90,6 +90,19 @@ inline double nmse(const std::vector<float>& got, const std::vector<float>& want
   return nmse(got, std::vector<double>(want.begin(), want.end()));
 }
 
+/// y = x · wᵀ in float64: w [m][k] (dequantized weights), x [n][k]; returns [n][m].
+inline std::vector<double> matmul_f64(const std::vector<float>& w, const std::vector<float>& x,
+                                      int64_t n, int64_t m, int64_t k) {
+  std::vector<double> y(size_t(n * m));
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t i = 0; i < m; ++i) {
+      double s = 0;
+      for (int64_t e = 0; e < k; ++e) s += double(w[size_t(i * k + e)]) * x[size_t(j * k + e)];
+      y[size_t(j * m + i)] = s;
+    }
+  return y;
+}
+
 /// Row-quantized bytes of `rows` × `cols` random values in `t` (the reference encoder); for the
 /// grid i-quants, which have no encoder, random valid blocks (quants.h fill_random_iq_blocks:
 /// random grid indices, signs and scales, d of magnitude ~0.01), a different draw per row.
