@@ -1,7 +1,7 @@
 // test_synth.cpp — synthetic models (tools/synth/synth.h, `kvrun synth`): the shapes' parameter
 // counts, the tensor plan and llama.cpp's type rules, files of the tiny shapes in every type
 // (metadata, tensor shapes/types, real quantization, weight statistics), determinism, the forward
-// pass, the vocabulary (minimal and copied), errors, and the CLI through the real binary.
+// pass, the vocabulary (minimal and copied). Errors and the CLI: test_synth_errors.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -81,13 +81,6 @@ DType plan_type(const std::vector<SynthTensor>& plan, const std::string& name) {
 
 int64_t n_elements(const std::vector<int64_t>& ne) {
   return std::accumulate(ne.begin(), ne.end(), int64_t(1), std::multiplies<>());
-}
-
-/// Files in `dir` (to check that nothing, not even a temporary, was left behind).
-std::vector<std::string> files_in(const fs::path& dir) {
-  std::vector<std::string> v;
-  for (const auto& e : fs::directory_iterator(dir)) v.push_back(e.path().filename().string());
-  return v;
 }
 
 /// The tensor `name` of `f` decoded to float.
@@ -566,16 +559,11 @@ TEST(SynthFile, Qwen2TinyHasBiasesTiedEmbeddingsAndLoadsAsLlamaFamilyWeights) {
   EXPECT_EQ(w.output.data, w.tok_embd.data);  // tied
 }
 
-std::string q(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
 /// The greedy tokens and logprobs of the kvrun binary on `path` at KVRUN_CPU=`level` equal
 /// those at KVRUN_CPU=scalar, exactly (every level is bit-identical; scalar packs nothing).
 void expect_binary_level_equals_scalar(const fs::path& path, const std::string& level) {
-  const std::string cmd = q(test::kvrun_binary()) + " -m " + q(path.string()) +
+  const std::string cmd = test::shell_quote(test::kvrun_binary()) + " -m " +
+                          test::shell_quote(path.string()) +
                           " -p 'Hello there' -n 12 --temp 0 --ignore-eos --n-probs 3 --json -t 2";
   const auto simd = test::run_command(level.empty() ? cmd : "KVRUN_CPU=" + level + " " + cmd);
   const auto scalar = test::run_command("KVRUN_CPU=scalar " + cmd);
@@ -687,118 +675,6 @@ TEST(SynthVocab, VocabFromCopiesTheTokenizer) {
   const Model m = Model::load(path.string());
   for (float x : last_logits(m, b.tokenize("Once upon a time", true, false)))
     ASSERT_TRUE(std::isfinite(x));
-}
-
-// ---- errors ---------------------------------------------------------------------------------
-
-TEST(SynthErrors, VocabSizeMismatchLeavesNoFile) {
-  const std::string rel = "vocab/ggml-vocab-gpt-2.gguf";  // 50257 tokens
-  KVRUN_REQUIRE_FIXTURE(rel);
-  test::TempDir dir;
-  SynthParams p;
-  p.shape = &shape("tiny");
-  p.type = SynthFileType::Q4_0;
-  p.vocab_from = test::fixture(rel).string();
-  p.out_path = (dir / "out.gguf").string();
-  try {
-    write_synth_model(p);
-    FAIL() << "no error";
-  } catch (const SynthError& e) {
-    EXPECT_NE(std::string(e.what()).find("50257 tokens"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("needs 512"), std::string::npos) << e.what();
-  }
-  EXPECT_TRUE(files_in(dir.path()).empty());
-}
-
-TEST(SynthErrors, BadVocabFileAndUnwritablePath) {
-  test::TempDir dir;
-  SynthParams p;
-  p.shape = &shape("tiny");
-  p.type = SynthFileType::F16;
-  p.out_path = (dir / "out.gguf").string();
-  p.vocab_from = (dir / "missing.gguf").string();
-  EXPECT_THROW(write_synth_model(p), SynthError);
-  // A GGUF without tokenizer.ggml.tokens.
-  gguf::Writer w;
-  w.set_string("general.architecture", "llama");
-  w.write((dir / "novocab.gguf").string());
-  p.vocab_from = (dir / "novocab.gguf").string();
-  try {
-    write_synth_model(p);
-    FAIL() << "no error";
-  } catch (const SynthError& e) {
-    EXPECT_NE(std::string(e.what()).find("tokenizer.ggml.tokens"), std::string::npos);
-  }
-  p.vocab_from.clear();
-  p.out_path = (dir / "no-such-dir" / "out.gguf").string();
-  EXPECT_THROW(write_synth_model(p), SynthError);
-  EXPECT_EQ(files_in(dir.path()), std::vector<std::string>{"novocab.gguf"});
-}
-
-TEST(SynthErrors, CancelRemovesTheTemporaryFile) {
-  test::TempDir dir;
-  std::atomic<bool> cancel{false};
-  SynthParams p;
-  p.shape = &shape("tiny");
-  p.type = SynthFileType::F32;
-  p.out_path = (dir / "out.gguf").string();
-  p.cancel = &cancel;
-  p.progress = [&](const SynthProgress& pr) {
-    if (pr.tensor >= 3) cancel = true;
-  };
-  EXPECT_THROW(write_synth_model(p), SynthError);
-  EXPECT_TRUE(files_in(dir.path()).empty());
-}
-
-// ---- the CLI --------------------------------------------------------------------------------
-
-TEST(SynthCli, WritesAFileThatKvrunRuns) {
-  test::TempDir dir;
-  const std::string out = (dir / "tiny.gguf").string();
-  auto r = test::run_command(q(test::kvrun_binary()) +
-                             " synth --shape tiny --type Q4_0 --seed 7 -t 2 -o " + q(out));
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.err.find("wrote " + out), std::string::npos) << r.err;
-  const gguf::File f = gguf::File::open(out);
-  EXPECT_EQ(f.get_int("kvrun.synth.seed"), 7);
-  EXPECT_EQ(f.get_int("general.file_type"), 2);
-  r = test::run_command(q(test::kvrun_binary()) + " -m " + q(out) +
-                        " -p 'Hello' -n 4 --temp 0 --ignore-eos");
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  // Text mode (--json is avoided: a random model may emit a lone byte token, which is not
-  // valid UTF-8 on its own). The timings line reports the 4 generated tokens.
-  EXPECT_NE(r.err.find("4 tokens"), std::string::npos) << r.err;
-}
-
-TEST(SynthCli, ErrorsAreOneLineAndLeaveNoFile) {
-  test::TempDir dir;
-  const std::string out = (dir / "x.gguf").string();
-  const std::string bin = q(test::kvrun_binary());
-  struct Case {
-    std::string args, message;
-  };
-  std::vector<Case> cases = {
-      {"--shape llama-9000 --type Q4_0", "unknown shape 'llama-9000'"},
-      {"--shape tiny --type Q5_K", "unknown type 'Q5_K'"},
-      {"--shape tiny --type F16 --vocab-from " + q((dir / "nope.gguf").string()), "nope.gguf"},
-  };
-  if (fs::exists(test::fixture("vocab/ggml-vocab-gpt-2.gguf")))
-    cases.push_back({"--shape tiny --type F16 --vocab-from " +
-                         q(test::fixture("vocab/ggml-vocab-gpt-2.gguf").string()),
-                     "has 50257 tokens, shape tiny needs 512"});
-  for (const Case& c : cases) {
-    const auto r = test::run_command(bin + " synth " + c.args + " -o " + q(out));
-    EXPECT_EQ(r.exit_code, 1) << c.args;
-    EXPECT_NE(r.err.find("kvrun: error: "), std::string::npos) << r.err;
-    EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-    EXPECT_TRUE(files_in(dir.path()).empty()) << c.args;
-  }
-  const auto r = test::run_command(bin + " synth --shape tiny --type F16 -o " +
-                                   q((dir / "no-such-dir" / "x.gguf").string()));
-  EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.err.find("cannot create"), std::string::npos) << r.err;
-  EXPECT_TRUE(files_in(dir.path()).empty());
 }
 
 }  // namespace

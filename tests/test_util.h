@@ -47,6 +47,13 @@ inline std::vector<float> random_floats(size_t n, uint32_t seed, float sd = 1.0f
   return v;
 }
 
+/// `s` quoted for /bin/sh: in single quotes, each ' written as '\''.
+inline std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
 /// What a command printed and how it exited.
 struct CommandResult {
   int exit_code = -1;  ///< exit status, or 128 + signal when killed by one
