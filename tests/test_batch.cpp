@@ -35,11 +35,8 @@ namespace fs = std::filesystem;
 
 constexpr const char* kModel = "models/stories260K-F32.gguf";
 
-std::string q(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
+/// Shell-quoted `s` (test::shell_quote, test_util.h).
+std::string q(const std::string& s) { return test::shell_quote(s); }
 
 /// The `kvrun batch` command line with the fixture model and `args`.
 std::string batch_cmd(const std::string& args) {

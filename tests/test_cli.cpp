@@ -24,11 +24,7 @@ constexpr const char* kModel = "models/stories260K-F32.gguf";
 constexpr const char* kPrompt = "Once upon a time";
 
 /// `s` quoted for /bin/sh.
-std::string q(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
+std::string q(const std::string& s) { return test::shell_quote(s); }
 
 /// The kvrun command line with the fixture model and `args`.
 std::string kvrun(const std::string& args) {

@@ -23,11 +23,7 @@ constexpr const char* kModel = "models/stories260K-F32.gguf";
 constexpr auto kTimeout = std::chrono::seconds(20);
 
 /// `s` quoted for /bin/sh.
-std::string q(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
+std::string q(const std::string& s) { return test::shell_quote(s); }
 
 bool have_tmux() { return test::run_command("command -v tmux").exit_code == 0; }
 
