@@ -34,6 +34,17 @@ namespace kvrun {
 
 class Backend;
 
+/// A device allocation (weights, KV rows, activations, an op's scratch) that does not fit the
+/// memory the device has left: the budget it was checked against (Vulkan: KVRUN_VULKAN_BUDGET,
+/// VK_EXT_memory_budget or the heap) or the driver's own out-of-memory answer (CUDA:
+/// cudaErrorMemoryAllocation). The message names the device, the bytes asked for and what was
+/// available. Thrown by a Backend op in the middle of a step, it leaves nothing committed: the
+/// engine may run the step again with fewer rows or fewer sequences (Scheduler::step does).
+class DeviceOutOfMemory : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 /// The ops of the seam, for Device::supports.
 enum class Op {
   kGetRows,         ///< embedding rows of a table of type a

@@ -423,7 +423,7 @@ TEST(VulkanMemory, AnAllocationOverTheBudgetIsRefusedClearly) {
   try {
     d.alloc(size_t(6) << 20, BufferUse::kKv);
     ADD_FAILURE() << "6 MiB allocated with 4 MiB left";
-  } catch (const std::runtime_error& e) {
+  } catch (const DeviceOutOfMemory& e) {  // what the scheduler retries a step on
     const std::string m = e.what();
     EXPECT_NE(m.find("out of device memory"), std::string::npos) << m;
     EXPECT_NE(m.find(std::to_string(6 << 20) + " bytes"), std::string::npos) << m;
@@ -431,12 +431,44 @@ TEST(VulkanMemory, AnAllocationOverTheBudgetIsRefusedClearly) {
   }
   std::vector<uint8_t> big(size_t(5) << 20, 1);
   Tensor w = Tensor::contiguous(DType::F32, big.data(), int64_t(big.size() / 4), 1);
-  EXPECT_THROW(d.upload_weight(w, false), std::runtime_error);
+  EXPECT_THROW(d.upload_weight(w, false), DeviceOutOfMemory);
   EXPECT_NE(d.alloc(size_t(1) << 20, BufferUse::kActivations), nullptr);  // what fits
   setenv("KVRUN_VULKAN_BUDGET", "12abc", 1);
   EXPECT_THROW(d.free_memory(), std::invalid_argument);
   unsetenv("KVRUN_VULKAN_BUDGET");
   EXPECT_NE(d.alloc(size_t(6) << 20, BufferUse::kKv), nullptr);
+}
+
+/// A backend's own scratch (here the step's positions, 4 bytes a row) grows only within the
+/// budget: over it, DeviceOutOfMemory naming what grew, before the driver is asked (the engine
+/// then runs the step again with fewer rows); the backend stays usable and, with room again,
+/// takes the same step.
+TEST(VulkanMemory, ScratchThatWouldGrowOverTheBudgetThrowsDeviceOutOfMemory) {
+  REQUIRE_VULKAN();
+  std::unique_ptr<Backend> be = vk_device()->make_backend(0);
+  std::vector<int32_t> pos(5000), seq_indptr{0, 5000};
+  for (size_t i = 0; i < pos.size(); ++i) pos[i] = int32_t(i);
+  PageTable pt;
+  pt.n_seqs = 1;
+  pt.n_tokens = int64_t(pos.size());
+  pt.seq_indptr = seq_indptr.data();
+  pt.pos = pos.data();
+  setenv("KVRUN_VULKAN_BUDGET", std::to_string(int64_t(1) << 50).c_str(), 1);
+  const int64_t held = (int64_t(1) << 50) - vk_device()->free_memory();
+  setenv("KVRUN_VULKAN_BUDGET", std::to_string(held + 10000).c_str(), 1);  // < 20000 bytes
+  try {
+    be->begin_step(pt);
+    ADD_FAILURE() << "20000 bytes of positions allocated with 10000 left";
+  } catch (const DeviceOutOfMemory& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("the step's positions of 20000 bytes"), std::string::npos) << m;
+    EXPECT_NE(m.find("10000 bytes available"), std::string::npos) << m;
+  }
+  unsetenv("KVRUN_VULKAN_BUDGET");
+  be->begin_step(pt);
+  std::vector<int32_t> back(pos.size(), -1);
+  be->download(back.data(), be->positions(), back.size() * sizeof(int32_t));
+  EXPECT_EQ(back, pos);
 }
 
 // ---- the model end to end (-ngl through the seam) ----

@@ -64,6 +64,9 @@ std::string metrics_text(const SchedulerStats& s, const KvCache& cache) {
   metric("prefill_tokens_total", "counter", "Prompt tokens computed.", s.n_prefill_tokens);
   metric("generated_tokens_total", "counter", "Tokens generated.", s.n_generated_tokens);
   metric("forward_steps_total", "counter", "Batched forward steps.", s.n_steps);
+  metric("forward_steps_device_oom_total", "counter",
+         "Steps run again with fewer rows or sessions after a device ran out of memory.",
+         s.n_device_oom);
   metric("prefill_tokens_per_second", "gauge", "Prefill throughput over the server's lifetime.",
          s.prefill_s > 0 ? double(s.n_prefill_tokens) / s.prefill_s : 0.0);
   metric("generation_tokens_per_second", "gauge",

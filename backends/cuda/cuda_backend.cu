@@ -328,12 +328,12 @@ class CudaDevice final : public kvrun::Device {
   std::unique_ptr<kvrun::DeviceBuffer> alloc(size_t bytes, BufferUse use) override {
     try {
       return std::make_unique<SeamBuffer>(*this, ctx(), bytes);
-    } catch (const CudaError& e) {
-      throw std::runtime_error(out_of_memory(int64_t(bytes), use == BufferUse::kKv
-                                                                 ? "the KV cache (lower -c or "
-                                                                   "--kv-mem, or use -nkvo)"
-                                                                 : "activations (lower -b)") +
-                               " [" + e.what() + "]");
+    } catch (const DeviceOutOfMemory& e) {
+      throw DeviceOutOfMemory(out_of_memory(int64_t(bytes), use == BufferUse::kKv
+                                                                ? "the KV cache (lower -c or "
+                                                                  "--kv-mem, or use -nkvo)"
+                                                                : "activations (lower -b)") +
+                              " [" + e.what() + "]");
     }
   }
 
@@ -347,9 +347,9 @@ class CudaDevice final : public kvrun::Device {
     std::unique_ptr<SeamBuffer> buf;
     try {
       buf = std::make_unique<SeamBuffer>(*this, ctx(), bytes);
-    } catch (const CudaError& e) {
-      throw std::runtime_error(out_of_memory(int64_t(bytes), "a weight (lower -ngl)") + " [" +
-                               e.what() + "]");
+    } catch (const DeviceOutOfMemory& e) {
+      throw DeviceOutOfMemory(out_of_memory(int64_t(bytes), "a weight (lower -ngl)") + " [" +
+                              e.what() + "]");
     }
     // q4_0 / q8_0 matrices go up in the split layout (16-byte loads of their quants).
     const bool split = split_layout_supported(t.type) && t.n_rows() > 1;

@@ -3,10 +3,27 @@
 #include <stdexcept>
 #include <string>
 
+#include "backend.h"
 #include "cuda/cuda_check.cuh"
 #include "cuda/cuda_context_impl.cuh"
 
 namespace kvrun::cuda {
+namespace {
+
+/// cudaMalloc of `bytes` (≥ 1) into `ptr`. Throws kvrun::DeviceOutOfMemory (backend.h: the
+/// engine may run the step again with fewer rows) when the device has no room
+/// (cudaErrorMemoryAllocation, which is not sticky: it is cleared), CudaError for other failures.
+void device_malloc(void** ptr, size_t bytes, const char* what) {
+  const cudaError_t e = cudaMalloc(ptr, bytes);
+  if (e == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    throw DeviceOutOfMemory(std::string(what) + ": out of memory allocating " +
+                            std::to_string(bytes) + " bytes");
+  }
+  check(e, what);
+}
+
+}  // namespace
 
 Scratch::~Scratch() { cudaFree(ptr_); }
 
@@ -22,7 +39,7 @@ void* Scratch::get(cudaStream_t stream, size_t bytes) {
   cudaFree(ptr_);
   ptr_ = nullptr;
   bytes_ = 0;
-  check(cudaMalloc(&ptr_, bytes), "scratch: cudaMalloc");
+  device_malloc(&ptr_, bytes, "scratch: cudaMalloc");
   bytes_ = bytes;
   return ptr_;
 }
@@ -84,7 +101,7 @@ void Context::synchronize() {
 
 DeviceBuffer::DeviceBuffer(Context& ctx, size_t bytes) : bytes_(bytes) {
   ctx.impl().activate();
-  check(cudaMalloc(&ptr_, bytes ? bytes : 1), "cudaMalloc");
+  device_malloc(&ptr_, bytes ? bytes : 1, "cudaMalloc");
 }
 
 DeviceBuffer::~DeviceBuffer() { cudaFree(ptr_); }

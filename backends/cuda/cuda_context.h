@@ -50,7 +50,8 @@ class Context {
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
-  /// Allocates `bytes` on the context's device. Throws CudaError when it cannot.
+  /// Allocates `bytes` on the context's device. Throws kvrun::DeviceOutOfMemory (backend.h) when
+  /// the device has no room, CudaError when the allocation fails otherwise.
   DeviceBuffer(Context& ctx, size_t bytes);
   ~DeviceBuffer();
   DeviceBuffer(DeviceBuffer&& o) noexcept;

@@ -13,7 +13,8 @@ namespace kvrun::cuda {
 
 /// Grow-only device scratch memory: get(n) returns at least n bytes, reallocating (after a
 /// stream synchronization, so no queued kernel still reads the old memory) when it must grow;
-/// growing while the stream is being captured into a graph throws CudaError.
+/// growing while the stream is being captured into a graph throws CudaError, a device without
+/// room kvrun::DeviceOutOfMemory.
 class Scratch {
  public:
   ~Scratch();

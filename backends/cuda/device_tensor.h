@@ -15,7 +15,8 @@ struct DeviceTensor {
 };
 
 /// Uploads `host` (rows packed: is_contiguous()) to the context's device. Throws
-/// std::invalid_argument for a non-contiguous tensor, CudaError when the device is out of memory.
+/// std::invalid_argument for a non-contiguous tensor, kvrun::DeviceOutOfMemory when the device is
+/// out of memory.
 DeviceTensor upload_tensor(Context& ctx, const Tensor& host);
 /// Uploads a q4_0 / q8_0 matrix in the split layout (matmul.h split_weight) and sets
 /// view.packed = view.data, which tells matmul and get_rows to read it so. Throws as

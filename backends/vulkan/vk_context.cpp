@@ -5,6 +5,7 @@
 #include <cstring>
 #include <new>
 
+#include "backend.h"
 #include "vulkan/vk_shaders.h"
 
 namespace kvrun::vulkan {
@@ -19,8 +20,9 @@ T vk_struct(VkStructureType s) {
 }
 
 void check(VkResult r, const char* what) {
-  if (r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY)
-    throw std::bad_alloc();
+  if (r == VK_ERROR_OUT_OF_DEVICE_MEMORY)
+    throw DeviceOutOfMemory(std::string("Vulkan: ") + what + ": out of device memory");
+  if (r == VK_ERROR_OUT_OF_HOST_MEMORY) throw std::bad_alloc();
   if (r != VK_SUCCESS)
     throw VulkanError(std::string("Vulkan: ") + what + " failed (VkResult " +
                       std::to_string(int(r)) + ")");

@@ -85,7 +85,8 @@ class Context {
   Context& operator=(const Context&) = delete;
 
   /// `bytes` (≥ 1) in device-local memory, or host-visible coherent memory when `host_visible`.
-  /// Throws std::bad_alloc when the device is out of memory.
+  /// Throws DeviceOutOfMemory (backend.h) when the driver says the device is out of memory,
+  /// std::bad_alloc when the host is.
   Allocation* allocate(size_t bytes, bool host_visible);
   /// Bytes of the live device-local allocations (host_visible false) of this context.
   int64_t device_bytes() const { return device_bytes_; }

@@ -198,6 +198,30 @@ constexpr int64_t kMatvecMaxRows = 4;
 /// within one prompt moved tiny-qwen3's prompt logits further from the CPU's, test_gpu_e2e).
 bool int8_dot_type(DType t) { return t == DType::Q8_0 || t == DType::Q4_0; }
 
+/// The budget KVRUN_VULKAN_BUDGET forces on every Vulkan device (a byte count: what a smaller
+/// GPU would have, for tests and for leaving room to other programs), or −1 when unset. Throws
+/// std::invalid_argument naming the variable when it is not a byte count.
+int64_t forced_budget() {
+  const char* e = std::getenv("KVRUN_VULKAN_BUDGET");
+  if (!e || !*e) return -1;
+  const std::string v(e);
+  if (v.size() > 18 || v.find_first_not_of("0123456789") != std::string::npos)
+    throw std::invalid_argument("KVRUN_VULKAN_BUDGET=" + v + ": expected a byte count");
+  return std::stoll(v);
+}
+
+/// Throws DeviceOutOfMemory ("out of device memory", what, the bytes needed and available)
+/// when `bytes` more do not fit d.free_memory(): said before the driver's allocation fails, and
+/// where a forced budget is smaller than the device.
+void check_fits(const Device& d, size_t bytes, const char* what) {
+  const int64_t free = d.free_memory();
+  if (free >= 0 && int64_t(bytes) > free)
+    throw DeviceOutOfMemory(d.name() + ": out of device memory: " + what + " of " +
+                            std::to_string(bytes) + " bytes does not fit the " +
+                            std::to_string(free) + " bytes available" +
+                            (forced_budget() >= 0 ? " (KVRUN_VULKAN_BUDGET)" : ""));
+}
+
 /// Whether a backend made now uses the device's int8 dot product: when the device reports it,
 /// unless KVRUN_VULKAN_NO_INT8_DOT=1 forces the portable f32 matvec (what a device without it
 /// runs; the tests run both paths on one device this way).
@@ -252,12 +276,7 @@ class VulkanBackend final : public Backend {
   void begin_step(const PageTable& pt) override {
     pt_ = pt;
     const size_t bytes = size_t(std::max<int64_t>(pt.n_tokens, 1)) * sizeof(int32_t);
-    if (!pos_ || pos_->size < bytes) {
-      s_.flush();  // recorded ops may still read the old positions
-      ctx_.release(pos_);
-      pos_ = nullptr;
-      pos_ = ctx_.allocate(std::max<size_t>(bytes, 4096), false);
-    }
+    regrow(pos_, bytes, 4096, "the step's positions");
     if (pt.n_tokens > 0) s_.upload(pos_->address, pt.pos, size_t(pt.n_tokens) * sizeof(int32_t));
   }
   const int32_t* positions() const override {
@@ -409,12 +428,7 @@ class VulkanBackend final : public Backend {
     uint64_t part = 0;
     if (n_seg > 1) {
       const size_t bytes = size_t(n_rows * a.n_head * n_seg * (2 + a.head_dim_v)) * 4;
-      if (!part_ || part_->size < bytes) {
-        s_.flush();  // recorded ops may still use the old scratch
-        ctx_.release(part_);
-        part_ = nullptr;
-        part_ = ctx_.allocate(bytes, false);
-      }
+      regrow(part_, bytes, 0, "attention's split partials");
       part = part_->address;
     }
     const std::vector<uint64_t> blocks = block_addresses(kv, pt_);
@@ -471,17 +485,27 @@ class VulkanBackend final : public Backend {
   void synchronize() override { s_.flush(); }
 
  private:
+  /// Makes `a` (a scratch buffer of this backend) at least `bytes` long: when it is shorter, the
+  /// recorded ops (which may still read it) are submitted, it is given back and max(bytes, min)
+  /// bytes are allocated. Throws DeviceOutOfMemory (naming `what`, the bytes and what is
+  /// available) when they do not fit the device's free memory (Device::free_memory: the forced
+  /// budget, VK_EXT_memory_budget or the heap), before the driver is asked; `a` is then null.
+  void regrow(Allocation*& a, size_t bytes, size_t min, const char* what) {
+    if (a && a->size >= bytes) return;
+    s_.flush();
+    ctx_.release(a);
+    a = nullptr;
+    const size_t n = std::max(bytes, min);
+    check_fits(dev_, n, what);
+    a = ctx_.allocate(n, false);
+  }
+
   /// The decode matvec of a q8_0 / q4_0 weight with the int8 dot product: x quantized to q8_0
   /// blocks (quantize_q8.comp) into the backend's scratch, then matvec_dot.comp.
   void matvec_dot(const Tensor& w, const float* x, int64_t n, float* y, const char* suffix) {
     const int64_t k = w.ne[0], m = w.n_rows(), nb = n * k / 32;
     const size_t bytes = size_t(nb) * 36;  // 8 words of codes + an f32 scale per block
-    if (!xq_ || xq_->size < bytes) {
-      s_.flush();  // recorded ops may still read the old scratch
-      ctx_.release(xq_);
-      xq_ = nullptr;
-      xq_ = ctx_.allocate(std::max<size_t>(bytes, 64 << 10), false);
-    }
+    regrow(xq_, bytes, 64 << 10, "the q8_0 activations");
     const uint64_t qs = xq_->address, ds = qs + uint64_t(nb) * 32;
     const QuantizeQ8Push q{addr(x), qs, ds, uint32_t(nb)};
     s_.dispatch("quantize_q8", &q, sizeof q, stride_groups(q.n_blocks));
@@ -526,18 +550,6 @@ class VulkanBackend final : public Backend {
   const bool int8_dot_;         // int8_dot_wanted() when made
   Allocation* xq_ = nullptr;    // matvec_dot's q8_0 activations
 };
-
-/// The budget KVRUN_VULKAN_BUDGET forces on every Vulkan device (a byte count: what a smaller
-/// GPU would have, for tests and for leaving room to other programs), or −1 when unset. Throws
-/// std::invalid_argument naming the variable when it is not a byte count.
-int64_t forced_budget() {
-  const char* e = std::getenv("KVRUN_VULKAN_BUDGET");
-  if (!e || !*e) return -1;
-  const std::string v(e);
-  if (v.size() > 18 || v.find_first_not_of("0123456789") != std::string::npos)
-    throw std::invalid_argument("KVRUN_VULKAN_BUDGET=" + v + ": expected a byte count");
-  return std::stoll(v);
-}
 
 class VulkanDevice final : public Device {
  public:
@@ -595,7 +607,7 @@ class VulkanDevice final : public Device {
   }
 
   std::unique_ptr<DeviceBuffer> alloc(size_t bytes, BufferUse) override {
-    check_fits(bytes, "a buffer");
+    check_fits(*this, bytes, "a buffer");
     Context& c = ctx();
     return std::make_unique<VulkanBuffer>(*this, c, c.allocate(bytes, false));
   }
@@ -607,7 +619,7 @@ class VulkanDevice final : public Device {
     if (!t.is_contiguous())
       throw std::runtime_error(name_ + ": a weight must be contiguous to be uploaded");
     const size_t bytes = t.n_bytes();
-    check_fits(bytes, "a weight");
+    check_fits(*this, bytes, "a weight");
     Context& c = ctx();
     auto buf = std::make_unique<VulkanBuffer>(*this, c, c.allocate(bytes, false));
     {
@@ -633,17 +645,6 @@ class VulkanDevice final : public Device {
   int64_t used_bytes() const {
     std::lock_guard<std::mutex> lock(mu_);
     return ctx_ ? ctx_->device_bytes() : 0;
-  }
-
-  /// Throws VulkanError ("out of device memory", the bytes needed and available) when `bytes`
-  /// more do not fit free_memory(): said before the driver's allocation fails, and where a
-  /// forced budget is smaller than the device.
-  void check_fits(size_t bytes, const char* what) const {
-    const int64_t free = free_memory();
-    if (free >= 0 && int64_t(bytes) > free)
-      throw VulkanError(name_ + ": out of device memory: " + what + " of " + std::to_string(bytes) +
-                        " bytes does not fit the " + std::to_string(free) + " bytes available" +
-                        (forced_budget() >= 0 ? " (KVRUN_VULKAN_BUDGET)" : ""));
   }
 
   Context& ctx() {

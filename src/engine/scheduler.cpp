@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <exception>
 
+#include "backend.h"
 #include "text/grammar_vocab.h"
 
 namespace kvrun {
@@ -63,7 +64,8 @@ struct Scheduler::Session {
   int32_t next_token = -1;  // sampled, not yet evaluated
   bool prefill = true;
   bool done = false;
-  bool had_newline = false;  // an earlier generated token's text held '\n' (t_max_predict_ms)
+  bool had_newline = false;       // an earlier generated token's text held '\n' (t_max_predict_ms)
+  int64_t max_chunk = INT64_MAX;  // prompt rows per step at most (halved when a step did not fit)
   RequestResult result;
   Clock::time_point submitted, started, first_token;
   std::optional<Clock::time_point> deadline;
@@ -219,54 +221,26 @@ bool Scheduler::step() {
     else if (s->deadline && t0 >= *s->deadline)
       finish(*s, FinishReason::kTimeout);
   }
-  // Decodes first (one token each), then prefill chunks within what is left of the budget.
-  int64_t budget = params_.n_batch, n_decode = 0, n_prefill = 0;
-  std::vector<Session*> in_batch;
-  std::vector<int64_t> n_rows;  // rows of each session in the step
-  step_->clear();
-  Session* waiting = nullptr;  // a prefill that found the pool full
-  for (auto& s : active_) {
-    if (s->done || s->prefill || budget == 0) continue;
-    try {
-      s->seq.reserve(1);
-    } catch (const KvCacheFull&) {
-      finish(*s, FinishReason::kError, "the KV cache is full (raise --kv-mem or lower -np)");
-      continue;
+  Batch b;
+  for (;;) {
+    b = build_batch();
+    if (b.sessions.empty()) {
+      if (b.waiting)
+        finish(*b.waiting, FinishReason::kError, "the KV cache is full (raise --kv-mem)");
+      return false;
     }
-    step_->add(s->seq, std::span<const int32_t>(&s->next_token, 1), StepLogits::kLast);
-    in_batch.push_back(s.get());
-    n_rows.push_back(1);
-    --budget;
-    ++n_decode;
-  }
-  for (auto& s : active_) {
-    if (s->done || !s->prefill || budget == 0) continue;
-    const int64_t left = int64_t(s->p.prompt.size()) - s->n_prefilled;
-    const int64_t n = std::min(left, budget);
     try {
-      s->seq.reserve(n);
-    } catch (const KvCacheFull&) {
-      if (!waiting) waiting = s.get();
-      continue;  // wait for blocks other sessions give back
+      step_->run();
+      break;
+    } catch (const DeviceOutOfMemory& e) {
+      ++counters_.n_device_oom;
+      shed(b, e.what());  // nothing was committed: run the step again without what did not fit
     }
-    const std::span<const int32_t> prompt(s->p.prompt);
-    step_->add(s->seq, prompt.subspan(size_t(s->n_prefilled), size_t(n)),
-               n == left ? StepLogits::kLast : StepLogits::kNone);
-    in_batch.push_back(s.get());
-    n_rows.push_back(n);
-    budget -= n;
-    n_prefill += n;
   }
-  if (in_batch.empty()) {
-    if (waiting) finish(*waiting, FinishReason::kError, "the KV cache is full (raise --kv-mem)");
-    return false;
-  }
-  step_->run();
-
-  for (size_t i = 0; i < in_batch.size(); ++i) {
-    Session& s = *in_batch[i];
+  for (size_t i = 0; i < b.sessions.size(); ++i) {
+    Session& s = *b.sessions[i];
     if (s.prefill) {
-      s.n_prefilled += n_rows[i];
+      s.n_prefilled += b.n_rows[i];
       if (s.n_prefilled < int64_t(s.p.prompt.size())) continue;
       s.prefill = false;
       if (s.p.n_predict == 0) {  // only the prompt (e.g. a client warming the cache)
@@ -278,12 +252,70 @@ bool Scheduler::step() {
     sample(s, step_->logits(i));
   }
   const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
-  const double total = double(n_decode + n_prefill);
-  counters_.prefill_s += dt * double(n_prefill) / total;
-  counters_.decode_s += dt * double(n_decode) / total;
-  counters_.n_prefill_tokens += n_prefill;
+  const double total = double(b.n_decode + b.n_prefill);
+  counters_.prefill_s += dt * double(b.n_prefill) / total;
+  counters_.decode_s += dt * double(b.n_decode) / total;
+  counters_.n_prefill_tokens += b.n_prefill;
   ++counters_.n_steps;
   return true;
+}
+
+Scheduler::Batch Scheduler::build_batch() {
+  // Decodes first (one token each), then prefill chunks within what is left of the budget.
+  Batch b;
+  int64_t budget = params_.n_batch;
+  step_->clear();
+  for (auto& s : active_) {
+    if (s->done || s->prefill || budget == 0) continue;
+    try {
+      s->seq.reserve(1);
+    } catch (const KvCacheFull&) {
+      finish(*s, FinishReason::kError, "the KV cache is full (raise --kv-mem or lower -np)");
+      continue;
+    }
+    step_->add(s->seq, std::span<const int32_t>(&s->next_token, 1), StepLogits::kLast);
+    b.sessions.push_back(s.get());
+    b.n_rows.push_back(1);
+    --budget;
+    ++b.n_decode;
+  }
+  for (auto& s : active_) {
+    if (s->done || !s->prefill || budget == 0) continue;
+    const int64_t left = int64_t(s->p.prompt.size()) - s->n_prefilled;
+    const int64_t n = std::min({left, budget, s->max_chunk});
+    try {
+      s->seq.reserve(n);
+    } catch (const KvCacheFull&) {
+      if (!b.waiting) b.waiting = s.get();
+      continue;  // wait for blocks other sessions give back
+    }
+    const std::span<const int32_t> prompt(s->p.prompt);
+    step_->add(s->seq, prompt.subspan(size_t(s->n_prefilled), size_t(n)),
+               n == left ? StepLogits::kLast : StepLogits::kNone);
+    b.sessions.push_back(s.get());
+    b.n_rows.push_back(n);
+    budget -= n;
+    b.n_prefill += n;
+  }
+  return b;
+}
+
+void Scheduler::shed(const Batch& b, const std::string& why) {
+  // The largest prefill chunk is halved (its session keeps the smaller chunk from now on: the
+  // step's scratch grows with rows × context); with none left to halve, the session holding
+  // the most context ends with the error and the others go on.
+  size_t big = 0;
+  for (size_t i = 1; i < b.sessions.size(); ++i)
+    if (b.n_rows[i] > b.n_rows[big]) big = i;
+  if (b.n_rows[big] > 1) {
+    b.sessions[big]->max_chunk = b.n_rows[big] / 2;
+    return;
+  }
+  Session* longest = b.sessions.front();
+  for (Session* s : b.sessions)
+    if (s->seq.n_tokens() > longest->seq.n_tokens()) longest = s;
+  finish(*longest, FinishReason::kError,
+         why + " (this request was stopped; the others go on: lower -c, -np or -ngl)");
 }
 
 void Scheduler::sample(Session& s, std::span<const float> logits) {

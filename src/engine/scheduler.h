@@ -154,6 +154,7 @@ struct SchedulerStats {
   int64_t n_prefill_tokens = 0;       ///< prompt tokens computed
   int64_t n_generated_tokens = 0;     ///< tokens sampled
   int64_t n_steps = 0;                ///< forward steps
+  int64_t n_device_oom = 0;           ///< steps run again after a device ran out of memory
   double prefill_s = 0;               ///< time in steps, weighted by the prefill share of tokens
   double decode_s = 0;                ///< time in steps, weighted by the decode share of tokens
   int64_t n_active = 0;               ///< sessions now
@@ -192,7 +193,22 @@ class Scheduler {
   };
   void run();
   void admit();
+  /// The sessions of one step and their rows (Scheduler::step).
+  struct Batch {
+    std::vector<Session*> sessions;  ///< in the step's slice order
+    std::vector<int64_t> n_rows;     ///< rows of each
+    int64_t n_decode = 0, n_prefill = 0;
+    Session* waiting = nullptr;  ///< a prefill that found the pool full
+  };
+  /// One forward step: decodes, then prefill chunks (build_batch). A step that throws
+  /// DeviceOutOfMemory is run again after shed(): so a request that no longer fits the device
+  /// ends with kError (serve: 503) and the others keep running.
   bool step();
+  /// Clears the Step and adds this step's rows; ends a decode whose block cannot be taken.
+  Batch build_batch();
+  /// After a step of `b` ran out of device memory (`why`): halves the largest prefill chunk;
+  /// when every chunk is one row, ends the session with the most context (kError, `why`).
+  void shed(const Batch& b, const std::string& why);
   void finish(Session& s, FinishReason why, const std::string& error = "");
   void sample(Session& s, std::span<const float> logits);
   void publish_stats();

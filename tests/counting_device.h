@@ -1,0 +1,158 @@
+// counting_device.h — a CPU device standing in for a GPU in the seam's tests (test_backend_split,
+// test_scheduler_oom): it counts uploads, KV allocations and boundary copies, can refuse ops as a
+// device without them would, and can run out of memory in the middle of a step.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "backend.h"
+
+namespace kvrun {
+
+/// A CPU device that counts the boundary copies and uploads its backends receive; with
+/// `host = false` it says its memory is not the host's, as a GPU would (KvCache then writes its
+/// KV rows through a backend of it).
+class CountingDevice final : public Device {
+ public:
+  explicit CountingDevice(const std::string& name) : dev_(make_cpu_device(name)) {}
+  std::string name() const override { return dev_->name(); }
+  std::string description() const override { return "counting " + dev_->description(); }
+  bool host_memory() const override { return host; }
+  int64_t total_memory() const override { return dev_->total_memory(); }
+  int64_t free_memory() const override { return dev_->free_memory(); }
+  bool supports(Op op, DType a, DType b, int64_t k) const override {
+    if (refuse_q4_0_kv && (op == Op::kKvStore || op == Op::kPagedAttention) &&
+        (a == DType::Q4_0 || b == DType::Q4_0))
+      return false;
+    if (refuse_moe && (op == Op::kMoeRoute || op == Op::kMatmulId)) return false;
+    if (refuse_sinks && op == Op::kAttnSinks) return false;
+    if (refuse_mla && op == Op::kMla) return false;
+    return dev_->supports(op, a, b, k);
+  }
+  std::unique_ptr<DeviceBuffer> alloc(size_t bytes, BufferUse use) override {
+    if (use == BufferUse::kKv) ++kv_allocs;
+    return dev_->alloc(bytes, use);
+  }
+  std::unique_ptr<DeviceBuffer> upload_weight(Tensor& t, bool release_mapped) override {
+    auto b = dev_->upload_weight(t, release_mapped);
+    t.device = this;
+    ++uploads;
+    return b;
+  }
+  std::unique_ptr<Backend> make_backend(int n_threads) override;
+
+  bool refuse_q4_0_kv = false;  ///< stands in for a device without q4_0 KV kernels
+  bool refuse_moe = false;      ///< stands in for a device without the MoE ops (Vulkan, CUDA)
+  bool refuse_sinks = false;    ///< stands in for a device without attention sinks
+  bool refuse_mla = false;      ///< stands in for a device without MLA (Vulkan, CUDA)
+  bool host = true;             ///< host_memory()
+  /// Stand-ins for a device whose memory runs out in the middle of a step (its scratch grows with
+  /// the step's rows and the context a query sees): paged_attention throws DeviceOutOfMemory
+  /// when the step has more rows than oom_above_rows, or a sequence of it sees more positions
+  /// than oom_above_context. oom_thrown counts the throws.
+  int64_t oom_above_rows = INT64_MAX;
+  int64_t oom_above_context = INT64_MAX;
+  int64_t oom_thrown = 0;
+  int kv_allocs = 0;
+  int uploads = 0;
+  int64_t copies_in = 0;     ///< copy_from calls on this device's backends
+  int64_t upload_bytes = 0;  ///< bytes of Backend::upload calls on this device's backends
+
+ private:
+  std::unique_ptr<Device> dev_;
+};
+
+/// Forwards every op to a CPU backend; counts the boundary copies into it.
+class CountingBackend final : public Backend {
+ public:
+  CountingBackend(CountingDevice& d, std::unique_ptr<Backend> be) : d_(d), be_(std::move(be)) {}
+  Device& device() const override { return d_; }
+  int n_threads() const override { return be_->n_threads(); }
+  void begin_step(const PageTable& pt) override {
+    rows_ = pt.n_tokens;
+    context_ = 0;
+    for (int64_t i = 0; i < pt.n_seqs; ++i)
+      context_ = std::max<int64_t>(context_, pt.pos[pt.seq_indptr[i + 1] - 1] + 1);
+    be_->begin_step(pt);
+  }
+  const int32_t* positions() const override { return be_->positions(); }
+  void get_rows(const Tensor& t, const int32_t* ids, int64_t n, float* out) override {
+    be_->get_rows(t, ids, n, out);
+  }
+  void rms_norm(const float* x, const Tensor* w, float* y, int64_t r, int64_t c,
+                float eps) override {
+    be_->rms_norm(x, w, y, r, c, eps);
+  }
+  void matmul(const Tensor& w, const float* x, int64_t n, float* y) override {
+    be_->matmul(w, x, n, y);
+  }
+  void matmul_many(const MatmulOut* o, int n_o, const float* x, int64_t n) override {
+    be_->matmul_many(o, n_o, x, n);
+  }
+  void rope(float* x, int64_t n, int64_t h, int64_t hd, const RopeConfig& c) override {
+    be_->rope(x, n, h, hd, c);
+  }
+  void glu(GluKind k, const float* g, const float* u, float* o, int64_t r, int64_t c) override {
+    be_->glu(k, g, u, o, r, c);
+  }
+  void add(float* y, const float* x, int64_t n) override { be_->add(y, x, n); }
+  void add_row(float* y, const Tensor& row, int64_t r, int64_t c) override {
+    be_->add_row(y, row, r, c);
+  }
+  void scale(float* x, int64_t n, float s) override { be_->scale(x, n, s); }
+  void softcap(float* x, int64_t n, float cap) override { be_->softcap(x, n, cap); }
+  void copy_cols(const float* s, int64_t r, int64_t c, int64_t c0, int64_t n, float* d) override {
+    be_->copy_cols(s, r, c, c0, n, d);
+  }
+  void kv_store(const KvLayer& kv, const PagedAttnParams& p, const float* k,
+                const float* v) override {
+    be_->kv_store(kv, p, k, v);
+  }
+  void paged_attention(const KvLayer& kv, const PagedAttnParams& p, const float* q,
+                       float* out) override {
+    if (rows_ > d_.oom_above_rows || context_ > d_.oom_above_context) {
+      ++d_.oom_thrown;
+      throw DeviceOutOfMemory(d_.name() +
+                              ": out of device memory (a stand-in: " + std::to_string(rows_) +
+                              " rows, context " + std::to_string(context_) + ")");
+    }
+    be_->paged_attention(kv, p, q, out);
+  }
+  void upload(void* d, const void* h, size_t n) override {
+    d_.upload_bytes += int64_t(n);
+    be_->upload(d, h, n);
+  }
+  void download(void* h, const void* s, size_t n) override { be_->download(h, s, n); }
+  void copy_from(Backend& from, const void* src, void* dst, size_t bytes) override {
+    ++d_.copies_in;
+    be_->copy_from(from, src, dst, bytes);
+  }
+  void synchronize() override { be_->synchronize(); }
+  void moe_route(const float* logits, int64_t n, const MoeRouteParams& p, int32_t* ids,
+                 float* weights) override {
+    be_->moe_route(logits, n, p, ids, weights);
+  }
+  void matmul_id(const Tensor& w, const float* x, bool x_per_slot, const int32_t* ids,
+                 const float* weights, int64_t n, int64_t n_used, float* y,
+                 const Tensor* bias) override {
+    be_->matmul_id(w, x, x_per_slot, ids, weights, n, n_used, y, bias);
+  }
+  void copy_strided(const float* src, int64_t ss, float* dst, int64_t ds, int64_t rows,
+                    int64_t cols) override {
+    be_->copy_strided(src, ss, dst, ds, rows, cols);
+  }
+
+ private:
+  CountingDevice& d_;
+  std::unique_ptr<Backend> be_;
+  int64_t rows_ = 0, context_ = 0;  // of the step begun last
+};
+
+inline std::unique_ptr<Backend> CountingDevice::make_backend(int n_threads) {
+  return std::make_unique<CountingBackend>(*this, dev_->make_backend(n_threads));
+}
+
+}  // namespace kvrun
