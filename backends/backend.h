@@ -239,17 +239,32 @@ class Device {
   virtual std::unique_ptr<Backend> make_backend(int n_threads) = 0;
 };
 
+/// The gate function of a mixture-of-experts router: what turns one row of expert logits into
+/// the scores the experts are chosen by and weighted with (llama.cpp's
+/// LLM_EXPERT_GATING_FUNC_TYPE; GGUF key {arch}.expert_gating_func 1, 2, 3).
+enum class MoeGating {
+  /// softmax over every expert's logit (Shazeer et al. 2017; Qwen3 MoE, DeepSeek-V2)
+  kSoftmax,
+  /// sigmoid of each logit (DeepSeek-AI 2024, "DeepSeek-V3 Technical Report", §2.1.2)
+  kSigmoid,
+  /// the logits themselves; the k chosen are weighted by a softmax over those k only (gpt-oss)
+  kTopkSoftmax,
+};
+
 /// How a mixture-of-experts router turns one row of expert logits into expert weights
 /// (Shazeer et al. 2017, "Outrageously Large Neural Networks"; Qwen3 MoE: softmax gating,
 /// top-k, the k probabilities renormalized to sum to 1 when norm_topk_prob is set; gpt-oss:
-/// top-k of the logits, then a softmax over the k chosen).
+/// top-k of the logits, then a softmax over the k chosen; DeepSeek-V3: sigmoid scores, chosen
+/// by score + a per-expert bias, weighted by the unbiased scores, renormalized).
 struct MoeRouteParams {
   int64_t n_expert = 0;  ///< logits per row
   int64_t n_used = 0;    ///< k: experts chosen per row (1 ≤ k ≤ n_expert)
-  bool norm = true;      ///< divide the k chosen probabilities by their sum (softmax first only)
-  /// false: softmax over every expert, then top-k; true (gpt-oss, llama.cpp's
-  /// SOFTMAX_WEIGHT gating): the k largest logits, then softmax over those k (norm unused)
-  bool topk_then_softmax = false;
+  bool norm = true;      ///< divide the k chosen scores by their sum (not with kTopkSoftmax)
+  MoeGating gating = MoeGating::kSoftmax;
+  /// Null, or {n_expert} f32 on the backend's device: added to the gate scores for choosing the
+  /// experts only; the weights are the unbiased scores (DeepSeek-V3's auxiliary-loss-free
+  /// balancing bias, e_score_correction_bias; GGUF tensor blk.N.exp_probs_b.bias).
+  const Tensor* selection_bias = nullptr;
 };
 
 /// One output of Backend::matmul_many.
@@ -330,12 +345,13 @@ class Backend {
   // ---- Mixture of experts (Op::kMoeRoute, Op::kMatmulId). The defaults throw
   // std::logic_error: a device that does not override them must say no in supports(). ----
 
-  /// The router of n rows: p = softmax(logits[r, :]) over p.n_expert, the p.n_used largest
-  /// (descending; the lower id first on a tie) into ids[r, :] and their probabilities into
-  /// weights[r, :], divided by their sum when p.norm; with p.topk_then_softmax the p.n_used
-  /// largest logits (same order) and the softmax of those n_used logits instead.
+  /// The router of n rows: per row r the gate scores s = g(logits[r, :]) over p.n_expert (g by
+  /// p.gating: softmax, sigmoid, or the logits themselves), the p.n_used largest of
+  /// s + p.selection_bias (descending; the lower id first on a tie) into ids[r, :] and their
+  /// unbiased scores s into weights[r, :], divided by their sum when p.norm; with kTopkSoftmax
+  /// the weights are the softmax of the n_used chosen logits instead.
   /// logits: [n, n_expert]; ids: [n, n_used] int32; weights: [n, n_used] f32. Throws
-  /// std::invalid_argument when n_used is out of range.
+  /// std::invalid_argument when n_used is out of range or the bias is not {n_expert} f32.
   virtual void moe_route(const float* /*logits*/, int64_t /*n*/, const MoeRouteParams& /*p*/,
                          int32_t* /*ids*/, float* /*weights*/) {
     throw std::logic_error("moe_route is not implemented by the " + device().name() + " backend");

@@ -32,7 +32,8 @@
 //            token; Q through a LoRA unless V2-Lite), plain RoPE with YaRN and its log-scaled
 //            score factor, the first leading_dense_block_count FFNs dense, the others softmax-gated
 //            experts (weights × expert_weights_scale) plus shared experts (DeepSeek-AI 2024,
-//            "DeepSeek-V2"; models/deepseek2.cpp)
+//            "DeepSeek-V2"; models/deepseek2.cpp); DeepSeek-V3-style files (Moonlight, V3, R1)
+//            gate by sigmoid with an expert selection bias (exp_probs_b) and renormalize
 //   gpt-oss  (GGUF arch "gpt-oss", llama.cpp's LLM_ARCH_OPENAI_MOE) Q/K/V and output biases,
 //            a learned attention sink per head, a 128-token window on even layers, YaRN RoPE;
 //            a MoE FFN in every layer whose norm is named post_attention_norm: router with
@@ -43,6 +44,7 @@
 #include <string>
 #include <string_view>
 
+#include "backend.h"
 #include "gguf.h"
 #include "models/hparams.h"
 
@@ -73,8 +75,10 @@ struct ArchSpec {
   /// An encoder (bert, nomic-bert): bidirectional attention over whole inputs, outputs
   /// embeddings only (no output head); loaded and run by models/bert.h.
   bool encoder = false;
-  /// The router takes the top-k logits, then a softmax over those k (gpt-oss; moe_norm unused)
-  bool moe_topk_softmax = false;
+  /// The router's gate function (backend.h MoeGating): softmax (qwen3moe, DeepSeek-V2),
+  /// sigmoid (DeepSeek-V3 files of deepseek2), or the top-k logits then a softmax over those k
+  /// (gpt-oss; moe_norm unused)
+  MoeGating moe_gating = MoeGating::kSoftmax;
   /// Biases of the router and the experts are required: ffn_gate_inp.bias {n_expert},
   /// ffn_{gate,up}_exps.bias {n_ff_exp, n_expert}, ffn_down_exps.bias {n_embd, n_expert}
   /// (gpt-oss; other MoE architectures use them when present)

@@ -12,11 +12,14 @@
 //    parts, scaled by mscale² / sqrt(head_dim) where mscale = attn_factor · (1 +
 //    rope.scaling.yarn_log_multiplier · ln(1 / freq_scale)); the RoPE itself runs with attn_factor
 //    1 / (1 + 0.1 · ln(1 / freq_scale)), which YaRN's own mscale brings back to 1;
-//  * FFN: the first leading_dense_block_count layers dense SwiGLU; the others softmax gating over
-//    expert_count experts, top expert_used_count, weights renormalized only with
-//    expert_weights_norm and multiplied by expert_weights_scale, plus expert_shared_count shared
-//    experts (one SwiGLU ffn_*_shexp) every token runs; sigmoid gating (expert_gating_func 2,
-//    DeepSeek-V3) is refused;
+//  * FFN: the first leading_dense_block_count layers dense SwiGLU; the others a router over
+//    expert_count experts: softmax scores (expert_gating_func 1, DeepSeek-V2) or sigmoid scores
+//    (2: DeepSeek-V3, R1, Moonlight; DeepSeek-AI 2024, "DeepSeek-V3 Technical Report" §2.1.2),
+//    the top expert_used_count of score + exp_probs_b (the auxiliary-loss-free balancing bias,
+//    used for the choice only, where the file has it), weighted by their unbiased scores,
+//    renormalized only with expert_weights_norm and multiplied by expert_weights_scale, plus
+//    expert_shared_count shared experts (one SwiGLU ffn_*_shexp) every token runs;
+//    group-limited routing (expert_group_count > 1 with fewer groups used) is refused;
 //  * untied output head.
 //
 // The KV cache keeps per token and layer one row [RoPE(k_pe) | c] (Hparams::kv_rows): n_rot +
@@ -51,6 +54,31 @@ int64_t read_count(const gguf::File& f, const std::string& key, int64_t lo, int6
   return *v;
 }
 
+/// The router's gate function from llama.cpp's expert_gating_func (LLM_EXPERT_GATING_FUNC_TYPE:
+/// 1 softmax, 2 sigmoid). Absent (DeepSeek-V2 / V2.5 files): softmax, except 47 or 48 layers
+/// (GLM-4.7-Flash, with its MTP layer), sigmoid, as ik_llama.cpp's deepseek2 loader decides
+/// (src/llama-hparams.cpp). Group-limited routing (DeepSeek-V3's n_group / topk_group, keys
+/// expert_group_count / expert_group_used_count) is not in the reference's deepseek2 graph: a file
+/// that restricts the choice to fewer groups than it has is refused rather than run without it.
+MoeGating read_gating(const gguf::File& f, const Hparams& hp) {
+  const std::string p = hp.arch + ".";
+  const int64_t groups = read_count(f, p + "expert_group_count", 0, 4096, 1);
+  const int64_t used = read_count(f, p + "expert_group_used_count", 0, 4096, 0);
+  if (groups > 1 && used < groups)
+    throw ModelError(p + "expert_group_count = " + std::to_string(groups) + " with " + p +
+                     "expert_group_used_count " +
+                     (used > 0 ? "= " + std::to_string(used) : std::string("absent")) +
+                     ": group-limited expert routing is not supported (only files whose experts "
+                     "form one group, or whose every group is used, as Moonlight's)");
+  const auto v = f.get_int(p + "expert_gating_func");
+  if (!v || *v == 0)
+    return hp.n_layer == 47 || hp.n_layer == 48 ? MoeGating::kSigmoid : MoeGating::kSoftmax;
+  if (*v == 1) return MoeGating::kSoftmax;
+  if (*v == 2) return MoeGating::kSigmoid;
+  throw ModelError(p + "expert_gating_func = " + std::to_string(*v) +
+                   " is not a deepseek2 gate function (1 softmax, 2 sigmoid)");
+}
+
 }  // namespace
 
 ArchSpec deepseek2_arch(const gguf::File& f, Hparams& hp) {
@@ -69,12 +97,7 @@ ArchSpec deepseek2_arch(const gguf::File& f, Hparams& hp) {
   if (!(*scale > 0) || !std::isfinite(*scale))
     throw ModelError(p + "expert_weights_scale must be positive");
   hp.expert_weights_scale = float(*scale);
-  // llama.cpp's LLM_EXPERT_GATING_FUNC_TYPE: 0 unset (DeepSeek-V2 files: softmax), 1 softmax,
-  // 2 sigmoid (DeepSeek-V3, with exp_probs_b).
-  const int64_t gating = read_count(f, p + "expert_gating_func", 0, 3, 0);
-  if (gating > 1)
-    throw ModelError(p + "expert_gating_func = " + std::to_string(gating) +
-                     " (sigmoid gating, DeepSeek-V3) is not supported yet");
+  const MoeGating gating = read_gating(f, hp);
   if (auto v = f.get_float(p + "rope.scaling.yarn_log_multiplier")) hp.yarn_log_mul = float(*v);
   if (hp.rope.n_rot % 2 != 0 || hp.rope.n_rot >= hp.head_dim)
     throw ModelError(p + "rope.dimension_count (" + std::to_string(hp.rope.n_rot) +
@@ -86,6 +109,7 @@ ArchSpec deepseek2_arch(const gguf::File& f, Hparams& hp) {
   s.rope_neox = false;
   s.moe = true;
   s.moe_norm = f.get_bool(p + "expert_weights_norm").value_or(false);
+  s.moe_gating = gating;
   s.mla = true;
   s.output_optional = false;
   return s;

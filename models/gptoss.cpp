@@ -27,7 +27,7 @@ ArchSpec gptoss_arch(const gguf::File& file, Hparams& hp) {
   s.output_optional = false;
   s.moe = true;
   s.moe_norm = false;
-  s.moe_topk_softmax = true;
+  s.moe_gating = MoeGating::kTopkSoftmax;
   s.moe_bias = true;
   s.attn_sinks = true;
   s.ffn_norm_is_post_attention = true;

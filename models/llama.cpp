@@ -144,6 +144,7 @@ LlamaWeights load_llama_weights(const gguf::File& f, const Hparams& hp, const Ar
       L.ffn_gate_exps_b = get_expert_bias(f, p + "ffn_gate_exps.bias", ff, ne, spec.moe_bias);
       L.ffn_up_exps_b = get_expert_bias(f, p + "ffn_up_exps.bias", ff, ne, spec.moe_bias);
       L.ffn_down_exps_b = get_expert_bias(f, p + "ffn_down_exps.bias", d, ne, spec.moe_bias);
+      L.ffn_exp_probs_b = load_tensor(f, p + "exp_probs_b.bias", ne, 0, false);
       if (hp.n_expert_shared > 0) {  // deepseek2: one SwiGLU of n_ff_exp · n_expert_shared
         const int64_t fs = ff * hp.n_expert_shared;
         L.ffn_gate_shexp = load_matrix(f, p + "ffn_gate_shexp.weight", d, fs);
@@ -209,12 +210,12 @@ std::array<Tensor*, 25> layer_tensors(LlamaLayer& L) {
 }
 
 /// The per-layer weights of the FFN sub-block, which Placement::ffn's device holds.
-std::array<Tensor*, 18> ffn_tensors(LlamaLayer& L) {
+std::array<Tensor*, 19> ffn_tensors(LlamaLayer& L) {
   return {&L.ffn_norm,        &L.ffn_gate,       &L.ffn_up,          &L.ffn_down,
           &L.ffn_post_norm,   &L.ffn_gate_inp,   &L.ffn_gate_exps,   &L.ffn_up_exps,
           &L.ffn_down_exps,   &L.ffn_gate_inp_b, &L.ffn_gate_exps_b, &L.ffn_up_exps_b,
           &L.ffn_down_exps_b, &L.ffn_up_b,       &L.ffn_down_b,      &L.ffn_gate_shexp,
-          &L.ffn_up_shexp,    &L.ffn_down_shexp};
+          &L.ffn_up_shexp,    &L.ffn_down_shexp, &L.ffn_exp_probs_b};
 }
 
 }  // namespace

@@ -62,6 +62,7 @@ struct LlamaLayer {
   Tensor ffn_gate_exps_b;  ///< {n_ff_exp, n_expert} f32, optional: one bias row per expert
   Tensor ffn_up_exps_b;    ///< {n_ff_exp, n_expert} f32, optional
   Tensor ffn_down_exps_b;  ///< {n_embd, n_expert} f32, optional
+  Tensor ffn_exp_probs_b;  ///< {n_expert} f32, optional: expert selection bias (DeepSeek-V3)
   Tensor ffn_gate_shexp;   ///< {n_embd, n_ff_exp · n_expert_shared}: shared experts (deepseek2)
   Tensor ffn_up_shexp;     ///< {n_embd, n_ff_exp · n_expert_shared}
   Tensor ffn_down_shexp;   ///< {n_ff_exp · n_expert_shared, n_embd}

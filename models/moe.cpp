@@ -1,7 +1,8 @@
 // moe.cpp — the mixture-of-experts FFN of the llama block (see llama.h, moe_ffn).
 //
 // Per token (Shazeer et al. 2017; Qwen3-MoE): logits = W_router · xn; the router (softmax,
-// top-k, renormalized weights w_j) picks experts e_j; out = Σ_j w_j · W_down[e_j] ·
+// top-k, renormalized weights w_j; DeepSeek-V3: sigmoid scores, the top-k of score +
+// exp_probs_b, weights the unbiased scores) picks experts e_j; out = Σ_j w_j · W_down[e_j] ·
 // (silu(W_gate[e_j] · xn) ⊙ W_up[e_j] · xn). gpt-oss adds a bias to the router logits and to
 // each expert's gate, up and down outputs, routes by the top-k logits then a softmax over them,
 // and uses the clamped SwiGLU (backend.h GluKind::kSwiGluOai). deepseek2 multiplies the router
@@ -23,7 +24,8 @@ void moe_ffn(const Hparams& hp, const ArchSpec& spec, const LlamaLayer& L, Backe
   be.matmul(L.ffn_gate_inp, xn, n, logits);
   if (L.ffn_gate_inp_b.data) be.add_row(logits, L.ffn_gate_inp_b, n, ne);
   MoeRouteParams rp{ne, k, spec.moe_norm};
-  rp.topk_then_softmax = spec.moe_topk_softmax;
+  rp.gating = spec.moe_gating;
+  if (L.ffn_exp_probs_b.data) rp.selection_bias = &L.ffn_exp_probs_b;
   be.moe_route(logits, n, rp, ids, weights);
   if (hp.expert_weights_scale != 1.0f) be.scale(weights, n * k, hp.expert_weights_scale);
   float* gate = s.grow(LlamaScratch::kMoeGate, n * k * ff);

@@ -92,9 +92,10 @@ TEST(BackendSplit, SyntheticArchitecturesBitIdenticalAcrossTwoCpuDevices) {
   // Q/K/V biases (qwen2), fused QKV and gate/up (phi3), post-norms, GeGLU and soft-caps (gemma2),
   // the mixture-of-experts FFN (qwen3moe: moe_route and matmul_id on the second device), attention
   // sinks, output and expert biases and the clamped SwiGLU (gpt-oss), MLA's latent rows and
-  // shared experts (deepseek2; with -nkvo its query and row cross to the host).
+  // shared experts (deepseek2; with -nkvo its query and row cross to the host), sigmoid gating
+  // with its selection bias (tiny-deepseek3).
   for (const char* shape : {"tiny", "tiny-qwen2", "tiny-phi3", "tiny-gemma2", "tiny-qwen3moe",
-                            "tiny-gpt-oss", "tiny-deepseek2"}) {
+                            "tiny-gpt-oss", "tiny-deepseek2", "tiny-deepseek3"}) {
     SCOPED_TRACE(shape);
     check_splits(test::synth_model(dir, shape));
   }

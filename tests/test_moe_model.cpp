@@ -8,7 +8,7 @@
 // cache and the exact attention scheme, so the only differences are f32 rounding: logprobs of every
 // prompt position and of the greedy steps agree within 1e-4 and the greedy tokens are equal.
 // Prefill runs in chunks of 5 tokens (several rows per expert per step), decode one token per step.
-// Bad expert keys are ModelErrors naming the key.
+// Bad expert keys are ModelErrors naming the key, and deepseek2's router keys pick its gating.
 // The same reference in its gpt-oss mode (OpenAI's gpt-oss model card; models/gptoss.cpp) checks
 // tiny-gpt-oss's F32 and MXFP4 files (MXFP4 experts and Q8_0 elsewhere, both paired with q8_0
 // activations): Q/K/V and output biases, NeoX RoPE with YaRN (ggml's rope_yarn: the ramp between
@@ -338,6 +338,65 @@ TEST(Qwen3Moe, BadExpertKeysAreClearErrors) {
       ADD_FAILURE() << c.key << " was accepted";
     } catch (const ModelError& e) {
       EXPECT_NE(std::string(e.what()).find(c.key), std::string::npos) << e.what();
+    }
+  }
+}
+
+// deepseek2's router keys (models/deepseek2.cpp): expert_gating_func 1 softmax, 2 sigmoid
+// (DeepSeek-V3), absent softmax except 47 / 48 layers (GLM-4.7-Flash, as ik_llama.cpp decides);
+// another value, or group-limited routing (expert_group_count > 1 with fewer groups used, which
+// the reference's deepseek2 graph does not do either), is a ModelError naming the key.
+TEST(DeepSeek2, RouterKeysSelectTheGatingOrAreClearErrors) {
+  test::TempDir dir;
+  struct Case {
+    int64_t layers, gating, groups, groups_used;  // -1: key absent
+    const char* error;                            // null: accepted
+    MoeGating want;
+  };
+  const MoeGating sm = MoeGating::kSoftmax, sg = MoeGating::kSigmoid;
+  for (const Case& c : {Case{4, 1, -1, -1, nullptr, sm}, Case{4, 2, -1, -1, nullptr, sg},
+                        Case{4, -1, -1, -1, nullptr, sm}, Case{47, -1, -1, -1, nullptr, sg},
+                        Case{4, 2, 1, 1, nullptr, sg}, Case{4, 2, 8, 8, nullptr, sg},
+                        Case{4, 3, -1, -1, "deepseek2.expert_gating_func", sm},
+                        Case{4, 2, 8, 4, "deepseek2.expert_group_count", sm},
+                        Case{4, 2, 8, -1, "deepseek2.expert_group_count", sm}}) {
+    SCOPED_TRACE("layers " + std::to_string(c.layers) + " gating " + std::to_string(c.gating) +
+                 " groups " + std::to_string(c.groups) + "/" + std::to_string(c.groups_used));
+    gguf::Writer w;
+    const std::string a = "deepseek2.";
+    w.set_string("general.architecture", "deepseek2");
+    for (const auto& [k, v] : std::initializer_list<std::pair<const char*, int64_t>>{
+             {"block_count", c.layers},
+             {"embedding_length", 64},
+             {"attention.head_count", 4},
+             {"attention.key_length", 64},
+             {"attention.value_length", 32},
+             {"rope.dimension_count", 32},
+             {"feed_forward_length", 128},
+             {"expert_count", 8},
+             {"expert_used_count", 2},
+             {"expert_feed_forward_length", 32},
+             {"attention.kv_lora_rank", 64},
+             {"leading_dense_block_count", 1},
+             {"expert_shared_count", 1},
+             {"expert_gating_func", c.gating},
+             {"expert_group_count", c.groups},
+             {"expert_group_used_count", c.groups_used}})
+      if (v >= 0) w.set_u32(a + k, uint32_t(v));
+    w.set_f32(a + "expert_weights_scale", 2.5f);
+    const std::string path = (dir / "router.gguf").string();
+    w.write(path);
+    const gguf::File f = gguf::File::open_metadata_only(path);
+    Hparams hp = load_hparams(f);
+    if (!c.error) {
+      EXPECT_EQ(configure_arch(f, hp).moe_gating, c.want);
+      continue;
+    }
+    try {
+      configure_arch(f, hp);
+      ADD_FAILURE() << c.error << " was accepted";
+    } catch (const ModelError& e) {
+      EXPECT_NE(std::string(e.what()).find(c.error), std::string::npos) << e.what();
     }
   }
 }

@@ -1,7 +1,8 @@
 // test_moe_ops.cpp — the seam's mixture-of-experts ops (Backend::moe_route, Backend::matmul_id)
 // on the CPU backend, against plain scalar references on random data:
-//  * moe_route: softmax in double, the k largest by a full sort, renormalized in double; and
-//    gpt-oss's order (the k largest logits, then a softmax over them);
+//  * moe_route: softmax in double, the k largest by a full sort, renormalized in double;
+//    gpt-oss's order (the k largest logits, then a softmax over them); DeepSeek-V3's sigmoid
+//    scores and a selection bias that picks the experts but does not weight them;
 //  * matmul_id: for every (row, slot), the expert's weights decoded with traits().to_float times
 //    the input row quantized to the paired activation type and decoded (as test_cpu_ops), in
 //    double; with router weights, the weighted sum of those; with a bias row per expert (gpt-oss),
@@ -80,7 +81,7 @@ TEST(MoeRoute, MatchesScalarReference) {
                std::invalid_argument);
 }
 
-// gpt-oss's gating (topk_then_softmax): the k largest logits in descending order, then a softmax
+// gpt-oss's gating (kTopkSoftmax): the k largest logits in descending order, then a softmax
 // over those k only, against the same in double; the weights sum to 1 and differ from the
 // softmax-first probabilities.
 TEST(MoeRoute, TopkThenSoftmaxMatchesScalarReference) {
@@ -92,7 +93,7 @@ TEST(MoeRoute, TopkThenSoftmaxMatchesScalarReference) {
     std::vector<int32_t> ids(size_t(n * k), -1);
     std::vector<float> w(size_t(n * k), -1);
     MoeRouteParams p{ne, k, false};
-    p.topk_then_softmax = true;
+    p.gating = MoeGating::kTopkSoftmax;
     be->moe_route(logits.data(), n, p, ids.data(), w.data());
     for (int64_t r = 0; r < n; ++r) {
       const float* lr = logits.data() + r * ne;
@@ -110,6 +111,65 @@ TEST(MoeRoute, TopkThenSoftmaxMatchesScalarReference) {
       EXPECT_NEAR(sum, 1.0, 1e-6);
     }
   }
+}
+
+// DeepSeek-V3's gating (kSigmoid) and a selection bias (exp_probs_b), also with softmax scores:
+// the experts are the k largest of score + bias, weighted by their unbiased scores (renormalized
+// or not), against the same in double. The bias must change some row's choice (so a router that
+// ignored it would fail here), and one that is not {n_expert} f32 is refused.
+TEST(MoeRoute, SelectionBiasAndSigmoidMatchScalarReference) {
+  auto be = cpu_device().make_backend(2);
+  const int64_t ne = 8, n = 16;
+  const auto logits = random_floats(size_t(n * ne), 9, 2.0f);
+  auto bias_v = random_floats(size_t(ne), 10, 0.3f);
+  const Tensor bias = Tensor::contiguous(DType::F32, bias_v.data(), ne, 1);
+  for (MoeGating g : {MoeGating::kSigmoid, MoeGating::kSoftmax})
+    for (int64_t k : {1, 2, 4, 8})
+      for (bool norm : {true, false}) {
+        SCOPED_TRACE(std::string(g == MoeGating::kSigmoid ? "sigmoid" : "softmax") + " k " +
+                     std::to_string(k) + (norm ? " norm" : ""));
+        MoeRouteParams p{ne, k, norm};
+        p.gating = g;
+        p.selection_bias = &bias;
+        std::vector<int32_t> ids(size_t(n * k), -1), plain(size_t(n * k), -1);
+        std::vector<float> w(size_t(n * k), -1), pw(size_t(n * k));
+        be->moe_route(logits.data(), n, p, ids.data(), w.data());
+        p.selection_bias = nullptr;
+        be->moe_route(logits.data(), n, p, plain.data(), pw.data());
+        if (k < ne) EXPECT_NE(ids, plain) << "the bias changed no choice";
+        for (int64_t r = 0; r < n; ++r) {
+          const float* lr = logits.data() + r * ne;
+          std::vector<double> sc(static_cast<size_t>(ne));
+          double mx = *std::max_element(lr, lr + ne), z = 0;
+          for (int64_t e = 0; e < ne; ++e) {
+            sc[size_t(e)] = g == MoeGating::kSigmoid ? 1 / (1 + std::exp(-double(lr[e])))
+                                                     : std::exp(double(lr[e]) - mx);
+            z += sc[size_t(e)];
+          }
+          if (g == MoeGating::kSoftmax)
+            for (double& v : sc) v /= z;
+          std::vector<int32_t> idx(static_cast<size_t>(ne));
+          std::iota(idx.begin(), idx.end(), 0);
+          auto sel = [&](int32_t e) { return sc[size_t(e)] + double(bias_v[size_t(e)]); };
+          std::stable_sort(idx.begin(), idx.end(),
+                           [&](int32_t a, int32_t b) { return sel(a) > sel(b); });
+          double sum = 0;
+          for (int64_t j = 0; j < k; ++j) sum += sc[size_t(idx[size_t(j)])];
+          for (int64_t j = 0; j < k; ++j) {
+            const int32_t e = idx[size_t(j)];
+            EXPECT_EQ(ids[size_t(r * k + j)], e) << "row " << r << " slot " << j;
+            EXPECT_NEAR(w[size_t(r * k + j)], sc[size_t(e)] / (norm ? sum : 1.0), 1e-6)
+                << "row " << r << " slot " << j;
+          }
+        }
+      }
+  std::vector<int32_t> ids(8);
+  std::vector<float> w(8);
+  MoeRouteParams p{ne, 2, true};
+  p.gating = MoeGating::kSigmoid;
+  const Tensor short_bias = Tensor::contiguous(DType::F32, bias_v.data(), ne - 1, 1);
+  p.selection_bias = &short_bias;
+  EXPECT_THROW(be->moe_route(logits.data(), 1, p, ids.data(), w.data()), std::invalid_argument);
 }
 
 /// Row-major bytes of `rows` rows of `k` floats encoded in `t`.

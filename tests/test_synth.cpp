@@ -127,13 +127,15 @@ double correlation(const std::vector<float>& a, const std::vector<float>& b) {
 // ---- shapes and the plan ---------------------------------------------------------------------
 
 // Parameter counts published for the real models (the 1.24B / 8.03B / 0.49B / 30.5B / 20.9B of
-// the model cards; exact values as transformers counts them; DeepSeek-V2-Lite's 15.7B), from the
-// shapes table alone.
+// the model cards; exact values as transformers counts them; DeepSeek-V2-Lite's 15.7B;
+// Moonlight's 15.96B, whose paper's "15.29B total" leaves out the embedding and output matrices:
+// 15960110208 − 2 · 163840 · 2048 = 15289021568), from the shapes table alone.
 TEST(SynthPlan, ParameterCountsMatchTheRealModels) {
   const std::map<std::string, int64_t> want = {
-      {"llama3.2-1b", 1235814400},  {"llama3.1-8b", 8030261248},
-      {"qwen2.5-0.5b", 494032768},  {"qwen3-30b-a3b", 30532122624},
-      {"gpt-oss-20b", 20914757184}, {"deepseek-v2-lite", 15706484224}};
+      {"llama3.2-1b", 1235814400},       {"llama3.1-8b", 8030261248},
+      {"qwen2.5-0.5b", 494032768},       {"qwen3-30b-a3b", 30532122624},
+      {"gpt-oss-20b", 20914757184},      {"deepseek-v2-lite", 15706484224},
+      {"moonlight-16b-a3b", 15960110208}};
   for (const auto& [name, n] : want) {
     int64_t total = 0;
     for (const SynthTensor& t : synth_tensor_plan(shape(name), SynthFileType::F16))
@@ -194,6 +196,21 @@ TEST(SynthPlan, RealShapesHaveTheirPublishedHyperparameters) {
   EXPECT_EQ(ds.n_ff_exp, 1408);
   EXPECT_EQ(ds.n_dense_lead, 1);
   EXPECT_EQ(ds.yarn_factor, 40);
+  EXPECT_FALSE(ds.sigmoid_gating);
+  const SynthShape& ml = shape("moonlight-16b-a3b");  // moonshotai/Moonlight-16B-A3B config.json
+  EXPECT_EQ(ml.arch, "deepseek2");
+  EXPECT_EQ(ml.n_layer, 27);
+  EXPECT_EQ(ml.n_ff, 11264);
+  EXPECT_EQ(ml.n_vocab, 163840);
+  EXPECT_EQ(ml.q_lora_rank, 0);
+  EXPECT_EQ(ml.yarn_factor, 0);
+  EXPECT_EQ(ml.rope_theta, 50000);
+  EXPECT_EQ(ml.n_expert, 64);
+  EXPECT_EQ(ml.n_expert_used, 6);
+  EXPECT_EQ(ml.n_expert_shared, 2);
+  EXPECT_DOUBLE_EQ(ml.expert_weights_scale, 2.446);
+  EXPECT_TRUE(ml.sigmoid_gating);
+  EXPECT_TRUE(ml.expert_weights_norm);
   EXPECT_EQ(find_synth_shape("llama-9000"), nullptr);
 }
 
@@ -220,6 +237,22 @@ TEST(SynthPlan, DeepSeek2HasMlaAndSharedExpertTensors) {
   EXPECT_EQ(tiny["blk.0.attn_q_a.weight"], (std::vector<int64_t>{64, 64}));
   EXPECT_EQ(tiny["blk.0.attn_q_b.weight"], (std::vector<int64_t>{64, 4 * 64}));
   EXPECT_EQ(tiny.count("blk.0.attn_q.weight"), 0u);
+  EXPECT_EQ(tiny.count("blk.1.exp_probs_b.bias"), 0u);  // softmax gating: no selection bias
+  // DeepSeek-V3's router (tiny-deepseek3, Moonlight): an f32 exp_probs_b.bias per MoE layer.
+  for (const char* name : {"tiny-deepseek3", "moonlight-16b-a3b"}) {
+    SCOPED_TRACE(name);
+    const SynthShape& s = shape(name);
+    const auto p = synth_tensor_plan(s, SynthFileType::Q8_0);
+    int64_t n_bias = 0;
+    for (const SynthTensor& t : p) {
+      if (!t.name.ends_with(".exp_probs_b.bias")) continue;
+      ++n_bias;
+      EXPECT_FALSE(t.name.starts_with("blk.0.")) << "the dense layer has no router";
+      EXPECT_EQ(t.ne, (std::vector<int64_t>{s.n_expert}));
+      EXPECT_EQ(t.type, DType::F32);
+    }
+    EXPECT_EQ(n_bias, s.n_layer - s.n_dense_lead);
+  }
 }
 
 // gpt-oss in an MXFP4 file, as released: MXFP4 experts, Q8_0 for every other matrix (the output

@@ -2,6 +2,7 @@
 #include "cpu/moe.h"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -16,24 +17,35 @@ void moe_route(const float* logits, int64_t n, const MoeRouteParams& p, int32_t*
   if (ne < 1 || k < 1 || k > ne)
     throw std::invalid_argument("moe_route: " + std::to_string(k) + " experts used of " +
                                 std::to_string(ne));
-  std::vector<float> prob(static_cast<size_t>(ne));
+  const Tensor* b = p.selection_bias;
+  if (b && (b->type != DType::F32 || b->ne[0] != ne || b->ne[1] != 1 || !b->data))
+    throw std::invalid_argument("moe_route: the selection bias must be {" + std::to_string(ne) +
+                                "} f32");
+  const float* bias = b ? static_cast<const float*>(b->data) : nullptr;
+  std::vector<float> score(static_cast<size_t>(ne)), sel(static_cast<size_t>(ne));
   std::vector<int32_t> idx(static_cast<size_t>(ne));
   for (int64_t r = 0; r < n; ++r) {
-    std::copy_n(logits + r * ne, ne, prob.begin());
-    if (!p.topk_then_softmax) softmax(prob.data(), ne);
+    std::copy_n(logits + r * ne, ne, score.begin());
+    if (p.gating == MoeGating::kSoftmax) {
+      softmax(score.data(), ne);
+    } else if (p.gating == MoeGating::kSigmoid) {  // as ggml's sigmoid op: libm expf
+      for (float& s : score) s = 1.0f / (1.0f + std::exp(-s));
+    }
+    for (int64_t e = 0; e < ne; ++e)
+      sel[size_t(e)] = bias ? score[size_t(e)] + bias[e] : score[size_t(e)];
     for (int64_t e = 0; e < ne; ++e) idx[size_t(e)] = int32_t(e);
-    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
-      return prob[size_t(a)] > prob[size_t(b)] || (prob[size_t(a)] == prob[size_t(b)] && a < b);
+    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t c) {
+      return sel[size_t(a)] > sel[size_t(c)] || (sel[size_t(a)] == sel[size_t(c)] && a < c);
     });
     int32_t* id = ids + r * k;
     float* w = weights + r * k;
     float sum = 0;
     for (int64_t j = 0; j < k; ++j) {
       id[j] = idx[size_t(j)];
-      w[j] = prob[size_t(id[j])];
+      w[j] = score[size_t(id[j])];
       sum += w[j];
     }
-    if (p.topk_then_softmax)
+    if (p.gating == MoeGating::kTopkSoftmax)
       softmax(w, k);  // over the k chosen logits
     else if (p.norm)
       for (int64_t j = 0; j < k; ++j) w[j] /= sum;

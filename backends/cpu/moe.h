@@ -1,8 +1,9 @@
 // moe.h — the mixture-of-experts router and the weighted sum of the experts' outputs (CPU).
 //
-// The expert matmul itself is matmul_id (matmul.h). Gating as Qwen3-MoE (and llama.cpp's
-// build_moe_ffn with softmax gating): softmax over the router logits, the k most probable
-// experts, their probabilities renormalized to sum 1 when norm_topk_prob is set.
+// The expert matmul itself is matmul_id (matmul.h). Gating as llama.cpp's build_moe_ffn:
+// softmax (Qwen3-MoE, DeepSeek-V2) or sigmoid (DeepSeek-V3) scores over the router logits, the
+// k best experts (by score + a selection bias where the model has one), their scores
+// renormalized to sum 1 when norm_topk_prob is set; or gpt-oss's top-k logits then softmax.
 #pragma once
 
 #include <cstdint>
@@ -11,12 +12,13 @@
 
 namespace kvrun::cpu {
 
-/// The router of n rows (Backend::moe_route): per row of logits [n_expert], softmax as
-/// llama.cpp's soft_max op (ops.h softmax), the p.n_used largest probabilities in descending
-/// order (the lower id first on a tie) into ids [n, n_used] and their probabilities into
-/// weights [n, n_used], divided by their sum (f32) when p.norm; with p.topk_then_softmax
-/// (gpt-oss) the n_used largest logits, same order, and softmax (ops.h) over those n_used.
-/// Throws std::invalid_argument when n_used is not in [1, n_expert].
+/// The router of n rows (Backend::moe_route): per row of logits [n_expert] the gate scores
+/// (p.gating: softmax as llama.cpp's soft_max op, ops.h softmax; sigmoid 1 / (1 + expf(−x)) as
+/// ggml's sigmoid op; or the logits), the p.n_used largest of score + p.selection_bias in
+/// descending order (the lower id first on a tie) into ids [n, n_used] and their unbiased scores
+/// into weights [n, n_used], divided by their sum (f32) when p.norm; with kTopkSoftmax (gpt-oss)
+/// softmax (ops.h) over the n_used chosen logits instead. Throws std::invalid_argument when
+/// n_used is not in [1, n_expert] or the bias is not {n_expert} f32.
 void moe_route(const float* logits, int64_t n, const MoeRouteParams& p, int32_t* ids,
                float* weights);
 

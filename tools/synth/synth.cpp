@@ -210,7 +210,9 @@ void write_metadata(gguf::Writer& w, const SynthParams& p) {
     w.set_u32(a + "leading_dense_block_count", uint32_t(s.n_dense_lead));
     w.set_u32(a + "expert_shared_count", uint32_t(s.n_expert_shared));
     w.set_f32(a + "expert_weights_scale", float(s.expert_weights_scale));
-    w.set_u32(a + "expert_gating_func", 1);  // softmax (llama.cpp's LLM_EXPERT_GATING_FUNC_SOFTMAX)
+    // llama.cpp's LLM_EXPERT_GATING_FUNC_SOFTMAX (1) or _SIGMOID (2)
+    w.set_u32(a + "expert_gating_func", s.sigmoid_gating ? 2 : 1);
+    if (s.expert_weights_norm) w.set_bool(a + "expert_weights_norm", true);
   }
   if (s.yarn_log_mul > 0) w.set_f32(a + "rope.scaling.yarn_log_multiplier", float(s.yarn_log_mul));
   if (s.sliding_window > 0) w.set_u32(a + "attention.sliding_window", uint32_t(s.sliding_window));
@@ -282,7 +284,8 @@ void encoder_tensor_plan(const SynthShape& s, std::vector<SynthTensor>& plan, Ma
 
 /// The layers of a deepseek2 shape (llama.cpp's tensor names, src/llama-arch.cpp): MLA
 /// attention (models/deepseek2.cpp), the first n_dense_lead FFNs dense, the others n_expert
-/// experts plus n_expert_shared shared ones (one SwiGLU of n_ff_exp · n_expert_shared).
+/// experts (with sigmoid_gating their exp_probs_b.bias) plus n_expert_shared shared ones (one
+/// SwiGLU of n_ff_exp · n_expert_shared).
 template <class Matrix, class Vector>
 void mla_tensor_plan(const SynthShape& s, Matrix& matrix, Vector& vector) {
   constexpr float kNormSd = 0.1f;
@@ -310,6 +313,9 @@ void mla_tensor_plan(const SynthShape& s, Matrix& matrix, Vector& vector) {
       continue;
     }
     matrix(p + "ffn_gate_inp.weight", "ffn_gate_inp", il, d, ne);
+    // The selection bias: N(0, 0.2²), against sigmoid scores of router logits near N(0, 1), so
+    // it changes some choices.
+    if (s.sigmoid_gating) vector(p + "exp_probs_b.bias", ne, 0.0f, 0.2f);
     matrix(p + "ffn_gate_exps.weight", "ffn_gate_exps", il, d, ff, ne);
     matrix(p + "ffn_up_exps.weight", "ffn_up_exps", il, d, ff, ne);
     matrix(p + "ffn_down_exps.weight", "ffn_down_exps", il, ff, d, ne);

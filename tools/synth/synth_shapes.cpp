@@ -155,6 +155,34 @@ const std::vector<SynthShape>& synth_shapes() {
     s.expert_weights_scale = 2.5;
     v.push_back(s);
 
+    // deepseek2 with DeepSeek-V3's router (Moonlight, V3, R1 files): sigmoid scores, the top 2 of
+    // score + exp_probs_b, renormalized, ×2.446 (Moonlight's routed_scaling_factor), 2 shared
+    // experts; MLA as tiny-deepseek2 (Q through a LoRA, as V3) but plain RoPE without YaRN and
+    // Moonlight's base 50000 and eps 1e-5.
+    tiny("tiny-deepseek3", "deepseek2");
+    s.n_layer = 4;
+    s.n_embd = 64;
+    s.n_head = 4;
+    s.n_head_kv = 4;
+    s.head_dim = 64;  // qk_nope 32 + qk_rope 32
+    s.n_ff = 128;
+    s.rope_theta = 50000;
+    s.rms_eps = 1e-5;
+    s.n_ctx_train = 8192;
+    s.kv_lora_rank = 64;
+    s.q_lora_rank = 64;
+    s.qk_rope = 32;
+    s.head_dim_v = 32;
+    s.n_expert = 8;
+    s.n_expert_used = 2;
+    s.n_ff_exp = 32;
+    s.n_expert_shared = 2;
+    s.n_dense_lead = 1;
+    s.expert_weights_scale = 2.446;
+    s.sigmoid_gating = true;
+    s.expert_weights_norm = true;
+    v.push_back(s);
+
     // Encoders: n_head_kv = n_head as BERT's; every token of type 0.
     tiny("tiny-bert", "bert");  // absolute positions, biases, GELU; CLS pooling (as bge)
     s.n_head_kv = 2;
@@ -320,6 +348,34 @@ const std::vector<SynthShape>& synth_shapes() {
     s.n_dense_lead = 1;
     s.expert_weights_scale = 1.0;
     s.source = "huggingface.co/deepseek-ai/DeepSeek-V2-Lite config.json";
+    v.push_back(s);
+
+    s = {};
+    s.name = "moonlight-16b-a3b";
+    s.arch = "deepseek2";
+    s.n_layer = 27;
+    s.n_embd = 2048;
+    s.n_head = 16;
+    s.n_head_kv = 16;
+    s.head_dim = 192;  // qk_nope_head_dim 128 + qk_rope_head_dim 64
+    s.n_ff = 11264;
+    s.n_vocab = 163840;
+    s.n_ctx_train = 8192;
+    s.rope_theta = 50000;
+    s.rms_eps = 1e-5;
+    s.tied = false;
+    s.kv_lora_rank = 512;
+    s.qk_rope = 64;
+    s.head_dim_v = 128;
+    s.n_expert = 64;
+    s.n_expert_used = 6;
+    s.n_ff_exp = 1408;
+    s.n_expert_shared = 2;
+    s.n_dense_lead = 1;
+    s.expert_weights_scale = 2.446;
+    s.sigmoid_gating = true;
+    s.expert_weights_norm = true;
+    s.source = "huggingface.co/moonshotai/Moonlight-16B-A3B config.json";
     v.push_back(s);
     return v;
   }();

@@ -18,6 +18,12 @@
 //                 scoring_func softmax, norm_topk_prob false, rope_scaling yarn ×40 over 4096
 //                 with mscale_all_dim 0.707); GGUF keys as llama.cpp's convert_hf_to_gguf.py
 //                 writes them (rope.scaling.yarn_log_multiplier = 0.1 · mscale_all_dim)
+//   moonlight-16b-a3b moonshotai/Moonlight-16B-A3B/config.json (DeepseekV3ForCausalLM, GGUF arch
+//                 deepseek2: V2-Lite's attention and expert counts with intermediate_size 11264,
+//                 vocab_size 163840, rope_theta 50000 without rope_scaling, rms_norm_eps 1e-5,
+//                 max_position_embeddings 8192; scoring_func sigmoid, topk_method noaux_tc (an
+//                 e_score_correction_bias per MoE layer), norm_topk_prob true,
+//                 routed_scaling_factor 2.446, n_group 1 / topk_group 1)
 // The tiny shapes are kvrun's own, for tests: head_dim 64 so every block quant applies, and
 // n_embd 128 (not a multiple of 256) so the K-quant fallback is exercised too. tiny-qwen3,
 // tiny-mistral, tiny-phi3, tiny-gemma2 and tiny-gemma3 have the tensor names and metadata
@@ -106,8 +112,12 @@ struct SynthShape {
   int64_t n_expert_shared = 0;      ///< n_shared_experts: ffn_{gate,up,down}_shexp
   int64_t n_dense_lead = 0;         ///< first_k_dense_replace: leading dense FFN layers
   double expert_weights_scale = 0;  ///< routed_scaling_factor (deepseek2 keys when > 0)
-  double yarn_log_mul = 0;          ///< rope.scaling.yarn_log_multiplier when > 0
-  std::string source;               ///< where the numbers come from
+  /// DeepSeek-V3's router (scoring_func sigmoid, topk_method noaux_tc): expert_gating_func 2 and
+  /// an exp_probs_b.bias {n_expert} (e_score_correction_bias) per MoE layer; else 1 (softmax)
+  bool sigmoid_gating = false;
+  bool expert_weights_norm = false;  ///< norm_topk_prob: {arch}.expert_weights_norm true
+  double yarn_log_mul = 0;           ///< rope.scaling.yarn_log_multiplier when > 0
+  std::string source;                ///< where the numbers come from
 };
 
 /// Every known shape, in a fixed order (the tiny ones first).
