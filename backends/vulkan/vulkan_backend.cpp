@@ -93,6 +93,8 @@ class VulkanBuffer final : public DeviceBuffer {
   VulkanBuffer(Device& dev, Context& ctx, Allocation* a) : dev_(dev), ctx_(ctx), a_(a) {}
   ~VulkanBuffer() override { ctx_.release(a_); }
   void* data() const override { return reinterpret_cast<void*>(uintptr_t(a_->address)); }
+  /// The host mapping of a host-tier buffer (BufferUse::kKvHost); null for device memory.
+  void* host_data() const override { return a_->mapped; }
   size_t size() const override { return a_->size; }
   Device& device() const override { return dev_; }
 
@@ -590,13 +592,17 @@ class VulkanDevice final : public Device {
       case Op::kAttnSinks:  // gpt-oss's attention sinks: not yet (load refuses)
       case Op::kMla:        // deepseek2's latent attention: not yet (load refuses)
         return false;
+      case Op::kKvHostTier:  // host-visible memory with a device address (allocate_host_tier)
+        return true;
     }
     return false;
   }
 
-  std::unique_ptr<DeviceBuffer> alloc(size_t bytes, BufferUse) override {
-    check_fits(bytes, "a buffer");
+  std::unique_ptr<DeviceBuffer> alloc(size_t bytes, BufferUse use) override {
     Context& c = ctx();
+    if (use == BufferUse::kKvHost)  // host RAM: not counted against the device's budget
+      return std::make_unique<VulkanBuffer>(*this, c, c.allocate_host_tier(bytes));
+    check_fits(bytes, "a buffer");
     return std::make_unique<VulkanBuffer>(*this, c, c.allocate(bytes, false));
   }
 
