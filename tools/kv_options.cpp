@@ -123,6 +123,7 @@ AutoFit auto_fit(const KvCacheOptions& o, const std::string& model_path, int64_t
   f.type_k = kv_type_option(o.type_k, "--cache-type-k");
   f.type_v = kv_type_option(o.type_v, "--cache-type-v");
   f.n_batch = n_batch;
+  if (o.host_tier && !o.mem.empty()) f.kv_fast_bytes = parse_size(o.mem);  // the rest: host RAM
   return f;
 }
 
