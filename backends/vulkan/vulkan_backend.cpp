@@ -503,8 +503,9 @@ class VulkanBackend final : public Backend {
   }
 
   /// Throws std::invalid_argument unless every (K, V) address pair of `a` (0: skipped) starts
-  /// `k_bytes` / `v_bytes` inside one buffer of this device: KV rows in host memory (a slow
-  /// tier, rows kept on the host) must never reach a shader.
+  /// `k_bytes` / `v_bytes` inside one buffer of this device: KV rows in host memory that is not
+  /// one of its buffers (the CPU's file tier, rows kept on the host) must never reach a shader.
+  /// (The host tier, BufferUse::kKvHost, is such a buffer: its blocks are read in place.)
   void check_on_device(const std::vector<uint64_t>& a, size_t k_bytes, size_t v_bytes,
                        const char* op) const {
     for (size_t i = 0; i < a.size(); ++i) {
