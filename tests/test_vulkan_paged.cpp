@@ -599,6 +599,32 @@ TEST(VulkanKvCache, HostTierCopiesRowsBetweenTiers) {
       EXPECT_EQ(read(L, id, true), pattern(vb, int(il) + 2)) << "layer " << il << " block " << id;
     }
   }
+  // Synthetic rows (kvrun bench --depth-fill synthetic) over blocks of both tiers: the host
+  // tier's written by the host in place, the same bytes as a cache with every block in VRAM.
+  KvCacheParams all_fast = p;
+  all_fast.host_tier = false;
+  all_fast.offload_max = 0;
+  all_fast.mem_bytes = 7 * per_block;
+  KvCache ref(hp, all_fast, devs);
+  const std::vector<int32_t> table = {6, 2, 4, 0, 3, 1, 5};  // 6, 4, 3, 5: host tier
+  cache.write_synthetic_rows(table, 5, 100, 42);
+  ref.write_synthetic_rows(table, 5, 100, 42);
+  auto rows = [](std::vector<uint8_t> b, size_t row, int64_t r0, int64_t r1) {
+    return std::vector<uint8_t>(b.begin() + r0 * int64_t(row), b.begin() + r1 * int64_t(row));
+  };
+  for (int64_t il = 0; il < 2; ++il)
+    for (size_t b = 0; b < table.size(); ++b) {  // the rows of positions 5 … 104 only
+      const int64_t r0 = std::max<int64_t>(5 - 16 * int64_t(b), 0);
+      const int64_t r1 = std::min<int64_t>(105 - 16 * int64_t(b), 16);
+      const int32_t id = table[b];
+      const size_t kr = size_t(L0.k_row_bytes), vr = size_t(L0.v_row_bytes);
+      EXPECT_EQ(rows(read(cache.layer(il), id, false), kr, r0, r1),
+                rows(read(ref.layer(il), id, false), kr, r0, r1))
+          << id;
+      EXPECT_EQ(rows(read(cache.layer(il), id, true), vr, r0, r1),
+                rows(read(ref.layer(il), id, true), vr, r0, r1))
+          << id;
+    }
   // The combinations that cannot work, each naming its flag.
   auto refused = [&](KvCacheParams q, const std::vector<Device*>& d, const std::string& flag) {
     try {
