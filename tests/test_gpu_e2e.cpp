@@ -322,28 +322,42 @@ TEST(GpuEndToEnd, HostTierGivesTheVramRunsLogitsAndTheCpusTokens) {
 }
 
 /// `kvrun serve` with the model on the GPU (-ngl all, KV rows there too) answers a greedy
-/// completion with the CPU server's text.
+/// completion with the CPU server's text; so does one with --kv-mem of 2 blocks and the host
+/// tier, whose 60-token completion moves blocks out of VRAM (the scheduler's path: blocks
+/// reserved per step).
 TEST(GpuEndToEnd, ServeOnTheGpuGivesTheCpusGreedyText) {
   const std::vector<Device*> gpus = gpu_devices();
   if (gpus.empty()) GTEST_SKIP() << "no GPU device (gpu_devices() is empty)";
   if (!fs::exists(test::fixture(serve_test::kModel)))
     GTEST_SKIP() << "fixture missing: " << serve_test::kModel;
-  const nlohmann::json req = {
-      {"prompt", "Once upon a time"}, {"n_predict", 24}, {"temperature", 0}, {"top_k", 1}};
-  auto complete = [&](const serve_test::ServerProcess& s) {
-    const auto r = s.client()->Post("/completion", req.dump(), "application/json");
+  auto request = [](int n) {
+    return nlohmann::json{
+        {"prompt", "Once upon a time"}, {"n_predict", n}, {"temperature", 0}, {"top_k", 1}};
+  };
+  auto complete = [&](const serve_test::ServerProcess& s, int n) {
+    const auto r = s.client()->Post("/completion", request(n).dump(), "application/json");
     if (!r || r->status != 200) return std::string("<no answer>");
     return nlohmann::json::parse(r->body)["content"].get<std::string>();
   };
   const serve_test::ServerProcess cpu({});
   ASSERT_TRUE(cpu.ok()) << cpu.log();
-  const std::string want = complete(cpu);
+  const std::string want = complete(cpu, 24), want_long = complete(cpu, 60);
   ASSERT_GT(want.size(), 10u);
   for (Device* gpu : gpus) {
     SCOPED_TRACE(gpu->name());
     const serve_test::ServerProcess s({"-ngl", "all", "-dev", gpu->name()});
     ASSERT_TRUE(s.ok()) << s.log();
-    EXPECT_EQ(complete(s), want);
+    EXPECT_EQ(complete(s, 24), want);
+    // stories260K: 640 bytes of f16 KV per position, 10240 per block of 16
+    const serve_test::ServerProcess t(
+        {"-ngl", "all", "-dev", gpu->name(), "--kv-mem", "20480", "--kv-host-tier"});
+    ASSERT_TRUE(t.ok()) << t.log();
+    EXPECT_EQ(complete(t, 60), want_long);
+    const auto st = t.client()->Get("/stats");
+    ASSERT_TRUE(st && st->status == 200);
+    const nlohmann::json kv = nlohmann::json::parse(st->body).at("kv");
+    EXPECT_GT(kv.at("moves_out").get<int64_t>(), 0) << kv.dump();
+    EXPECT_EQ(kv.at("tiers").at("ram").at("blocks").get<int64_t>(), 2) << kv.dump();
   }
 }
 
