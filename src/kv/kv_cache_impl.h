@@ -211,6 +211,8 @@ struct KvCache::Impl {
   /// backends finish every step before the next one reserves blocks, so the rows are written.
   void copy_slot(int64_t dst, int64_t src) {
     std::vector<uint8_t> tmp;
+    if (!copier.empty())  // (never reallocated under a pending upload)
+      tmp.reserve(size_t(std::max(kb(), vb())));
     for (int64_t il = 0; il < n_layer; ++il) {
       if (windowed(il)) continue;  // (copy_block copies those: win_copy)
       Backend* be = copier_of(il);
