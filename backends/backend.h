@@ -66,6 +66,9 @@ enum class Op {
   /// multi-head latent attention (deepseek2): copy_strided, and kv_store / paged_attention over
   /// a KvLayer whose V rows are the latents inside its K rows (KvLayer::mla)
   kMla,
+  /// KV rows in host memory the device reads and writes in place: Device::alloc with
+  /// BufferUse::kKvHost (the host tier of a GPU's KV cache, --kv-host-tier)
+  kKvHostTier,
 };
 
 /// The name of `op` ("matmul", "paged_attention", …).
@@ -122,10 +125,12 @@ struct PagedAttnParams {
   const float* sinks = nullptr;
 };
 
-/// One layer's K and V storage in the paged KV cache (does not own memory), in the memory of the
-/// layer's device. Block ids (what block tables hold) map to storage slots: slot = slot_of[id]
+/// One layer's K and V storage in the paged KV cache (does not own memory), as the layer's device
+/// addresses it. Block ids (what block tables hold) map to storage slots: slot = slot_of[id]
 /// (the identity when slot_of is null). Slots below n_fast live in the fast tier at k / v, the
-/// others in the slow tier (--kv-offload-dir) at k_slow / v_slow; a block is read where it lies.
+/// others in the slow tier at k_slow / v_slow (the CPU: the --kv-offload-dir file; a GPU: its
+/// host tier, pinned host memory at the device address of a BufferUse::kKvHost buffer); a block
+/// is read and written where it lies.
 /// Slot s holds the rows of block_size consecutive positions: the K row of position j of the
 /// block at k_block(id) + j·k_row_bytes, in the KV cache format of ggml-like/kv_layout.h.
 struct KvLayer {
@@ -195,6 +200,10 @@ class DeviceBuffer {
   virtual ~DeviceBuffer() = default;
   /// First byte (a device address: host-addressable only when device().host_memory()).
   virtual void* data() const = 0;
+  /// The same bytes as the host addresses them, or null when the host cannot (device memory
+  /// of a GPU). data() itself where the device's memory is host memory; a BufferUse::kKvHost
+  /// buffer of a GPU gives its host mapping (which may differ from data(): Vulkan).
+  virtual void* host_data() const;
   /// Bytes.
   virtual size_t size() const = 0;
   /// The device the bytes live on.
@@ -205,6 +214,12 @@ class DeviceBuffer {
 enum class BufferUse {
   kActivations,  ///< scratch of a step
   kKv,           ///< KV rows: reserved as address space, touched as blocks are written
+  /// KV rows of the host tier: host memory (RAM) that the device's ops read and write in place
+  /// through data(), and the host through host_data() (CUDA: cudaHostAlloc'ed pinned memory,
+  /// mapped; Vulkan: a host-visible, preferably host-cached, not device-local memory type bound
+  /// to a buffer with a device address; the CPU: as kKv). Only for a device answering
+  /// supports(Op::kKvHostTier); the others throw std::invalid_argument.
+  kKvHost,
 };
 
 /// One device and its memory. Devices are created by the registry (devices() / cpu_device()) or,
@@ -238,6 +253,8 @@ class Device {
   /// A new stream of work on this device; `n_threads` for the CPU (0: its physical cores).
   virtual std::unique_ptr<Backend> make_backend(int n_threads) = 0;
 };
+
+inline void* DeviceBuffer::host_data() const { return device().host_memory() ? data() : nullptr; }
 
 /// The gate function of a mixture-of-experts router: what turns one row of expert logits into
 /// the scores the experts are chosen by and weighted with (llama.cpp's

@@ -49,6 +49,8 @@ const char* op_name(Op op) {
       return "attention sinks";
     case Op::kMla:
       return "MLA attention";
+    case Op::kKvHostTier:
+      return "KV host tier";
   }
   return "?";
 }

@@ -5,6 +5,9 @@
 // document: f32 activations instead of q8_0 / f16-rounded ones, expf instead of a polynomial) and
 // the CPU's greedy tokens, where a divergence is allowed only at a near-tie of the CPU's logits.
 //
+// --kv-host-tier (blocks past a small --kv-mem in host memory the GPU reads in place) must give
+// the all-VRAM run's logits bit for bit and the CPU's tokens.
+//
 // Skips ("no GPU device") on a machine without one. CI runs it on Mesa's lavapipe through the
 // Vulkan backend (tests/CMakeLists.txt sets VK_ICD_FILENAMES and KVRUN_VULKAN_SOFTWARE=1); the
 // CUDA devices run it on a machine with an NVIDIA GPU (scripts/gpu-check.sh).
@@ -13,11 +16,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend.h"
 #include "engine/context.h"
+#include "kv_layout.h"
 #include "serve_process.h"
 #include "synth_util.h"
 
@@ -226,29 +232,132 @@ TEST(GpuEndToEnd, MoeExpertsKeptOnTheCpuByOverrideTensorFollowTheCpu) {
   }
 }
 
+/// Prompt, decode, truncate and continue over a context longer than a small GPU KV budget: a
+/// 100-token prompt (prefill in chunks of 32), 40 greedy steps, then a truncate to 40 positions
+/// and the prompt's tokens 40 … 59 again with 10 greedy steps. `host_tier`: the GPU's
+/// fast tier (--kv-mem) holds 4 blocks of 16 and the rest is in its host tier; `stats` gets the
+/// tiers' counters at the end. The second part's context is the prompt's, whatever the first
+/// part generated, so both parts compare with the CPU's.
+std::pair<Trace, Trace> run_past_budget(const std::string& path, const ModelParams& mp,
+                                        bool host_tier, KvTierStats* stats = nullptr) {
+  const Model m = Model::load(path, mp);
+  ContextParams cp;
+  cp.n_ctx = 160;
+  cp.n_batch = 32;
+  cp.n_threads = 2;
+  cp.kv.block_size = 16;
+  if (host_tier) {
+    const Hparams::KvRows r = m.hparams().kv_rows();
+    cp.kv.host_tier = true;
+    cp.kv.mem_bytes = 4 * 16 *
+                      kv_bytes_per_token(cp.kv.type_k, cp.kv.type_v, m.hparams().n_layer,
+                                         r.n_head_kv, r.head_dim, r.head_dim_v);
+  }
+  Context ctx(m, cp);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 100; ++i) prompt.push_back(int32_t((i * 7 + 3) % m.hparams().n_vocab));
+  auto generate = [&](std::span<const int32_t> input, int steps) {
+    Trace t;
+    const std::span<const float> last = ctx.eval(input);
+    t.prompt_logits.assign(last.begin(), last.end());
+    int32_t next = argmax(t.prompt_logits);
+    for (int step = 0; step < steps; ++step) {
+      t.tokens.push_back(next);
+      const std::span<const float> lg = ctx.eval(std::span<const int32_t>(&next, 1));
+      t.step_logits.emplace_back(lg.begin(), lg.end());
+      next = argmax(t.step_logits.back());
+    }
+    return t;
+  };
+  std::pair<Trace, Trace> out;
+  out.first = generate(prompt, 40);
+  ctx.truncate(40);
+  out.second = generate(std::span<const int32_t>(prompt).subspan(40, 20), 10);
+  if (stats) *stats = ctx.cache().tier_stats();
+  return out;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+/// --kv-host-tier: KV rows on the GPU with a fast tier (--kv-mem) of 4 blocks, the rest in
+/// pinned host memory that the kernels read and write in place; blocks move out during decode
+/// and back in after a truncate. The logits equal those of the same GPU run with every block in
+/// VRAM bit for bit, and the tokens follow the CPU's.
+TEST(GpuEndToEnd, HostTierGivesTheVramRunsLogitsAndTheCpusTokens) {
+  const std::vector<Device*> gpus = gpu_devices();
+  if (gpus.empty()) GTEST_SKIP() << "no GPU device (gpu_devices() is empty)";
+  const fs::path model = test::fixture("models/stories260K-F32.gguf");
+  if (!fs::exists(model)) GTEST_SKIP() << "fixture missing: " << model;
+  const auto cpu = run_past_budget(model.string(), {}, false);
+  for (Device* gpu : gpus) {
+    SCOPED_TRACE(gpu->name());
+    ModelParams mp;
+    mp.n_gpu_layers = 1000;  // every layer and the output
+    mp.gpu = gpu;
+    const auto vram = run_past_budget(model.string(), mp, false);
+    KvTierStats ts;
+    const auto tiered = run_past_budget(model.string(), mp, true, &ts);
+    EXPECT_EQ(ts.n_fast, 4);
+    EXPECT_GT(ts.n_slow, 0);
+    EXPECT_GT(ts.placed_slow, 0);  // the prompt's blocks past the 4th: written in the host tier
+    EXPECT_GT(ts.moves_out, 0);
+    EXPECT_GT(ts.moves_in, 0);
+    std::printf(
+        "  %s --kv-host-tier: %lld blocks placed in the host tier, %lld moved out, %lld in\n",
+        gpu->name().c_str(), (long long)ts.placed_slow, (long long)ts.moves_out,
+        (long long)ts.moves_in);
+    for (const auto& [t, v] :
+         {std::pair(&tiered.first, &vram.first), std::pair(&tiered.second, &vram.second)}) {
+      EXPECT_TRUE(same_bits(t->prompt_logits, v->prompt_logits));
+      ASSERT_EQ(t->tokens, v->tokens);
+      for (size_t s = 0; s < t->step_logits.size(); ++s)
+        EXPECT_TRUE(same_bits(t->step_logits[s], v->step_logits[s])) << "step " << s;
+    }
+    const std::string what = "stories260K on " + gpu->name() + " --kv-host-tier";
+    expect_follows(tiered.first, cpu.first, Tolerance{1e-3, 0.02f}, what);
+    expect_follows(tiered.second, cpu.second, Tolerance{1e-3, 0.02f}, what + " after truncate");
+  }
+}
+
 /// `kvrun serve` with the model on the GPU (-ngl all, KV rows there too) answers a greedy
-/// completion with the CPU server's text.
+/// completion with the CPU server's text; so does one with --kv-mem of 2 blocks and the host
+/// tier, whose 60-token completion moves blocks out of VRAM (the scheduler's path: blocks
+/// reserved per step).
 TEST(GpuEndToEnd, ServeOnTheGpuGivesTheCpusGreedyText) {
   const std::vector<Device*> gpus = gpu_devices();
   if (gpus.empty()) GTEST_SKIP() << "no GPU device (gpu_devices() is empty)";
   if (!fs::exists(test::fixture(serve_test::kModel)))
     GTEST_SKIP() << "fixture missing: " << serve_test::kModel;
-  const nlohmann::json req = {
-      {"prompt", "Once upon a time"}, {"n_predict", 24}, {"temperature", 0}, {"top_k", 1}};
-  auto complete = [&](const serve_test::ServerProcess& s) {
-    const auto r = s.client()->Post("/completion", req.dump(), "application/json");
+  auto request = [](int n) {
+    return nlohmann::json{
+        {"prompt", "Once upon a time"}, {"n_predict", n}, {"temperature", 0}, {"top_k", 1}};
+  };
+  auto complete = [&](const serve_test::ServerProcess& s, int n) {
+    const auto r = s.client()->Post("/completion", request(n).dump(), "application/json");
     if (!r || r->status != 200) return std::string("<no answer>");
     return nlohmann::json::parse(r->body)["content"].get<std::string>();
   };
   const serve_test::ServerProcess cpu({});
   ASSERT_TRUE(cpu.ok()) << cpu.log();
-  const std::string want = complete(cpu);
+  const std::string want = complete(cpu, 24), want_long = complete(cpu, 60);
   ASSERT_GT(want.size(), 10u);
   for (Device* gpu : gpus) {
     SCOPED_TRACE(gpu->name());
     const serve_test::ServerProcess s({"-ngl", "all", "-dev", gpu->name()});
     ASSERT_TRUE(s.ok()) << s.log();
-    EXPECT_EQ(complete(s), want);
+    EXPECT_EQ(complete(s, 24), want);
+    // stories260K: 640 bytes of f16 KV per position, 10240 per block of 16
+    const serve_test::ServerProcess t(
+        {"-ngl", "all", "-dev", gpu->name(), "--kv-mem", "20480", "--kv-host-tier"});
+    ASSERT_TRUE(t.ok()) << t.log();
+    EXPECT_EQ(complete(t, 60), want_long);
+    const auto st = t.client()->Get("/stats");
+    ASSERT_TRUE(st && st->status == 200);
+    const nlohmann::json kv = nlohmann::json::parse(st->body).at("kv");
+    EXPECT_GT(kv.at("moves_out").get<int64_t>(), 0) << kv.dump();
+    EXPECT_EQ(kv.at("tiers").at("ram").at("blocks").get<int64_t>(), 2) << kv.dump();
   }
 }
 

@@ -23,8 +23,8 @@
 #include "cpu/paged_attention.h"
 #include "cpu/thread_pool.h"
 #include "kv/kv_cache.h"
-#include "kv_layout.h"
 #include "kv/kv_offload_file.h"
+#include "kv_layout.h"
 #include "test_util.h"
 
 namespace kvrun {
@@ -316,6 +316,51 @@ INSTANTIATE_TEST_SUITE_P(Types, KvTiersAttention,
                                            TierCase{DType::FP8_E4M3, DType::F16},
                                            TierCase{DType::Q8_0, DType::Q4_0},
                                            TierCase{DType::NVFP4, DType::BF16}));
+
+// ---- the host tier (KV rows on a GPU; tested with one in test_vulkan_paged, test_gpu_e2e) -------
+
+TEST(KvHostTier, RefusedWithoutAGpuAndWithTheFile) {
+  test::TempDir dir;
+  KvCacheParams p = tier_params(DType::F16, DType::F16, 16, 4, 4, dir.path().string());
+  p.offload_dir.clear();
+  p.host_tier = true;
+  auto message = [&](const KvCacheParams& q) {
+    try {
+      KvCache c(shape(), q);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  // Every layer's rows on the CPU: the host tier is for a GPU's rows.
+  EXPECT_NE(message(p).find("--kv-host-tier needs KV rows on a GPU"), std::string::npos)
+      << message(p);
+  p.offload_dir = dir.path().string();
+  EXPECT_NE(message(p).find("--kv-host-tier and --kv-offload-dir cannot be combined"),
+            std::string::npos)
+      << message(p);
+}
+
+TEST(KvHostTierCli, FlagCombinationsThatCannotWorkAreRefused) {
+  const std::string model = "models/stories260K-F32.gguf";
+  KVRUN_REQUIRE_FIXTURE(model);
+  test::TempDir dir;
+  const std::string base = test::kvrun_binary() + " -m " + test::fixture(model).string() +
+                           " -p 'Once upon a time' -c 64 -n 4 --temp 0 -t 2 ";
+  const std::pair<std::string, std::string> cases[] = {
+      {"--kv-host-max 1G", "--kv-host-max needs --kv-host-tier"},
+      {"--kv-host-tier -nkvo", "--kv-host-tier: -nkvo"},
+      {"--kv-host-tier --kv-offload-dir " + dir.path().string(),
+       "--kv-host-tier and --kv-offload-dir cannot be combined"},
+      {"--kv-host-tier --kv-host-max 0", "--kv-host-max must be positive"},
+      {"--kv-host-tier", "--kv-host-tier needs KV rows on a GPU"},  // -ngl 0: rows on the CPU
+  };
+  for (const auto& [flags, want] : cases) {
+    const auto r = test::run_command(base + flags);
+    EXPECT_NE(r.exit_code, 0) << flags;
+    EXPECT_NE(r.err.find(want), std::string::npos) << flags << ": " << r.err;
+  }
+}
 
 // ---- end to end ---------------------------------------------------------------------------------
 

@@ -548,5 +548,33 @@ TEST(VulkanModel, APlacementOverTheBudgetIsRefusedWithItsBytes) {
   EXPECT_NE(a.err.find("-ngl auto: 0 of"), std::string::npos) << a.err;
 }
 
+/// --kv-host-tier end to end: with a device budget (KVRUN_VULKAN_BUDGET) too small for the KV
+/// rows of -c 4096, -ngl all is refused; with --kv-mem 30K (3 blocks in device memory) and the
+/// host tier it is accepted (the memory check counts --kv-mem's rows), blocks move out to host
+/// memory, and the greedy tokens are the CPU's.
+TEST(VulkanModel, HostTierRunsAContextPastTheDeviceBudget) {
+  REQUIRE_VULKAN();
+  KVRUN_REQUIRE_FIXTURE("models/stories260K-F32.gguf");
+  const std::string base = test::kvrun_binary() + " -m " +
+                           test::fixture("models/stories260K-F32.gguf").string() +
+                           " -p 'Once upon a time' -n 80 --temp 0 -c 4096 -t 2 --json";
+  const std::string gpu =
+      "KVRUN_VULKAN_BUDGET=3000000 " + base + " -ngl all -dev " + vk_device()->name();
+  const test::CommandResult cpu = test::run_command(base);
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
+  const test::CommandResult refused = test::run_command(gpu);
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.err.find("KV 2.50 MiB for 4096 positions"), std::string::npos) << refused.err;
+  const test::CommandResult r = test::run_command(gpu + " --kv-mem 30K --kv-host-tier");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json a = nlohmann::json::parse(cpu.out), b = nlohmann::json::parse(r.out);
+  ASSERT_EQ(a.at("tokens").size(), 80u);
+  EXPECT_EQ(a.at("tokens"), b.at("tokens"));
+  const nlohmann::json& kv = b.at("kv");
+  EXPECT_EQ(kv.at("blocks_fast").get<int64_t>(), 3) << kv.dump();
+  EXPECT_GT(kv.at("blocks_slow").get<int64_t>(), 0) << kv.dump();
+  EXPECT_GT(kv.at("moves_out").get<int64_t>(), 0) << kv.dump();
+}
+
 }  // namespace
 }  // namespace kvrun

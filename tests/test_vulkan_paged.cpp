@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <numeric>
 #include <ostream>
@@ -99,6 +100,67 @@ struct DevCache {
     vk().upload(v->data(), ps.v.data(), ps.v.size());
     kv.k = static_cast<uint8_t*>(k->data());
     kv.v = static_cast<uint8_t*>(v->data());
+  }
+};
+
+/// A setup's cache on the device split across two tiers (KvLayer::slot_of, n_fast, k_slow):
+/// every third block id (1, 4, 7, …) in the host tier (BufferUse::kKvHost: host memory the
+/// shaders address in place), the others in device memory, slots in a different order than the
+/// ids. Starts as the setup's host bytes.
+struct TieredCache {
+  std::unique_ptr<DeviceBuffer> k, v, k_host, v_host;
+  std::vector<int32_t> slot_of;
+  KvLayer kv;
+  size_t kb, vb;  // bytes of one block's K / V rows
+  explicit TieredCache(const PagedSetup& ps) : kv(ps.kv) {
+    kb = size_t(ps.bs * ps.kv.k_row_bytes);
+    vb = size_t(ps.bs * ps.kv.v_row_bytes);
+    std::vector<int32_t> fast, slow;
+    for (int32_t id = int32_t(ps.n_slots); id-- > 0;) (id % 3 == 1 ? slow : fast).push_back(id);
+    slot_of.assign(size_t(ps.n_slots), -1);
+    for (size_t i = 0; i < fast.size(); ++i) slot_of[size_t(fast[i])] = int32_t(i);
+    for (size_t i = 0; i < slow.size(); ++i) slot_of[size_t(slow[i])] = int32_t(fast.size() + i);
+    k = vk_device()->alloc(std::max<size_t>(fast.size(), 1) * kb, BufferUse::kKv);
+    v = vk_device()->alloc(std::max<size_t>(fast.size(), 1) * vb, BufferUse::kKv);
+    k_host = vk_device()->alloc(std::max<size_t>(slow.size(), 1) * kb, BufferUse::kKvHost);
+    v_host = vk_device()->alloc(std::max<size_t>(slow.size(), 1) * vb, BufferUse::kKvHost);
+    kv.k = static_cast<uint8_t*>(k->data());
+    kv.v = static_cast<uint8_t*>(v->data());
+    kv.k_slow = static_cast<uint8_t*>(k_host->data());
+    kv.v_slow = static_cast<uint8_t*>(v_host->data());
+    kv.slot_of = slot_of.data();
+    kv.n_fast = int64_t(fast.size());
+    for (int32_t id = 0; id < int32_t(ps.n_slots); ++id) {
+      put(id, false, ps.k.data() + size_t(id) * kb);
+      put(id, true, ps.v.data() + size_t(id) * vb);
+    }
+    vk().synchronize();
+  }
+  bool in_host_tier(int32_t id) const { return slot_of[size_t(id)] >= kv.n_fast; }
+  /// Block id's K (or V) rows as the host reads a host-tier block: in its mapping.
+  uint8_t* host_rows(int32_t id, bool is_v) const {
+    const size_t off = size_t(slot_of[size_t(id)] - kv.n_fast) * (is_v ? vb : kb);
+    return static_cast<uint8_t*>((is_v ? v_host : k_host)->host_data()) + off;
+  }
+  void put(int32_t id, bool is_v, const uint8_t* src) {
+    const size_t n = is_v ? vb : kb;
+    if (in_host_tier(id))
+      std::memcpy(host_rows(id, is_v), src, n);
+    else
+      vk().upload(is_v ? kv.v_block(id) : kv.k_block(id), src, n);
+  }
+  /// Every block's K (or V) rows in id order (the setup's identity layout), read where they lie.
+  std::vector<uint8_t> bytes(int64_t n_ids, bool is_v) const {
+    const size_t n = is_v ? vb : kb;
+    std::vector<uint8_t> out(size_t(n_ids) * n);
+    vk().synchronize();
+    for (int32_t id = 0; id < int32_t(n_ids); ++id) {
+      if (in_host_tier(id))
+        std::memcpy(out.data() + size_t(id) * n, host_rows(id, is_v), n);
+      else
+        vk().download(out.data() + size_t(id) * n, is_v ? kv.v_block(id) : kv.k_block(id), n);
+    }
+    return out;
   }
 };
 
@@ -340,6 +402,73 @@ std::vector<KvCase> attention_cases() {
 
 INSTANTIATE_TEST_SUITE_P(All, VulkanAttention, testing::ValuesIn(attention_cases()), kv_case_name);
 
+class VulkanHostTier : public testing::TestWithParam<KvCase> {};
+
+/// The KV store and attention over a table whose blocks are split between device memory and the
+/// host tier (every third block in pinned host memory, read and written in place through its
+/// device address): the stored bytes equal the CPU encoder's wherever the block lies, and the
+/// attention output equals, bit for bit, that over the same blocks all in device memory.
+/// Variants as VulkanAttention's 0 (a 3000-position decode) and 1 (a prefill and a
+/// continuation).
+TEST_P(VulkanHostTier, StoreAndAttentionReadBlocksWhereTheyLie) {
+  REQUIRE_VULKAN();
+  ASSERT_TRUE(vk_device()->supports(Op::kKvHostTier));
+  const KvCase c = GetParam();
+  const bool decode = c.variant == 0;
+  const std::vector<std::pair<int64_t, int64_t>> shape =
+      decode ? std::vector<std::pair<int64_t, int64_t>>{{2999, 1}}
+             : std::vector<std::pair<int64_t, int64_t>>{{0, 37}, {40, 2}};
+  const int64_t hd = decode ? 64 : 128, bs = decode ? 16 : 32;
+  PagedSetup ps(c.k, c.v, 4, 2, hd, bs, shape, 91);
+  // The store: the step's rows into a partly host-tier table, against the CPU's bytes.
+  {
+    PagedSetup st(c.k, c.v, 4, 2, hd, bs, shape, 91);  // (the same table, 0xAB bytes)
+    TieredCache tc(st);
+    const std::vector<float> k = kv_values(st.n_rows, st.kv_width(), 72);
+    const std::vector<float> v = kv_values(st.n_rows, st.kv_width(), 73);
+    cpu::paged_kv_store(st.kv, st.p, st.seqs.data(), int64_t(st.seqs.size()), k.data(), v.data());
+    vk().begin_step(st.pt);
+    auto dk = to_dev(k), dv = to_dev(v);
+    vk().kv_store(tc.kv, st.p, fp(dk), fp(dv));
+    EXPECT_TRUE(tc.bytes(st.n_slots, false) == st.k) << "K bytes differ";
+    EXPECT_TRUE(tc.bytes(st.n_slots, true) == st.v) << "V bytes differ";
+    int64_t rows_in_host_tier = 0;
+    for (int64_t r = 0; r < st.n_rows; ++r) {
+      int64_t s = 0;
+      while (st.seq_indptr[size_t(s + 1)] <= r) ++s;
+      const int32_t id =
+          st.block_ids[size_t(st.block_indptr[size_t(s)] + st.pos[size_t(r)] / st.bs)];
+      rows_in_host_tier += tc.in_host_tier(id);
+    }
+    EXPECT_GT(rows_in_host_tier, 0) << "no row of the step was written into the host tier";
+  }
+  // Attention over a filled cache: the tiered table against all blocks in device memory.
+  fill_cache(ps);
+  const std::vector<float> q = test::random_floats(size_t(ps.n_rows * 4 * ps.p.attn.head_dim), 93);
+  DevCache dc(ps);
+  TieredCache tc(ps);
+  vk().begin_step(ps.pt);
+  auto dq = to_dev(q), d_all = poisoned(q.size()), d_tiered = poisoned(q.size());
+  vk().paged_attention(dc.kv, ps.p, fp(dq), fp(d_all));
+  vk().paged_attention(tc.kv, ps.p, fp(dq), fp(d_tiered));
+  const std::vector<float> all = from_dev(*d_all, q.size()), tiered = from_dev(*d_tiered, q.size());
+  std::vector<float> ref(q.size());
+  cpu::ThreadPool pool(1);
+  cpu::paged_attention(pool, ps.kv, ps.p, ps.seqs.data(), int64_t(ps.seqs.size()), q.data(),
+                       ref.data());
+  for (float x : tiered) ASSERT_TRUE(std::isfinite(x));
+  EXPECT_EQ(0, std::memcmp(all.data(), tiered.data(), all.size() * sizeof(float)));
+  const bool q8_q = c.k == DType::Q8_0 || c.k == DType::Q4_0;
+  EXPECT_LE(nmse(tiered, ref), c.k == DType::F16 ? 1e-6 : q8_q ? 2e-4 : 1e-9);
+}
+
+INSTANTIATE_TEST_SUITE_P(Some, VulkanHostTier,
+                         testing::Values(KvCase{DType::F16, DType::F16, 0},
+                                         KvCase{DType::F16, DType::F16, 1},
+                                         KvCase{DType::Q8_0, DType::Q4_0, 1},
+                                         KvCase{DType::FP8_E4M3, DType::BF16, 0}),
+                         kv_case_name);
+
 /// A buffer freed while an upload into it is still only recorded: the free waits for it (as
 /// cudaFree does), so a weight uploaded next into the same memory is not overwritten when the
 /// backend's work is submitted later.
@@ -403,6 +532,124 @@ TEST(VulkanKvCache, CopyOnWriteCopiesDeviceRows) {
           << e.what();
     }
   }
+}
+
+/// The host tier of a KvCache on Vulkan (--kv-host-tier): copy_block copies rows between the
+/// device's memory and the host tier both ways and within each (what moves between the tiers
+/// do, through the device's backend), layer() points the slow tier at the host-tier buffers,
+/// and the combinations that cannot work are refused naming the flag.
+TEST(VulkanKvCache, HostTierCopiesRowsBetweenTiers) {
+  REQUIRE_VULKAN();
+  Hparams hp;
+  hp.arch = "llama";
+  hp.n_layer = 2;
+  hp.n_embd = 64;
+  hp.n_head = 4;
+  hp.n_head_kv = 2;
+  hp.head_dim = hp.head_dim_v = 32;
+  KvCacheParams p;
+  p.type_k = DType::F16;
+  p.type_v = DType::Q8_0;
+  p.block_size = 16;
+  const int64_t per_block =
+      p.block_size *
+      kv_bytes_per_token(p.type_k, p.type_v, hp.n_layer, hp.n_head_kv, hp.head_dim, hp.head_dim_v);
+  p.mem_bytes = 3 * per_block;
+  p.host_tier = true;
+  p.offload_max = 4 * per_block;
+  const std::vector<Device*> devs(2, vk_device());
+  KvCache cache(hp, p, devs);
+  const KvTierStats ts = cache.tier_stats();
+  EXPECT_EQ(ts.n_fast, 3);
+  EXPECT_EQ(ts.n_slow, 4);
+  EXPECT_EQ(cache.n_blocks(), 7);
+  EXPECT_FALSE(cache.rows_on_host());
+  EXPECT_EQ(cache.offload_path(), "host memory (--kv-host-tier)");
+  // Block ids 0-2 are fast, 3-6 in the host tier (the identity slot map at the start).
+  EXPECT_TRUE(cache.in_fast_tier(2));
+  EXPECT_FALSE(cache.in_fast_tier(3));
+  const KvLayer L0 = cache.layer(0);
+  ASSERT_NE(L0.k_slow, nullptr);
+  EXPECT_EQ(L0.n_fast, 3);
+  const size_t kb = size_t(L0.block_size * L0.k_row_bytes),
+               vb = size_t(L0.block_size * L0.v_row_bytes);
+  auto pattern = [](size_t n, int seed) {
+    std::vector<uint8_t> b(n);
+    for (size_t i = 0; i < n; ++i) b[i] = uint8_t(i * 7 + size_t(seed) * 31);
+    return b;
+  };
+  auto read = [&](const KvLayer& L, int32_t id, bool is_v) {
+    std::vector<uint8_t> b(is_v ? vb : kb);
+    vk().download(b.data(), is_v ? L.v_block(id) : L.k_block(id), b.size());
+    return b;
+  };
+  for (int64_t il = 0; il < 2; ++il) {  // block 1 (device memory) gets a pattern
+    const KvLayer L = cache.layer(il);
+    vk().upload(L.k_block(1), pattern(kb, int(il)).data(), kb);
+    vk().upload(L.v_block(1), pattern(vb, int(il) + 2).data(), vb);
+  }
+  vk().synchronize();
+  cache.copy_block(4, 1);  // device memory → host tier
+  cache.copy_block(5, 4);  // host tier → host tier
+  cache.copy_block(0, 5);  // host tier → device memory
+  for (int64_t il = 0; il < 2; ++il) {
+    const KvLayer L = cache.layer(il);
+    for (int32_t id : {4, 5, 0}) {
+      EXPECT_EQ(read(L, id, false), pattern(kb, int(il))) << "layer " << il << " block " << id;
+      EXPECT_EQ(read(L, id, true), pattern(vb, int(il) + 2)) << "layer " << il << " block " << id;
+    }
+  }
+  // Synthetic rows (kvrun bench --depth-fill synthetic) over blocks of both tiers: the host
+  // tier's written by the host in place, the same bytes as a cache with every block in VRAM.
+  KvCacheParams all_fast = p;
+  all_fast.host_tier = false;
+  all_fast.offload_max = 0;
+  all_fast.mem_bytes = 7 * per_block;
+  KvCache ref(hp, all_fast, devs);
+  const std::vector<int32_t> table = {6, 2, 4, 0, 3, 1, 5};  // 6, 4, 3, 5: host tier
+  cache.write_synthetic_rows(table, 5, 100, 42);
+  ref.write_synthetic_rows(table, 5, 100, 42);
+  auto rows = [](std::vector<uint8_t> b, size_t row, int64_t r0, int64_t r1) {
+    return std::vector<uint8_t>(b.begin() + r0 * int64_t(row), b.begin() + r1 * int64_t(row));
+  };
+  for (int64_t il = 0; il < 2; ++il)
+    for (size_t b = 0; b < table.size(); ++b) {  // the rows of positions 5 … 104 only
+      const int64_t r0 = std::max<int64_t>(5 - 16 * int64_t(b), 0);
+      const int64_t r1 = std::min<int64_t>(105 - 16 * int64_t(b), 16);
+      const int32_t id = table[b];
+      const size_t kr = size_t(L0.k_row_bytes), vr = size_t(L0.v_row_bytes);
+      EXPECT_EQ(rows(read(cache.layer(il), id, false), kr, r0, r1),
+                rows(read(ref.layer(il), id, false), kr, r0, r1))
+          << id;
+      EXPECT_EQ(rows(read(cache.layer(il), id, true), vr, r0, r1),
+                rows(read(ref.layer(il), id, true), vr, r0, r1))
+          << id;
+    }
+  // The combinations that cannot work, each naming its flag.
+  auto refused = [&](KvCacheParams q, const std::vector<Device*>& d, const std::string& flag) {
+    try {
+      KvCache c(hp, q, d);
+      ADD_FAILURE() << "accepted: " << flag;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(flag), std::string::npos) << e.what();
+    }
+  };
+  test::TempDir dir;
+  KvCacheParams with_file = p;
+  with_file.offload_dir = dir.path().string();
+  refused(with_file, devs, "--kv-offload-dir");
+  KvCacheParams no_budget = p;
+  no_budget.offload_max = 0;
+  refused(no_budget, devs, "--kv-host-max");
+  KvCacheParams tiny = p;
+  tiny.offload_max = per_block - 1;
+  refused(tiny, devs, "--kv-host-max");
+  refused(p, {}, "--kv-host-tier");  // every layer on the CPU
+  KvCacheParams file_only = p;
+  file_only.host_tier = false;
+  file_only.offload_dir = dir.path().string();
+  file_only.offload_max = 4 * per_block;
+  refused(file_only, devs, "--kv-host-tier");  // the file with a GPU names the host tier
 }
 
 }  // namespace

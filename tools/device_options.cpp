@@ -12,6 +12,7 @@
 #include "commands.h"
 #include "eval/model_info.h"
 #include "gguf.h"
+#include "kv_layout.h"
 #include "models/arch.h"
 #include "session.h"
 
@@ -49,6 +50,16 @@ std::string no_gpu_reason() {
 /// Whether layer il of `file` has experts (a router).
 bool has_experts(const gguf::File& file, int64_t il) {
   return file.find_tensor("blk." + std::to_string(il) + ".ffn_gate_inp.weight") != nullptr;
+}
+
+/// Counts at most the positions whose rows fit fit.kv_fast_bytes (--kv-mem with --kv-host-tier:
+/// the GPU's fast tier; the rest live in host memory) in mi.kv_tokens.
+void cap_to_fast_tier(ModelInfo& mi, const AutoFit& fit) {
+  if (fit.kv_fast_bytes <= 0) return;
+  const Hparams::KvRows r = mi.hp.kv_rows();
+  const int64_t per_token = kv_bytes_per_token(fit.type_k, fit.type_v, mi.hp.n_layer, r.n_head_kv,
+                                               r.head_dim, r.head_dim_v);
+  if (per_token > 0) mi.kv_tokens = std::min(mi.kv_tokens, fit.kv_fast_bytes / per_token + 1);
 }
 
 /// -ngl auto on `gpu`: the layers that fit its free memory (eval/model_info.h), with one line on
@@ -89,6 +100,7 @@ int64_t auto_layers(Device& gpu, const AutoFit* fit, bool kv_on_gpu,
     return 0;
   }
   mi.kv_tokens *= std::max<int64_t>(1, fit->n_seqs);
+  cap_to_fast_tier(mi, *fit);
   const int64_t n =
       fit_gpu_layers(mi, file, fit->type_k, fit->type_v, kv_on_gpu, free, fit->n_batch, &on_host);
   const GpuPlan p =
@@ -116,6 +128,7 @@ void check_placement_fits(Device& gpu, const AutoFit& fit, const std::string& v,
   const int64_t n_ctx = fit.n_ctx > 0 ? fit.n_ctx : default_n_ctx(load_hparams(file).n_ctx_train);
   ModelInfo mi = describe_model(file, n_ctx);
   mi.kv_tokens *= std::max<int64_t>(1, fit.n_seqs);
+  cap_to_fast_tier(mi, fit);
   const std::vector<bool> on_host = ffn_kept_on_host(file, mi.hp.n_layer, rules);
   const GpuPlan p = plan_gpu(mi, file, n, fit.type_k, fit.type_v, kv_on_gpu, fit.n_batch, &on_host);
   const int64_t need = p.weight_bytes + p.kv_bytes;

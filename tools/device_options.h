@@ -41,6 +41,9 @@ struct AutoFit {
   DType type_k = DType::F16, type_v = DType::F16;
   int64_t n_batch = 512;
   int64_t n_seqs = 1;  ///< sessions whose KV the cache holds at once (serve / batch: -np)
+  /// --kv-mem with --kv-host-tier: the KV bytes (every layer) the GPU holds at most, the rest
+  /// being in host memory; 0: the GPU holds every position's rows
+  int64_t kv_fast_bytes = 0;
 };
 
 /// The GPU named `name` (-dev), or the first one when `name` is empty; null for "none" / "CPU"

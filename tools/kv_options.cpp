@@ -25,14 +25,20 @@ void add_kv_cache_options(CLI::App& app, KvCacheOptions& o) {
       ->check(CLI::Range(int64_t(1), int64_t(1) << 16))
       ->capture_default_str();
   app.add_option("--kv-mem", o.mem,
-                 "KV budget of the fast tier (RAM), e.g. 512M or 8G (default: what the context "
-                 "size needs)");
+                 "KV budget of the fast tier (RAM; the GPU's memory for KV rows on a GPU), e.g. "
+                 "512M or 8G (default: what the context size needs)");
   app.add_option("--kv-offload-dir", o.offload_dir,
                  "slow KV tier: blocks past --kv-mem go to a file in DIR (mapped; 0600, removed "
                  "on exit)");
   app.add_option("--kv-offload-max", o.offload_max,
                  "budget of the --kv-offload-dir file, e.g. 16G (default: what the context size "
                  "needs)");
+  app.add_flag("--kv-host-tier", o.host_tier,
+               "slow KV tier for KV rows on a GPU (-ngl): blocks past --kv-mem live in pinned "
+               "host RAM that the GPU reads in place (the CPU's slow tier is --kv-offload-dir)");
+  app.add_option("--kv-host-max", o.host_max,
+                 "budget of the --kv-host-tier memory, e.g. 16G (default: what the context size "
+                 "needs beyond --kv-mem)");
   app.add_flag("--no-prefix-cache", o.no_prefix_cache, "do not reuse cached KV blocks of prefixes");
   app.add_option("--kv-cache-dir", o.cache_dir,
                  "persistent prefix cache: write full KV blocks to DIR and reuse them in later "
@@ -117,6 +123,7 @@ AutoFit auto_fit(const KvCacheOptions& o, const std::string& model_path, int64_t
   f.type_k = kv_type_option(o.type_k, "--cache-type-k");
   f.type_v = kv_type_option(o.type_v, "--cache-type-v");
   f.n_batch = n_batch;
+  if (o.host_tier && !o.mem.empty()) f.kv_fast_bytes = parse_size(o.mem);  // the rest: host RAM
   return f;
 }
 
@@ -135,6 +142,22 @@ void apply_kv_cache_options(const KvCacheOptions& o, const std::string& model_pa
   params.kv.offload_max = o.offload_max.empty() ? 0 : parse_size(o.offload_max);
   if (!o.offload_max.empty() && params.kv.offload_max <= 0)
     throw std::invalid_argument("--kv-offload-max must be positive");
+  if (!o.host_max.empty() && !o.host_tier)
+    throw std::invalid_argument("--kv-host-max needs --kv-host-tier");
+  if (o.host_tier && !o.offload_dir.empty())
+    throw std::invalid_argument(
+        "--kv-host-tier and --kv-offload-dir cannot be combined (the host tier is the slow tier "
+        "of KV rows on a GPU, the file that of KV rows on the CPU)");
+  if (o.host_tier && o.dev.no_kv_offload)
+    throw std::invalid_argument(
+        "--kv-host-tier: -nkvo keeps every KV row on the CPU (use "
+        "--kv-offload-dir for its slow tier)");
+  params.kv.host_tier = o.host_tier;
+  if (o.host_tier) {
+    params.kv.offload_max = o.host_max.empty() ? 0 : parse_size(o.host_max);
+    if (!o.host_max.empty() && params.kv.offload_max <= 0)
+      throw std::invalid_argument("--kv-host-max must be positive");
+  }
   params.kv.prefix_cache = !o.no_prefix_cache;
   params.kv.rotate = o.rotate;
   if (!o.cache_dir.empty()) {

@@ -1,6 +1,7 @@
 // kv_options.h — the KV cache and attention options every model-running command shares
-// (-ctk, -ctv, --kv-block-size, --kv-mem, --kv-offload-dir, --kv-offload-max, --kv-cache-dir,
-// --kv-cache-dir-max, --no-prefix-cache, --kv-rotate, -fa), parsed once:
+// (-ctk, -ctv, --kv-block-size, --kv-mem, --kv-offload-dir, --kv-offload-max, --kv-host-tier,
+// --kv-host-max, --kv-cache-dir, --kv-cache-dir-max, --no-prefix-cache, --kv-rotate, -fa), parsed
+// once:
 // `kvrun` (completion and chat), `kvrun perplexity` and `kvrun bench` all use these.
 #pragma once
 
@@ -26,6 +27,8 @@ struct KvCacheOptions {
   std::string cache_dir_max = "8G";  ///< --kv-cache-dir-max SIZE
   std::string offload_dir;           ///< --kv-offload-dir DIR ("" = one tier)
   std::string offload_max;           ///< --kv-offload-max SIZE ("" = what the context needs)
+  bool host_tier = false;            ///< --kv-host-tier (KV rows on a GPU: pinned host tier)
+  std::string host_max;              ///< --kv-host-max SIZE ("" = what --kv-mem leaves of -c)
   DeviceOptions dev;                 ///< -ngl, -dev, --list-devices, -nkvo
 };
 

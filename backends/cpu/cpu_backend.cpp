@@ -228,7 +228,8 @@ class CpuDevice final : public Device {
   }
 
   std::unique_ptr<DeviceBuffer> alloc(size_t bytes, BufferUse use) override {
-    if (use == BufferUse::kKv) return std::make_unique<MappedBuffer>(*this, bytes);
+    if (use == BufferUse::kKv || use == BufferUse::kKvHost)  // (host memory: both tiers alike)
+      return std::make_unique<MappedBuffer>(*this, bytes);
     return std::make_unique<HeapBuffer>(*this, kvrun::Buffer(bytes));
   }
 

@@ -16,9 +16,11 @@ namespace kvrun::cuda {
 /// One sequence's rows in the step: the seam's PagedSeq (backend.h).
 using SeqRows = kvrun::PagedSeq;
 
-/// One layer's K and V storage in device memory: the seam's KvLayer (backend.h) with k / v in
-/// device memory, slot s holding block_size rows (the device sees slots: AttnBatch maps ids).
-/// The slow-tier fields are unused here (the pinned-host tier is the CUDA issue's).
+/// One layer's K and V storage: the seam's KvLayer (backend.h) with k / v in device memory,
+/// slot s holding block_size rows (the device sees slots: AttnBatch maps ids); slots from
+/// n_fast on are in the host tier at k_slow / v_slow (pinned, mapped host memory: the device
+/// pointers of a BufferUse::kKvHost buffer), which the kernels read and write in place
+/// (kv_format.cuh KvRows).
 using PagedKvLayer = kvrun::KvLayer;
 
 /// Attention shapes: the seam's AttnParams (n_head, n_head_kv, head_dim, head_dim_v, scale;

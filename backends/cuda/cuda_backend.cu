@@ -61,6 +61,37 @@ class SeamBuffer final : public kvrun::DeviceBuffer {
   cuda::DeviceBuffer buf_;
 };
 
+/// Pinned, mapped host memory through the seam (BufferUse::kKvHost, the KV cache's host tier):
+/// cudaHostAlloc with cudaHostAllocMapped (the kernels address it through its device pointer,
+/// cudaHostGetDevicePointer: the host pointer itself on 64-bit UVA systems) and
+/// cudaHostAllocPortable (every context's kernels may read it). host_data() is the host pointer.
+class PinnedBuffer final : public kvrun::DeviceBuffer {
+ public:
+  PinnedBuffer(kvrun::Device& dev, Context& ctx, size_t bytes) : dev_(dev), bytes_(bytes) {
+    ctx.impl().activate();
+    check(cudaHostAlloc(&host_, bytes ? bytes : 1, cudaHostAllocMapped | cudaHostAllocPortable),
+          "cudaHostAlloc");
+    const cudaError_t e = cudaHostGetDevicePointer(&dptr_, host_, 0);
+    if (e != cudaSuccess) {
+      cudaFreeHost(host_);
+      check(e, "cudaHostGetDevicePointer");
+    }
+  }
+  ~PinnedBuffer() override { cudaFreeHost(host_); }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  void* data() const override { return dptr_; }
+  void* host_data() const override { return host_; }
+  size_t size() const override { return bytes_; }
+  kvrun::Device& device() const override { return dev_; }
+
+ private:
+  kvrun::Device& dev_;
+  size_t bytes_;
+  void* host_ = nullptr;
+  void* dptr_ = nullptr;
+};
+
 class CudaBackend final : public kvrun::Backend {
  public:
   CudaBackend(kvrun::Device& dev, int index) : dev_(dev), ctx_(index) {}
@@ -321,11 +352,23 @@ class CudaDevice final : public kvrun::Device {
       case Op::kAttnSinks:  // gpt-oss's attention sinks: not yet (load refuses)
       case Op::kMla:        // deepseek2's latent attention: not yet (load refuses)
         return false;
+      case Op::kKvHostTier:  // pinned, mapped host memory (PinnedBuffer)
+        return true;
     }
     return false;
   }
 
   std::unique_ptr<kvrun::DeviceBuffer> alloc(size_t bytes, BufferUse use) override {
+    if (use == BufferUse::kKvHost) {
+      try {
+        return std::make_unique<PinnedBuffer>(*this, ctx(), bytes);
+      } catch (const CudaError& e) {
+        throw std::runtime_error(name() + ": cannot pin " + mib(int64_t(bytes)) +
+                                 " of host memory for the KV host tier (lower --kv-host-max or "
+                                 "raise --kv-mem) [" +
+                                 e.what() + "]");
+      }
+    }
     try {
       return std::make_unique<SeamBuffer>(*this, ctx(), bytes);
     } catch (const DeviceOutOfMemory& e) {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "backend.h"
 #include "blocks.h"
 #include "cuda/decode.cuh"
 #include "dtype.h"
@@ -20,6 +21,30 @@ struct KvFormat {
   int nvfp4_group;      ///< nvfp4: values per scale group, lcm(head_dim, 16)
   int nvfp4_scale_off;  ///< nvfp4: byte offset of the FP32 group scales in the row
 };
+
+/// Where one layer's K (or V) rows are: cell c (slot · block_size + row in the block, as
+/// AttnBatch::cells and the slot tables give them) of a fast-tier slot (c < n_fast_cells) at
+/// fast + c · row_bytes in device memory, of a host-tier slot at slow + (c − n_fast_cells) ·
+/// row_bytes in pinned host memory the kernels read and write in place (KvLayer::k_slow: a
+/// mapped cudaHostAlloc buffer's device pointer). Built on the host by kv_rows.
+struct KvRows {
+  uint8_t* fast;
+  uint8_t* slow;         ///< null without a host tier
+  int64_t n_fast_cells;  ///< KvLayer::n_fast · block_size; INT64_MAX without a host tier
+  int64_t row_bytes;
+
+  __host__ __device__ uint8_t* row(int64_t cell) const {
+    return cell < n_fast_cells ? fast + cell * row_bytes : slow + (cell - n_fast_cells) * row_bytes;
+  }
+};
+
+/// The K (v false) or V rows of `kv` as KvRows.
+inline KvRows kv_rows(const KvLayer& kv, bool v) {
+  KvRows r{v ? kv.v : kv.k, v ? kv.v_slow : kv.k_slow, INT64_MAX,
+           v ? kv.v_row_bytes : kv.k_row_bytes};
+  if (r.slow && kv.n_fast < INT64_MAX / kv.block_size) r.n_fast_cells = kv.n_fast * kv.block_size;
+  return r;
+}
 
 /// The format of rows of n_head_kv × head_dim values of `type` (any KV cache type).
 inline KvFormat make_kv_format(DType type, int64_t n_head_kv, int64_t head_dim) {

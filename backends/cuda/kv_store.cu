@@ -15,12 +15,12 @@
 namespace kvrun::cuda {
 namespace {
 
-__global__ void k_kv_store(KvFormat f, const float* src, const int64_t* cells, uint8_t* dst,
-                           int64_t row_bytes, int64_t n_rows, int64_t units) {
+__global__ void k_kv_store(KvFormat f, const float* src, const int64_t* cells, KvRows dst,
+                           int64_t n_rows, int64_t units) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n_rows * units) return;
   const int64_t r = i / units;
-  encode_kv_unit(f, src + r * f.n_head_kv * f.head_dim, dst + cells[r] * row_bytes, i % units);
+  encode_kv_unit(f, src + r * f.n_head_kv * f.head_dim, dst.row(cells[r]), i % units);
 }
 
 /// nvfp4 rows with one thread per 16-value block instead of one per scale group (a decode step
@@ -28,8 +28,8 @@ __global__ void k_kv_store(KvFormat f, const float* src, const int64_t* cells, u
 /// reference's double-precision scale search one after another): every thread of a group finds
 /// the group's second-level scale from its values itself, encodes its block, and the group's
 /// first thread writes the scale. The bytes equal encode_kv_unit's.
-__global__ void k_kv_store_nvfp4(KvFormat f, const float* src, const int64_t* cells, uint8_t* dst,
-                                 int64_t row_bytes, int64_t n_rows, int64_t units) {
+__global__ void k_kv_store_nvfp4(KvFormat f, const float* src, const int64_t* cells, KvRows dst,
+                                 int64_t n_rows, int64_t units) {
   const int bpg = f.nvfp4_group / QK_NVFP4;
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n_rows * units * bpg) return;
@@ -45,7 +45,7 @@ __global__ void k_kv_store_nvfp4(KvFormat f, const float* src, const int64_t* ce
     const int64_t e = g0 + b * QK_NVFP4 + j;
     tmp[j] = e < n ? x[e] : 0.0f;
   }
-  uint8_t* row = dst + cells[r] * row_bytes;
+  uint8_t* row = dst.row(cells[r]);
   enc_nvfp4_block(tmp, s2, row + (u * bpg + b) * int64_t(sizeof(block_nvfp4)));
   if (b == 0) {
     const uint32_t bits = f32_as_bits(s2);
@@ -56,8 +56,8 @@ __global__ void k_kv_store_nvfp4(KvFormat f, const float* src, const int64_t* ce
 /// fp8 rows with one thread per 8 values of a head instead of one per head: every thread of a
 /// head finds the head's scale from its values itself, encodes its 8 values, and the head's
 /// first thread writes the scale byte. The bytes equal encode_kv_unit's.
-__global__ void k_kv_store_fp8(KvFormat f, const float* src, const int64_t* cells, uint8_t* dst,
-                               int64_t row_bytes, int64_t n_rows) {
+__global__ void k_kv_store_fp8(KvFormat f, const float* src, const int64_t* cells, KvRows dst,
+                               int64_t n_rows) {
   const int cph = (f.head_dim + 7) / 8, n = f.n_head_kv * f.head_dim;
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n_rows * f.n_head_kv * cph) return;
@@ -66,14 +66,15 @@ __global__ void k_kv_store_fp8(KvFormat f, const float* src, const int64_t* cell
   const bool e4m3 = f.type == DType::FP8_E4M3;
   const float* x = src + r * n + int64_t(h) * f.head_dim;
   const int e = fp8_scale_exp(finite_absmax(x, f.head_dim), e4m3);
-  uint8_t* row = dst + cells[r] * row_bytes;
+  uint8_t* row = dst.row(cells[r]);
   for (int j = c * 8; j < min(c * 8 + 8, f.head_dim); ++j)
     row[h * f.head_dim + j] = enc_fp8(ldexpf(x[j], -e), e4m3);
   if (c == 0) row[n + h] = uint8_t(e + 127);
 }
 
-void store_one(Context::Impl& c, DType t, int64_t n_head_kv, int64_t head_dim, int64_t row_bytes,
-               const AttnBatch& batch, const float* src, uint8_t* dst, const char* which) {
+void store_one(Context::Impl& c, DType t, int64_t n_head_kv, int64_t head_dim,
+               const AttnBatch& batch, const float* src, const KvRows& dst, const char* which) {
+  const int64_t row_bytes = dst.row_bytes;
   if (!kv_type_supported(t))
     throw std::invalid_argument(std::string("cuda kv_store: ") + traits(t).name +
                                 " is not a KV cache type");
@@ -89,20 +90,20 @@ void store_one(Context::Impl& c, DType t, int64_t n_head_kv, int64_t head_dim, i
   if (t == DType::NVFP4) {
     const int64_t threads = items * (f.nvfp4_group / QK_NVFP4);
     k_kv_store_nvfp4<<<grid_for(threads, 64), 64, 0, c.stream>>>(f, src, batch.cells(), dst,
-                                                                 row_bytes, batch.n_rows(), units);
+                                                                 batch.n_rows(), units);
     check_launch("kv_store: nvfp4");
     return;
   }
   if (t == DType::FP8_E4M3 || t == DType::FP8_E5M2) {
     const int64_t threads = batch.n_rows() * n_head_kv * ((head_dim + 7) / 8);
     k_kv_store_fp8<<<grid_for(threads, 128), 128, 0, c.stream>>>(f, src, batch.cells(), dst,
-                                                                 row_bytes, batch.n_rows());
+                                                                 batch.n_rows());
     check_launch("kv_store: fp8");
     return;
   }
   const int threads = 256;
   k_kv_store<<<grid_for(items, threads), threads, 0, c.stream>>>(f, src, batch.cells(), dst,
-                                                                 row_bytes, batch.n_rows(), units);
+                                                                 batch.n_rows(), units);
   check_launch("kv_store");
 }
 
@@ -127,8 +128,9 @@ void kv_store(Context& ctx, const PagedKvLayer& kv, const AttnShape& shape, cons
     hadamard_rotate(ctx, k, rk, batch.n_rows(), shape.n_head_kv, shape.head_dim);
     k = rk;
   }
-  store_one(c, kv.k_type, shape.n_head_kv, shape.head_dim, kv.k_row_bytes, batch, k, kv.k, "K");
-  store_one(c, kv.v_type, shape.n_head_kv, shape.head_dim_v, kv.v_row_bytes, batch, v, kv.v, "V");
+  // Rows of host-tier slots (KvLayer::k_slow) are written in place in pinned host memory.
+  store_one(c, kv.k_type, shape.n_head_kv, shape.head_dim, batch, k, kv_rows(kv, false), "K");
+  store_one(c, kv.v_type, shape.n_head_kv, shape.head_dim_v, batch, v, kv_rows(kv, true), "V");
 }
 
 }  // namespace kvrun::cuda

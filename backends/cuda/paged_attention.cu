@@ -23,9 +23,7 @@ constexpr int kG = int(kAttnMaxGroup);
 /// What every block of one call reads.
 struct AttnArgs {
   KvFormat kf, vf;
-  const uint8_t* k;
-  const uint8_t* v;
-  int64_t k_row_bytes, v_row_bytes;
+  KvRows k, v;  ///< fast tier and host tier (cells from n_fast_cells on: pinned host memory)
   int block_size;
   const int32_t* pos;      ///< [n_rows]
   const int32_t* row_tab;  ///< [n_rows]
@@ -136,7 +134,7 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(AttnArgs a) {
     if (ok) {
       // 32 values of the lane's K row per iteration: four independent loads in flight before
       // their products (one at a time left the kernel waiting on memory latency).
-      const uint8_t* krow = a.k + cell * a.k_row_bytes;
+      const uint8_t* krow = a.k.row(cell);
       for (int d0 = 0; d0 < a.hd; d0 += 32) {
         float kx[4][8];
 #pragma unroll
@@ -176,7 +174,7 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(AttnArgs a) {
 #pragma unroll 4
     for (int j = 0; j < n_t; ++j) {
       const long long cj = __shfl_sync(0xffffffffu, cell, j);
-      const uint8_t* vrow = a.v + cj * a.v_row_bytes;
+      const uint8_t* vrow = a.v.row(cj);
       float vx[DPL];
 #pragma unroll
       for (int i = 0; i < DPL; ++i) {
@@ -301,10 +299,8 @@ void paged_attention(Context& ctx, const PagedKvLayer& kv, const AttnShape& shap
   AttnArgs a{};
   a.kf = make_kv_format(kv.k_type, shape.n_head_kv, shape.head_dim);
   a.vf = make_kv_format(kv.v_type, shape.n_head_kv, shape.head_dim_v);
-  a.k = kv.k;
-  a.v = kv.v;
-  a.k_row_bytes = kv.k_row_bytes;
-  a.v_row_bytes = kv.v_row_bytes;
+  a.k = kv_rows(kv, false);  // host-tier blocks are read in place (zero-copy)
+  a.v = kv_rows(kv, true);
   a.block_size = int(kv.block_size);
   a.pos = batch.positions();
   a.row_tab = batch.row_tables();
@@ -325,8 +321,11 @@ void paged_attention(Context& ctx, const PagedKvLayer& kv, const AttnShape& shap
   a.scale = shape.scale;
   a.window = int(std::min<int64_t>(shape.window, INT32_MAX));
   // Vector loads of K: head starts 16-byte (f16 / bf16) or 8-byte (fp8) aligned in every row.
-  const bool k_aligned16 = kv.k_row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(kv.k) % 16 == 0;
-  const bool k_aligned8 = kv.k_row_bytes % 8 == 0 && reinterpret_cast<uintptr_t>(kv.k) % 8 == 0;
+  // (both tiers' bases: a host-tier buffer is page-aligned, its V rows after whole K blocks)
+  const uintptr_t k_bases =
+      reinterpret_cast<uintptr_t>(kv.k) | reinterpret_cast<uintptr_t>(kv.k_slow);
+  const bool k_aligned16 = kv.k_row_bytes % 16 == 0 && k_bases % 16 == 0;
+  const bool k_aligned8 = kv.k_row_bytes % 8 == 0 && k_bases % 8 == 0;
   if (shape.head_dim % 8 == 0 && kv.k_type == DType::F16 && k_aligned16)
     a.k_vec = 1;
   else if (shape.head_dim % 8 == 0 && kv.k_type == DType::BF16 && k_aligned16)

@@ -209,19 +209,45 @@ Context::~Context() {
   vkDestroyDevice(device_, nullptr);
 }
 
-uint32_t Context::memory_type(uint32_t bits, bool host_visible) const {
+uint32_t Context::memory_type(uint32_t bits, Kind kind) const {
+  const VkMemoryPropertyFlags host =
+      VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+  if (kind == Kind::kHostTier) {  // host-visible coherent; best: not device-local, host-cached
+    int best = -1, best_score = -1;
+    for (uint32_t i = 0; i < mem_props_.memoryTypeCount; ++i) {
+      const VkMemoryPropertyFlags f = mem_props_.memoryTypes[i].propertyFlags;
+      if (!(bits & (1u << i)) || (f & host) != host) continue;
+      const int score = (f & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT ? 0 : 2) +
+                        (f & VK_MEMORY_PROPERTY_HOST_CACHED_BIT ? 1 : 0);
+      if (score > best_score) {
+        best = int(i);
+        best_score = score;
+      }
+    }
+    if (best >= 0) return uint32_t(best);
+    throw VulkanError("Vulkan: no host-visible coherent memory type for the KV host tier on " +
+                      pd_.name);
+  }
   const VkMemoryPropertyFlags want =
-      host_visible ? VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT
-                   : VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT;
+      kind == Kind::kStaging ? host : VkMemoryPropertyFlags(VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
   for (uint32_t i = 0; i < mem_props_.memoryTypeCount; ++i)
     if ((bits & (1u << i)) && (mem_props_.memoryTypes[i].propertyFlags & want) == want) return i;
-  if (!host_visible)  // no device-local type for this buffer: any type it allows
+  if (kind == Kind::kDeviceLocal)  // no device-local type for this buffer: any type it allows
     for (uint32_t i = 0; i < mem_props_.memoryTypeCount; ++i)
       if (bits & (1u << i)) return i;
   throw VulkanError("Vulkan: no suitable memory type on " + pd_.name);
 }
 
 Allocation* Context::allocate(size_t bytes, bool host_visible) {
+  return allocate_kind(bytes, host_visible ? Kind::kStaging : Kind::kDeviceLocal);
+}
+
+Allocation* Context::allocate_host_tier(size_t bytes) {
+  return allocate_kind(bytes, Kind::kHostTier);
+}
+
+Allocation* Context::allocate_kind(size_t bytes, Kind kind) {
+  const bool host_visible = kind != Kind::kDeviceLocal;
   auto a = std::make_unique<Allocation>();
   a->size = std::max<size_t>(bytes, 4);
   auto bci = vk_struct<VkBufferCreateInfo>(VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO);
@@ -238,7 +264,7 @@ Allocation* Context::allocate(size_t bytes, bool host_visible) {
   mai.pNext = &flags;
   mai.allocationSize = req.size;
   try {
-    mai.memoryTypeIndex = memory_type(req.memoryTypeBits, host_visible);
+    mai.memoryTypeIndex = memory_type(req.memoryTypeBits, kind);
     check(vkAllocateMemory(device_, &mai, nullptr, &a->memory), "vkAllocateMemory");
     check(vkBindBufferMemory(device_, a->buffer, a->memory, 0), "vkBindBufferMemory");
     if (host_visible)

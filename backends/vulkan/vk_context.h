@@ -88,6 +88,13 @@ class Context {
   /// Throws DeviceOutOfMemory (backend.h) when the driver says the device is out of memory,
   /// std::bad_alloc when the host is.
   Allocation* allocate(size_t bytes, bool host_visible);
+  /// `bytes` (≥ 1) of host memory for the KV cache's host tier, mapped (Allocation::mapped) and
+  /// read and written in place by the shaders through its device address: a host-visible,
+  /// host-coherent memory type, preferring one that is not device-local (system RAM, not a
+  /// BAR window of VRAM) and host-cached (the host copies blocks out of it). Not counted in
+  /// device_bytes(). Throws std::bad_alloc when out of memory, VulkanError when the device has
+  /// no host-visible coherent type for a buffer.
+  Allocation* allocate_host_tier(size_t bytes);
   /// Bytes of the live device-local allocations (host_visible false) of this context.
   int64_t device_bytes() const { return device_bytes_; }
   /// Frees an allocation of this context (null is ignored). Work recorded on any of the
@@ -116,7 +123,10 @@ class Context {
   void flush_streams();
 
  private:
-  uint32_t memory_type(uint32_t bits, bool host_visible) const;
+  /// What an allocation's memory is for: memory_type's choice.
+  enum class Kind { kDeviceLocal, kStaging, kHostTier };
+  uint32_t memory_type(uint32_t bits, Kind kind) const;
+  Allocation* allocate_kind(size_t bytes, Kind kind);
 
   PhysicalDevice pd_;
   VkDevice device_ = VK_NULL_HANDLE;

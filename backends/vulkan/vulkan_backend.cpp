@@ -93,6 +93,8 @@ class VulkanBuffer final : public DeviceBuffer {
   VulkanBuffer(Device& dev, Context& ctx, Allocation* a) : dev_(dev), ctx_(ctx), a_(a) {}
   ~VulkanBuffer() override { ctx_.release(a_); }
   void* data() const override { return reinterpret_cast<void*>(uintptr_t(a_->address)); }
+  /// The host mapping of a host-tier buffer (BufferUse::kKvHost); null for device memory.
+  void* host_data() const override { return a_->mapped; }
   size_t size() const override { return a_->size; }
   Device& device() const override { return dev_; }
 
@@ -525,8 +527,9 @@ class VulkanBackend final : public Backend {
   }
 
   /// Throws std::invalid_argument unless every (K, V) address pair of `a` (0: skipped) starts
-  /// `k_bytes` / `v_bytes` inside one buffer of this device: KV rows in host memory (a slow
-  /// tier, rows kept on the host) must never reach a shader.
+  /// `k_bytes` / `v_bytes` inside one buffer of this device: KV rows in host memory that is not
+  /// one of its buffers (the CPU's file tier, rows kept on the host) must never reach a shader.
+  /// (The host tier, BufferUse::kKvHost, is such a buffer: its blocks are read in place.)
   void check_on_device(const std::vector<uint64_t>& a, size_t k_bytes, size_t v_bytes,
                        const char* op) const {
     for (size_t i = 0; i < a.size(); ++i) {
@@ -602,13 +605,17 @@ class VulkanDevice final : public Device {
       case Op::kAttnSinks:  // gpt-oss's attention sinks: not yet (load refuses)
       case Op::kMla:        // deepseek2's latent attention: not yet (load refuses)
         return false;
+      case Op::kKvHostTier:  // host-visible memory with a device address (allocate_host_tier)
+        return true;
     }
     return false;
   }
 
-  std::unique_ptr<DeviceBuffer> alloc(size_t bytes, BufferUse) override {
-    check_fits(*this, bytes, "a buffer");
+  std::unique_ptr<DeviceBuffer> alloc(size_t bytes, BufferUse use) override {
     Context& c = ctx();
+    if (use == BufferUse::kKvHost)  // host RAM: not counted against the device's budget
+      return std::make_unique<VulkanBuffer>(*this, c, c.allocate_host_tier(bytes));
+    check_fits(*this, bytes, "a buffer");
     return std::make_unique<VulkanBuffer>(*this, c, c.allocate(bytes, false));
   }
 

@@ -58,7 +58,7 @@ std::unique_ptr<KvCache> make_context_cache(const Model& model, const ContextPar
     kp.window_tables = false;
   }
   const int64_t n_win = kv_window_table_layers(hp, kp);
-  const bool need_offload_size = !kp.offload_dir.empty() && kp.offload_max == 0;
+  const bool need_offload_size = (!kp.offload_dir.empty() || kp.host_tier) && kp.offload_max == 0;
   if (kp.mem_bytes == 0 || need_offload_size || (n_win > 0 && kp.window_blocks == 0)) {
     const int64_t n_ctx = checked_n_ctx(model, params), bs = kp.block_size;
     if (bs < 1) throw std::invalid_argument("KV block size must be at least 1");
@@ -78,6 +78,19 @@ std::unique_ptr<KvCache> make_context_cache(const Model& model, const ContextPar
     }
     if (kp.mem_bytes == 0) kp.mem_bytes = whole + kp.window_blocks * per_block(n_win);
     if (need_offload_size) kp.offload_max = whole;
+    if (need_offload_size && kp.host_tier) {     // pinned memory: only what the fast tier leaves
+      const int64_t pb = per_block(hp.n_layer);  // (no window tables with KV rows on a GPU)
+      kp.offload_max = whole - kp.mem_bytes / pb * pb;
+      bool on_gpu = false;  // (without a GPU layer, KvCache refuses --kv-host-tier)
+      for (const Device* d : model.placement().kv) on_gpu = on_gpu || (d && !d->host_memory());
+      if (kp.offload_max <= 0 && on_gpu) {
+        std::fprintf(stderr,
+                     "kvrun: --kv-host-tier: the fast tier (--kv-mem, default: what -c needs) "
+                     "holds the whole context; no host tier\n");
+        kp.host_tier = false;
+        kp.offload_max = 0;
+      }
+    }
   }
   return std::make_unique<KvCache>(hp, kp, model.placement().kv);
 }

@@ -161,7 +161,9 @@ class Context {
 
 /// The KV cache a Context of `params` would own: params.kv with the budgets filled in (blocks for
 /// n_ctx tokens when params.kv.mem_bytes is 0, and for the slow tier when an offload directory
-/// is given without params.kv.offload_max). For a model mixing windowed and global layers the
+/// is given without params.kv.offload_max; with params.kv.host_tier and no offload_max, the
+/// n_ctx tokens' blocks the fast tier cannot hold, or no host tier — a note on stderr — when
+/// it holds them all). For a model mixing windowed and global layers the
 /// windowed layers get window tables (KvCacheParams::window_tables) with params.n_seq × (the
 /// window plus an n_batch chunk) blocks, unless release_window_blocks is off, a KV row is on a
 /// GPU, or --kv-cache-dir is given (a note on stderr): those keep the uniform layout. Throws as

@@ -95,6 +95,36 @@ void check_window_tables(const KvCacheParams& p, const std::vector<Device*>& kv_
         "(window_tables = false)");
 }
 
+/// Throws std::invalid_argument naming the flag for a slow tier or prefix store the layers'
+/// devices cannot have: with rows on a device whose memory the host cannot address (a GPU), the
+/// --kv-offload-dir file and --kv-cache-dir (the host reads rows there); --kv-host-tier with
+/// --kv-offload-dir, without such a device, or with one lacking Op::kKvHostTier.
+void check_devices(const KvCacheParams& p, const std::vector<Device*>& kv_devices) {
+  if (p.host_tier && !p.offload_dir.empty())
+    throw std::invalid_argument(
+        "KV cache: --kv-host-tier and --kv-offload-dir cannot be combined (one slow tier: host "
+        "memory for KV rows on a GPU, the file for KV rows on the CPU)");
+  bool on_gpu = false;
+  for (const Device* d : kv_devices) {
+    if (!d || d->host_memory()) continue;
+    on_gpu = true;
+    if (!p.offload_dir.empty())
+      throw std::invalid_argument("KV cache: --kv-offload-dir with KV rows on " + d->name() +
+                                  " (not host memory): the slow tier of a GPU's KV rows is "
+                                  "--kv-host-tier (or use -nkvo)");
+    if (p.host_tier && !d->supports(Op::kKvHostTier))
+      throw std::invalid_argument("KV cache: --kv-host-tier: " + d->name() +
+                                  " has no host tier for KV rows (use -nkvo)");
+    if (!p.cache_dir.empty() && p.prefix_cache)
+      throw std::invalid_argument("KV cache: --kv-cache-dir with KV rows on " + d->name() +
+                                  " (not host memory) is not supported yet (or use -nkvo)");
+  }
+  if (p.host_tier && !on_gpu)
+    throw std::invalid_argument(
+        "KV cache: --kv-host-tier needs KV rows on a GPU (-ngl N without -nkvo); the slow tier "
+        "of KV rows on the CPU is --kv-offload-dir");
+}
+
 }  // namespace
 
 int64_t kv_window_table_layers(const Hparams& hp, const KvCacheParams& p) {
@@ -176,21 +206,56 @@ void KvCache::Impl::map_window_group() {
   for (int64_t s = win.n_slots; s-- > 0;) win.free.push_back(int32_t(s));  // slot 0 first
 }
 
+void KvCache::Impl::plan_slow_tier() {
+  if (params.offload_dir.empty() && !params.host_tier) return;
+  int64_t budget = params.offload_max;
+  if (budget <= 0 && params.host_tier)
+    throw std::invalid_argument("KV cache: --kv-host-tier needs a budget (--kv-host-max)");
+  if (!params.host_tier)  // (first: their space counts as free below)
+    for (const std::string& f : remove_stale_offload_files(params.offload_dir))
+      std::fprintf(stderr, "kvrun: removed %s, left by a process that no longer runs\n", f.c_str());
+  if (budget <= 0) {
+    const int64_t free = offload_dir_free_bytes(params.offload_dir);
+    budget = std::min<int64_t>(free / 10 * 9, int64_t(64) << 30);
+  }
+  n_slow = std::min<int64_t>(budget / bytes_per_block, INT32_MAX - 2 - n_fast);
+  if (n_slow < 1)
+    throw std::invalid_argument(
+        std::string("KV cache: ") + (params.host_tier ? "--kv-host-max" : "--kv-offload-max") +
+        " budget of " + std::to_string(budget) + " bytes is smaller than one block (" +
+        std::to_string(bytes_per_block) + " bytes)");
+}
+
+void KvCache::Impl::make_slow_tier(const std::vector<Device*>& kv_devices) {
+  if (n_slow == 0) return;
+  slow_dev.assign(size_t(n_layer), nullptr);
+  slow_host.assign(size_t(n_layer), nullptr);
+  if (!params.host_tier) {
+    slow = std::make_unique<OffloadFile>(params.offload_dir, n_slow * bytes_per_block);
+    for (int64_t il = 0; il < n_layer; ++il)
+      slow_dev[size_t(il)] = slow_host[size_t(il)] =
+          slow->data() + gidx[size_t(il)] * n_slow * (kb() + vb());
+    return;
+  }
+  // (no window tables here: the host tier needs a GPU layer, window tables refuse one)
+  for (int64_t il = 0; il < n_layer; ++il) {
+    Device* d =
+        kv_devices.empty() || !kv_devices[size_t(il)] ? &cpu_device() : kv_devices[size_t(il)];
+    host_tier.push_back(d->alloc(size_t(n_slow * (kb() + vb())), BufferUse::kKvHost));
+    slow_dev[size_t(il)] = static_cast<uint8_t*>(host_tier.back()->data());
+    slow_host[size_t(il)] = static_cast<uint8_t*>(host_tier.back()->host_data());
+    if (!slow_host[size_t(il)])
+      throw std::logic_error("KV cache: " + d->name() + "'s host-tier buffer has no host address");
+  }
+}
+
 KvCache::KvCache(const Hparams& hp, const KvCacheParams& params,
                  const std::vector<Device*>& kv_devices)
     : impl_(std::make_unique<Impl>()) {
   validate(hp, params);
   if (!kv_devices.empty() && int64_t(kv_devices.size()) != hp.n_layer)
     throw std::invalid_argument("KV cache: one device per layer expected");
-  for (const Device* d : kv_devices) {
-    if (!d || d->host_memory()) continue;
-    if (!params.offload_dir.empty())
-      throw std::invalid_argument("KV cache: --kv-offload-dir with KV rows on " + d->name() +
-                                  " (not host memory) is not supported yet (or use -nkvo)");
-    if (!params.cache_dir.empty() && params.prefix_cache)
-      throw std::invalid_argument("KV cache: --kv-cache-dir with KV rows on " + d->name() +
-                                  " (not host memory) is not supported yet (or use -nkvo)");
-  }
+  check_devices(params, kv_devices);
   Impl& c = *impl_;
   c.params = params;
   c.n_layer = hp.n_layer;
@@ -205,21 +270,7 @@ KvCache::KvCache(const Hparams& hp, const KvCacheParams& params,
                                          rows.head_dim, rows.head_dim_v);
   if (kv_window_table_layers(hp, params) > 0) check_window_tables(params, kv_devices);
   c.plan_groups(hp, params.mem_bytes > 0 ? params.mem_bytes : default_budget());
-  if (!params.offload_dir.empty()) {
-    for (const std::string& f : remove_stale_offload_files(params.offload_dir))
-      std::fprintf(stderr, "kvrun: removed %s, left by a process that no longer runs\n", f.c_str());
-    int64_t slow_budget = params.offload_max;
-    if (slow_budget <= 0) {
-      const int64_t free = offload_dir_free_bytes(params.offload_dir);
-      slow_budget = std::min<int64_t>(free / 10 * 9, int64_t(64) << 30);
-    }
-    c.n_slow = std::min<int64_t>(slow_budget / c.bytes_per_block, INT32_MAX - 2 - c.n_fast);
-    if (c.n_slow < 1)
-      throw std::invalid_argument("KV cache: offload budget of " + std::to_string(slow_budget) +
-                                  " bytes is smaller than one block (" +
-                                  std::to_string(c.bytes_per_block) + " bytes)");
-    c.slow = std::make_unique<OffloadFile>(params.offload_dir, c.n_slow * c.bytes_per_block);
-  }
+  c.plan_slow_tier();
   c.n_blocks = c.n_fast + c.n_slow;
   c.map_bytes = static_cast<size_t>(c.n_fast * c.bytes_per_block);
   void* p = mmap(nullptr, c.map_bytes, PROT_READ | PROT_WRITE,
@@ -228,6 +279,7 @@ KvCache::KvCache(const Hparams& hp, const KvCacheParams& params,
   c.base = static_cast<uint8_t*>(p);
   if (c.win.window > 0) c.map_window_group();
   c.place_layers(kv_devices);
+  c.make_slow_tier(kv_devices);
   c.pool = BlockPool(c.n_blocks);
   c.slot_of.resize(size_t(c.n_blocks));
   c.id_at.resize(size_t(c.n_blocks));
@@ -256,9 +308,7 @@ KvCache::KvCache(const Hparams& hp, const KvCacheParams& params,
   }
 }
 
-KvCache::~KvCache() {
-  if (impl_ && impl_->base) munmap(impl_->base, impl_->map_bytes);
-}
+KvCache::~KvCache() = default;  // (Impl unmaps the fast tier)
 
 const KvCacheParams& KvCache::params() const { return impl_->params; }
 
@@ -278,7 +328,7 @@ KvLayer KvCache::layer(int64_t il) const {
     l.slot_of = c.win.slot_of.data();
     return l;
   }
-  if (c.slow) {
+  if (c.n_slow > 0) {
     l.slot_of = c.slot_of.data();
     l.n_fast = c.n_fast;
     l.k_slow = c.slow_k(il);
@@ -380,9 +430,9 @@ void KvCache::write_synthetic_rows(std::span<const int32_t> table, int64_t pos0,
     for (const SlotRun& r : runs) {
       if (c.windowed(il)) break;
       const int64_t off = r.p0 % bs, len = r.p1 - r.p0;
-      c.write_rows(il, c.k_at(il, r.slot) + off * c.k_row, stage_k.data() + off * c.k_row,
+      c.write_rows(il, r.slot, false, off * c.k_row, stage_k.data() + off * c.k_row,
                    size_t(len * c.k_row));
-      c.write_rows(il, c.v_at(il, r.slot) + off * c.v_row, stage_v.data() + off * c.v_row,
+      c.write_rows(il, r.slot, true, off * c.v_row, stage_v.data() + off * c.v_row,
                    size_t(len * c.v_row));
     }
     if (!c.copier.empty() && c.copier[size_t(il)]) c.copier[size_t(il)]->synchronize();
@@ -447,7 +497,10 @@ KvTierStats KvCache::tier_stats() const {
   return t;
 }
 
-std::string KvCache::offload_path() const { return impl_->slow ? impl_->slow->path() : ""; }
+std::string KvCache::offload_path() const {
+  if (impl_->slow) return impl_->slow->path();
+  return impl_->n_slow > 0 ? "host memory (--kv-host-tier)" : "";
+}
 
 void KvCache::attach(KvSequence* seq) { impl_->seqs.push_back(seq); }
 

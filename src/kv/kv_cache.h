@@ -40,9 +40,17 @@ struct KvCacheParams {
   /// --kv-offload-dir: the slow tier's file goes there ("" = no slow tier: a full fast tier is
   /// KvCacheFull). See kv_offload_file.h.
   std::string offload_dir;
-  /// --kv-offload-max: the slow tier's budget in bytes (0: the whole context, as mem_bytes for
-  /// make_context_cache; KvCache itself then takes 90% of the directory's free space, at most
-  /// 64 GiB).
+  /// --kv-host-tier: the slow tier is host memory instead of a file, for caches whose rows are
+  /// (partly) on a GPU: a layer on a device whose memory the host cannot address gets its slow
+  /// tier in that device's BufferUse::kKvHost memory (pinned, mapped host RAM the GPU's kernels
+  /// read and write in place), a layer on the host an anonymous mapping. Its budget is
+  /// offload_max (required here; make_context_cache fills it in). Excludes offload_dir; needs a
+  /// layer on such a device. See docs/kv-cache.md, "Tiers".
+  bool host_tier = false;
+  /// --kv-offload-max / --kv-host-max: the slow tier's budget in bytes (0: for make_context_cache
+  /// the whole context, as mem_bytes (with host_tier: what the fast tier leaves of it); KvCache
+  /// itself then takes 90% of the offload directory's free space, at most 64 GiB, and refuses
+  /// host_tier).
   int64_t offload_max = 0;
   /// Per-layer block tables (docs/kv-cache.md, "Windowed layers"): for a model whose layers mix
   /// sliding-window and global attention (gemma2, gemma3), the windowed layers' rows live in a
@@ -59,7 +67,8 @@ struct KvCacheParams {
 /// bytes_per_block().
 struct KvTierStats {
   int64_t n_fast = 0;     ///< fast-tier capacity: --kv-mem ÷ bytes per block
-  int64_t n_slow = 0;     ///< slow-tier capacity: --kv-offload-max ÷ bytes per block (0: none)
+  int64_t n_slow = 0;     ///< slow-tier capacity: --kv-offload-max (--kv-host-max) ÷ bytes per
+                          ///< block (0: none)
   int64_t used_fast = 0;  ///< used blocks (referenced by a sequence) in the fast tier
   int64_t used_slow = 0;  ///< used blocks in the slow tier
   int64_t moves_out = 0;  ///< blocks moved fast → slow so far
@@ -74,11 +83,11 @@ class KvSequence;
 /// Pool + per-layer storage, shared by every session of a process. Storage is reserved as
 /// virtual memory (touched when written), so an unused budget costs no RAM.
 ///
-/// Tiers: with an offload directory the pool has n_fast + n_slow blocks. Block ids are stable
-/// (block tables and prefix hashes never change when a block moves); a slot map says where each
-/// block's rows are. New blocks go to the fast tier; when it is full, the fast tier is made room
-/// in by dropping an unreferenced prefix-cache block, else by moving the oldest block of the
-/// largest sequence out (its last two blocks — the decode window and the block being written —
+/// Tiers: with an offload directory or the host tier the pool has n_fast + n_slow blocks. Block ids
+/// are stable (block tables and prefix hashes never change when a block moves); a slot map says
+/// where each block's rows are. New blocks go to the fast tier; when it is full, the fast tier is
+/// made room in by dropping an unreferenced prefix-cache block, else by moving the oldest block of
+/// the largest sequence out (its last two blocks — the decode window and the block being written —
 /// stay). Blocks move back when a sequence shrinks or ends (rebalance). Attention reads every
 /// block where it lies, so the result is the same, bit for bit, as with one tier.
 ///
@@ -95,11 +104,16 @@ class KvCache {
   /// `kv_devices` [n_layer] (Placement::kv) says where each layer's rows live: layers on the
   /// host CPU device (or all, when empty) share one host mapping; a layer on another device gets
   /// its rows from that device (Device::alloc, BufferUse::kKv). A device whose memory the host
-  /// cannot address (a GPU) keeps its rows there: copy-on-write copies them through a backend of
-  /// that device (download + upload); with such a device, --kv-offload-dir (tiers) and
-  /// --kv-cache-dir (the prefix store), which read rows with the host, throw
-  /// std::invalid_argument naming the flag; so do window tables with such a device or with
-  /// --kv-cache-dir (make_context_cache turns window tables off there instead).
+  /// cannot address (a GPU) keeps its rows there: copy-on-write and moves between the tiers
+  /// copy them through a backend of that device (download / upload); its slow tier is the host
+  /// tier (params.host_tier: BufferUse::kKvHost memory the kernels address in place). With
+  /// such a device, --kv-offload-dir (the file tier) and --kv-cache-dir (the prefix store),
+  /// which read rows with the host, throw std::invalid_argument naming the flag; so do window
+  /// tables with such a device or with --kv-cache-dir (make_context_cache turns window tables
+  /// off there instead), and host_tier with offload_dir, without such a device, with a device
+  /// that lacks Op::kKvHostTier or without a budget (offload_max).
+  /// Blocks move between tiers only between engine steps (take_block, rebalance): every
+  /// backend's work on the rows must be finished then, as the engine's steps ensure.
   KvCache(const Hparams& hp, const KvCacheParams& params,
           const std::vector<Device*>& kv_devices = {});
   ~KvCache();
@@ -166,7 +180,8 @@ class KvCache {
   bool in_fast_tier(int32_t block) const;
   /// Capacities, use and move counters of the two tiers.
   KvTierStats tier_stats() const;
-  /// The slow tier's file ("" without --kv-offload-dir).
+  /// Where the slow tier is: its file (--kv-offload-dir), "host memory (--kv-host-tier)", or ""
+  /// without a slow tier.
   std::string offload_path() const;
   /// Tokens whose K/V were computed (prefill + decode) and tokens taken from the prefix cache
   /// instead, over the cache's lifetime: counters for tests and /stats.

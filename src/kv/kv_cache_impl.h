@@ -78,12 +78,19 @@ struct KvCache::Impl {
   size_t map_bytes = 0;
   std::vector<uint8_t*> layer_base;                   // [n_layer] fast-tier rows of each layer
   std::vector<std::unique_ptr<DeviceBuffer>> device;  // rows of layers on other devices
-  std::unique_ptr<OffloadFile> slow;  // the slow tier (null without --kv-offload-dir)
-  std::vector<int32_t> slot_of;       // [n_blocks] block id → slot
-  std::vector<int32_t> id_at;         // [n_blocks] slot → block id
-  KvTierStats ts;                     // use and move counters (capacities filled on read)
-  std::vector<KvSequence*> seqs;      // live sequences (the victim policy reads their tables)
-  int64_t cursor = 0;                 // where the next scan of the fast slots starts
+  std::unique_ptr<OffloadFile> slow;  // the file slow tier (null without --kv-offload-dir)
+  // --kv-host-tier: each pool layer's slow-tier rows in a BufferUse::kKvHost buffer of its
+  // device (the host CPU's for a layer on the host)
+  std::vector<std::unique_ptr<DeviceBuffer>> host_tier;
+  // [n_layer] a pool layer's slow-tier K rows as its device addresses them (V rows follow after
+  // n_slow K blocks), and as the host addresses them (the same but for a GPU's host tier on
+  // Vulkan); empty without a slow tier
+  std::vector<uint8_t*> slow_dev, slow_host;
+  std::vector<int32_t> slot_of;   // [n_blocks] block id → slot
+  std::vector<int32_t> id_at;     // [n_blocks] slot → block id
+  KvTierStats ts;                 // use and move counters (capacities filled on read)
+  std::vector<KvSequence*> seqs;  // live sequences (the victim policy reads their tables)
+  int64_t cursor = 0;             // where the next scan of the fast slots starts
   BlockPool pool{0};
   int64_t computed = 0;
   int64_t reused = 0;
@@ -110,21 +117,42 @@ struct KvCache::Impl {
   void plan_groups(const Hparams& hp, int64_t total);
   /// Reserves the windowed group's mapping (all slots free); std::bad_alloc when it cannot.
   void map_window_group();
+  /// n_slow from the slow tier's budget (params.offload_max; for the file tier 90% of the
+  /// directory's free space, at most 64 GiB, when 0). Throws std::invalid_argument naming the
+  /// budget's flag when it is smaller than one block, or the host tier has none.
+  void plan_slow_tier();
+  /// Makes the slow tier's storage (after place_layers): the --kv-offload-dir file, or every
+  /// pool layer's host-tier buffer (BufferUse::kKvHost of its device, the host CPU's for a
+  /// layer on the host); sets slow_dev and slow_host. No-op without a slow tier.
+  void make_slow_tier(const std::vector<Device*>& kv_devices);
+  ~Impl() {
+    if (base) munmap(base, map_bytes);
+  }
   bool windowed(int64_t il) const { return win.window > 0 && win.layer[size_t(il)]; }
   uint8_t* layer_k(int64_t il) const { return layer_base[size_t(il)]; }
   uint8_t* layer_v(int64_t il) const {
     return layer_k(il) + (windowed(il) ? win.n_slots : n_fast) * kb();
   }
-  uint8_t* slow_k(int64_t il) const {
-    return slow->data() + gidx[size_t(il)] * n_slow * (kb() + vb());
-  }
+  uint8_t* slow_k(int64_t il) const { return slow_dev[size_t(il)]; }
   uint8_t* slow_v(int64_t il) const { return slow_k(il) + n_slow * kb(); }
-  /// Layer il's K / V rows of storage slot s (a pool layer: windowed layers are not in tiers).
+  /// Layer il's K / V rows of storage slot s (a pool layer: windowed layers are not in tiers),
+  /// as the layer's device addresses them.
   uint8_t* k_at(int64_t il, int64_t s) const {
     return s < n_fast ? layer_k(il) + s * kb() : slow_k(il) + (s - n_fast) * kb();
   }
   uint8_t* v_at(int64_t il, int64_t s) const {
     return s < n_fast ? layer_v(il) + s * vb() : slow_v(il) + (s - n_fast) * vb();
+  }
+  /// The layer's copier backend (rows the host cannot address), else null.
+  Backend* copier_of(int64_t il) const { return copier.empty() ? nullptr : copier[size_t(il)]; }
+  /// The same rows as the host addresses them; null for a GPU's fast tier (device memory).
+  uint8_t* k_host(int64_t il, int64_t s) const {
+    if (s >= n_fast) return slow_host[size_t(il)] + (s - n_fast) * kb();
+    return copier_of(il) ? nullptr : k_at(il, s);
+  }
+  uint8_t* v_host(int64_t il, int64_t s) const {
+    if (s >= n_fast) return slow_host[size_t(il)] + n_slow * kb() + (s - n_fast) * vb();
+    return copier_of(il) ? nullptr : v_at(il, s);
   }
 
   bool fast(int32_t id) const { return slot_of[size_t(id)] < n_fast; }
@@ -158,36 +186,51 @@ struct KvCache::Impl {
     }
   }
 
-  /// Copies every pool layer's K and V rows of slot `src` to slot `dst` (through the host for rows
-  /// the host cannot address: the engine's backends finish every step before the next one
-  /// reserves blocks, so the rows are written).
-  void copy_slot(int64_t dst, int64_t src) {
-    std::vector<uint8_t> tmp;
-    for (int64_t il = 0; il < n_layer; ++il) {
-      if (windowed(il)) continue;  // (copy_block copies those: win_copy)
-      Backend* be = copier.empty() ? nullptr : copier[size_t(il)];
-      if (!be) {
-        std::memcpy(k_at(il, dst), k_at(il, src), size_t(kb()));
-        std::memcpy(v_at(il, dst), v_at(il, src), size_t(vb()));
-        continue;
-      }
-      tmp.resize(size_t(std::max(kb(), vb())));
-      be->download(tmp.data(), k_at(il, src), size_t(kb()));
-      be->upload(k_at(il, dst), tmp.data(), size_t(kb()));
-      be->download(tmp.data(), v_at(il, src), size_t(vb()));  // waits for the K upload too
-      be->upload(v_at(il, dst), tmp.data(), size_t(vb()));
-      be->synchronize();
+  /// Copies `n` bytes of one layer's rows: dst / src as the device addresses them (dd, sd) and
+  /// as the host does (dh, sh; null where it cannot). Host to host by memcpy; otherwise
+  /// through the layer's copier backend `be`: an upload from a host-tier block, a download
+  /// into one, or device to device through `tmp`.
+  static void copy_rows(Backend* be, uint8_t* dd, uint8_t* dh, const uint8_t* sd, const uint8_t* sh,
+                        size_t n, std::vector<uint8_t>& tmp) {
+    if (dh && sh) {
+      std::memcpy(dh, sh, n);
+    } else if (sh) {
+      be->upload(dd, sh, n);
+    } else if (dh) {
+      be->download(dh, sd, n);
+    } else {
+      tmp.resize(n);
+      be->download(tmp.data(), sd, n);
+      be->upload(dd, tmp.data(), n);
     }
   }
-  /// Writes `bytes` from host memory to `dst` in layer il's rows: in place when the host
-  /// addresses them, else through the layer's copier backend (asynchronously: `src` must stay
-  /// valid until its synchronize()).
-  void write_rows(int64_t il, uint8_t* dst, const uint8_t* src, size_t bytes) {
-    Backend* be = copier.empty() ? nullptr : copier[size_t(il)];
-    if (be)
-      be->upload(dst, src, bytes);
+
+  /// Copies every pool layer's K and V rows of slot `src` to slot `dst`: in place where the host
+  /// addresses both (host rows, a host tier), else through the layer's device backend (a block
+  /// moving between a GPU's memory and its host tier, copy-on-write in its memory). The engine's
+  /// backends finish every step before the next one reserves blocks, so the rows are written.
+  void copy_slot(int64_t dst, int64_t src) {
+    std::vector<uint8_t> tmp;
+    if (!copier.empty())  // (never reallocated under a pending upload)
+      tmp.reserve(size_t(std::max(kb(), vb())));
+    for (int64_t il = 0; il < n_layer; ++il) {
+      if (windowed(il)) continue;  // (copy_block copies those: win_copy)
+      Backend* be = copier_of(il);
+      copy_rows(be, k_at(il, dst), k_host(il, dst), k_at(il, src), k_host(il, src), size_t(kb()),
+                tmp);
+      copy_rows(be, v_at(il, dst), v_host(il, dst), v_at(il, src), v_host(il, src), size_t(vb()),
+                tmp);
+      if (be) be->synchronize();  // (an upload from the host tier may still be reading it)
+    }
+  }
+  /// Writes `bytes` from host memory at byte `off` of slot s's K (v false) or V rows of layer
+  /// il: in place when the host addresses them, else through the layer's copier backend
+  /// (asynchronously: `src` must stay valid until its synchronize()).
+  void write_rows(int64_t il, int64_t s, bool v, int64_t off, const uint8_t* src, size_t bytes) {
+    if (uint8_t* h = v ? v_host(il, s) : k_host(il, s))
+      std::memcpy(h + off, src, bytes);
     else
-      std::memcpy(dst, src, bytes);
+      copier_of(il)->upload((v ? v_at(il, s) : k_at(il, s)) + off, src, bytes);
   }
 
   void swap_slots(int32_t a, int32_t b) {
@@ -257,9 +300,9 @@ struct KvCache::Impl {
   void block_io(int32_t b, bool to_store) {
     const int64_t s = slot_of[size_t(b)];
     uint8_t* p = payload.data();
-    for (int64_t il = 0; il < n_layer; ++il) {  // (no store with window tables)
-      uint8_t* k = k_at(il, s);
-      uint8_t* v = v_at(il, s);
+    for (int64_t il = 0; il < n_layer; ++il) {  // (no store with window tables or a GPU)
+      uint8_t* k = k_host(il, s);
+      uint8_t* v = v_host(il, s);
       if (to_store) {
         std::memcpy(p, k, size_t(kb()));
         std::memcpy(p + kb(), v, size_t(vb()));

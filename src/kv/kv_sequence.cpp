@@ -19,6 +19,17 @@
 #include "kv/kv_cache_impl.h"
 
 namespace kvrun {
+namespace {
+
+/// The end of KvCacheFull's hint for a cache with parameters `p`: which slow tier to add or
+/// raise.
+std::string raise_hint(const KvCacheParams& p, bool rows_on_host) {
+  if (p.host_tier) return " or --kv-host-max)";
+  if (!p.offload_dir.empty()) return " or --kv-offload-max)";
+  return rows_on_host ? ", or add --kv-offload-dir)" : ", or add --kv-host-tier)";
+}
+
+}  // namespace
 
 KvSequence::KvSequence(KvCache& cache) : cache_(cache) { cache_.attach(this); }
 
@@ -95,8 +106,7 @@ void KvSequence::reserve(int64_t n) {
     throw KvCacheFull("KV cache full: " + std::to_string(n_take) + " more blocks needed, " +
                       std::to_string(st.n_free + st.n_cached) + " of " +
                       std::to_string(st.n_blocks) + " available (raise --kv-mem" +
-                      (cache_.params().offload_dir.empty() ? ", or add --kv-offload-dir)"
-                                                           : " or --kv-offload-max)"));
+                      raise_hint(cache_.params(), cache_.rows_on_host()));
   KvCache::Impl& c = *cache_.impl_;
   if (c.win.window > 0 && n_take > c.win_available())
     throw KvCacheFull("KV cache full: " + std::to_string(n_take) +

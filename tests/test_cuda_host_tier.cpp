@@ -1,0 +1,221 @@
+// test_cuda_host_tier.cpp — the CUDA backend's KV host tier through the seam (--kv-host-tier,
+// docs/cuda.md): BufferUse::kKvHost memory (pinned, mapped cudaHostAlloc) that the KV store and
+// paged attention read and write in place. A block table with every third block in the host
+// tier must store the CPU encoder's bytes wherever a block lies and give attention bit-equal to
+// the same blocks all in device memory. Skipped without a GPU (written on a machine without one:
+// it has not run yet; scripts/gpu-check.sh runs it).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend.h"
+#include "cpu/paged_attention.h"
+#include "cpu/thread_pool.h"
+#include "dtype.h"
+#include "kv_layout.h"
+#include "test_util.h"
+#ifdef KVRUN_HAVE_CUDA
+#include "cuda/cuda_backend.h"
+#endif
+
+namespace kvrun {
+namespace {
+
+#ifdef KVRUN_HAVE_CUDA
+
+/// Two sequences over shuffled block ids: a prefill step (seq 0: 300 rows, seq 1: 37) and a
+/// decode step (one row each), with the seam's PageTable of each and the CPU's view of it.
+struct Steps {
+  static constexpr int64_t kBs = 16, kHkv = 2, kHd = 64, kHead = 4;
+  int64_t n_ids = 0;
+  std::vector<int32_t> ids, block_indptr{0, 19, 22};
+  struct Step {
+    std::vector<int32_t> seq_indptr, pos, last_len;
+    std::vector<int64_t> write_slot;
+    std::vector<PagedSeq> seqs;
+    PageTable pt;
+  } step[2];
+  Steps() {
+    n_ids = block_indptr.back();
+    ids.resize(size_t(n_ids));
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), std::mt19937(7));
+    const int64_t pos0[2][2] = {{0, 0}, {300, 37}}, n_q[2][2] = {{300, 37}, {1, 1}};
+    for (int st = 0; st < 2; ++st) {
+      Step& s = step[st];
+      s.seq_indptr = {0};
+      for (int q = 0; q < 2; ++q) {
+        const int32_t* table = ids.data() + block_indptr[size_t(q)];
+        s.seqs.push_back({table, pos0[st][q], s.seq_indptr.back(), n_q[st][q]});
+        for (int64_t i = 0; i < n_q[st][q]; ++i) {
+          const int64_t p = pos0[st][q] + i;
+          s.pos.push_back(int32_t(p));
+          s.write_slot.push_back(int64_t(table[p / kBs]) * kBs + p % kBs);
+        }
+        s.seq_indptr.push_back(int32_t(s.pos.size()));
+        s.last_len.push_back(int32_t((pos0[st][q] + n_q[st][q] - 1) % kBs + 1));
+      }
+      s.pt.n_seqs = 2;
+      s.pt.n_tokens = int64_t(s.pos.size());
+      s.pt.block_size = kBs;
+      s.pt.seq_indptr = s.seq_indptr.data();
+      s.pt.block_indptr = block_indptr.data();
+      s.pt.block_ids = ids.data();
+      s.pt.last_block_len = s.last_len.data();
+      s.pt.pos = s.pos.data();
+      s.pt.write_slot = s.write_slot.data();
+    }
+  }
+};
+
+/// One layout of a layer's K and V rows on the device: every block in device memory, or
+/// (tiered) every third block id in the host tier.
+struct Layout {
+  std::unique_ptr<DeviceBuffer> k, v, k_host, v_host;
+  std::vector<int32_t> slot_of;
+  KvLayer kv;
+  size_t kb = 0, vb = 0;
+  Layout(Device& dev, KvLayer shape, int64_t n_ids, bool tiered) : kv(shape) {
+    kb = size_t(kv.block_size * kv.k_row_bytes);
+    vb = size_t(kv.block_size * kv.v_row_bytes);
+    std::vector<int32_t> fast, slow;
+    for (int32_t id = 0; id < int32_t(n_ids); ++id)
+      (tiered && id % 3 == 1 ? slow : fast).push_back(id);
+    slot_of.assign(size_t(n_ids), -1);
+    for (size_t i = 0; i < fast.size(); ++i) slot_of[size_t(fast[i])] = int32_t(i);
+    for (size_t i = 0; i < slow.size(); ++i) slot_of[size_t(slow[i])] = int32_t(fast.size() + i);
+    k = dev.alloc(fast.size() * kb, BufferUse::kKv);
+    v = dev.alloc(fast.size() * vb, BufferUse::kKv);
+    kv.k = static_cast<uint8_t*>(k->data());
+    kv.v = static_cast<uint8_t*>(v->data());
+    if (!tiered) return;
+    k_host = dev.alloc(slow.size() * kb, BufferUse::kKvHost);
+    v_host = dev.alloc(slow.size() * vb, BufferUse::kKvHost);
+    EXPECT_NE(k_host->host_data(), nullptr);
+    kv.k_slow = static_cast<uint8_t*>(k_host->data());
+    kv.v_slow = static_cast<uint8_t*>(v_host->data());
+    kv.slot_of = slot_of.data();
+    kv.n_fast = int64_t(fast.size());
+  }
+  /// Every block's K (or V) rows in id order, read where they lie (the host tier by the host).
+  std::vector<uint8_t> bytes(Backend& be, int64_t n_ids, bool is_v) const {
+    const size_t n = is_v ? vb : kb;
+    std::vector<uint8_t> out(size_t(n_ids) * n);
+    be.synchronize();
+    for (int32_t id = 0; id < int32_t(n_ids); ++id) {
+      const int64_t s = kv.slot(id);
+      uint8_t* dst = out.data() + size_t(id) * n;
+      if (s >= kv.n_fast)
+        std::memcpy(dst,
+                    static_cast<uint8_t*>((is_v ? v_host : k_host)->host_data()) +
+                        size_t(s - kv.n_fast) * n,
+                    n);
+      else
+        be.download(dst, is_v ? kv.v_block(id) : kv.k_block(id), n);
+    }
+    return out;
+  }
+};
+
+std::unique_ptr<DeviceBuffer> to_dev(Device& dev, Backend& be, const std::vector<float>& x) {
+  auto b = dev.alloc(x.size() * 4, BufferUse::kActivations);
+  be.upload(b->data(), x.data(), x.size() * 4);
+  return b;
+}
+
+std::vector<float> from_dev(Backend& be, const DeviceBuffer& b, size_t n) {
+  std::vector<float> x(n);
+  be.download(x.data(), b.data(), n * 4);
+  return x;
+}
+
+struct TypePair {
+  DType k, v;
+};
+
+class CudaHostTier : public testing::TestWithParam<TypePair> {};
+
+TEST_P(CudaHostTier, StoreAndAttentionReadBlocksWhereTheyLie) {
+  const std::vector<Device*> devs = cuda::seam_devices();
+  if (devs.empty()) GTEST_SKIP() << "no CUDA device on this machine";
+  Device& dev = *devs.front();
+  ASSERT_TRUE(dev.supports(Op::kKvHostTier));
+  std::unique_ptr<Backend> be = dev.make_backend(1);
+  const TypePair tp = GetParam();
+  const Steps st;
+  PagedAttnParams p;
+  p.attn = {Steps::kHead, Steps::kHkv, Steps::kHd, Steps::kHd, 1.0f / std::sqrt(float(Steps::kHd))};
+  KvLayer shape;
+  shape.k_type = tp.k;
+  shape.v_type = tp.v;
+  shape.k_row_bytes = kv_row_bytes(tp.k, Steps::kHkv, Steps::kHd);
+  shape.v_row_bytes = kv_row_bytes(tp.v, Steps::kHkv, Steps::kHd);
+  shape.block_size = Steps::kBs;
+  // The CPU's cache (block id order), the device one all in VRAM, the tiered one.
+  std::vector<uint8_t> hk(size_t(st.n_ids * Steps::kBs * shape.k_row_bytes), 0),
+      hv(size_t(st.n_ids * Steps::kBs * shape.v_row_bytes), 0);
+  KvLayer host = shape;
+  host.k = hk.data();
+  host.v = hv.data();
+  Layout all(dev, shape, st.n_ids, false), tiered(dev, shape, st.n_ids, true);
+  cpu::ThreadPool pool(2);
+  const int64_t w = Steps::kHkv * Steps::kHd;
+  for (int s = 0; s < 2; ++s) {
+    SCOPED_TRACE(s == 0 ? "prefill" : "decode");
+    const Steps::Step& step = st.step[s];
+    const int64_t n = step.pt.n_tokens;
+    const std::vector<float> k = test::random_floats(size_t(n * w), 10 + uint32_t(s));
+    const std::vector<float> v = test::random_floats(size_t(n * w), 20 + uint32_t(s));
+    const std::vector<float> q = test::random_floats(size_t(n * Steps::kHead * Steps::kHd), 30);
+    cpu::paged_kv_store(host, p, step.seqs.data(), 2, k.data(), v.data());
+    be->begin_step(step.pt);
+    auto dk = to_dev(dev, *be, k), dv = to_dev(dev, *be, v), dq = to_dev(dev, *be, q);
+    auto out_all = dev.alloc(q.size() * 4, BufferUse::kActivations);
+    auto out_tiered = dev.alloc(q.size() * 4, BufferUse::kActivations);
+    for (Layout* l : {&all, &tiered}) {
+      be->kv_store(l->kv, p, static_cast<float*>(dk->data()), static_cast<float*>(dv->data()));
+      be->paged_attention(l->kv, p, static_cast<float*>(dq->data()),
+                          static_cast<float*>((l == &all ? out_all : out_tiered)->data()));
+    }
+    EXPECT_TRUE(tiered.bytes(*be, st.n_ids, false) == hk) << "K bytes differ from the CPU's";
+    EXPECT_TRUE(tiered.bytes(*be, st.n_ids, true) == hv) << "V bytes differ from the CPU's";
+    const std::vector<float> a = from_dev(*be, *out_all, q.size());
+    const std::vector<float> t = from_dev(*be, *out_tiered, q.size());
+    for (float x : t) ASSERT_TRUE(std::isfinite(x));
+    EXPECT_EQ(0, std::memcmp(a.data(), t.data(), a.size() * 4))
+        << "attention over the tiered table differs from the all-VRAM one";
+    std::vector<float> ref(q.size());
+    cpu::paged_attention(pool, host, p, step.seqs.data(), 2, q.data(), ref.data());
+    double num = 0, den = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      num += (double(t[i]) - ref[i]) * (double(t[i]) - ref[i]);
+      den += double(ref[i]) * ref[i];
+    }
+    EXPECT_LT(num / den, 1e-3) << "against the CPU's attention";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Types, CudaHostTier,
+    testing::Values(TypePair{DType::F16, DType::F16}, TypePair{DType::Q8_0, DType::Q4_0},
+                    TypePair{DType::FP8_E4M3, DType::BF16}, TypePair{DType::NVFP4, DType::F16}),
+    [](const testing::TestParamInfo<TypePair>& i) {
+      return std::string(traits(i.param.k).name) + "_" + traits(i.param.v).name;
+    });
+
+#else
+
+TEST(CudaHostTier, NeedsACudaBuild) {
+  GTEST_SKIP() << "built without CUDA (configure with -DKVRUN_CUDA=ON)";
+}
+
+#endif
+
+}  // namespace
+}  // namespace kvrun
