@@ -136,32 +136,6 @@ namespace kquants {
 #define KVRUN_SEARCH_CLONES
 #endif
 
-// One group of 8 candidates as GCC/Clang vector types: the searches walk the sub-block once per
-// group with that group's sums in registers (24 or 48 lanes at once spilled them to the stack).
-// Every lane does the scalar code's operations in the scalar code's order, so the sums and
-// the results are the same.
-typedef float V8f __attribute__((vector_size(32)));
-typedef int V8i __attribute__((vector_size(32)));
-typedef double V8d __attribute__((vector_size(64)));
-
-/// out = p[0..8). (Vectors pass by reference: by value, a 32-byte vector changes the ABI of a
-/// function compiled without AVX, the "default" clone.)
-inline void load8(const float* p, V8f& out) { std::memcpy(&out, p, sizeof out); }
-
-/// out = round_clamp (quants_k_search.h) of each lane of v, with the same operations.
-inline void round_clamp8(const V8f& x, int lo, int hi, V8i& out) {
-  const V8f flo = V8f{} + (static_cast<float>(lo) - 1.0f);
-  const V8f fhi = V8f{} + (static_cast<float>(hi) + 1.0f);
-  V8f v = x >= flo ? x : flo;  // NaN too
-  v = v <= fhi ? v : fhi;
-  V8i i = __builtin_convertvector(v, V8i);
-  const V8f frac = v - __builtin_convertvector(i, V8f);
-  i = i - (frac >= 0.5f) + (frac <= -0.5f);  // a true comparison is −1
-  const V8i ilo = V8i{} + lo, ihi = V8i{} + hi;
-  i = i < ilo ? ilo : i;
-  out = i > ihi ? ihi : i;
-}
-
 /// Symmetric fit x ≈ scale * q with integer q in [qlo, qhi] (qlo = -qhi - 1). Candidate inverse
 /// scales map the largest-magnitude element near either end of the range; for each, q is
 /// rounded and the scale refit by least squares (scale = Σxq / Σqq). Returns the best scale
@@ -188,19 +162,12 @@ KVRUN_SEARCH_CLONES float fit_symmetric(const float* x, int n, int qlo, int qhi)
   }
   double sxq[2 * kLanes] = {};
   int sqq[2 * kLanes] = {};  // a sum of integers: exact, as the double sum it stands for
-  for (int g = 0; g < 2 * kLanes; g += 8) {
-    V8f isc;
-    load8(iscale + g, isc);
-    V8d axq = {};
-    V8i aqq = {}, q;
-    for (int i = 0; i < n; ++i) {
-      round_clamp8(isc * x[i], qlo, qhi, q);
-      axq += double(x[i]) * __builtin_convertvector(q, V8d);
-      aqq += q * q;
-    }
-    for (int c = 0; c < 8; ++c) {
-      sxq[g + c] = axq[c];
-      sqq[g + c] = aqq[c];
+  for (int i = 0; i < n; ++i) {
+    const double xi = x[i];
+    for (int c = 0; c < 2 * kLanes; ++c) {
+      const int q = round_clamp(iscale[c] * x[i], qlo, qhi);
+      sxq[c] += xi * q;
+      sqq[c] += q * q;
     }
   }
   float best_scale = 0.0f;
@@ -228,9 +195,8 @@ KVRUN_SEARCH_CLONES Fit fit_affine(const float* x, int n, int qmax, int offset_s
   for (int i = 0; i < n; ++i) {
     sx += x[i];
     sxx += double(x[i]) * x[i];
-    // std::fmin / std::fmax (a NaN is skipped) without the libm calls.
-    xmin = x[i] < xmin || xmin != xmin ? x[i] : xmin;
-    xmax = x[i] > xmax || xmax != xmax ? x[i] : xmax;
+    xmin = std::fmin(xmin, x[i]);
+    xmax = std::fmax(xmax, x[i]);
   }
   Fit best;  // scale 0: every value decodes to the offset
   const double mean = sx / n;
@@ -244,21 +210,14 @@ KVRUN_SEARCH_CLONES Fit fit_affine(const float* x, int n, int qmax, int offset_s
     iscale[c] = (float(qmax) + 0.1f * float(c - 10)) / (xmax - lo);
   int isq[kC] = {}, isqq[kC] = {};  // sums of integers: exact, as the double sums they stand for
   double sxq[kC] = {};
-  for (int g = 0; g < kC; g += 8) {
-    V8f isc;
-    load8(iscale + g, isc);
-    V8i aq = {}, aqq = {}, q;
-    V8d axq = {};
-    for (int i = 0; i < n; ++i) {
-      round_clamp8((x[i] - lo) * isc, 0, qmax, q);
-      aq += q;
-      aqq += q * q;
-      axq += double(x[i]) * __builtin_convertvector(q, V8d);
-    }
-    for (int c = 0; c < 8; ++c) {
-      isq[g + c] = aq[c];
-      isqq[g + c] = aqq[c];
-      sxq[g + c] = axq[c];
+  for (int i = 0; i < n; ++i) {
+    const float d = x[i] - lo;
+    const double xi = x[i];
+    for (int c = 0; c < kC; ++c) {
+      const int q = round_clamp(d * iscale[c], 0, qmax);
+      isq[c] += q;
+      isqq[c] += q * q;
+      sxq[c] += xi * q;
     }
   }
   // The refit of each candidate; `valid` false for one the search skips.
@@ -284,20 +243,13 @@ KVRUN_SEARCH_CLONES Fit fit_affine(const float* x, int n, int qmax, int offset_s
     inv[c] = scale[c] != 0.0f ? 1.0f / scale[c] : 0.0f;
   }
   double err[kC] = {};
-  for (int g = 0; g < kC; g += 8) {
-    V8f off, iv, scf;
-    load8(offset + g, off);
-    load8(inv + g, iv);
-    load8(scale + g, scf);
-    const V8d sc = __builtin_convertvector(scf, V8d), offd = __builtin_convertvector(off, V8d);
-    V8d ae = {};
-    V8i q;
-    for (int i = 0; i < n; ++i) {
-      round_clamp8((x[i] - off) * iv, 0, qmax, q);
-      const V8d e = double(x[i]) - (sc * __builtin_convertvector(q, V8d) + offd);
-      ae += e * e;
+  for (int i = 0; i < n; ++i) {
+    const double xi = x[i];
+    for (int c = 0; c < kC; ++c) {
+      const int q = round_clamp((x[i] - offset[c]) * inv[c], 0, qmax);
+      const double e = xi - (double(scale[c]) * q + offset[c]);
+      err[c] += e * e;
     }
-    for (int c = 0; c < 8; ++c) err[g + c] = ae[c];
   }
   for (int c = 0; c < kC; ++c)
     if (valid[c] && err[c] < best.err) best = {scale[c], offset[c], err[c]};
