@@ -81,6 +81,7 @@ inline void fast_q8_0_half(int64_t nb, const uint8_t* g, int half, const uint8_t
         const __m256i p =
             _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv, w)), ones);
         isum[c] = i == 0 ? p : _mm256_add_epi32(isum[c], p);
+        asm("" : "+x"(isum[c]));  // keeps the chain, as in fast_q4_K_half
       }
     }
     const __m256 dw =
@@ -145,6 +146,7 @@ inline void fast_q4_K_half(int64_t nb, const uint8_t* g, int half, const uint8_t
           const int8_t* xq = qx[c] + 64 * j2 + 32 * decltype(h)::value + 4 * i;
           const __m256i t = _mm256_maddubs_epi16(v, _mm256_broadcastd_epi32(_mm_loadu_si32(xq)));
           p[c] = i == 0 ? t : _mm256_add_epi16(p[c], t);
+          asm("" : "+x"(p[c]));  // keeps the chain (reassociated, every product is live: spills)
         }
       }
       const __m256i s = sc[2 * j2 + decltype(h)::value];
