@@ -63,10 +63,10 @@ class FastLevel : public ::testing::TestWithParam<CpuLevel> {
 
 // The level's fast kernel on packed weights against the scalar fast_dot on the plain rows, for
 // k of one (super-)block up to 2048, 16 and 48 weight rows (one and three groups), activation
-// rows 2..9 (every tail of the 4-row passes) and 67 at k = 2048 (two activation chunks and a
-// tail of 3), called directly and through matmul with the switch at fast (both halves of every
-// group, several threads); decode (1 row) stays exact. Some outputs must differ from the exact
-// dot, so a matmul that ignored the switch would fail.
+// rows 2..9 and 13 (every tail of the 8- and 4-row passes) and 67 at k = 2048 (two activation
+// chunks and a tail of 3), called directly and through matmul with the switch at fast (both halves
+// of every group, several threads); decode (1 row) stays exact. Some outputs must differ from the
+// exact dot, so a matmul that ignored the switch would fail.
 TEST_P(FastLevel, PackedFastKernelEqualsScalarFastDot) {
   const CpuLevel level = GetParam();
   OrderGuard guard;
@@ -92,7 +92,7 @@ TEST_P(FastLevel, PackedFastKernelEqualsScalarFastDot) {
         const Buffer packed = pack_weight(w, level);
         w.packed = packed.data();
         const size_t ab = size_t(*row_bytes(ref->act_type, k));
-        std::vector<int64_t> ns{1, 2, 3, 4, 5, 6, 7, 9};
+        std::vector<int64_t> ns{1, 2, 3, 4, 5, 6, 7, 9, 13};
         if (k == 2048) ns.push_back(67);
         for (int64_t n : ns) {
           const auto x = varied_floats(size_t(n * k), 90 + uint32_t(n + k));

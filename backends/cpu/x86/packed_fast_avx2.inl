@@ -20,24 +20,22 @@ namespace {
 /// Activation bytes of one column chunk of the fast prefill kernels (as kQ4PrefillChunkBytes).
 constexpr size_t kFastChunkBytes = 128 * 1024;
 
-/// Activation rows per pass of the fast prefill kernels.
-constexpr int kFastC = 4;
-
 /// Runs `half_fn<C>(g, half, j, C)` for every group of `ngroups` (group_bytes apart from wp),
 /// both halves, and the activation rows [0, nx) in chunks of about kFastChunkBytes (xs bytes
-/// per row), kFastC rows at a time and then the 3, 2 or 1 left in a chunk.
-template <typename HalfFn>
+/// per row), C rows at a time and then the rest of a chunk 4 (when C > 4), 3, 2 or 1 at a time.
+template <int C, typename HalfFn>
 inline void fast_prefill_walk(const void* wp, size_t group_bytes, int64_t ngroups, size_t xs,
                               int64_t nx, HalfFn&& half_fn) {
-  const int64_t chunk = std::max<int64_t>(kFastC, int64_t(kFastChunkBytes / xs) / kFastC * kFastC);
+  const int64_t chunk = std::max<int64_t>(C, int64_t(kFastChunkBytes / xs) / C * C);
   for (int64_t j0 = 0; j0 < nx; j0 += chunk) {
     const int64_t j1 = std::min(nx, j0 + chunk);
     for (int64_t gi = 0; gi < ngroups; ++gi) {
       const uint8_t* g = static_cast<const uint8_t*>(wp) + size_t(gi) * group_bytes;
       for (int half = 0; half < 2; ++half) {
         int64_t j = j0;
-        for (; j + kFastC <= j1; j += kFastC)
-          half_fn(std::integral_constant<int, kFastC>{}, g, gi, half, j);
+        for (; j + C <= j1; j += C) half_fn(std::integral_constant<int, C>{}, g, gi, half, j);
+        if constexpr (C > 4)
+          for (; j + 4 <= j1; j += 4) half_fn(std::integral_constant<int, 4>{}, g, gi, half, j);
         switch (j1 - j) {
           case 3:
             half_fn(std::integral_constant<int, 3>{}, g, gi, half, j);
@@ -61,11 +59,14 @@ inline void fast_prefill_walk(const void* wp, size_t group_bytes, int64_t ngroup
 /// half-chunks (4 quants of each of the 8 rows, stored q + 128: flipped back to signed q) go
 /// through the sign trick (VPMADDUBSW of |q| and x with q's sign, pair sums ≤ 2·128·128, int16)
 /// and VPMADDWD by 1 into int32 lanes, summed: the block's exact dot per row.
+/// Activation rows per pass of fast_q8_0_half.
+constexpr int kQ8FastC = 8;
+
 template <int C>
 inline void fast_q8_0_half(int64_t nb, const uint8_t* g, int half, const uint8_t* x, size_t xs,
                            float* y, size_t ys) {
   __m256 acc[C];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
   const __m256i flip = _mm256_set1_epi8(char(0x80)), ones = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < nb; ++b, g += 544) {
@@ -74,7 +75,7 @@ inline void fast_q8_0_half(int64_t nb, const uint8_t* g, int half, const uint8_t
     for (int i = 0; i < 8; ++i) {
       const __m256i w = _mm256_xor_si256(load256(g + 32 + 64 * i + 32 * half), flip);
       const __m256i aw = _mm256_sign_epi8(w, w);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int c = 0; c < C; ++c) {
         const int8_t* xq = block_at<block_q8_0>(x, xs, c, b).qs;
         const __m256i xv = _mm256_broadcastd_epi32(_mm_loadu_si32(xq + 4 * i));
@@ -86,13 +87,13 @@ inline void fast_q8_0_half(int64_t nb, const uint8_t* g, int half, const uint8_t
     }
     const __m256 dw =
         _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 16 * half)));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int c = 0; c < C; ++c) {
       const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(h2f(block_at<block_q8_0>(x, xs, c, b).d)));
       acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), d, acc[c]);
     }
   }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + size_t(c) * ys + 8 * half, acc[c]);
 }
 
@@ -102,11 +103,12 @@ void packed_fast_q8_0_q8_0(int64_t n, const void* wp, int64_t ngroups, const voi
                            const int32_t* /*xoff*/, int64_t nx, float* y, size_t ys) {
   const int64_t nb = n / 32;
   const uint8_t* xb = static_cast<const uint8_t*>(x);
-  fast_prefill_walk(wp, size_t(nb) * 544, ngroups, xs, nx,
-                    [&](auto cc, const uint8_t* g, int64_t gi, int half, int64_t j) {
-                      fast_q8_0_half<decltype(cc)::value>(nb, g, half, xb + size_t(j) * xs, xs,
-                                                          y + gi * 16 + size_t(j) * ys, ys);
-                    });
+  fast_prefill_walk<kQ8FastC>(wp, size_t(nb) * 544, ngroups, xs, nx,
+                              [&](auto cc, const uint8_t* g, int64_t gi, int half, int64_t j) {
+                                fast_q8_0_half<decltype(cc)::value>(
+                                    nb, g, half, xb + size_t(j) * xs, xs,
+                                    y + gi * 16 + size_t(j) * ys, ys);
+                              });
 }
 
 namespace {
@@ -256,20 +258,20 @@ void packed_fast_q4_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const voi
                            const int32_t* /*xoff*/, int64_t nx, float* y, size_t ys) {
   const int64_t nb = n / QK_K;
   const uint8_t* xb = static_cast<const uint8_t*>(x);
-  fast_prefill_walk(wp, size_t(nb) * 2304, ngroups, xs, nx,
-                    [&](auto cc, const uint8_t* g, int64_t gi, int half, int64_t j) {
-                      fast_q4_K_half<decltype(cc)::value>(nb, g, half, xb + size_t(j) * xs, xs,
-                                                          y + gi * 16 + size_t(j) * ys, ys);
-                    });
+  fast_prefill_walk<4>(wp, size_t(nb) * 2304, ngroups, xs, nx,
+                       [&](auto cc, const uint8_t* g, int64_t gi, int half, int64_t j) {
+                         fast_q4_K_half<decltype(cc)::value>(nb, g, half, xb + size_t(j) * xs, xs,
+                                                             y + gi * 16 + size_t(j) * ys, ys);
+                       });
 }
 
 void packed_fast_q6_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
                            const int32_t* /*xoff*/, int64_t nx, float* y, size_t ys) {
   const int64_t nb = n / QK_K;
   const uint8_t* xb = static_cast<const uint8_t*>(x);
-  fast_prefill_walk(wp, size_t(nb) * 3360, ngroups, xs, nx,
-                    [&](auto cc, const uint8_t* g, int64_t gi, int half, int64_t j) {
-                      fast_q6_K_half<decltype(cc)::value>(nb, g, half, xb + size_t(j) * xs, xs,
-                                                          y + gi * 16 + size_t(j) * ys, ys);
-                    });
+  fast_prefill_walk<4>(wp, size_t(nb) * 3360, ngroups, xs, nx,
+                       [&](auto cc, const uint8_t* g, int64_t gi, int half, int64_t j) {
+                         fast_q6_K_half<decltype(cc)::value>(nb, g, half, xb + size_t(j) * xs, xs,
+                                                             y + gi * 16 + size_t(j) * ys, ys);
+                       });
 }
