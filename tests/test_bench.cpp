@@ -171,5 +171,36 @@ TEST(BenchCli, SyntheticDepthFillIsReportedAndHoldsWhatAPrefillHolds) {
   EXPECT_NE(bad.err.find("--depth-fill"), std::string::npos) << bad.err;
 }
 
+// --kernels: the order is reported in the JSON (exact by default) and the table's backend, and a
+// value other than exact or fast is refused with one line (exit 2) by every command that takes it.
+// The packed-weight model runs its prefill through the fast kernels where the level has them.
+TEST(BenchCli, KernelsSwitchIsReportedAndBadValuesAreRefused) {
+  const char* const packed = "models/stories260K-pad-Q8_0.gguf";
+  KVRUN_REQUIRE_FIXTURE(packed);
+  const std::string base = test::kvrun_binary() + " bench -m " + test::fixture(packed).string() +
+                           " -t 1 -p 16 -n 0 -r 1";
+  const auto exact = test::run_command(base + " --json");
+  ASSERT_EQ(exact.exit_code, 0) << exact.err;
+  EXPECT_EQ(nlohmann::json::parse(exact.out)[0]["kernels"], "exact");
+  const auto fast = test::run_command(base + " --json --kernels fast");
+  ASSERT_EQ(fast.exit_code, 0) << fast.err;
+  EXPECT_EQ(nlohmann::json::parse(fast.out)[0]["kernels"], "fast");
+  const auto table = test::run_command(base + " --kernels fast");
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find(" fast"), std::string::npos) << table.out;
+  const auto info = test::run_command(test::kvrun_binary() + " info -m " +
+                                      test::fixture(packed).string() + " --json --kernels fast");
+  ASSERT_EQ(info.exit_code, 0) << info.err;
+  EXPECT_EQ(nlohmann::json::parse(info.out)["kernels"], "fast");
+  for (const std::string cmd : {" bench", " info", " serve", " batch -i /dev/null -o /dev/null",
+                                " perplexity -f /dev/null", ""}) {
+    const auto bad = test::run_command(test::kvrun_binary() + cmd + " -m " +
+                                       test::fixture(packed).string() + " --kernels quick");
+    EXPECT_EQ(bad.exit_code, 2) << cmd << ": " << bad.err;
+    EXPECT_NE(bad.err.find("--kernels quick: expected exact or fast"), std::string::npos)
+        << cmd << ": " << bad.err;
+  }
+}
+
 }  // namespace
 }  // namespace kvrun

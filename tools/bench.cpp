@@ -275,6 +275,8 @@ ModelFacts model_facts(const BenchOptions& opt, const Model& model) {
   for (const Device* d : model.placement().devices())
     if (!d->host_memory()) f.backends += d->name() + "+";
   f.backends += std::string("CPU ") + cpu::cpu_level_name(cpu::cpu_level());
+  if (cpu::kernel_order() != cpu::KernelOrder::exact)  // --kernels fast
+    f.backends += std::string(" ") + cpu::kernel_order_name(cpu::kernel_order());
   for (const auto& t : model.file().tensors()) {
     f.size += int64_t(t.n_bytes);
     f.n_params += t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3];
@@ -292,6 +294,7 @@ void print_json(const BenchOptions& opt, const ModelFacts& mf, int n_threads,
     j["model_n_params"] = mf.n_params;
     j["backends"] = mf.backends;
     j["cpu_level"] = cpu::cpu_level_name(cpu::cpu_level());
+    j["kernels"] = cpu::kernel_order_name(cpu::kernel_order());
     j["n_batch"] = opt.n_batch;
     j["n_threads"] = n_threads;
     j["type_k"] = opt.kv.type_k;

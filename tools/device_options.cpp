@@ -10,6 +10,7 @@
 
 #include "backend.h"
 #include "commands.h"
+#include "cpu/cpu_level.h"
 #include "eval/model_info.h"
 #include "gguf.h"
 #include "kv_layout.h"
@@ -162,7 +163,18 @@ void add_device_options(CLI::App& app, DeviceOptions& o) {
                  "keeps MoE experts on the CPU")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_option("--kernels", o.kernels,
+                 "CPU matmul summation order: exact (bit-identical to the scalar reference and "
+                 "llama.cpp's order) or fast (prefill of packed q8_0/q4_K/q6_K weights at avx2 "
+                 "in an order that differs in the last bits; docs/architecture.md)")
+      ->capture_default_str();
   add_rope_options(app, o.rope);
+}
+
+void apply_kernel_order(const DeviceOptions& o) {
+  const std::optional<cpu::KernelOrder> order = cpu::parse_kernel_order(o.kernels);
+  if (!order) throw DeviceOptionError("--kernels " + o.kernels + ": expected exact or fast");
+  cpu::set_kernel_order(*order);
 }
 
 std::optional<int64_t> parse_ngl(const std::string& v, int64_t all) {

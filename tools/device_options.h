@@ -25,6 +25,9 @@ struct DeviceOptions {
   /// -ot / --override-tensor, each "PATTERN=DEVICE[,PATTERN=DEVICE…]" (llama.cpp's syntax)
   std::vector<std::string> override_tensor;
   RopeOverrides rope;  ///< --rope-scaling, --rope-scale, --yarn-* … (rope_options.h)
+  /// --kernels: the CPU matmuls' summation order, "exact" or "fast" (cpu_level.h KernelOrder;
+  /// apply_kernel_order checks and sets it)
+  std::string kernels = "exact";
 };
 
 /// A device option that cannot be honoured (exit code 2, one line).
@@ -80,6 +83,10 @@ std::vector<TensorOverride> parse_tensor_overrides(const std::vector<std::string
 /// (ffn_override_rules).
 std::vector<bool> ffn_kept_on_host(const gguf::File& file, int64_t n_layer,
                                    const std::vector<TensorOverride>& rules);
+
+/// Sets the process's CPU kernel order from o.kernels (cpu::set_kernel_order). Throws
+/// DeviceOptionError for a value other than "exact" or "fast".
+void apply_kernel_order(const DeviceOptions& o);
 
 /// Prints the devices for --list-devices ("no GPU devices" when there are none). Returns 0, or 2
 /// with one line on stderr when a device cannot say its free memory (a malformed

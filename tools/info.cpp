@@ -165,8 +165,11 @@ void print_text(const ModelInfo& mi, const std::string& fast_source) {
                 format_bytes(mi.weight_bytes_active).c_str());
   std::printf("\n");
   std::printf("cpu          %s\n", cpu::cpu_features_string().c_str());
-  std::printf("cpu kernels  %s (best here: %s; KVRUN_CPU=scalar|avx2|avx512 selects)\n",
-              cpu::cpu_level_name(cpu::cpu_level()), cpu::cpu_level_name(cpu::best_cpu_level()));
+  std::printf(
+      "cpu kernels  %s (best here: %s; KVRUN_CPU=scalar|avx2|avx512 selects), %s order "
+      "(--kernels exact|fast)\n",
+      cpu::cpu_level_name(cpu::cpu_level()), cpu::cpu_level_name(cpu::best_cpu_level()),
+      cpu::kernel_order_name(cpu::kernel_order()));
 #ifdef KVRUN_HAVE_CUDA
   const auto gpus = cuda::devices();
   if (gpus.empty())
@@ -308,6 +311,8 @@ int cmd_info(const InfoOptions& opt) {
     if (opt.json) {
       nlohmann::ordered_json j = to_json(mi);
       if (want_plan) j["gpu_plan"] = plan_json(plan);
+      j["cpu_level"] = cpu::cpu_level_name(cpu::cpu_level());
+      j["kernels"] = cpu::kernel_order_name(cpu::kernel_order());
       std::printf("%s\n", j.dump(2).c_str());
     } else {
       print_text(mi, fast_source);

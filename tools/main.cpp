@@ -118,6 +118,12 @@ int main(int argc, char** argv) {
                                                    : run.kv.dev;
   if (dev.list_devices) return print_devices();
   if (pull_cmd->parsed()) return kvrun::tools::cmd_pull(pull);
+  try {
+    apply_kernel_order(dev);  // --kernels, every command (info reports it)
+  } catch (const DeviceOptionError& e) {
+    std::fprintf(stderr, "kvrun: %s\n", e.what());
+    return 2;
+  }
   if (!synth_cmd->parsed() && !info_cmd->parsed()) {  // info plans -ngl without a GPU too
     try {
       resolve_device_options(dev);

@@ -1,6 +1,7 @@
 // cpu_level.cpp — choosing the kernel level from CPUID and KVRUN_CPU (see cpu_level.h).
 #include "cpu/cpu_level.h"
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 
@@ -81,5 +82,23 @@ CpuLevel cpu_level() {
   static const CpuLevel level = resolve_cpu_level(std::getenv("KVRUN_CPU"));
   return level;
 }
+
+namespace {
+std::atomic<KernelOrder> g_kernel_order{KernelOrder::exact};
+}  // namespace
+
+const char* kernel_order_name(KernelOrder order) {
+  return order == KernelOrder::fast ? "fast" : "exact";
+}
+
+std::optional<KernelOrder> parse_kernel_order(std::string_view name) {
+  if (name == "exact") return KernelOrder::exact;
+  if (name == "fast") return KernelOrder::fast;
+  return std::nullopt;
+}
+
+KernelOrder kernel_order() { return g_kernel_order.load(std::memory_order_relaxed); }
+
+void set_kernel_order(KernelOrder order) { g_kernel_order.store(order, std::memory_order_relaxed); }
 
 }  // namespace kvrun::cpu

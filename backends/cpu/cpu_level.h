@@ -49,4 +49,30 @@ CpuLevel resolve_cpu_level(const char* env);
 /// on first call (thread-safe) and fixed afterwards.
 CpuLevel cpu_level();
 
+/// The summation order of the quantized matmuls (`kvrun --kernels exact|fast`), one per process.
+///   exact  every kernel performs the float steps of its scalar reference, which follows
+///          llama.cpp's CPU backend (vec_dot.h), so every level gives the same bits (the default).
+///   fast   the matmuls with ≥ 2 activation rows (prefill) of packed q8_0, q4_K and q6_K weights
+///          at the avx2 level use the fast order of vec_dot.h (fast_dot_*): per weight row and
+///          (super-)block one exact int32 dot, then ONE float multiply-add into one accumulator
+///          per (weight row, activation row), which lets the kernel hold several weight rows ×
+///          several activation rows in registers. Results differ from exact in the last bits;
+///          they are the same on every level with a fast kernel (the scalar fast_dot_* are the
+///          reference). Other types, decode (one activation row) and levels without a fast
+///          kernel (scalar, avx512, neon) run the exact kernels.
+enum class KernelOrder { exact = 0, fast = 1 };
+
+/// "exact" or "fast".
+const char* kernel_order_name(KernelOrder order);
+
+/// The order named `name` ("exact" or "fast"), or nullopt.
+std::optional<KernelOrder> parse_kernel_order(std::string_view name);
+
+/// The process's summation order: exact until set_kernel_order is called.
+KernelOrder kernel_order();
+
+/// Sets the process's summation order (thread-safe; set it before the model runs, as the
+/// command line does: a matmul reads it once when it starts).
+void set_kernel_order(KernelOrder order);
+
 }  // namespace kvrun::cpu

@@ -18,51 +18,51 @@ namespace {
 // The scalar (reference) kernels; the SIMD levels replace entries of a copy of this table.
 constexpr CpuTypeTraits kScalar[] = {
     {DType::F32, DType::F32, act_from_float_f32, vec_dot_f32, gemm_dot_f32, nullptr, nullptr,
-     nullptr, nullptr, nullptr},
+     nullptr, nullptr, nullptr, nullptr, nullptr},
     {DType::F16, DType::F16, act_from_float_f16, vec_dot_f16, gemm_dot_f16, nullptr, nullptr,
-     nullptr, nullptr, nullptr},
+     nullptr, nullptr, nullptr, nullptr, nullptr},
     {DType::BF16, DType::BF16, act_from_float_bf16, vec_dot_bf16, nullptr, nullptr, nullptr,
-     nullptr, nullptr, nullptr},
+     nullptr, nullptr, nullptr, nullptr, nullptr},
     {DType::Q4_0, DType::Q8_0, act_from_float_q8_0, vec_dot_q4_0_q8_0, nullptr,
-     repack_dot_q4_0_q8_0, nullptr, nullptr, nullptr, nullptr},
+     repack_dot_q4_0_q8_0, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr},
     {DType::Q5_0, DType::Q8_0, act_from_float_q8_0, vec_dot_q5_0_q8_0, nullptr, nullptr, nullptr,
-     nullptr, nullptr, nullptr},
+     nullptr, nullptr, nullptr, nullptr, nullptr},
     {DType::Q8_0, DType::Q8_0, act_from_float_q8_0, vec_dot_q8_0_q8_0, nullptr, nullptr, nullptr,
-     nullptr, nullptr, nullptr},
+     nullptr, nullptr, nullptr, nullptr, fast_dot_q8_0_q8_0},
     {DType::IQ4_NL, DType::Q8_0, act_from_float_q8_0, vec_dot_iq4_nl_q8_0, nullptr, nullptr,
-     nullptr, nullptr, nullptr, nullptr},
+     nullptr, nullptr, nullptr, nullptr, nullptr, nullptr},
     {DType::MXFP4, DType::Q8_0, act_from_float_q8_0, vec_dot_mxfp4_q8_0, nullptr, nullptr, nullptr,
-     nullptr, nullptr, nullptr},
+     nullptr, nullptr, nullptr, nullptr, nullptr},
     {DType::Q4_1, DType::Q8_1, act_from_float_q8_1, vec_dot_q4_1_q8_1, nullptr, nullptr, nullptr,
-     nullptr, nullptr, nullptr},
+     nullptr, nullptr, nullptr, nullptr, nullptr},
     {DType::Q5_1, DType::Q8_1, act_from_float_q8_1, vec_dot_q5_1_q8_1, nullptr, nullptr, nullptr,
-     nullptr, nullptr, nullptr},
+     nullptr, nullptr, nullptr, nullptr, nullptr},
     {DType::Q2_K, DType::Q8_K, act_from_float_q8_K, vec_dot_q2_K_q8_K, nullptr, nullptr, nullptr,
-     nullptr, nullptr, nullptr},
+     nullptr, nullptr, nullptr, nullptr, nullptr},
     {DType::Q3_K, DType::Q8_K, act_from_float_q8_K, vec_dot_q3_K_q8_K, nullptr, nullptr, nullptr,
-     nullptr, nullptr, nullptr},
+     nullptr, nullptr, nullptr, nullptr, nullptr},
     {DType::Q4_K, DType::Q8_K, act_from_float_q8_K, vec_dot_q4_K_q8_K, nullptr, nullptr, nullptr,
-     nullptr, nullptr, nullptr},
+     nullptr, nullptr, nullptr, nullptr, fast_dot_q4_K_q8_K},
     {DType::Q5_K, DType::Q8_K, act_from_float_q8_K, vec_dot_q5_K_q8_K, nullptr, nullptr, nullptr,
-     nullptr, nullptr, nullptr},
+     nullptr, nullptr, nullptr, nullptr, nullptr},
     {DType::Q6_K, DType::Q8_K, act_from_float_q8_K, vec_dot_q6_K_q8_K, nullptr, nullptr, nullptr,
-     nullptr, nullptr, nullptr},
+     nullptr, nullptr, nullptr, nullptr, fast_dot_q6_K_q8_K},
     {DType::IQ4_XS, DType::Q8_K, act_from_float_q8_K, vec_dot_iq4_xs_q8_K, nullptr, nullptr,
-     nullptr, nullptr, nullptr, nullptr},
+     nullptr, nullptr, nullptr, nullptr, nullptr, nullptr},
     {DType::IQ3_S, DType::Q8_K, act_from_float_q8_K, vec_dot_iq3_s_q8_K, nullptr, nullptr, nullptr,
-     nullptr, nullptr, nullptr},
+     nullptr, nullptr, nullptr, nullptr, nullptr},
     {DType::IQ2_S, DType::Q8_K, act_from_float_q8_K, vec_dot_iq2_s_q8_K, nullptr, nullptr, nullptr,
-     nullptr, nullptr, nullptr},
+     nullptr, nullptr, nullptr, nullptr, nullptr},
     {DType::IQ3_XXS, DType::Q8_K, act_from_float_q8_K, vec_dot_iq3_xxs_q8_K, nullptr, nullptr,
-     nullptr, nullptr, nullptr, nullptr},
+     nullptr, nullptr, nullptr, nullptr, nullptr, nullptr},
     {DType::IQ2_XXS, DType::Q8_K, act_from_float_q8_K, vec_dot_iq2_xxs_q8_K, nullptr, nullptr,
-     nullptr, nullptr, nullptr, nullptr},
+     nullptr, nullptr, nullptr, nullptr, nullptr, nullptr},
     {DType::IQ2_XS, DType::Q8_K, act_from_float_q8_K, vec_dot_iq2_xs_q8_K, nullptr, nullptr,
-     nullptr, nullptr, nullptr, nullptr},
+     nullptr, nullptr, nullptr, nullptr, nullptr, nullptr},
     {DType::IQ1_S, DType::Q8_K, act_from_float_q8_K, vec_dot_iq1_s_q8_K, nullptr, nullptr, nullptr,
-     nullptr, nullptr, nullptr},
+     nullptr, nullptr, nullptr, nullptr, nullptr},
     {DType::IQ1_M, DType::Q8_K, act_from_float_q8_K, vec_dot_iq1_m_q8_K, nullptr, nullptr, nullptr,
-     nullptr, nullptr, nullptr},
+     nullptr, nullptr, nullptr, nullptr, nullptr},
 };
 
 constexpr size_t kTypes = sizeof(kScalar) / sizeof(kScalar[0]);
@@ -175,6 +175,12 @@ std::array<Table, kLevels> build_tables() {
   row_of(tables[size_t(CpuLevel::avx2)], DType::Q8_0).packed_tile = avx2::packed_q8_0_q8_0;
   row_of(tables[size_t(CpuLevel::avx2)], DType::Q4_K).packed_tile = avx2::packed_q4_K_q8_K;
   row_of(tables[size_t(CpuLevel::avx2)], DType::Q6_K).packed_tile = avx2::packed_q6_K_q8_K;
+  row_of(tables[size_t(CpuLevel::avx2)], DType::Q8_0).packed_fast_tile =
+      avx2::packed_fast_q8_0_q8_0;
+  row_of(tables[size_t(CpuLevel::avx2)], DType::Q4_K).packed_fast_tile =
+      avx2::packed_fast_q4_K_q8_K;
+  row_of(tables[size_t(CpuLevel::avx2)], DType::Q6_K).packed_fast_tile =
+      avx2::packed_fast_q6_K_q8_K;
   row_of(tables[size_t(CpuLevel::avx512)], DType::Q4_0).packed_tile = avx512::packed_q4_0_q8_0;
   row_of(tables[size_t(CpuLevel::avx512)], DType::Q8_0).packed_tile = avx512::packed_q8_0_q8_0;
   row_of(tables[size_t(CpuLevel::avx512)], DType::Q6_K).packed_tile = avx512::packed_q6_K_q8_K;

@@ -34,6 +34,14 @@ struct CpuTypeTraits {
   /// The kernel of weights packed by pack_weight (pack.h), same floats as repack_dot; null
   /// where this level has none (weights of that type are then not packed).
   PackedTileFn packed_tile;
+  /// The kernel of the same packed weights in the fast summation order (`--kernels fast`,
+  /// cpu_level.h KernelOrder; the floats of vec_dot.h's fast_dot_* for the type), used by the
+  /// matmuls with ≥ 2 activation rows when kernel_order() is fast; it reads no offsets (xoff).
+  /// Null where this level has none (the avx2 level has q8_0, q4_K, q6_K).
+  PackedTileFn packed_fast_tile;
+  /// The scalar reference of packed_fast_tile (fast_dot_* of vec_dot.h), on plain rows; null for
+  /// types without a fast order. The same at every level (for tests).
+  VecDotFn fast_dot;
 };
 
 /// The CPU traits of weight type `t` at the process's kernel level (cpu_level()), or null when

@@ -54,6 +54,7 @@ struct Part {
   int64_t m = 0;
   int64_t units = 0;              ///< ceil(m / 16)
   PackedTileFn packed = nullptr;  ///< set: the packed path (pack.h)
+  bool fast = false;              ///< packed is the fast-order kernel (reads no xoff)
   const int32_t* xoff = nullptr;  ///< its activation offsets
   size_t group_bytes = 0;         ///< packed bytes of 16 rows
   VecDotFn dot = nullptr;         ///< else: the dot of its shape, or its tile form
@@ -85,7 +86,8 @@ void run_units(const Part& p, int64_t u0, int64_t u1, int64_t k, const uint8_t* 
 }
 
 /// Sets up `p` for weight `w` (output y) against n activation rows of k: the packed path
-/// (pack.h; p.xoff is left for the caller) or the dot of its shape.
+/// (pack.h; p.xoff is left for the caller; the fast-order kernel when kernel_order() is fast,
+/// n ≥ 2 and the level has one) or the dot of its shape.
 void choose_kernel(Part& p, const Tensor& w, float* y, const CpuTypeTraits& ct, int64_t n,
                    int64_t k) {
   p.w = &w;
@@ -93,7 +95,8 @@ void choose_kernel(Part& p, const Tensor& w, float* y, const CpuTypeTraits& ct, 
   p.m = w.ne[1];
   p.units = (p.m + kRowBlock - 1) / kRowBlock;
   if (w.packed && ct.packed_tile && p.m % kPackRows == 0) {
-    p.packed = ct.packed_tile;
+    p.fast = ct.packed_fast_tile && n >= 2 && kernel_order() == KernelOrder::fast;
+    p.packed = p.fast ? ct.packed_fast_tile : ct.packed_tile;
     p.group_bytes = packed_group_bytes(w.type, k);
   } else if (ct.repack_dot && p.m % 8 == 0) {
     p.dot = ct.repack_dot;  // llama.cpp repacks such weights at load (cpu_traits.h)
@@ -153,9 +156,9 @@ void matmul_many(ThreadPool& pool, const MatmulOut* outs, int n_outs, const floa
     const Tensor& w = *outs[i].w;
     Part& p = parts[i];
     choose_kernel(p, w, outs[i].y, *cpu_traits(w.type, level), n, k);
-    if (p.packed) {
+    if (p.packed && !p.fast) {
       for (int e = 0; e < i && !p.xoff; ++e)  // an earlier weight of the same type has them
-        if (parts[e].packed && parts[e].w->type == w.type) p.xoff = parts[e].xoff;
+        if (parts[e].packed && !parts[e].fast && parts[e].w->type == w.type) p.xoff = parts[e].xoff;
       if (!p.xoff) {
         std::vector<int32_t>& xo = xoffs[i];
         xo.resize(size_t(n * pack_act_offsets_per_row(w.type, k)));

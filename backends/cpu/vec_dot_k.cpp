@@ -53,6 +53,16 @@ inline int min_sum(const int* m, const block_q8_K& y, int n_sub) {
   return s;
 }
 
+/// The 256 signed values (−32..31) of a q6_K super-block, in element order.
+inline void unpack_q6_K(const block_q6_K& blk, int8_t* q) {
+  for (int i = 0; i < QK_K; ++i) {
+    const int r = i % 128;
+    const int lo = (blk.ql[64 * (i / 128) + i % 32 + 32 * ((r / 32) & 1)] >> (r < 64 ? 0 : 4));
+    const int hi = (blk.qh[32 * (i / 128) + i % 32] >> (2 * (r / 32))) & 3;
+    q[i] = int8_t(((lo & 0x0F) | (hi << 4)) - 32);
+  }
+}
+
 /// Σ_j sc_j · Σ q·q_x over `n_sub` sub-blocks of QK_K / n_sub values.
 inline int scaled_sum(const int8_t* q, const int8_t* qx, const int* sc, int n_sub) {
   const int len = QK_K / n_sub;
@@ -173,6 +183,23 @@ float vec_dot_q4_K_q8_K(int64_t n, const void* w, const void* x) {
   return fold8(acc) + (m01 + m23);
 }
 
+float fast_dot_q4_K_q8_K(int64_t n, const void* w, const void* x) {
+  const auto* bw = static_cast<const block_q4_K*>(w);
+  const auto* bx = static_cast<const block_q8_K*>(x);
+  float acc = 0.0f;
+  int8_t q[QK_K];
+  int sc[8], m[8];
+  for (int64_t b = 0; b < n / QK_K; ++b) {
+    for (int i = 0; i < QK_K; ++i) q[i] = int8_t(nibble(bw[b].qs, i));
+    for (int j = 0; j < 8; ++j) unpack_scale_min_k4(j, bw[b].scales, &sc[j], &m[j]);
+    const float d = bx[b].d * fp16_lut(bw[b].d);
+    const float dmin = -bx[b].d * fp16_lut(bw[b].dmin);
+    acc = std::fma(d, float(scaled_sum(q, bx[b].qs, sc, 8)), acc);
+    acc = std::fma(dmin, float(min_sum(m, bx[b], 8)), acc);
+  }
+  return acc;
+}
+
 float vec_dot_q5_K_q8_K(int64_t n, const void* w, const void* x) {
   // Order of llama.cpp's AVX2 kernel: the min term in one f32 sum, the main term in 8 lanes.
   const auto* bw = static_cast<const block_q5_K*>(w);
@@ -203,12 +230,7 @@ float vec_dot_q6_K_q8_K(int64_t n, const void* w, const void* x) {
   int8_t q[QK_K];
   for (int64_t b = 0; b < n / QK_K; ++b) {
     const block_q6_K& blk = bw[b];
-    for (int i = 0; i < QK_K; ++i) {
-      const int r = i % 128;
-      const int lo = (blk.ql[64 * (i / 128) + i % 32 + 32 * ((r / 32) & 1)] >> (r < 64 ? 0 : 4));
-      const int hi = (blk.qh[32 * (i / 128) + i % 32] >> (2 * (r / 32))) & 3;
-      q[i] = int8_t(((lo & 0x0F) | (hi << 4)) - 32);
-    }
+    unpack_q6_K(blk, q);
     int lane[8] = {};
     for (int e = 0; e < QK_K; ++e)
       lane[(e % 32) / 4] += int(blk.scales[e / 16]) * int(q[e]) * int(bx[b].qs[e]);
@@ -216,6 +238,21 @@ float vec_dot_q6_K_q8_K(int64_t n, const void* w, const void* x) {
     for (int l = 0; l < 8; ++l) acc[l] = std::fma(d, float(lane[l]), acc[l]);
   }
   return fold8(acc);
+}
+
+float fast_dot_q6_K_q8_K(int64_t n, const void* w, const void* x) {
+  const auto* bw = static_cast<const block_q6_K*>(w);
+  const auto* bx = static_cast<const block_q8_K*>(x);
+  float acc = 0.0f;
+  int8_t q[QK_K];
+  int sc[16];
+  for (int64_t b = 0; b < n / QK_K; ++b) {
+    const block_q6_K& blk = bw[b];
+    unpack_q6_K(blk, q);
+    for (int j = 0; j < 16; ++j) sc[j] = blk.scales[j];
+    acc = std::fma(bx[b].d * fp16_lut(blk.d), float(scaled_sum(q, bx[b].qs, sc, 16)), acc);
+  }
+  return acc;
 }
 
 float vec_dot_iq4_xs_q8_K(int64_t n, const void* w, const void* x) {

@@ -152,6 +152,18 @@ float vec_dot_q8_0_q8_0(int64_t n, const void* w, const void* x) {
   });
 }
 
+float fast_dot_q8_0_q8_0(int64_t n, const void* w, const void* x) {
+  const auto* bw = static_cast<const block_q8_0*>(w);
+  const auto* bx = static_cast<const block_q8_0*>(x);
+  float acc = 0.0f;
+  for (int64_t b = 0; b < n / 32; ++b) {
+    int isum = 0;
+    for (int e = 0; e < 32; ++e) isum += int(bw[b].qs[e]) * int(bx[b].qs[e]);
+    acc = std::fma(float(isum), fp16_lut(bw[b].d) * fp16_lut(bx[b].d), acc);
+  }
+  return acc;
+}
+
 float vec_dot_iq4_nl_q8_0(int64_t n, const void* w, const void* x) {
   return dot_sym_q8_0<block_iq4_nl>(n, w, x, [](const block_iq4_nl& b, int8_t* q) {
     for (int i = 0; i < 16; ++i) {

@@ -60,8 +60,8 @@ kvrun::cpu::ThreadPool& pool_of(int threads) {
   return threads == 1 ? one : two;
 }
 
-void BM_Matmul(benchmark::State& state, DType t, CpuLevel level, int64_t m, int64_t k, int64_t n,
-               int threads, bool packed = false) {
+void run_matmul(benchmark::State& state, DType t, CpuLevel level, int64_t m, int64_t k, int64_t n,
+                int threads, bool packed, kvrun::cpu::KernelOrder order) {
   const std::vector<uint8_t>& w = weights(t, m, k);
   kvrun::Tensor wt = kvrun::Tensor::contiguous(t, const_cast<uint8_t*>(w.data()), k, m);
   kvrun::Buffer pw;
@@ -72,12 +72,25 @@ void BM_Matmul(benchmark::State& state, DType t, CpuLevel level, int64_t m, int6
   const std::vector<float> x = random_floats(size_t(n * k), 2);
   std::vector<float> y(size_t(n * m));
   kvrun::cpu::ThreadPool& pool = pool_of(threads);
+  kvrun::cpu::set_kernel_order(order);  // --kernels (the default exact for every other row)
   for (auto _ : state) {
     kvrun::cpu::matmul(pool, wt, x.data(), n, y.data(), level);
     benchmark::DoNotOptimize(y.data());
   }
+  kvrun::cpu::set_kernel_order(kvrun::cpu::KernelOrder::exact);
   state.SetBytesProcessed(state.iterations() * int64_t(w.size()));
   state.SetItemsProcessed(state.iterations() * m * k * n);
+}
+
+void BM_Matmul(benchmark::State& state, DType t, CpuLevel level, int64_t m, int64_t k, int64_t n,
+               int threads, bool packed) {
+  run_matmul(state, t, level, m, k, n, threads, packed, kvrun::cpu::KernelOrder::exact);
+}
+
+/// Packed weights with --kernels fast (the fast-order prefill kernels).
+void BM_MatmulFast(benchmark::State& state, DType t, CpuLevel level, int64_t m, int64_t k,
+                   int64_t n, int threads) {
+  run_matmul(state, t, level, m, k, n, threads, true, kvrun::cpu::KernelOrder::fast);
 }
 
 void BM_Dot(benchmark::State& state, DType t, CpuLevel level) {
@@ -159,6 +172,13 @@ void register_all() {
           auto* b = benchmark::RegisterBenchmark(
               ("matmul/" + tn + "/" + lv + "-packed/attn_q_2048x2048/n512" + th).c_str(), BM_Matmul,
               t, level, int64_t(2048), int64_t(2048), int64_t(512), threads, true);
+          b->Unit(benchmark::kMillisecond)->Iterations(3);
+          if (threads == 2) b->UseRealTime();
+        }
+        if (ct && ct->packed_fast_tile) {  // the same prefill in the fast order (--kernels fast)
+          auto* b = benchmark::RegisterBenchmark(
+              ("matmul/" + tn + "/" + lv + "-packed-fast/attn_q_2048x2048/n512" + th).c_str(),
+              BM_MatmulFast, t, level, int64_t(2048), int64_t(2048), int64_t(512), threads);
           b->Unit(benchmark::kMillisecond)->Iterations(3);
           if (threads == 2) b->UseRealTime();
         }
