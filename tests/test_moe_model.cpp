@@ -30,6 +30,7 @@
 #include "engine/context.h"
 #include "engine/model.h"
 #include "gguf.h"
+#include "model_ref_check.h"
 #include "models/arch.h"
 #include "synth_util.h"
 #include "test_util.h"
@@ -229,14 +230,6 @@ class RefQwen3Moe {
   std::vector<std::vector<Vec>> k_, v_;  ///< per layer: [position · n_head_kv + head]
 };
 
-/// log_softmax of `x` at `i`.
-double logprob(std::span<const double> x, size_t i) {
-  const double mx = *std::max_element(x.begin(), x.end());
-  double z = 0;
-  for (double v : x) z += std::exp(v - mx);
-  return x[i] - mx - std::log(z);
-}
-
 /// kvrun's forward of synth `shape` in `type` (f32 KV, exact attention, prefill in chunks of 5)
 /// against the reference: logprobs of every prompt position (n_prompt tokens) and of 6 greedy
 /// decode steps within 1e-4, the same greedy tokens.
@@ -245,44 +238,7 @@ void check_against_reference(const std::string& shape, SynthFileType type, int n
   const std::string path = test::synth_model(dir, shape, type);
   const gguf::File file = gguf::File::open(path);
   RefQwen3Moe ref(file);
-  const Model m = Model::load(path, {});
-  ContextParams cp;
-  cp.n_ctx = 64;
-  cp.n_batch = 5;  // prefill in chunks
-  cp.n_threads = 2;
-  cp.flash_attn = FlashAttn::kOff;
-  cp.kv.type_k = cp.kv.type_v = DType::F32;
-  Context ctx(m, cp);
-  const int64_t nv = m.hparams().n_vocab;
-  std::vector<int32_t> prompt;
-  for (int i = 0; i < n_prompt; ++i) prompt.push_back(int32_t((i * 37 + 5) % nv));
-  const std::span<const float> all = ctx.eval(prompt, true);
-  ASSERT_EQ(all.size(), prompt.size() * size_t(nv));
-  double max_diff = 0;
-  auto compare = [&](std::span<const float> got, const Vec& want, const std::string& what) {
-    const Vec g(got.begin(), got.end());
-    for (size_t i = 0; i < want.size(); ++i) {
-      const double diff = std::fabs(logprob(g, i) - logprob(want, i));
-      max_diff = std::max(max_diff, diff);
-      ASSERT_LT(diff, 1e-4) << what << " token " << i;
-    }
-  };
-  Vec want;
-  for (size_t t = 0; t < prompt.size(); ++t) {
-    want = ref.step(prompt[t]);
-    compare(all.subspan(t * size_t(nv), size_t(nv)), want, "prompt position " + std::to_string(t));
-  }
-  auto argmax = [](auto b, auto e) { return int32_t(std::max_element(b, e) - b); };
-  std::span<const float> lg = all.subspan((prompt.size() - 1) * size_t(nv));
-  for (int s = 0; s < 6; ++s) {  // greedy decode, one row per step: the same tokens
-    const int32_t next = argmax(want.begin(), want.end());
-    ASSERT_EQ(argmax(lg.begin(), lg.end()), next) << "greedy token " << s;
-    lg = ctx.eval(std::span<const int32_t>(&next, 1));
-    want = ref.step(next);
-    compare(lg, want, "decode step " + std::to_string(s));
-  }
-  std::cout << "[ " << shape << " ] " << synth_file_type_name(type)
-            << ": max |logprob diff| against the double-precision reference: " << max_diff << "\n";
+  test::expect_forward_matches(path, ref, n_prompt, shape + " " + synth_file_type_name(type));
 }
 
 class Qwen3MoeTypes : public ::testing::TestWithParam<SynthFileType> {};
