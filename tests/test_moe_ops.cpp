@@ -136,7 +136,9 @@ TEST(MoeRoute, SelectionBiasAndSigmoidMatchScalarReference) {
         be->moe_route(logits.data(), n, p, ids.data(), w.data());
         p.selection_bias = nullptr;
         be->moe_route(logits.data(), n, p, plain.data(), pw.data());
-        if (k < ne) EXPECT_NE(ids, plain) << "the bias changed no choice";
+        if (k < ne) {
+          EXPECT_NE(ids, plain) << "the bias changed no choice";
+        }
         for (int64_t r = 0; r < n; ++r) {
           const float* lr = logits.data() + r * ne;
           std::vector<double> sc(static_cast<size_t>(ne));
