@@ -1,6 +1,6 @@
 // model_ref_check.h — what test_moe_model and test_deepseek2_model share: kvrun's whole forward
 // of a synthetic file against a double-precision reference of its architecture, logprob by
-// logprob, prompt positions and greedy decode steps.
+// logprob, prompt positions and greedy decode steps; the float64 pieces the references share.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -17,6 +17,22 @@
 #include "engine/model.h"
 
 namespace kvrun::test {
+
+/// RMSNorm in float64 (Zhang & Sennrich 2019): x · g / sqrt(mean(x²) + eps), g the [x.size()]
+/// weight.
+inline std::vector<double> rms_norm(const std::vector<double>& x, const float* g, double eps) {
+  double s = 0;
+  for (double v : x) s += v * v;
+  const double r = 1 / std::sqrt(s / double(x.size()) + eps);
+  std::vector<double> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * r * g[i];
+  return y;
+}
+
+/// x += y (the residual stream), element by element.
+inline void add_to(std::vector<double>& x, const std::vector<double>& y) {
+  for (size_t i = 0; i < x.size(); ++i) x[i] += y[i];
+}
 
 /// log_softmax of `x` at `i`.
 inline double logprob(std::span<const double> x, size_t i) {

@@ -89,9 +89,10 @@ class RefDeepSeek2 {
     Vec x(e.begin(), e.end());
     for (int64_t l = 0; l < nl_; ++l) {
       const std::string p = "blk." + std::to_string(l) + ".";
-      add(x, attention(l, p, rms(x, w(p + "attn_norm.weight"))));
+      test::add_to(x, attention(l, p, rms(x, w(p + "attn_norm.weight"))));
       const Vec h = rms(x, w(p + "ffn_norm.weight"));
-      add(x, l < dense_ ? swiglu(p + "ffn_gate", p + "ffn_up", p + "ffn_down", h, 0) : moe(p, h));
+      test::add_to(
+          x, l < dense_ ? swiglu(p + "ffn_gate", p + "ffn_up", p + "ffn_down", h, 0) : moe(p, h));
     }
     ++pos_;
     return mv("output.weight", rms(x, w("output_norm.weight")));
@@ -137,17 +138,7 @@ class RefDeepSeek2 {
       }
     }
   }
-  Vec rms(const Vec& x, const float* g) const {
-    double s = 0;
-    for (double v : x) s += v * v;
-    const double r = 1 / std::sqrt(s / double(x.size()) + eps_);
-    Vec y(x.size());
-    for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * r * g[i];
-    return y;
-  }
-  static void add(Vec& x, const Vec& y) {
-    for (size_t i = 0; i < x.size(); ++i) x[i] += y[i];
-  }
+  Vec rms(const Vec& x, const float* g) const { return test::rms_norm(x, g, eps_); }
   /// Plain RoPE (pairs 2i, 2i + 1) of x's rot_ values at the current position; with YaRN the
   /// angle ramps between extrapolated and interpolated as ggml's rope_yarn (ext_factor 1,
   /// beta_fast 32, beta_slow 1; its cos/sin factor cancels deepseek2's attn_factor to 1).

@@ -69,8 +69,9 @@ class RefQwen3Moe {
     Vec x(e.begin(), e.end());
     for (int64_t l = 0; l < nl_; ++l) {
       const std::string p = "blk." + std::to_string(l) + ".";
-      add(x, attention(l, p, rms(x, w(p + "attn_norm.weight"))));
-      add(x, moe(p, rms(x, w(p + (oss_ ? "post_attention_norm.weight" : "ffn_norm.weight")))));
+      test::add_to(x, attention(l, p, rms(x, w(p + "attn_norm.weight"))));
+      test::add_to(
+          x, moe(p, rms(x, w(p + (oss_ ? "post_attention_norm.weight" : "ffn_norm.weight")))));
     }
     ++pos_;
     return mv("output.weight", rms(x, w("output_norm.weight")));
@@ -127,17 +128,7 @@ class RefQwen3Moe {
     const double th_i = th / yarn_factor_;
     return {th_i * (1 - mix) + th * mix, 1 + 0.1 * std::log(yarn_factor_)};
   }
-  Vec rms(const Vec& x, const float* g) const {
-    double s = 0;
-    for (double v : x) s += v * v;
-    const double r = 1 / std::sqrt(s / double(x.size()) + eps_);
-    Vec y(x.size());
-    for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * r * g[i];
-    return y;
-  }
-  static void add(Vec& x, const Vec& y) {
-    for (size_t i = 0; i < x.size(); ++i) x[i] += y[i];
-  }
+  Vec rms(const Vec& x, const float* g) const { return test::rms_norm(x, g, eps_); }
   /// Head h of `v` (heads of hd_), RMSNormed with `g` (qwen3moe), NeoX-rotated at the current
   /// position.
   Vec head(const Vec& v, int64_t h, const float* g) const {
