@@ -469,15 +469,10 @@ INSTANTIATE_TEST_SUITE_P(Some, VulkanHostTier,
                                          KvCase{DType::FP8_E4M3, DType::BF16, 0}),
                          kv_case_name);
 
-/// A buffer freed while an upload into it is still only recorded: the free waits for it (as
-/// cudaFree does), so a weight uploaded next into the same memory is not overwritten when the
-/// backend's work is submitted later.
 // ---- the KV cache with rows on the device ----
 
-/// KvCache with its layers' rows on Vulkan: copy_block (copy-on-write) copies them on the
-/// device's memory, and the flags that read rows with the host are refused naming themselves.
-TEST(VulkanKvCache, CopyOnWriteCopiesDeviceRows) {
-  REQUIRE_VULKAN();
+/// The 2-layer GQA shape (4 heads, 2 KV heads, head_dim 32) of the KvCache tests below.
+Hparams kv_cache_shape() {
   Hparams hp;
   hp.arch = "llama";
   hp.n_layer = 2;
@@ -485,6 +480,14 @@ TEST(VulkanKvCache, CopyOnWriteCopiesDeviceRows) {
   hp.n_head = 4;
   hp.n_head_kv = 2;
   hp.head_dim = hp.head_dim_v = 32;
+  return hp;
+}
+
+/// KvCache with its layers' rows on Vulkan: copy_block (copy-on-write) copies them on the
+/// device's memory, and the flags that read rows with the host are refused naming themselves.
+TEST(VulkanKvCache, CopyOnWriteCopiesDeviceRows) {
+  REQUIRE_VULKAN();
+  const Hparams hp = kv_cache_shape();
   KvCacheParams p;
   p.type_k = DType::F16;
   p.type_v = DType::Q8_0;
@@ -540,13 +543,7 @@ TEST(VulkanKvCache, CopyOnWriteCopiesDeviceRows) {
 /// and the combinations that cannot work are refused naming the flag.
 TEST(VulkanKvCache, HostTierCopiesRowsBetweenTiers) {
   REQUIRE_VULKAN();
-  Hparams hp;
-  hp.arch = "llama";
-  hp.n_layer = 2;
-  hp.n_embd = 64;
-  hp.n_head = 4;
-  hp.n_head_kv = 2;
-  hp.head_dim = hp.head_dim_v = 32;
+  const Hparams hp = kv_cache_shape();
   KvCacheParams p;
   p.type_k = DType::F16;
   p.type_v = DType::Q8_0;
