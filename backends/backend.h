@@ -282,6 +282,17 @@ struct MoeRouteParams {
   /// experts only; the weights are the unbiased scores (DeepSeek-V3's auxiliary-loss-free
   /// balancing bias, e_score_correction_bias; GGUF tensor blk.N.exp_probs_b.bias).
   const Tensor* selection_bias = nullptr;
+  /// Group-limited routing (DeepSeek-AI 2024, "DeepSeek-V2", §2.2.2 device-limited routing;
+  /// "DeepSeek-V3 Technical Report", §2.1.2 node-limited routing; GGUF keys
+  /// {arch}.expert_group_count / expert_group_used_count, Hugging Face n_group / topk_group):
+  /// the n_expert experts form n_group equal groups of consecutive ids; a group's score is the
+  /// sum of its group_top largest selection scores (score + bias): 1 is DeepSeek-V2's
+  /// group_limited_greedy (the group's best expert), 2 DeepSeek-V3's noaux_tc; the n_group_used
+  /// best groups (the lower group id first on a tie) are kept and the k experts are chosen among
+  /// theirs only. n_group 1 (or n_group_used == n_group): every expert competes.
+  int64_t n_group = 1;
+  int64_t n_group_used = 1;
+  int64_t group_top = 1;
 };
 
 /// One output of Backend::matmul_many.

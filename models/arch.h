@@ -79,6 +79,11 @@ struct ArchSpec {
   /// sigmoid (DeepSeek-V3 files of deepseek2), or the top-k logits then a softmax over those k
   /// (gpt-oss; moe_norm unused)
   MoeGating moe_gating = MoeGating::kSoftmax;
+  /// Group-limited routing (backend.h MoeRouteParams n_group / n_group_used / group_top):
+  /// deepseek2 files with expert_group_count > 1; 1 / 1 / 1 elsewhere (no restriction).
+  int64_t moe_n_group = 1;
+  int64_t moe_n_group_used = 1;
+  int64_t moe_group_top = 1;
   /// Biases of the router and the experts are required: ffn_gate_inp.bias {n_expert},
   /// ffn_{gate,up}_exps.bias {n_ff_exp, n_expert}, ffn_down_exps.bias {n_embd, n_expert}
   /// (gpt-oss; other MoE architectures use them when present)

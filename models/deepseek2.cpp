@@ -19,7 +19,8 @@
 //    used for the choice only, where the file has it), weighted by their unbiased scores,
 //    renormalized only with expert_weights_norm and multiplied by expert_weights_scale, plus
 //    expert_shared_count shared experts (one SwiGLU ffn_*_shexp) every token runs;
-//    group-limited routing (expert_group_count > 1 with fewer groups used) is refused;
+//    group-limited routing (expert_group_count > 1 with fewer groups used: the chosen experts
+//    come from the expert_group_used_count groups with the best scores, read_groups);
 //  * untied output head.
 //
 // The KV cache keeps per token and layer one row [RoPE(k_pe) | c] (Hparams::kv_rows): n_rot +
@@ -57,19 +58,9 @@ int64_t read_count(const gguf::File& f, const std::string& key, int64_t lo, int6
 /// The router's gate function from llama.cpp's expert_gating_func (LLM_EXPERT_GATING_FUNC_TYPE:
 /// 1 softmax, 2 sigmoid). Absent (DeepSeek-V2 / V2.5 files): softmax, except 47 or 48 layers
 /// (GLM-4.7-Flash, with its MTP layer), sigmoid, as ik_llama.cpp's deepseek2 loader decides
-/// (src/llama-hparams.cpp). Group-limited routing (DeepSeek-V3's n_group / topk_group, keys
-/// expert_group_count / expert_group_used_count) is not in the reference's deepseek2 graph: a file
-/// that restricts the choice to fewer groups than it has is refused rather than run without it.
+/// (src/llama-hparams.cpp).
 MoeGating read_gating(const gguf::File& f, const Hparams& hp) {
   const std::string p = hp.arch + ".";
-  const int64_t groups = read_count(f, p + "expert_group_count", 0, 4096, 1);
-  const int64_t used = read_count(f, p + "expert_group_used_count", 0, 4096, 0);
-  if (groups > 1 && used < groups)
-    throw ModelError(p + "expert_group_count = " + std::to_string(groups) + " with " + p +
-                     "expert_group_used_count " +
-                     (used > 0 ? "= " + std::to_string(used) : std::string("absent")) +
-                     ": group-limited expert routing is not supported (only files whose experts "
-                     "form one group, or whose every group is used, as Moonlight's)");
   const auto v = f.get_int(p + "expert_gating_func");
   if (!v || *v == 0)
     return hp.n_layer == 47 || hp.n_layer == 48 ? MoeGating::kSigmoid : MoeGating::kSoftmax;
@@ -77,6 +68,33 @@ MoeGating read_gating(const gguf::File& f, const Hparams& hp) {
   if (*v == 2) return MoeGating::kSigmoid;
   throw ModelError(p + "expert_gating_func = " + std::to_string(*v) +
                    " is not a deepseek2 gate function (1 softmax, 2 sigmoid)");
+}
+
+/// Group-limited routing from expert_group_count / expert_group_used_count (Hugging Face
+/// n_group / topk_group) into s. The group's score follows the model's own router
+/// (DeepSeek-V2's modeling_deepseek.py MoEGate, topk_method group_limited_greedy: the best
+/// softmax score of the group; DeepSeek-V3's, noaux_tc: the sum of the two best sigmoid scores
+/// plus bias): group_top 1 with softmax gating, 2 with sigmoid. ik_llama.cpp's and llama.cpp's
+/// deepseek2 graphs ignore the two keys (plain top-k over every expert), so on a file that
+/// restricts the groups kvrun's choice of experts can differ from theirs: it is the model's.
+void read_groups(const gguf::File& f, const Hparams& hp, ArchSpec& s) {
+  const std::string p = hp.arch + ".";
+  const int64_t groups = read_count(f, p + "expert_group_count", 0, 4096, 1);
+  const int64_t used = read_count(f, p + "expert_group_used_count", 0, 4096, 0);
+  if (groups <= 1 || used == groups) return;
+  const std::string what = p + "expert_group_count = " + std::to_string(groups) + ", " + p +
+                           "expert_group_used_count = " + std::to_string(used) + ": ";
+  if (hp.n_expert % groups != 0)
+    throw ModelError(what + "the groups do not divide the " + std::to_string(hp.n_expert) +
+                     " experts");
+  const int64_t size = hp.n_expert / groups;
+  const int64_t top = s.moe_gating == MoeGating::kSigmoid ? 2 : 1;
+  if (used < 1 || used > groups || used * size < hp.n_expert_used || size < top)
+    throw ModelError(what + "the groups used cannot hold the " + std::to_string(hp.n_expert_used) +
+                     " experts chosen per token");
+  s.moe_n_group = groups;
+  s.moe_n_group_used = used;
+  s.moe_group_top = top;
 }
 
 }  // namespace
@@ -97,7 +115,6 @@ ArchSpec deepseek2_arch(const gguf::File& f, Hparams& hp) {
   if (!(*scale > 0) || !std::isfinite(*scale))
     throw ModelError(p + "expert_weights_scale must be positive");
   hp.expert_weights_scale = float(*scale);
-  const MoeGating gating = read_gating(f, hp);
   if (auto v = f.get_float(p + "rope.scaling.yarn_log_multiplier")) hp.yarn_log_mul = float(*v);
   if (hp.rope.n_rot % 2 != 0 || hp.rope.n_rot >= hp.head_dim)
     throw ModelError(p + "rope.dimension_count (" + std::to_string(hp.rope.n_rot) +
@@ -109,7 +126,8 @@ ArchSpec deepseek2_arch(const gguf::File& f, Hparams& hp) {
   s.rope_neox = false;
   s.moe = true;
   s.moe_norm = f.get_bool(p + "expert_weights_norm").value_or(false);
-  s.moe_gating = gating;
+  s.moe_gating = read_gating(f, hp);
+  read_groups(f, hp, s);
   s.mla = true;
   s.output_optional = false;
   return s;

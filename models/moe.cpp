@@ -25,6 +25,9 @@ void moe_ffn(const Hparams& hp, const ArchSpec& spec, const LlamaLayer& L, Backe
   if (L.ffn_gate_inp_b.data) be.add_row(logits, L.ffn_gate_inp_b, n, ne);
   MoeRouteParams rp{ne, k, spec.moe_norm};
   rp.gating = spec.moe_gating;
+  rp.n_group = spec.moe_n_group;
+  rp.n_group_used = spec.moe_n_group_used;
+  rp.group_top = spec.moe_group_top;
   if (L.ffn_exp_probs_b.data) rp.selection_bias = &L.ffn_exp_probs_b;
   be.moe_route(logits, n, rp, ids, weights);
   if (hp.expert_weights_scale != 1.0f) be.scale(weights, n * k, hp.expert_weights_scale);

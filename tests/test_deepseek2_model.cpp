@@ -66,6 +66,8 @@ class RefDeepSeek2 {
     ne_ = key("expert_count"), nu_ = key("expert_used_count");
     dense_ = key("leading_dense_block_count");
     sigmoid_ = key("expert_gating_func") == 2;
+    if (auto g = f.get_int(a + "expert_group_count"))
+      ng_ = *g, ngu_ = key("expert_group_used_count");
     norm_ = f.get_bool(a + "expert_weights_norm").value_or(false);
     wscale_ = *f.get_float(a + "expert_weights_scale");
     eps_ = *f.get_float(a + "attention.layer_norm_rms_epsilon");
@@ -224,10 +226,13 @@ class RefDeepSeek2 {
     Vec sel = sc;
     if (f_.find_tensor(p + "exp_probs_b.bias"))
       for (int64_t e = 0; e < ne_; ++e) sel[size_t(e)] += double(w(p + "exp_probs_b.bias")[e]);
-    std::vector<int64_t> idx(static_cast<size_t>(ne_));
-    std::iota(idx.begin(), idx.end(), 0);
-    std::stable_sort(idx.begin(), idx.end(),
-                     [&](int64_t a, int64_t b) { return sel[size_t(a)] > sel[size_t(b)]; });
+    std::vector<int64_t> idx = top(sel);
+    if (ng_ > 1) {  // node-limited: only the experts of the ngu_ best groups compete
+      const Vec gsel = group_limited(sel);
+      std::vector<int64_t> g = top(gsel);
+      if (!std::equal(g.begin(), g.begin() + nu_, idx.begin())) ++n_regrouped;
+      idx = g;
+    }
     double sum = 0;
     for (int64_t j = 0; j < nu_; ++j) sum += sc[size_t(idx[size_t(j)])];
     Vec y = swiglu(p + "ffn_gate_shexp", p + "ffn_up_shexp", p + "ffn_down_shexp", h, 0);
@@ -240,7 +245,40 @@ class RefDeepSeek2 {
     return y;
   }
 
+  /// Expert ids by descending `sel` (the lower id first on a tie).
+  std::vector<int64_t> top(const Vec& sel) const {
+    std::vector<int64_t> idx(static_cast<size_t>(ne_));
+    std::iota(idx.begin(), idx.end(), 0);
+    std::stable_sort(idx.begin(), idx.end(),
+                     [&](int64_t a, int64_t b) { return sel[size_t(a)] > sel[size_t(b)]; });
+    return idx;
+  }
+  /// DeepSeek-V3's node-limited routing (Technical Report §2.1.2; Hugging Face
+  /// modeling_deepseek_v3 noaux_tc): a group's score is the sum of its two best selection
+  /// scores; the experts outside the ngu_ best groups get −∞.
+  Vec group_limited(const Vec& sel) const {
+    const int64_t size = ne_ / ng_;
+    std::vector<std::pair<double, int64_t>> gs;
+    for (int64_t g = 0; g < ng_; ++g) {
+      Vec part(sel.begin() + g * size, sel.begin() + (g + 1) * size);
+      std::sort(part.rbegin(), part.rend());
+      gs.push_back({-(part[0] + part[1]), g});
+    }
+    std::sort(gs.begin(), gs.end());
+    Vec out(sel.size(), -INFINITY);
+    for (int64_t j = 0; j < ngu_; ++j)
+      for (int64_t e = gs[size_t(j)].second * size; e < (gs[size_t(j)].second + 1) * size; ++e)
+        out[size_t(e)] = sel[size_t(e)];
+    return out;
+  }
+
+ public:
+  /// Router calls whose experts the group limit changed (against plain top-k).
+  mutable int64_t n_regrouped = 0;
+
+ private:
   const gguf::File& f_;
+  int64_t ng_ = 1, ngu_ = 1;
   int64_t nl_, d_, nh_, hd_, hv_, rot_, r_, ne_, nu_, dense_, pos_ = 0, yarn_orig_ = 0;
   bool sigmoid_, norm_;
   double wscale_, eps_, base_, yarn_factor_ = 1, kq_scale_ = 1;
@@ -267,10 +305,15 @@ TEST_P(DeepSeek2Model, ForwardMatchesDoublePrecisionReference) {
   RefDeepSeek2 ref(file);
   test::expect_forward_matches(path, ref, 13,
                                std::string(c.shape) + " " + synth_file_type_name(c.type));
+  // The grouped shape must exercise the limit: some tokens' experts differ from plain top-k.
+  if (file.get_int("deepseek2.expert_group_count")) {
+    EXPECT_GT(ref.n_regrouped, 0);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, DeepSeek2Model,
                          ::testing::Values(Case{"tiny-deepseek3", SynthFileType::F32},
+                                           Case{"tiny-deepseek3-grouped", SynthFileType::F32},
                                            Case{"tiny-deepseek2", SynthFileType::F32}),
                          [](const ::testing::TestParamInfo<Case>& i) {
                            std::string s = std::string(i.param.shape) + "_" +

@@ -291,22 +291,29 @@ TEST(Qwen3Moe, BadExpertKeysAreClearErrors) {
 
 // deepseek2's router keys (models/deepseek2.cpp): expert_gating_func 1 softmax, 2 sigmoid
 // (DeepSeek-V3), absent softmax except 47 / 48 layers (GLM-4.7-Flash, as ik_llama.cpp decides);
-// another value, or group-limited routing (expert_group_count > 1 with fewer groups used, which
-// the reference's deepseek2 graph does not do either), is a ModelError naming the key.
+// expert_group_count / expert_group_used_count restrict the choice to the best groups (group
+// score: the best expert's with softmax, DeepSeek-V2; the two best's sum with sigmoid,
+// DeepSeek-V3); another gating value, groups that do not divide the experts, hold fewer than
+// a group score needs, or cannot give the k experts are a ModelError naming the key.
 TEST(DeepSeek2, RouterKeysSelectTheGatingOrAreClearErrors) {
   test::TempDir dir;
   struct Case {
     int64_t layers, gating, groups, groups_used;  // -1: key absent
     const char* error;                            // null: accepted
     MoeGating want;
+    int64_t want_groups = 1, want_used = 1, want_top = 1;
   };
   const MoeGating sm = MoeGating::kSoftmax, sg = MoeGating::kSigmoid;
-  for (const Case& c : {Case{4, 1, -1, -1, nullptr, sm}, Case{4, 2, -1, -1, nullptr, sg},
-                        Case{4, -1, -1, -1, nullptr, sm}, Case{47, -1, -1, -1, nullptr, sg},
-                        Case{4, 2, 1, 1, nullptr, sg}, Case{4, 2, 8, 8, nullptr, sg},
-                        Case{4, 3, -1, -1, "deepseek2.expert_gating_func", sm},
-                        Case{4, 2, 8, 4, "deepseek2.expert_group_count", sm},
-                        Case{4, 2, 8, -1, "deepseek2.expert_group_count", sm}}) {
+  for (const Case& c :
+       {Case{4, 1, -1, -1, nullptr, sm}, Case{4, 2, -1, -1, nullptr, sg},
+        Case{4, -1, -1, -1, nullptr, sm}, Case{47, -1, -1, -1, nullptr, sg},
+        Case{4, 2, 1, 1, nullptr, sg}, Case{4, 2, 8, 8, nullptr, sg},
+        Case{4, 2, 4, 2, nullptr, sg, 4, 2, 2}, Case{4, 1, 4, 1, nullptr, sm, 4, 1, 1},
+        Case{4, 3, -1, -1, "deepseek2.expert_gating_func", sm},
+        Case{4, 2, 8, 4, "deepseek2.expert_group_count", sm},  // groups of 1
+        Case{4, 2, 3, 1, "deepseek2.expert_group_count", sm},
+        Case{4, 1, 8, 1, "deepseek2.expert_group_count", sm},  // 1 < k = 2
+        Case{4, 2, 8, -1, "deepseek2.expert_group_count", sm}}) {
     SCOPED_TRACE("layers " + std::to_string(c.layers) + " gating " + std::to_string(c.gating) +
                  " groups " + std::to_string(c.groups) + "/" + std::to_string(c.groups_used));
     gguf::Writer w;
@@ -336,7 +343,11 @@ TEST(DeepSeek2, RouterKeysSelectTheGatingOrAreClearErrors) {
     const gguf::File f = gguf::File::open_metadata_only(path);
     Hparams hp = load_hparams(f);
     if (!c.error) {
-      EXPECT_EQ(configure_arch(f, hp).moe_gating, c.want);
+      const ArchSpec spec = configure_arch(f, hp);
+      EXPECT_EQ(spec.moe_gating, c.want);
+      EXPECT_EQ(spec.moe_n_group, c.want_groups);
+      EXPECT_EQ(spec.moe_n_group_used, c.want_used);
+      EXPECT_EQ(spec.moe_group_top, c.want_top);
       continue;
     }
     try {

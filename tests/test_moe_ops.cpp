@@ -174,6 +174,100 @@ TEST(MoeRoute, SelectionBiasAndSigmoidMatchScalarReference) {
   EXPECT_THROW(be->moe_route(logits.data(), 1, p, ids.data(), w.data()), std::invalid_argument);
 }
 
+// Group-limited routing (DeepSeek-V2's group_limited_greedy with group_top 1, DeepSeek-V3's
+// noaux_tc with group_top 2): a hand-made row first — the best single expert lies in a group
+// whose two best scores sum lower than two other groups', so V3's rule drops it and V2's keeps it
+// — then random rows against the rule in double: group scores from score + bias, the n_group_used
+// best groups, the top k among their experts, weights the unbiased scores. Groups that do not
+// divide the experts or cannot give k are refused.
+TEST(MoeRoute, GroupLimitedRoutingMatchesScalarReference) {
+  auto be = cpu_device().make_backend(2);
+  {
+    // 8 experts in 4 groups of 2, sigmoid scores, no bias.
+    const std::vector<float> lg = {3.0f, -3.0f, 1.0f, 1.0f, 0.9f, 0.9f, -1.0f, -1.0f};
+    MoeRouteParams p{8, 2, false};
+    p.gating = MoeGating::kSigmoid;
+    p.n_group = 4;
+    p.n_group_used = 2;
+    std::vector<int32_t> ids(2);
+    std::vector<float> w(2);
+    p.group_top = 2;  // group sums: g0 σ(3)+σ(−3) = 1.0, g1 1.46, g2 1.42, g3 0.54
+    be->moe_route(lg.data(), 1, p, ids.data(), w.data());
+    EXPECT_EQ(ids, (std::vector<int32_t>{2, 3}));
+    p.group_top = 1;  // group maxima: g0 0.95 is best, then g1 0.73
+    be->moe_route(lg.data(), 1, p, ids.data(), w.data());
+    EXPECT_EQ(ids, (std::vector<int32_t>{0, 2}));
+  }
+  const int64_t ne = 16, n = 24;
+  const auto logits = random_floats(size_t(n * ne), 21, 2.0f);
+  auto bias_v = random_floats(size_t(ne), 22, 0.3f);
+  const Tensor bias = Tensor::contiguous(DType::F32, bias_v.data(), ne, 1);
+  for (MoeGating g : {MoeGating::kSigmoid, MoeGating::kSoftmax})
+    for (int64_t top : {1, 2})
+      for (int64_t k : {1, 4, 8}) {
+        SCOPED_TRACE(std::string(g == MoeGating::kSigmoid ? "sigmoid" : "softmax") + " top " +
+                     std::to_string(top) + " k " + std::to_string(k));
+        MoeRouteParams p{ne, k, true};
+        p.gating = g;
+        p.selection_bias = &bias;
+        p.n_group = 4;
+        p.n_group_used = 2;
+        p.group_top = top;
+        std::vector<int32_t> ids(size_t(n * k), -1), plain(size_t(n * k));
+        std::vector<float> w(size_t(n * k), -1), pw(size_t(n * k));
+        be->moe_route(logits.data(), n, p, ids.data(), w.data());
+        MoeRouteParams q = p;
+        q.n_group = 1;
+        be->moe_route(logits.data(), n, q, plain.data(), pw.data());
+        if (top > 1 || k > 1)  // the best expert's group is always kept: k 1 by max can't differ
+          EXPECT_NE(ids, plain) << "the group limit changed no choice";
+        for (int64_t r = 0; r < n; ++r) {
+          const float* lr = logits.data() + r * ne;
+          std::vector<double> sc(static_cast<size_t>(ne)), sel(static_cast<size_t>(ne));
+          double mx = *std::max_element(lr, lr + ne), z = 0;
+          for (int64_t e = 0; e < ne; ++e) {
+            sc[size_t(e)] = g == MoeGating::kSigmoid ? 1 / (1 + std::exp(-double(lr[e])))
+                                                     : std::exp(double(lr[e]) - mx);
+            z += sc[size_t(e)];
+          }
+          if (g == MoeGating::kSoftmax)
+            for (double& v : sc) v /= z;
+          for (int64_t e = 0; e < ne; ++e) sel[size_t(e)] = sc[size_t(e)] + bias_v[size_t(e)];
+          std::vector<std::pair<double, int>> gs;
+          for (int grp = 0; grp < 4; ++grp) {
+            std::vector<double> part(sel.begin() + grp * 4, sel.begin() + grp * 4 + 4);
+            std::sort(part.rbegin(), part.rend());
+            gs.push_back({-(part[0] + (top == 2 ? part[1] : 0.0)), grp});
+          }
+          std::sort(gs.begin(), gs.end());
+          std::vector<int32_t> idx;
+          for (int e = 0; e < ne; ++e)
+            if (e / 4 == gs[0].second || e / 4 == gs[1].second) idx.push_back(e);
+          std::stable_sort(idx.begin(), idx.end(),
+                           [&](int32_t a, int32_t b) { return sel[size_t(a)] > sel[size_t(b)]; });
+          double sum = 0;
+          for (int64_t j = 0; j < k; ++j) sum += sc[size_t(idx[size_t(j)])];
+          for (int64_t j = 0; j < k; ++j) {
+            EXPECT_EQ(ids[size_t(r * k + j)], idx[size_t(j)]) << "row " << r << " slot " << j;
+            EXPECT_NEAR(w[size_t(r * k + j)], sc[size_t(idx[size_t(j)])] / sum, 1e-6)
+                << "row " << r << " slot " << j;
+          }
+        }
+      }
+  std::vector<int32_t> ids(16);
+  std::vector<float> w(16);
+  MoeRouteParams p{ne, 9, true};
+  p.n_group = 4;
+  p.n_group_used = 2;  // 8 experts in 2 groups cannot give 9
+  EXPECT_THROW(be->moe_route(logits.data(), 1, p, ids.data(), w.data()), std::invalid_argument);
+  p.n_used = 2;
+  p.n_group = 3;  // 3 groups do not divide 16 experts
+  EXPECT_THROW(be->moe_route(logits.data(), 1, p, ids.data(), w.data()), std::invalid_argument);
+  p.n_group = 4;
+  p.group_top = 5;  // more than a group's 4 experts
+  EXPECT_THROW(be->moe_route(logits.data(), 1, p, ids.data(), w.data()), std::invalid_argument);
+}
+
 /// Row-major bytes of `rows` rows of `k` floats encoded in `t`.
 std::vector<uint8_t> encode(DType t, const std::vector<float>& x, int64_t rows, int64_t k) {
   const size_t rb = size_t(*row_bytes(t, k));

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -10,6 +11,54 @@
 #include "cpu/ops.h"
 
 namespace kvrun::cpu {
+
+namespace {
+
+/// Checks p's group-limited routing fields (backend.h MoeRouteParams); true when they restrict
+/// the choice (more than one group and fewer of them used).
+bool grouped(const MoeRouteParams& p) {
+  const int64_t ng = p.n_group, nu = p.n_group_used;
+  if (ng < 1 || p.n_expert % ng != 0)
+    throw std::invalid_argument("moe_route: " + std::to_string(ng) +
+                                " expert groups do not divide " + std::to_string(p.n_expert) +
+                                " experts");
+  if (ng == 1 || nu == ng) return false;
+  const int64_t size = p.n_expert / ng;
+  if (nu < 1 || nu > ng || nu * size < p.n_used || p.group_top < 1 || p.group_top > size)
+    throw std::invalid_argument(
+        "moe_route: " + std::to_string(nu) + " of " + std::to_string(ng) + " groups of " +
+        std::to_string(size) + " experts (group score from the best " +
+        std::to_string(p.group_top) + ") cannot give " + std::to_string(p.n_used) + " experts");
+  return true;
+}
+
+/// The ids of the experts in the p.n_group_used best groups of sel (MoeRouteParams), in
+/// ascending order, into idx (resized).
+void group_candidates(const MoeRouteParams& p, const std::vector<float>& sel,
+                      std::vector<int32_t>& idx) {
+  const int64_t ng = p.n_group, size = p.n_expert / ng, top = p.group_top;
+  std::vector<float> gscore(static_cast<size_t>(ng)), part(static_cast<size_t>(size));
+  std::vector<int32_t> groups(static_cast<size_t>(ng));
+  for (int64_t g = 0; g < ng; ++g) {
+    std::copy_n(sel.begin() + g * size, size, part.begin());
+    std::partial_sort(part.begin(), part.begin() + top, part.end(), std::greater<float>());
+    float sum = 0;
+    for (int64_t j = 0; j < top; ++j) sum += part[size_t(j)];
+    gscore[size_t(g)] = sum;
+    groups[size_t(g)] = int32_t(g);
+  }
+  std::partial_sort(groups.begin(), groups.begin() + p.n_group_used, groups.end(),
+                    [&](int32_t a, int32_t c) {
+                      return gscore[size_t(a)] > gscore[size_t(c)] ||
+                             (gscore[size_t(a)] == gscore[size_t(c)] && a < c);
+                    });
+  std::sort(groups.begin(), groups.begin() + p.n_group_used);
+  idx.clear();
+  for (int64_t j = 0; j < p.n_group_used; ++j)
+    for (int64_t e = 0; e < size; ++e) idx.push_back(int32_t(groups[size_t(j)] * size + e));
+}
+
+}  // namespace
 
 void moe_route(const float* logits, int64_t n, const MoeRouteParams& p, int32_t* ids,
                float* weights) {
@@ -22,6 +71,7 @@ void moe_route(const float* logits, int64_t n, const MoeRouteParams& p, int32_t*
     throw std::invalid_argument("moe_route: the selection bias must be {" + std::to_string(ne) +
                                 "} f32");
   const float* bias = b ? static_cast<const float*>(b->data) : nullptr;
+  const bool by_group = grouped(p);
   std::vector<float> score(static_cast<size_t>(ne)), sel(static_cast<size_t>(ne));
   std::vector<int32_t> idx(static_cast<size_t>(ne));
   for (int64_t r = 0; r < n; ++r) {
@@ -33,7 +83,12 @@ void moe_route(const float* logits, int64_t n, const MoeRouteParams& p, int32_t*
     }
     for (int64_t e = 0; e < ne; ++e)
       sel[size_t(e)] = bias ? score[size_t(e)] + bias[e] : score[size_t(e)];
-    for (int64_t e = 0; e < ne; ++e) idx[size_t(e)] = int32_t(e);
+    if (by_group) {
+      group_candidates(p, sel, idx);
+    } else {
+      idx.resize(size_t(ne));
+      for (int64_t e = 0; e < ne; ++e) idx[size_t(e)] = int32_t(e);
+    }
     std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t c) {
       return sel[size_t(a)] > sel[size_t(c)] || (sel[size_t(a)] == sel[size_t(c)] && a < c);
     });

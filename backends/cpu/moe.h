@@ -17,8 +17,11 @@ namespace kvrun::cpu {
 /// ggml's sigmoid op; or the logits), the p.n_used largest of score + p.selection_bias in
 /// descending order (the lower id first on a tie) into ids [n, n_used] and their unbiased scores
 /// into weights [n, n_used], divided by their sum (f32) when p.norm; with kTopkSoftmax (gpt-oss)
-/// softmax (ops.h) over the n_used chosen logits instead. Throws std::invalid_argument when
-/// n_used is not in [1, n_expert] or the bias is not {n_expert} f32.
+/// softmax (ops.h) over the n_used chosen logits instead. With group-limited routing
+/// (p.n_group > 1, p.n_group_used < p.n_group) the experts are chosen only among those of the
+/// p.n_group_used groups whose p.group_top best selection scores sum highest (f32 sum in
+/// descending order). Throws std::invalid_argument when n_used is not in [1, n_expert], the
+/// bias is not {n_expert} f32, or the groups do not divide the experts or cannot give n_used.
 void moe_route(const float* logits, int64_t n, const MoeRouteParams& p, int32_t* ids,
                float* weights);
 

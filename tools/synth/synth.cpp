@@ -213,6 +213,10 @@ void write_metadata(gguf::Writer& w, const SynthParams& p) {
     // llama.cpp's LLM_EXPERT_GATING_FUNC_SOFTMAX (1) or _SIGMOID (2)
     w.set_u32(a + "expert_gating_func", s.sigmoid_gating ? 2 : 1);
     if (s.expert_weights_norm) w.set_bool(a + "expert_weights_norm", true);
+    if (s.n_expert_group > 1) {
+      w.set_u32(a + "expert_group_count", uint32_t(s.n_expert_group));
+      w.set_u32(a + "expert_group_used_count", uint32_t(s.n_expert_group_used));
+    }
   }
   if (s.yarn_log_mul > 0) w.set_f32(a + "rope.scaling.yarn_log_multiplier", float(s.yarn_log_mul));
   if (s.sliding_window > 0) w.set_u32(a + "attention.sliding_window", uint32_t(s.sliding_window));

@@ -183,6 +183,15 @@ const std::vector<SynthShape>& synth_shapes() {
     s.expert_weights_norm = true;
     v.push_back(s);
 
+    // tiny-deepseek3 with DeepSeek-V3's node-limited routing (its n_group 8 / topk_group 4 made
+    // small): 16 experts in 4 groups of 4, the top 4 chosen from the best 2 groups.
+    s.name = "tiny-deepseek3-grouped";
+    s.n_expert = 16;
+    s.n_expert_used = 4;
+    s.n_expert_group = 4;
+    s.n_expert_group_used = 2;
+    v.push_back(s);
+
     // Encoders: n_head_kv = n_head as BERT's; every token of type 0.
     tiny("tiny-bert", "bert");  // absolute positions, biases, GELU; CLS pooling (as bge)
     s.n_head_kv = 2;

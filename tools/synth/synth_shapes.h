@@ -115,6 +115,10 @@ struct SynthShape {
   /// DeepSeek-V3's router (scoring_func sigmoid, topk_method noaux_tc): expert_gating_func 2 and
   /// an exp_probs_b.bias {n_expert} (e_score_correction_bias) per MoE layer; else 1 (softmax)
   bool sigmoid_gating = false;
+  /// DeepSeek-V3's node-limited routing (n_group, topk_group): expert_group_count and
+  /// expert_group_used_count when n_expert_group > 1
+  int64_t n_expert_group = 0;
+  int64_t n_expert_group_used = 0;
   bool expert_weights_norm = false;  ///< norm_topk_prob: {arch}.expert_weights_norm true
   double yarn_log_mul = 0;           ///< rope.scaling.yarn_log_multiplier when > 0
   std::string source;                ///< where the numbers come from
