@@ -15,12 +15,15 @@
 // Vulkan device every case skips, naming what the loader reported.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <ostream>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend.h"
@@ -28,8 +31,10 @@
 #include "cpu/ops.h"
 #include "cpu/thread_pool.h"
 #include "dtype.h"
+#include "engine/context.h"
 #include "tensor.h"
 #include "test_util.h"
+#include "vulkan/vk_context.h"
 #include "vulkan_test_util.h"
 
 namespace kvrun {
@@ -84,17 +89,32 @@ TEST(VulkanOps, GetRowsRefusesAnIdOutsideTheTable) {
 struct MatmulCase {
   DType type;
   int64_t n;
+  bool fp16;  // on vk_fp16() (the fp16-arithmetic shaders where the device has them), else vk()
 };
 
-void PrintTo(const MatmulCase& c, std::ostream* os) { *os << traits(c.type).name << "_n" << c.n; }
+std::string case_name(const MatmulCase& c) {
+  return std::string(traits(c.type).name) + "_n" + std::to_string(c.n) + (c.fp16 ? "_fp16" : "");
+}
+void PrintTo(const MatmulCase& c, std::ostream* os) { *os << case_name(c); }
 
 class VulkanMatmul : public testing::TestWithParam<MatmulCase> {};
 
+/// The NMSE bound of the fp16-arithmetic path against float64 (docs/vulkan.md "fp16
+/// arithmetic"). With u = 2^-11 (f16's unit roundoff) and each rounding a relative error of
+/// variance ≤ u²/3, independent: rounding w and x to f16 adds 2 · u²/3 per product; each k step's
+/// 16-term f16 fma chain (per lane of the pair) rounds partial sums of j products (j = 1..16),
+/// variance j · σ² · u²/3, Σj = 136 per lane, 272 per 32 products: 8.5 · u²/3 per product. Over
+/// random zero-mean products E[y²] = k · σ², so NMSE ≈ (2 + 8.5) / 3 · u² = 3.5 u² ≈ 8.3e-7
+/// (the f32 sum over k steps adds ~1e-14). The bound is 12× that: a fault (a wrong tile index,
+/// a lost pair) gives NMSE near 1, and the portable path stays at 1e-10.
+constexpr double kFp16Nmse = 1e-5;
+
 /// k = 512 (520 for f32/f16/bf16: a k-tile cut short), m = 100 (a partial 32-row tile); n = 1
-/// and 3 run the matrix-vector shader, 37 the tiled one.
+/// and 3 run the matrix-vector shader, 37 the tiled one; each once on the portable shaders and
+/// once on the fp16 path (the tiled matmul of every type and the f16 matvec differ there).
 TEST_P(VulkanMatmul, MatchesTheCpuAndFloat64) {
   REQUIRE_VULKAN();
-  const auto [t, n] = GetParam();
+  const auto [t, n, fp16] = GetParam();
   const int64_t k = traits(t).block_elems == 1 ? 520 : 512, m = 100;
   DevWeight w(t, random_rows(t, m, k, 61), k, m);
   const Tensor host = Tensor::contiguous(t, w.host.data(), k, m);
@@ -107,7 +127,10 @@ TEST_P(VulkanMatmul, MatchesTheCpuAndFloat64) {
   const std::vector<double> exact = matmul_f64(wf, x, n, m, k);
   auto dx = to_dev(x);
   auto dy = poisoned(ref.size());
-  vk().matmul(w.t, fp(dx), n, fp(dy));
+  vk().synchronize();  // x and the poison are there before another backend's stream runs
+  Backend& be = fp16 ? vk_fp16() : vk();
+  be.matmul(w.t, fp(dx), n, fp(dy));
+  be.synchronize();
   const std::vector<float> got = from_dev(*dy, ref.size());
   const double e_ref = nmse(got, ref), e_exact = nmse(got, exact);
   record("nmse_ref", e_ref);
@@ -117,22 +140,34 @@ TEST_P(VulkanMatmul, MatchesTheCpuAndFloat64) {
   // (q8_0 / q4_0, n = 1, where the device has it) rounds x to q8_0 as the CPU does: then it is
   // the CPU's result (up to the sum's order) and as far from float64 as the CPU.
   const bool dot = n == 1 && (t == DType::Q8_0 || t == DType::Q4_0) && has_int8_dot();
-  const double tol_ref = t == DType::F32 || dot ? 1e-10 : t == DType::F16 ? 1e-6 : 2e-4;
+  // The fp16 path (tiled n = 37, f16 matvec) rounds w and x to f16: kFp16Nmse from float64 and
+  // from the CPU where the CPU is that close (f32; f16, whose x the CPU rounds to f16 too);
+  // the others keep 2e-4 (the CPU's ≤ 8.1e-5 and kFp16Nmse: (√8.1e-5 + √1e-5)² ≈ 1.5e-4). It
+  // must also be measurably off float64 (> 1e-9, where the f32 path is ≤ 2e-13): the case ran
+  // the fp16 shader, not silently the portable one.
+  const bool half = fp16 && has_fp16() && (n > 4 || t == DType::F16);
+  const double tol_f32 = half ? kFp16Nmse : 1e-10;
+  const double tol_ref = t == DType::F32 || dot ? tol_f32
+                         : t == DType::F16      ? std::max(1e-6, tol_f32)
+                                                : 2e-4;
   EXPECT_LE(e_ref, tol_ref);
-  EXPECT_LE(e_exact, dot ? 2e-4 : 1e-10);
+  EXPECT_LE(e_exact, dot ? 2e-4 : tol_f32);
+  if (half) {
+    EXPECT_GT(e_exact, 1e-9) << "the fp16 path gave f32 results";
+  }
 }
 
 std::vector<MatmulCase> matmul_cases() {
   std::vector<MatmulCase> c;
-  for (DType t : kWeightTypes)
-    for (int64_t n : {1, 3, 37}) c.push_back({t, n});
+  for (bool fp16 : {false, true})
+    for (DType t : kWeightTypes)
+      for (int64_t n : {1, 3, 37}) c.push_back({t, n, fp16});
   return c;
 }
 
 INSTANTIATE_TEST_SUITE_P(All, VulkanMatmul, testing::ValuesIn(matmul_cases()),
                          [](const testing::TestParamInfo<MatmulCase>& i) {
-                           return std::string(traits(i.param.type).name) + "_n" +
-                                  std::to_string(i.param.n);
+                           return case_name(i.param);
                          });
 
 // ---- the int8 dot-product matvec ----
@@ -186,6 +221,154 @@ TEST(VulkanInt8Dot, BothPathsMatchTheirReference) {
       else
         EXPECT_LE(nmse(gd, exact), 1e-10);
     }
+}
+
+// ---- the fp16-arithmetic path ----
+
+/// shaderFloat16 as the driver reports it for the device under test, queried here apart from
+/// the backend's own query (vk_context.cpp describe()).
+bool driver_reports_fp16() {
+  for (const vulkan::PhysicalDevice& pd : vulkan::physical_devices())
+    if (vk_device()->description().rfind(pd.name + " (", 0) == 0) {
+      VkPhysicalDeviceVulkan12Features f12{};
+      f12.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES;
+      VkPhysicalDeviceFeatures2 f{};
+      f.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
+      f.pNext = &f12;
+      vkGetPhysicalDeviceFeatures2(pd.handle, &f);
+      return f12.shaderFloat16 == VK_TRUE;
+    }
+  ADD_FAILURE() << "no physical device named in " << vk_device()->description();
+  return false;
+}
+
+/// Where the driver reports shaderFloat16 (lavapipe does), the description says ", fp16" and a
+/// backend made without KVRUN_VULKAN_NO_FP16 runs the fp16 shaders: its tiled matmul (q8_0,
+/// f16) and f16 matvec are measurably off float64 (> 1e-9: x rounded to f16 alone is ~8e-8)
+/// and within kFp16Nmse, while the backend made with KVRUN_VULKAN_NO_FP16=1 gives the f32
+/// result (≤ 1e-10). Where it is not reported, both backends give the same bits.
+TEST(VulkanFp16, UsedExactlyWhereTheDeviceReportsIt) {
+  REQUIRE_VULKAN();
+  const bool reported = driver_reports_fp16();
+  EXPECT_EQ(has_fp16(), reported) << vk_device()->description();
+  if (!reported)
+    std::printf("    %s has no shaderFloat16: the portable path only\n",
+                vk_device()->name().c_str());
+  const int64_t k = 256, m = 64;
+  for (const auto& [t, n] :
+       {std::pair{DType::Q8_0, int64_t(37)}, std::pair{DType::F16, int64_t(37)},
+        std::pair{DType::F16, int64_t(1)}}) {
+    SCOPED_TRACE(std::string(traits(t).name) + " n=" + std::to_string(n));
+    DevWeight w(t, random_rows(t, m, k, 91), k, m);
+    const std::vector<float> x = test::random_floats(size_t(n * k), 92);
+    std::vector<float> wf(size_t(m * k));
+    traits(t).to_float(w.host.data(), wf.data(), m * k);
+    const std::vector<double> exact = matmul_f64(wf, x, n, m, k);
+    auto dx = to_dev(x);
+    auto yp = poisoned(exact.size()), yh = poisoned(exact.size());
+    vk().synchronize();
+    vk().matmul(w.t, fp(dx), n, fp(yp));
+    vk_fp16().matmul(w.t, fp(dx), n, fp(yh));
+    vk_fp16().synchronize();
+    const std::vector<float> gp = from_dev(*yp, exact.size()), gh = from_dev(*yh, exact.size());
+    record("portable_nmse_exact", nmse(gp, exact));
+    record("fp16_nmse_exact", nmse(gh, exact));
+    EXPECT_LE(nmse(gp, exact), 1e-10);
+    if (reported) {
+      EXPECT_GT(nmse(gh, exact), 1e-9);
+      EXPECT_LE(nmse(gh, exact), kFp16Nmse);
+    } else {
+      EXPECT_EQ(std::memcmp(gp.data(), gh.data(), gp.size() * 4), 0);
+    }
+  }
+}
+
+/// The prompt's last logits, then each greedy step's logits and token.
+struct Trace {
+  std::vector<float> prompt_logits;
+  std::vector<std::vector<float>> step_logits;
+  std::vector<int32_t> tokens;
+};
+
+/// `path` on the CPU (`gpu` false) or with every layer and the output on the device under test,
+/// on the fp16 shaders (`fp16`) or forced portable (KVRUN_VULKAN_NO_FP16=1): a 19-token prompt
+/// in one prefill chunk (the tiled matmul), then 16 greedy steps (the matvec).
+Trace run_model(const std::string& path, bool gpu, bool fp16) {
+  const char* var = "KVRUN_VULKAN_NO_FP16";
+  const char* was = std::getenv(var);
+  const std::string old = was ? was : "";
+  if (fp16)
+    unsetenv(var);
+  else
+    setenv(var, "1", 1);
+  Trace t;
+  {
+    ModelParams mp;
+    if (gpu) {
+      mp.n_gpu_layers = 1000;
+      mp.gpu = vk_device();
+    }
+    const Model model = Model::load(path, mp);
+    ContextParams cp;
+    cp.n_ctx = 64;
+    cp.n_batch = 32;
+    cp.n_threads = 2;
+    Context ctx(model, cp);
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 19; ++i) prompt.push_back(int32_t((i * 7 + 3) % model.hparams().n_vocab));
+    const std::span<const float> last = ctx.eval(prompt);
+    t.prompt_logits.assign(last.begin(), last.end());
+    auto argmax = [](const std::vector<float>& v) {
+      return int32_t(std::max_element(v.begin(), v.end()) - v.begin());
+    };
+    int32_t next = argmax(t.prompt_logits);
+    for (int step = 0; step < 16; ++step) {
+      t.tokens.push_back(next);
+      const std::span<const float> lg = ctx.eval(std::span<const int32_t>(&next, 1));
+      t.step_logits.emplace_back(lg.begin(), lg.end());
+      next = argmax(t.step_logits.back());
+    }
+  }
+  if (was)
+    setenv(var, old.c_str(), 1);
+  else
+    unsetenv(var);
+  return t;
+}
+
+/// The stories260K f32 and f16 fixtures wholly on the device (-ngl all) on the fp16 path: prompt
+/// logits within test_gpu_e2e's 1e-3 of the CPU's and not the bits of the portable path's (the
+/// fp16 shaders ran, where the device has them); greedy tokens the CPU's up to the first step
+/// where they part, which must be a near-tie of the CPU's logits (the two choices within 2% of
+/// the logits' range, test_gpu_e2e's bound).
+TEST(VulkanFp16, GreedyTokensFollowTheCpuUpToANearTie) {
+  REQUIRE_VULKAN();
+  for (const char* f : {"models/stories260K-F32.gguf", "models/stories260K-pad-F16.gguf"}) {
+    SCOPED_TRACE(f);
+    KVRUN_REQUIRE_FIXTURE(f);
+    const std::string path = test::fixture(f).string();
+    const Trace cpu = run_model(path, false, false), half = run_model(path, true, true);
+    const Trace port = run_model(path, true, false);
+    ASSERT_EQ(half.prompt_logits.size(), cpu.prompt_logits.size());
+    record("fp16_prompt_nmse", nmse(half.prompt_logits, cpu.prompt_logits));
+    record("portable_prompt_nmse", nmse(port.prompt_logits, cpu.prompt_logits));
+    EXPECT_LT(nmse(half.prompt_logits, cpu.prompt_logits), 1e-3);
+    if (has_fp16()) {
+      EXPECT_NE(std::memcmp(half.prompt_logits.data(), port.prompt_logits.data(),
+                            port.prompt_logits.size() * 4),
+                0);
+    }
+    size_t s = 0;
+    while (s < cpu.tokens.size() && half.tokens[s] == cpu.tokens[s]) ++s;
+    std::printf("    fp16 path: the CPU's tokens for %zu of %zu steps\n", s, cpu.tokens.size());
+    if (s == cpu.tokens.size()) continue;
+    const std::vector<float>& ref = s == 0 ? cpu.prompt_logits : cpu.step_logits[s - 1];
+    const float top = ref[size_t(cpu.tokens[s])], other = ref[size_t(half.tokens[s])];
+    const auto [lo, hi] = std::minmax_element(ref.begin(), ref.end());
+    EXPECT_LT(top - other, 0.02f * (*hi - *lo))
+        << "step " << s << ": token " << half.tokens[s] << " (CPU logit " << other
+        << ") instead of " << cpu.tokens[s] << " (" << top << ")";
+  }
 }
 
 // ---- row and element-wise ops ----

@@ -40,8 +40,34 @@ inline std::string no_device_reason() {
   return s + " (install mesa-vulkan-drivers for lavapipe)";
 }
 
+/// A backend on the device under test made with the environment variable `var` set to "1"
+/// (`set`) or unset; the variable is restored afterwards (backends read it once, when made).
+inline std::unique_ptr<Backend> backend_with(const char* var, bool set) {
+  const char* was = std::getenv(var);
+  const std::string old = was ? was : "";
+  if (set)
+    setenv(var, "1", 1);
+  else
+    unsetenv(var);
+  std::unique_ptr<Backend> be = vk_device()->make_backend(0);
+  if (was)
+    setenv(var, old.c_str(), 1);
+  else
+    unsetenv(var);
+  return be;
+}
+
+/// The backend most cases use: the portable f32 shaders (made with KVRUN_VULKAN_NO_FP16=1), so
+/// their bounds against float64 hold on every device.
 inline Backend& vk() {
-  static std::unique_ptr<Backend> be = vk_device()->make_backend(0);
+  static std::unique_ptr<Backend> be = backend_with("KVRUN_VULKAN_NO_FP16", true);
+  return *be;
+}
+
+/// A backend on the fp16-arithmetic shaders where the device reports shaderFloat16 (made with
+/// KVRUN_VULKAN_NO_FP16 unset); on other devices the same shaders as vk().
+inline Backend& vk_fp16() {
+  static std::unique_ptr<Backend> be = backend_with("KVRUN_VULKAN_NO_FP16", false);
   return *be;
 }
 
@@ -50,6 +76,10 @@ inline Backend& vk() {
 inline bool has_int8_dot() {
   return vk_device()->description().find("int8 dot") != std::string::npos;
 }
+
+/// Whether the device under test reports shaderFloat16 (its description says ", fp16"), which
+/// vk_fp16()'s tiled matmul and f16 matvec then use (docs/vulkan.md).
+inline bool has_fp16() { return vk_device()->description().find(", fp16") != std::string::npos; }
 
 #define REQUIRE_VULKAN() \
   if (!::kvrun::vktest::vk_device()) GTEST_SKIP() << ::kvrun::vktest::no_device_reason()

@@ -166,6 +166,7 @@ Context::Context(const PhysicalDevice& pd) : pd_(pd) {
   auto f12 = vk_struct<VkPhysicalDeviceVulkan12Features>(
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES);
   f12.bufferDeviceAddress = VK_TRUE;
+  f12.shaderFloat16 = pd.float16 ? VK_TRUE : VK_FALSE;
   auto fdot = vk_struct<VkPhysicalDeviceShaderIntegerDotProductFeaturesKHR>(
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES_KHR);
   fdot.shaderIntegerDotProduct = VK_TRUE;

@@ -42,7 +42,9 @@ struct PhysicalDevice {
   uint32_t local_heap = 0;     ///< its index
   bool memory_budget = false;  ///< VK_EXT_memory_budget listed (enabled when listed)
   uint32_t queue_family = 0;   ///< a queue family with compute
-  bool float16 = false;        ///< shaderFloat16 reported (not used)
+  /// shaderFloat16 reported: enabled when reported (the fp16-arithmetic tiled matmul and f16
+  /// matvec, matmul_tiled.comp / matvec.comp with -DFP16)
+  bool float16 = false;
   /// VK_KHR_shader_integer_dot_product with shaderIntegerDotProduct: enabled when reported (the
   /// q8_0 / q4_0 decode matvec, matvec_dot.comp)
   bool int8_dot = false;

@@ -232,6 +232,15 @@ bool int8_dot_wanted(const PhysicalDevice& pd) {
   return pd.int8_dot && !(e && std::string(e) == "1");
 }
 
+/// Whether a backend made now runs the fp16-arithmetic shaders (the tiled matmul's FP16 variant,
+/// the f16 weights' FP16 matvec): when the device reports shaderFloat16, unless
+/// KVRUN_VULKAN_NO_FP16=1 forces the portable f32 shaders (what a device without it runs; the
+/// tests run both paths on one device this way).
+bool fp16_wanted(const PhysicalDevice& pd) {
+  const char* e = std::getenv("KVRUN_VULKAN_NO_FP16");
+  return pd.float16 && !(e && std::string(e) == "1");
+}
+
 /// The grid i-quants' tables (vk_grids.h) in one buffer of a device, uploaded on first use.
 class GridBuffer {
  public:
@@ -266,7 +275,12 @@ class GridBuffer {
 class VulkanBackend final : public Backend {
  public:
   VulkanBackend(Device& dev, Context& ctx, GridBuffer& grids)
-      : dev_(dev), ctx_(ctx), grids_(grids), s_(ctx), int8_dot_(int8_dot_wanted(ctx.physical())) {}
+      : dev_(dev),
+        ctx_(ctx),
+        grids_(grids),
+        s_(ctx),
+        int8_dot_(int8_dot_wanted(ctx.physical())),
+        fp16_(fp16_wanted(ctx.physical())) {}
   ~VulkanBackend() override {  // s_ drops unsynchronized work
     ctx_.release(pos_);
     ctx_.release(part_);
@@ -335,13 +349,15 @@ class VulkanBackend final : public Backend {
       const MatvecPush p{addr(w.data), addr(x),     addr(y),          grid,
                          uint32_t(k),  uint32_t(m), uint32_t(w.nb[1])};
       const uint32_t gx = std::min<uint32_t>(uint32_t(m), 32768);
-      s_.dispatch(std::string("matvec_") + suffix, &p, sizeof p, gx, (uint32_t(m) + gx - 1) / gx,
-                  uint32_t(n));
+      // f16 weights of even k (whole words per row) on the fp16 path: packed f16 products.
+      const bool h = fp16_ && w.type == DType::F16 && k % 2 == 0;
+      s_.dispatch(std::string(h ? "matvec_fp16_" : "matvec_") + suffix, &p, sizeof p, gx,
+                  (uint32_t(m) + gx - 1) / gx, uint32_t(n));
     } else {
       const MatmulPush p{addr(w.data), addr(x),     addr(y),     grid,
                          uint32_t(k),  uint32_t(m), uint32_t(n), uint32_t(w.nb[1])};
-      s_.dispatch(std::string("matmul_") + suffix, &p, sizeof p, u32((m + 31) / 32, "matmul m"),
-                  u32((n + 31) / 32, "matmul n"));
+      s_.dispatch(std::string(fp16_ ? "matmul_fp16_" : "matmul_") + suffix, &p, sizeof p,
+                  u32((m + 31) / 32, "matmul m"), u32((n + 31) / 32, "matmul n"));
     }
   }
 
@@ -551,6 +567,7 @@ class VulkanBackend final : public Backend {
   Allocation* pos_ = nullptr;
   Allocation* part_ = nullptr;  // attention's per-segment partial states
   const bool int8_dot_;         // int8_dot_wanted() when made
+  const bool fp16_;             // fp16_wanted() when made
   Allocation* xq_ = nullptr;    // matvec_dot's q8_0 activations
 };
 
@@ -562,6 +579,7 @@ class VulkanDevice final : public Device {
     return pd_.name + " (Vulkan " + std::to_string(VK_API_VERSION_MAJOR(pd_.api_version)) + "." +
            std::to_string(VK_API_VERSION_MINOR(pd_.api_version)) + ", subgroup " +
            std::to_string(pd_.subgroup_size) + (pd_.software ? ", software" : "") +
+           (pd_.float16 ? ", fp16" : "") +
            (pd_.int8_dot ? (pd_.int8_dot_accelerated ? ", int8 dot" : ", int8 dot (emulated)")
                          : "") +
            ")";
