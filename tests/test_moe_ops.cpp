@@ -113,6 +113,20 @@ TEST(MoeRoute, TopkThenSoftmaxMatchesScalarReference) {
   }
 }
 
+/// Gate scores of one row of logits in double: sigmoid, or softmax.
+std::vector<double> gate_scores_ref(const float* lr, int64_t ne, MoeGating g) {
+  std::vector<double> sc(static_cast<size_t>(ne));
+  double mx = *std::max_element(lr, lr + ne), z = 0;
+  for (int64_t e = 0; e < ne; ++e) {
+    sc[size_t(e)] = g == MoeGating::kSigmoid ? 1 / (1 + std::exp(-double(lr[e])))
+                                             : std::exp(double(lr[e]) - mx);
+    z += sc[size_t(e)];
+  }
+  if (g == MoeGating::kSoftmax)
+    for (double& v : sc) v /= z;
+  return sc;
+}
+
 // DeepSeek-V3's gating (kSigmoid) and a selection bias (exp_probs_b), also with softmax scores:
 // the experts are the k largest of score + bias, weighted by their unbiased scores (renormalized
 // or not), against the same in double. The bias must change some row's choice (so a router that
@@ -141,15 +155,7 @@ TEST(MoeRoute, SelectionBiasAndSigmoidMatchScalarReference) {
         }
         for (int64_t r = 0; r < n; ++r) {
           const float* lr = logits.data() + r * ne;
-          std::vector<double> sc(static_cast<size_t>(ne));
-          double mx = *std::max_element(lr, lr + ne), z = 0;
-          for (int64_t e = 0; e < ne; ++e) {
-            sc[size_t(e)] = g == MoeGating::kSigmoid ? 1 / (1 + std::exp(-double(lr[e])))
-                                                     : std::exp(double(lr[e]) - mx);
-            z += sc[size_t(e)];
-          }
-          if (g == MoeGating::kSoftmax)
-            for (double& v : sc) v /= z;
+          const std::vector<double> sc = gate_scores_ref(lr, ne, g);
           std::vector<int32_t> idx(static_cast<size_t>(ne));
           std::iota(idx.begin(), idx.end(), 0);
           auto sel = [&](int32_t e) { return sc[size_t(e)] + double(bias_v[size_t(e)]); };
@@ -219,19 +225,13 @@ TEST(MoeRoute, GroupLimitedRoutingMatchesScalarReference) {
         MoeRouteParams q = p;
         q.n_group = 1;
         be->moe_route(logits.data(), n, q, plain.data(), pw.data());
-        if (top > 1 || k > 1)  // the best expert's group is always kept: k 1 by max can't differ
+        if (top > 1 || k > 1) {  // the best expert's group is always kept: k 1 by max can't differ
           EXPECT_NE(ids, plain) << "the group limit changed no choice";
+        }
         for (int64_t r = 0; r < n; ++r) {
           const float* lr = logits.data() + r * ne;
-          std::vector<double> sc(static_cast<size_t>(ne)), sel(static_cast<size_t>(ne));
-          double mx = *std::max_element(lr, lr + ne), z = 0;
-          for (int64_t e = 0; e < ne; ++e) {
-            sc[size_t(e)] = g == MoeGating::kSigmoid ? 1 / (1 + std::exp(-double(lr[e])))
-                                                     : std::exp(double(lr[e]) - mx);
-            z += sc[size_t(e)];
-          }
-          if (g == MoeGating::kSoftmax)
-            for (double& v : sc) v /= z;
+          const std::vector<double> sc = gate_scores_ref(lr, ne, g);
+          std::vector<double> sel(static_cast<size_t>(ne));
           for (int64_t e = 0; e < ne; ++e) sel[size_t(e)] = sc[size_t(e)] + bias_v[size_t(e)];
           std::vector<std::pair<double, int>> gs;
           for (int grp = 0; grp < 4; ++grp) {
