@@ -112,6 +112,55 @@ TEST(GpuPlan, InfoAnswersDoesItFit) {
   EXPECT_NE(bad.err.find("-ngl x"), std::string::npos) << bad.err;
 }
 
+// `kvrun info -ngl all --kv-mem X --kv-host-tier` plans the GPU's KV rows for the positions X
+// holds (one more than fit whole, as the run's check), not for -c: the weights are unchanged, the
+// KV bytes are the plan's at that many positions, and the text says so. Without --kv-mem, or with
+// -nkvo, the tier is an exit-2 error naming the flag.
+TEST(GpuPlan, InfoWithTheHostTierPlansTheKvAtKvMem) {
+  test::TempDir dir;
+  const std::string path = test::synth_model(dir, "tiny");
+  const gguf::File f = gguf::File::open(path);
+  const ModelInfo mi = describe_model(f, 4096);
+  const Hparams::KvRows rows = mi.hp.kv_rows();
+  const int64_t per_token = kv_bytes_per_token(DType::Q8_0, DType::Q8_0, mi.hp.n_layer,
+                                               rows.n_head_kv, rows.head_dim, rows.head_dim_v);
+  const int64_t kv_mem = 100 * per_token + per_token / 2;  // 100 whole positions and a half
+  auto info = [&](const std::string& flags) {
+    return test::run_command(test::kvrun_binary() + " info -c 4096 -ngl all " + flags + " -m '" +
+                             path + "'");
+  };
+  const auto r = info("--json --kv-mem " + std::to_string(kv_mem) + " --kv-host-tier");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out)["gpu_plan"];
+  EXPECT_TRUE(j["kv_host_tier"].get<bool>());
+  const auto& e = j["by_kv_type"]["q8_0"];
+  EXPECT_EQ(e["kv_positions"].get<int64_t>(), 101);
+  ModelInfo capped = mi;
+  capped.kv_tokens = 101;
+  const GpuPlan want = plan_gpu(capped, f, mi.hp.n_layer + 1, DType::Q8_0, DType::Q8_0, true);
+  const GpuPlan whole = plan_gpu(mi, f, mi.hp.n_layer + 1, DType::Q8_0, DType::Q8_0, true);
+  EXPECT_EQ(e["kv_bytes"].get<int64_t>(), want.kv_bytes);
+  EXPECT_LT(want.kv_bytes, whole.kv_bytes);
+  EXPECT_EQ(e["weight_bytes"].get<int64_t>(), whole.weight_bytes);
+  const auto plain = info("--json --kv-mem " + std::to_string(kv_mem));
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  const auto pj = nlohmann::json::parse(plain.out)["gpu_plan"];
+  EXPECT_FALSE(pj["kv_host_tier"].get<bool>());
+  EXPECT_EQ(pj["by_kv_type"]["q8_0"]["kv_bytes"].get<int64_t>(), whole.kv_bytes);
+  EXPECT_EQ(pj["by_kv_type"]["q8_0"]["kv_positions"].get<int64_t>(), 4096);
+
+  const auto text = info("--kv-mem " + std::to_string(kv_mem) + " --kv-host-tier");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("--kv-host-tier: KV on the GPU for at most"), std::string::npos)
+      << text.out;
+  const auto no_mem = info("--kv-host-tier");
+  EXPECT_EQ(no_mem.exit_code, 2) << no_mem.out;
+  EXPECT_NE(no_mem.err.find("--kv-host-tier needs --kv-mem"), std::string::npos) << no_mem.err;
+  const auto nkvo = info("--kv-mem 1M --kv-host-tier -nkvo");
+  EXPECT_EQ(nkvo.exit_code, 2) << nkvo.out;
+  EXPECT_NE(nkvo.err.find("--kv-host-tier: -nkvo"), std::string::npos) << nkvo.err;
+}
+
 // -ot rules that keep layers' FFN on the host (`-ot "ffn_.*_exps=CPU"` for a MoE model) leave
 // those layers' ffn_* tensors out of the GPU plan: `kvrun info` reports the weights without them,
 // equal to the plan's own sum over the tensors it keeps; a rule the model cannot honour is exit 2.

@@ -18,7 +18,10 @@ struct InfoOptions {
   int64_t n_ctx = 0;   ///< -c: context length for the KV table (0: n_ctx_train)
   bool json = false;   ///< --json: one JSON object instead of text
   std::string kv_mem;  ///< --kv-mem: the fast tier to split the table against ("" = this machine)
-  DeviceOptions dev;   ///< -ngl, -dev, --list-devices, -nkvo
+  /// --kv-host-tier: the -ngl plan counts the GPU's KV rows only up to --kv-mem (the run's
+  /// GPU host tier keeps the rest in host memory)
+  bool kv_host_tier = false;
+  DeviceOptions dev;  ///< -ngl, -dev, --list-devices, -nkvo
 };
 
 /// `kvrun info`: prints what a model is and what its KV cache costs. Returns the exit code;

@@ -53,16 +53,6 @@ bool has_experts(const gguf::File& file, int64_t il) {
   return file.find_tensor("blk." + std::to_string(il) + ".ffn_gate_inp.weight") != nullptr;
 }
 
-/// Counts at most the positions whose rows fit fit.kv_fast_bytes (--kv-mem with --kv-host-tier:
-/// the GPU's fast tier; the rest live in host memory) in mi.kv_tokens.
-void cap_to_fast_tier(ModelInfo& mi, const AutoFit& fit) {
-  if (fit.kv_fast_bytes <= 0) return;
-  const Hparams::KvRows r = mi.hp.kv_rows();
-  const int64_t per_token = kv_bytes_per_token(fit.type_k, fit.type_v, mi.hp.n_layer, r.n_head_kv,
-                                               r.head_dim, r.head_dim_v);
-  if (per_token > 0) mi.kv_tokens = std::min(mi.kv_tokens, fit.kv_fast_bytes / per_token + 1);
-}
-
 /// -ngl auto on `gpu`: the layers that fit its free memory (eval/model_info.h), with one line on
 /// stderr saying what was planned; 0 when the device does not say its free memory (with a line)
 /// or no model facts were given (main()'s early check of the options: silent).
@@ -145,6 +135,14 @@ void check_placement_fits(Device& gpu, const AutoFit& fit, const std::string& v,
 }
 
 }  // namespace
+
+void cap_to_fast_tier(ModelInfo& mi, const AutoFit& fit) {
+  if (fit.kv_fast_bytes <= 0) return;
+  const Hparams::KvRows r = mi.hp.kv_rows();
+  const int64_t per_token = kv_bytes_per_token(fit.type_k, fit.type_v, mi.hp.n_layer, r.n_head_kv,
+                                               r.head_dim, r.head_dim_v);
+  if (per_token > 0) mi.kv_tokens = std::min(mi.kv_tokens, fit.kv_fast_bytes / per_token + 1);
+}
 
 void add_device_options(CLI::App& app, DeviceOptions& o) {
   // CLI11 2.1 cannot declare "-ngl", "-dev", "-nkvo": main() rewrites them to the long forms

@@ -14,6 +14,10 @@
 #include "engine/model.h"
 #include "rope_options.h"
 
+namespace kvrun {
+struct ModelInfo;
+}
+
 namespace kvrun::tools {
 
 /// The raw option values, as typed.
@@ -48,6 +52,11 @@ struct AutoFit {
   /// being in host memory; 0: the GPU holds every position's rows
   int64_t kv_fast_bytes = 0;
 };
+
+/// Counts at most the positions whose rows fit fit.kv_fast_bytes (--kv-mem with --kv-host-tier:
+/// the GPU's fast tier; the rest live in host memory) in mi.kv_tokens; unchanged when
+/// kv_fast_bytes ≤ 0. One position more than fits whole, as the block pool rounds up.
+void cap_to_fast_tier(ModelInfo& mi, const AutoFit& fit);
 
 /// The GPU named `name` (-dev), or the first one when `name` is empty; null for "none" / "CPU"
 /// and when there is no GPU. Throws DeviceOptionError for a name no device has.

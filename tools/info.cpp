@@ -211,9 +211,11 @@ struct GpuPlanReport {
   struct Row {
     DType type;
     GpuPlan plan;
-    int64_t fit = -1;  ///< the largest -ngl that fits (−1: free memory unknown)
+    int64_t fit = -1;       ///< the largest -ngl that fits (−1: free memory unknown)
+    int64_t positions = 0;  ///< positions whose KV rows the plan puts on the GPU
   };
   std::vector<Row> rows;
+  bool host_tier = false;  ///< --kv-host-tier: positions past --kv-mem's are in host memory
 };
 
 GpuPlanReport plan_report(const InfoOptions& opt, const ModelInfo& mi, const gguf::File& file) {
@@ -227,12 +229,26 @@ GpuPlanReport plan_report(const InfoOptions& opt, const ModelInfo& mi, const ggu
   // -ot rules that keep layers' FFN on the host leave their tensors out of the plan
   const std::vector<bool> on_host =
       ffn_kept_on_host(file, mi.hp.n_layer, parse_tensor_overrides(opt.dev.override_tensor));
+  const bool kv_on_gpu = !opt.dev.no_kv_offload;
+  AutoFit tier;  // --kv-host-tier: the GPU holds the rows of what --kv-mem holds
+  if (opt.kv_host_tier) {
+    if (!kv_on_gpu)
+      throw DeviceOptionError("--kv-host-tier: -nkvo keeps every KV row on the host already");
+    if (opt.kv_mem.empty())
+      throw DeviceOptionError(
+          "--kv-host-tier needs --kv-mem (the KV bytes the GPU holds; the rest is host memory)");
+    tier.kv_fast_bytes = parse_size(opt.kv_mem);
+    r.host_tier = true;
+  }
   for (DType t : kKvCacheTypes) {
     GpuPlanReport::Row row{t, {}, -1};
-    const bool kv_on_gpu = !opt.dev.no_kv_offload;
-    if (r.free >= 0) row.fit = fit_gpu_layers(mi, file, t, t, kv_on_gpu, r.free, 512, &on_host);
+    ModelInfo m = mi;
+    tier.type_k = tier.type_v = t;
+    cap_to_fast_tier(m, tier);
+    row.positions = kv_on_gpu ? m.kv_tokens : 0;
+    if (r.free >= 0) row.fit = fit_gpu_layers(m, file, t, t, kv_on_gpu, r.free, 512, &on_host);
     const int64_t n = parse_ngl(v, mi.hp.n_layer + 1).value_or(std::max<int64_t>(0, row.fit));
-    row.plan = plan_gpu(mi, file, n, t, t, kv_on_gpu, 512, &on_host);
+    row.plan = plan_gpu(m, file, n, t, t, kv_on_gpu, 512, &on_host);
     r.rows.push_back(row);
   }
   return r;
@@ -242,12 +258,17 @@ nlohmann::ordered_json plan_json(const GpuPlanReport& r) {
   nlohmann::ordered_json j;
   j["device"] = r.device.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(r.device);
   j["free_bytes"] = r.free;
+  j["kv_host_tier"] = r.host_tier;
   nlohmann::ordered_json per = nlohmann::ordered_json::object();
   for (const auto& row : r.rows) {
     const GpuPlan& p = row.plan;
-    nlohmann::ordered_json e = {{"n_gpu_layers", p.n_gpu}, {"layers", p.layers},
-                                {"output", p.output},      {"weight_bytes", p.weight_bytes},
-                                {"kv_bytes", p.kv_bytes},  {"scratch_bytes", p.scratch_bytes},
+    nlohmann::ordered_json e = {{"n_gpu_layers", p.n_gpu},
+                                {"layers", p.layers},
+                                {"output", p.output},
+                                {"weight_bytes", p.weight_bytes},
+                                {"kv_bytes", p.kv_bytes},
+                                {"kv_positions", row.positions},
+                                {"scratch_bytes", p.scratch_bytes},
                                 {"total_bytes", p.total()}};
     if (r.free >= 0) {
       e["fits"] = p.total() <= r.free;
@@ -282,6 +303,11 @@ void print_plan(const GpuPlanReport& r, const ModelInfo& mi) {
                                       : "no",
                 row.fit < 0 ? "?" : std::to_string(row.fit).c_str());
   }
+  if (r.host_tier)
+    std::printf(
+        "  --kv-host-tier: KV on the GPU for at most the positions --kv-mem holds (%lld "
+        "at %s), the rest in host memory the GPU reads in place\n",
+        (long long)r.rows.front().positions, kv_type_name(r.rows.front().type));
 }
 
 }  // namespace

@@ -77,6 +77,9 @@ int main(int argc, char** argv) {
   info_cmd->add_option("--kv-mem", info.kv_mem,
                        "fast KV tier to plan against, e.g. 8G (default: this machine's available "
                        "memory less the weights)");
+  info_cmd->add_flag("--kv-host-tier", info.kv_host_tier,
+                     "with -ngl: plan the GPU's KV rows at --kv-mem, the rest in host memory "
+                     "(as the run's --kv-host-tier)");
   add_device_options(*info_cmd, info.dev);
 
   PerplexityOptions ppl;
