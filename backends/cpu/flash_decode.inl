@@ -20,26 +20,27 @@
 // operations, and the results, do not depend on W.
 // Nothing here is specific to a level; the compiler maps vf to that level's registers.
 
-/// The binary16 bits of FP8 code c scaled by 2^−8 (E4M3) or 2^0 (E5M2), exactly (OCP OFP8 1.0):
-/// E5M2 is binary16's top byte; E4M3's exponent (bias 7) and mantissa shifted into binary16's
-/// fields (bias 15) give the value · 2^−8, subnormals included, and S.1111.111 (its NaN)
-/// becomes a binary16 NaN.
-template <DType T>
-[[gnu::always_inline]] inline uint16_t fp8_f16_bits(uint8_t c) {
-  if constexpr (T == DType::FP8_E5M2) {
-    return uint16_t(c << 8);
-  } else {
-    const uint16_t m = c & 0x7F;
-    return uint16_t(((c & 0x80) << 8) | (m << 7) | (m == 0x7F ? 0x7E00 : 0));
-  }
-}
-
-/// W FP8 codes (type T) as f32, unscaled: through binary16 (ld_f16), exact.
+/// W FP8 codes (type T) as f32, unscaled: through binary16 (ld_f16), exact (OCP OFP8 1.0): E5M2
+/// is binary16's top byte; E4M3's exponent (bias 7) and mantissa shifted into binary16's fields
+/// (bias 15) give the value · 2^−8, subnormals included, and S.1111.111 (its NaN) becomes a
+/// binary16 NaN. The bits are formed on all W codes at once in 16-bit lanes (zero-extended
+/// bytes: shifts, masks and one compare for E4M3's NaN).
 template <DType T>
 [[gnu::always_inline]] inline vf ld_fp8(const uint8_t* p) {
+  typedef uint8_t vb __attribute__((vector_size(W)));
+  typedef uint16_t vh __attribute__((vector_size(2 * W)));
+  vb b;
+  std::memcpy(&b, p, sizeof b);
+  const vh c = __builtin_convertvector(b, vh);
+  vh bits;
+  if constexpr (T == DType::FP8_E5M2) {
+    bits = c << 8;
+  } else {
+    const vh m = c & 0x7F;
+    bits = ((c & 0x80) << 8) | (m << 7) | (reinterpret_cast<vh>(m == 0x7F) & 0x7E00);
+  }
   alignas(64) uint16_t h[W];
-#pragma GCC unroll 16
-  for (int i = 0; i < W; ++i) h[i] = fp8_f16_bits<T>(p[i]);
+  std::memcpy(h, &bits, sizeof h);
   const vf v = ld_f16(h);
   if constexpr (T == DType::FP8_E4M3) return v * 256.0f;  // a power of two: exact
   return v;
