@@ -139,65 +139,52 @@ inline __m256i q6_K_half_scales_both(const uint8_t* g, int j, int half) {
   return _mm256_or_si256(s, _mm256_slli_epi32(s, 16));
 }
 
-/// One super-block b of the avx2 decode form of packed_q6_K_group: rows 8·half .. 8·half+7 of
-/// the packed q6_K super-block at `g` against the q8_K activation row x, added to the 8 float
-/// lanes acc (a row per ymm lane). Same order as vec_dot_q6_K_q8_K, lane by lane: the 8 integer
-/// lanes (lane l = 4h + i: values 4i..4i+3 of sub-blocks 2·j2 + h, each Σ q·x times its
-/// sub-block's scale), then lane = fma(d_x·d_w, float(isum), lane). Σ q·x is taken with signed
-/// q = u − 32 (−32..31) by the sign trick: VPMADDUBSW of |q| and x with q's sign gives pair
-/// sums ≤ 2·32·127 (int16; q8_K activations are within ±127), and one VPMADDWD by the scale in
-/// both int16 halves gives scale · Σ of 4 exactly (integers, so the same lane sums as the scalar
-/// code). Fully unrolled (the lane and sub-block loops): 1.5-1.6× the speed of
-/// packed_q6_K_half<1> on ffn_up 8192×2048 (kvrun_bench, 1 thread); for prefill (C ≥ 2) the
-/// same formulation was 5-10% slower than packed_q6_K_half's, so that one stays.
-inline void q6_K_half_decode_block(const uint8_t* g, int half, const block_q8_K& xb, __m256* acc) {
+/// The avx2 decode form of packed_q6_K_group: rows 8·half .. 8·half+7 of one packed q6_K group
+/// against one q8_K activation row x: y[8·half + r]. Same order as
+/// vec_dot_q6_K_q8_K, lane by lane: per super-block the 8 integer lanes (lane l = 4h + i: values
+/// 4i..4i+3 of sub-blocks 2·j2 + h, each Σ q·x times its sub-block's scale), then lane =
+/// fma(d_x·d_w, float(isum), lane), fold8 at the end. Σ q·x is taken with signed q = u − 32
+/// (−32..31) by the sign trick: VPMADDUBSW of |q| and x with q's sign gives pair sums ≤
+/// 2·32·127 (int16; q8_K activations are within ±127), and one VPMADDWD by the scale in both
+/// int16 halves gives scale · Σ of 4 exactly (integers, so the same lane sums as the scalar
+/// code). Fully unrolled (the lane and sub-block loops): 1.5-1.6× the
+/// speed of packed_q6_K_half<1> on ffn_up 8192×2048 (kvrun_bench, 1 thread); for prefill
+/// (C ≥ 2) the same formulation was 5-10% slower than packed_q6_K_half's, so that one stays. The
+/// first half prefetches kPrefetchAhead ahead.
+inline void packed_q6_K_half_decode(int64_t nb, const uint8_t* g, int half, const uint8_t* x,
+                                    float* y) {
+  __m256 acc[8];
+  for (int l = 0; l < 8; ++l) acc[l] = _mm256_setzero_ps();
   const __m256i m32 = _mm256_set1_epi8(32);
-  alignas(32) __m256i sc[16];
-  for (int j = 0; j < 16; ++j) sc[j] = q6_K_half_scales_both(g, j, half);
-  const __m256 d = _mm256_mul_ps(
-      _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 16 * half))),
-      _mm256_set1_ps(xb.d));
+  for (int64_t b = 0; b < nb; ++b, g += 3360) {
+    if (half == 0)
+      for (int l = 0; l < 3360; l += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(g) + kPrefetchAhead + l, _MM_HINT_T0);
+    alignas(32) __m256i sc[16];
+    for (int j = 0; j < 16; ++j) sc[j] = q6_K_half_scales_both(g, j, half);
+    const block_q8_K& xb = block_at<block_q8_K>(x, 0, 0, b);
+    const __m256 d = _mm256_mul_ps(
+        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 16 * half))),
+        _mm256_set1_ps(xb.d));
 #pragma GCC unroll 8
-  for (int l = 0; l < 8; ++l) {
-    const int h = l / 4, i = l % 4;
-    __m256i lane = _mm256_setzero_si256();
+    for (int l = 0; l < 8; ++l) {
+      const int h = l / 4, i = l % 4;
+      __m256i lane = _mm256_setzero_si256();
 #pragma GCC unroll 8
-    for (int j2 = 0; j2 < 8; ++j2) {
-      const int j = 2 * j2 + h;
-      const __m256i q = _mm256_sub_epi8(q6_K_half_values(g + 288 + 192 * j + 32 * half, i), m32);
-      const __m256i xv = _mm256_broadcastd_epi32(_mm_loadu_si32(xb.qs + 16 * j + 4 * i));
-      const __m256i t = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(xv, q));
-      lane = _mm256_add_epi32(lane, _mm256_madd_epi16(t, sc[j]));
+      for (int j2 = 0; j2 < 8; ++j2) {
+        const int j = 2 * j2 + h;
+        const __m256i q = _mm256_sub_epi8(q6_K_half_values(g + 288 + 192 * j + 32 * half, i), m32);
+        const __m256i xv = _mm256_broadcastd_epi32(_mm_loadu_si32(xb.qs + 16 * j + 4 * i));
+        const __m256i t = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(xv, q));
+        lane = _mm256_add_epi32(lane, _mm256_madd_epi16(t, sc[j]));
+      }
+      acc[l] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lane), acc[l]);
     }
-    acc[l] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lane), acc[l]);
   }
-}
-
-/// fold8 of 8 float lanes per row (a row per ymm lane): (v0+v4 + v2+v6) + (v1+v5 + v3+v7).
-inline __m256 fold8_rows(const __m256* acc) {
   __m256 t[4];
   for (int i = 0; i < 4; ++i) t[i] = _mm256_add_ps(acc[i + 4], acc[i]);
-  return _mm256_add_ps(_mm256_add_ps(t[0], t[2]), _mm256_add_ps(t[1], t[3]));
-}
-
-/// The avx2 decode form of packed_q6_K_group: the 16 rows of one packed q6_K group against one
-/// q8_K activation row x: y[0..15]. One pass over the group's super-blocks, each super-block's
-/// two halves (q6_K_half_decode_block) back to back, so every weight byte is read once while
-/// the next ones are prefetched kPrefetchAhead ahead: the memory stream never pauses (a pass
-/// per half, the second from cache, left memory idle during the second one). The 16 rows'
-/// float lanes live in memory; each takes the same fma sequence as in the scalar order.
-inline void packed_q6_K_group_decode(int64_t nb, const uint8_t* g, const uint8_t* x, float* y) {
-  __m256 acc[2][8];
-  for (int h = 0; h < 2; ++h)
-    for (int l = 0; l < 8; ++l) acc[h][l] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b, g += 3360) {
-    for (int l = 0; l < 3360; l += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(g) + kPrefetchAhead + l, _MM_HINT_T0);
-    const block_q8_K& xb = block_at<block_q8_K>(x, 0, 0, b);
-    q6_K_half_decode_block(g, 0, xb, acc[0]);
-    q6_K_half_decode_block(g, 1, xb, acc[1]);
-  }
-  for (int h = 0; h < 2; ++h) _mm256_storeu_ps(y + 8 * h, fold8_rows(acc[h]));
+  _mm256_storeu_ps(y + 8 * half,
+                   _mm256_add_ps(_mm256_add_ps(t[0], t[2]), _mm256_add_ps(t[1], t[3])));
 }
 
 /// The 6-bit scales (sc[j]) and mins (mn[j]) of the 8 sub-blocks of rows 8·half .. 8·half+7 of
@@ -319,10 +306,12 @@ inline void packed_q4_K_half(int64_t nb, const uint8_t* g, int half, const uint8
 }
 
 /// The avx2 packed q4_K decode kernel: the 16 rows of one packed q4_K group against one q8_K
-/// activation row x: y[0..15]. One pass over the super-blocks, both halves of each back to back
-/// (as packed_q6_K_group_decode: every weight byte read once, the stream prefetched
-/// kPrefetchAhead ahead without pauses); the same fma sequence per row and lane as the scalar
-/// order.
+/// activation row x: y[0..15]. One pass over the super-blocks, both halves of each back to back,
+/// so every weight byte is read once while the stream is prefetched kPrefetchAhead ahead without
+/// pauses (a pass per half, the second from cache, left memory idle during the second: 1.4× the
+/// speed from DRAM, kvrun_bench dram_65536x2048, though ~15% slower on cache-resident weights);
+/// the same fma sequence per row and lane as the scalar order. (q6_K keeps the pass per half:
+/// the one-pass form of it measured no faster from DRAM and 5-10% slower from cache.)
 inline void packed_q4_K_group_decode(int64_t nb, const uint8_t* g, const uint8_t* x, float* y) {
   __m256 acc[2][1][8], acc_m[2][1][4];
   for (int h = 0; h < 2; ++h) {
@@ -354,8 +343,8 @@ void packed_q8_0_q8_0(int64_t n, const void* wp, int64_t ngroups, const void* x,
   }
 }
 
-// Without VNNI: kC activation rows at a time (packed_q6_K_half, each half group), then one
-// (packed_q6_K_group_decode).
+// Without VNNI: kC activation rows at a time (packed_q6_K_half), then one
+// (packed_q6_K_half_decode), each half group.
 void packed_q6_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
                       const int32_t* xoff, int64_t nx, float* y, size_t ys) {
   constexpr int kC = 4;
@@ -369,7 +358,9 @@ void packed_q6_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x,
       for (int half = 0; half < 2; ++half)
         packed_q6_K_half<kC>(nb, g, half, xb + size_t(j) * xs, xs, xoff + j * nb * 64,
                              yg + size_t(j) * ys, ys);
-    for (; j < nx; ++j) packed_q6_K_group_decode(nb, g, xb + size_t(j) * xs, yg + size_t(j) * ys);
+    for (; j < nx; ++j)
+      for (int half = 0; half < 2; ++half)
+        packed_q6_K_half_decode(nb, g, half, xb + size_t(j) * xs, yg + size_t(j) * ys);
   }
 }
 
