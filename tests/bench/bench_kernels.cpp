@@ -168,6 +168,14 @@ void register_all() {
                 t, level, s.m, s.k, int64_t(1), threads, true);
             if (threads == 2) b->UseRealTime();
           }
+        // Decode from memory: 65536×2048 weights (32 of them, 34-138 MB, are larger than the L3
+        // caches of the machines measured), so they stream from DRAM as in a model's decode.
+        if (ct && ct->packed_tile) {
+          auto* b = benchmark::RegisterBenchmark(
+              ("matmul/" + tn + "/" + lv + "-packed/dram_65536x2048/n1" + th).c_str(), BM_Matmul, t,
+              level, int64_t(65536), int64_t(2048), int64_t(1), threads, true);
+          if (threads == 2) b->UseRealTime();
+        }
         if (ct && ct->packed_tile) {
           auto* b = benchmark::RegisterBenchmark(
               ("matmul/" + tn + "/" + lv + "-packed/attn_q_2048x2048/n512" + th).c_str(), BM_Matmul,

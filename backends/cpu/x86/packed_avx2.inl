@@ -147,7 +147,9 @@ inline __m256i q6_K_half_scales_both(const uint8_t* g, int j, int half) {
 /// (−32..31) by the sign trick: VPMADDUBSW of |q| and x with q's sign gives pair sums ≤
 /// 2·32·127 (int16; q8_K activations are within ±127), and one VPMADDWD by the scale in both
 /// int16 halves gives scale · Σ of 4 exactly (integers, so the same lane sums as the scalar
-/// code). Fully unrolled (the lane and sub-block loops): 1.5-1.6× the
+/// code). The loop runs over the sub-blocks j, each unpacked from its three 32-byte loads into
+/// the 4 lanes it feeds (4-10% less CPU time than a loop over lanes that reloaded them,
+/// kvrun_bench q6_K avx2-packed n1 t1). Fully unrolled, the formulation was 1.5-1.6× the
 /// speed of packed_q6_K_half<1> on ffn_up 8192×2048 (kvrun_bench, 1 thread); for prefill
 /// (C ≥ 2) the same formulation was 5-10% slower than packed_q6_K_half's, so that one stays. The
 /// first half prefetches kPrefetchAhead ahead.
@@ -166,19 +168,35 @@ inline void packed_q6_K_half_decode(int64_t nb, const uint8_t* g, int half, cons
     const __m256 d = _mm256_mul_ps(
         _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 16 * half))),
         _mm256_set1_ps(xb.d));
-#pragma GCC unroll 8
-    for (int l = 0; l < 8; ++l) {
-      const int h = l / 4, i = l % 4;
-      __m256i lane = _mm256_setzero_si256();
+    // Sub-block j's three 32-byte loads give its 4 lanes' values (q6_K_half_values' unpacking
+    // without reloading), so the loop runs over j with the 4 integer lanes of h = j % 2 live.
+    const __m256i m63 = _mm256_set1_epi8(0x3F), m15 = _mm256_set1_epi8(0x0F);
+    const __m256i m192 = _mm256_set1_epi8(char(0xC0));
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      __m256i lane[4];
+      for (int i = 0; i < 4; ++i) lane[i] = _mm256_setzero_si256();
 #pragma GCC unroll 8
       for (int j2 = 0; j2 < 8; ++j2) {
         const int j = 2 * j2 + h;
-        const __m256i q = _mm256_sub_epi8(q6_K_half_values(g + 288 + 192 * j + 32 * half, i), m32);
-        const __m256i xv = _mm256_broadcastd_epi32(_mm_loadu_si32(xb.qs + 16 * j + 4 * i));
-        const __m256i t = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(xv, q));
-        lane = _mm256_add_epi32(lane, _mm256_madd_epi16(t, sc[j]));
+        const uint8_t* quad = g + 288 + 192 * j + 32 * half;
+        const __m256i q0 = load256(quad), q1 = load256(quad + 64), q2 = load256(quad + 128);
+        __m256i u[4];
+        u[0] = _mm256_and_si256(q0, m63);
+        u[1] = _mm256_and_si256(q1, m63);
+        u[2] = _mm256_or_si256(_mm256_srli_epi16(_mm256_and_si256(q0, m192), 2),
+                               _mm256_and_si256(q2, m15));
+        u[3] = _mm256_or_si256(_mm256_srli_epi16(_mm256_and_si256(q1, m192), 2),
+                               _mm256_and_si256(_mm256_srli_epi16(q2, 4), m15));
+        for (int i = 0; i < 4; ++i) {
+          const __m256i q = _mm256_sub_epi8(u[i], m32);
+          const __m256i xv = _mm256_broadcastd_epi32(_mm_loadu_si32(xb.qs + 16 * j + 4 * i));
+          const __m256i t = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(xv, q));
+          lane[i] = _mm256_add_epi32(lane[i], _mm256_madd_epi16(t, sc[j]));
+        }
       }
-      acc[l] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lane), acc[l]);
+      for (int i = 0; i < 4; ++i)
+        acc[4 * h + i] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lane[i]), acc[4 * h + i]);
     }
   }
   __m256 t[4];
@@ -213,15 +231,85 @@ inline void q4_K_half_scales(const uint8_t* g, int half, __m256i* sc, __m256i* m
   }
 }
 
-/// The avx2 packed q4_K kernel: rows 8·half .. 8·half+7 of one packed q4_K group (pack.h)
-/// against C q8_K activation rows (xs bytes apart): y[c·ys + 8·half + r]. The order of
-/// vec_dot_q4_K_q8_K, a row per lane: per super-block the 4 min lanes (lane k: m_2k·Σx(2k) +
-/// m_2k+1·Σx(2k+1) from bsums, one VPMADDWD of int16 pairs, then fma(−d_x·d_min, ·, lane)) and
-/// the 8 main lanes (lane i: Σ_j sc_j · Σ of values 4i..4i+3 of sub-block j times x; VPMADDUBSW
-/// pair sums ≤ 2·15·128, then VPMADDWD by sc in both halves gives sc·Σ of 4 exactly), each
-/// lane = fma(d_x·d_w, float(isum), lane); at the end fold8(main) + ((m0 + m2) + (m1 + m3)).
-/// Lanes one at a time (C integer accumulators; the float lanes may live in memory), each
-/// unpacked nibble vector serving the C rows; the decode form of the first half prefetches.
+/// One super-block b of the avx2 packed q4_K kernel: rows 8·half .. 8·half+7 of the packed q4_K
+/// super-block at `g` (pack.h) against C q8_K activation rows (xs bytes apart), added to the
+/// float lanes acc[c][0..7] (main) and acc_m[c][0..3] (mins), a row per ymm lane. The order of
+/// vec_dot_q4_K_q8_K: the 4 min lanes (lane k: m_2k·Σx(2k) + m_2k+1·Σx(2k+1) from bsums, one
+/// VPMADDWD of int16 pairs, then fma(−d_x·d_min, ·, lane)) and the 8 main lanes (lane i: Σ_j sc_j
+/// · Σ of values 4i..4i+3 of sub-block j times x; VPMADDUBSW pair sums ≤ 2·15·128, then VPMADDWD
+/// by sc in both halves gives sc·Σ of 4 exactly), each lane = fma(d_x·d_w, float(isum), lane).
+/// Lanes one at a time (C integer accumulators), each unpacked nibble vector serving the C rows.
+template <int C>
+inline void q4_K_half_block(const uint8_t* g, int half, const uint8_t* x, size_t xs, int64_t b,
+                            __m256 (*acc)[8], __m256 (*acc_m)[4]) {
+  const __m256i m15 = _mm256_set1_epi8(0x0F);
+  __m256i sc[8], mn[8];
+  q4_K_half_scales(g, half, sc, mn);
+  const __m256 dw =
+      _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 16 * half)));
+  const __m256 dminw =
+      _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 32 + 16 * half)));
+  __m256 d[C];
+  const int8_t* qx[C];
+  for (int c = 0; c < C; ++c) {
+    const block_q8_K& xb = block_at<block_q8_K>(x, xs, c, b);
+    d[c] = _mm256_mul_ps(dw, _mm256_set1_ps(xb.d));
+    // −d_x·d_min: the scalar −x.d · dmin, the same float (negation is exact).
+    const __m256 dmin = _mm256_mul_ps(dminw, _mm256_set1_ps(-xb.d));
+    qx[c] = xb.qs;
+    for (int k = 0; k < 4; ++k) {
+      const int s0 = xb.bsums[4 * k] + xb.bsums[4 * k + 1];
+      const int s1 = xb.bsums[4 * k + 2] + xb.bsums[4 * k + 3];
+      const __m256i spair =
+          _mm256_set1_epi32(int32_t((uint32_t(s0) & 0xFFFF) | (uint32_t(s1) << 16)));
+      // lane: m_2k·s0 + m_2k+1·s1 (m_2k in the low int16 half, m_2k+1 in the high one)
+      const __m256i mpair = _mm256_blend_epi16(mn[2 * k], mn[2 * k + 1], 0xAA);
+      acc_m[c][k] =
+          _mm256_fmadd_ps(dmin, _mm256_cvtepi32_ps(_mm256_madd_epi16(mpair, spair)), acc_m[c][k]);
+    }
+  }
+  // Lane i: Σ_j2 sc·(Σ of values 4i..4i+3 of sub-blocks 2·j2 and 2·j2+1 times x), exact.
+  const auto lane_i = [&](int i) {
+    __m256i lane[C];
+    for (int c = 0; c < C; ++c) lane[c] = _mm256_setzero_si256();
+    for (int j2 = 0; j2 < 4; ++j2) {
+      const __m256i q = load256(g + 256 + 64 * (8 * j2 + i) + 32 * half);
+      const __m256i lo = _mm256_and_si256(q, m15);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m15);
+      for (int c = 0; c < C; ++c) {
+        const int8_t* xq = qx[c] + 64 * j2 + 4 * i;
+        const __m256i x0 = _mm256_broadcastd_epi32(_mm_loadu_si32(xq));
+        const __m256i x1 = _mm256_broadcastd_epi32(_mm_loadu_si32(xq + 32));
+        const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), sc[2 * j2]);
+        const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), sc[2 * j2 + 1]);
+        lane[c] = _mm256_add_epi32(lane[c], _mm256_add_epi32(p0, p1));
+      }
+    }
+    for (int c = 0; c < C; ++c)
+      acc[c][i] = _mm256_fmadd_ps(d[c], _mm256_cvtepi32_ps(lane[c]), acc[c][i]);
+  };
+  // Decode fully unrolled: 1.1× tg32 on llama3.2-1b Q4_K; prefill (C ≥ 2) lost 10-30% so.
+  if constexpr (C == 1) {
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) lane_i(i);
+  } else {
+    for (int i = 0; i < 8; ++i) lane_i(i);
+  }
+}
+
+/// The end of a q4_K half: fold8(main) + ((m0 + m2) + (m1 + m3)) per row.
+inline __m256 q4_K_half_result(const __m256* acc, const __m256* acc_m) {
+  __m256 t[4];
+  for (int i = 0; i < 4; ++i) t[i] = _mm256_add_ps(acc[i + 4], acc[i]);
+  const __m256 main = _mm256_add_ps(_mm256_add_ps(t[0], t[2]), _mm256_add_ps(t[1], t[3]));
+  const __m256 mins =
+      _mm256_add_ps(_mm256_add_ps(acc_m[0], acc_m[2]), _mm256_add_ps(acc_m[1], acc_m[3]));
+  return _mm256_add_ps(main, mins);
+}
+
+/// The avx2 packed q4_K prefill kernel: rows 8·half .. 8·half+7 of one packed q4_K group
+/// (pack.h) against C ≥ 2 q8_K activation rows (xs bytes apart): y[c·ys + 8·half + r], one
+/// q4_K_half_block per super-block.
 template <int C>
 inline void packed_q4_K_half(int64_t nb, const uint8_t* g, int half, const uint8_t* x, size_t xs,
                              float* y, size_t ys) {
@@ -230,72 +318,31 @@ inline void packed_q4_K_half(int64_t nb, const uint8_t* g, int half, const uint8
     for (int l = 0; l < 8; ++l) acc[c][l] = _mm256_setzero_ps();
     for (int k = 0; k < 4; ++k) acc_m[c][k] = _mm256_setzero_ps();
   }
-  const __m256i m15 = _mm256_set1_epi8(0x0F);
+  for (int64_t b = 0; b < nb; ++b, g += 2304) q4_K_half_block<C>(g, half, x, xs, b, acc, acc_m);
+  for (int c = 0; c < C; ++c)
+    _mm256_storeu_ps(y + size_t(c) * ys + 8 * half, q4_K_half_result(acc[c], acc_m[c]));
+}
+
+/// The avx2 packed q4_K decode kernel: the 16 rows of one packed q4_K group against one q8_K
+/// activation row x: y[0..15]. One pass over the super-blocks, both halves of each back to back,
+/// so every weight byte is read once while the stream is prefetched kPrefetchAhead ahead without
+/// pauses (a pass per half, the second from cache, left memory idle during the second: 1.4× the
+/// speed from DRAM, kvrun_bench dram_65536x2048, though ~15% slower on cache-resident weights);
+/// the same fma sequence per row and lane as the scalar order. (q6_K keeps the pass per half:
+/// the one-pass form of it measured no faster from DRAM and 5-10% slower from cache.)
+inline void packed_q4_K_group_decode(int64_t nb, const uint8_t* g, const uint8_t* x, float* y) {
+  __m256 acc[2][1][8], acc_m[2][1][4];
+  for (int h = 0; h < 2; ++h) {
+    for (int l = 0; l < 8; ++l) acc[h][0][l] = _mm256_setzero_ps();
+    for (int k = 0; k < 4; ++k) acc_m[h][0][k] = _mm256_setzero_ps();
+  }
   for (int64_t b = 0; b < nb; ++b, g += 2304) {
-    if (C == 1 && half == 0)
-      for (int l = 0; l < 2304; l += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(g) + kPrefetchAhead + l, _MM_HINT_T0);
-    __m256i sc[8], mn[8];
-    q4_K_half_scales(g, half, sc, mn);
-    const __m256 dw =
-        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 16 * half)));
-    const __m256 dminw =
-        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 32 + 16 * half)));
-    __m256 d[C];
-    const int8_t* qx[C];
-    for (int c = 0; c < C; ++c) {
-      const block_q8_K& xb = block_at<block_q8_K>(x, xs, c, b);
-      d[c] = _mm256_mul_ps(dw, _mm256_set1_ps(xb.d));
-      // −d_x·d_min: the scalar −x.d · dmin, the same float (negation is exact).
-      const __m256 dmin = _mm256_mul_ps(dminw, _mm256_set1_ps(-xb.d));
-      qx[c] = xb.qs;
-      for (int k = 0; k < 4; ++k) {
-        const int s0 = xb.bsums[4 * k] + xb.bsums[4 * k + 1];
-        const int s1 = xb.bsums[4 * k + 2] + xb.bsums[4 * k + 3];
-        const __m256i spair =
-            _mm256_set1_epi32(int32_t((uint32_t(s0) & 0xFFFF) | (uint32_t(s1) << 16)));
-        // lane: m_2k·s0 + m_2k+1·s1 (m_2k in the low int16 half, m_2k+1 in the high one)
-        const __m256i mpair = _mm256_blend_epi16(mn[2 * k], mn[2 * k + 1], 0xAA);
-        acc_m[c][k] =
-            _mm256_fmadd_ps(dmin, _mm256_cvtepi32_ps(_mm256_madd_epi16(mpair, spair)), acc_m[c][k]);
-      }
-    }
-    // Lane i: Σ_j2 sc·(Σ of values 4i..4i+3 of sub-blocks 2·j2 and 2·j2+1 times x), exact.
-    const auto lane_i = [&](int i) {
-      __m256i lane[C];
-      for (int c = 0; c < C; ++c) lane[c] = _mm256_setzero_si256();
-      for (int j2 = 0; j2 < 4; ++j2) {
-        const __m256i q = load256(g + 256 + 64 * (8 * j2 + i) + 32 * half);
-        const __m256i lo = _mm256_and_si256(q, m15);
-        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m15);
-        for (int c = 0; c < C; ++c) {
-          const int8_t* xq = qx[c] + 64 * j2 + 4 * i;
-          const __m256i x0 = _mm256_broadcastd_epi32(_mm_loadu_si32(xq));
-          const __m256i x1 = _mm256_broadcastd_epi32(_mm_loadu_si32(xq + 32));
-          const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), sc[2 * j2]);
-          const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), sc[2 * j2 + 1]);
-          lane[c] = _mm256_add_epi32(lane[c], _mm256_add_epi32(p0, p1));
-        }
-      }
-      for (int c = 0; c < C; ++c)
-        acc[c][i] = _mm256_fmadd_ps(d[c], _mm256_cvtepi32_ps(lane[c]), acc[c][i]);
-    };
-    // Decode fully unrolled: 1.1× tg32 on llama3.2-1b Q4_K; prefill (C ≥ 2) lost 10-30% so.
-    if constexpr (C == 1) {
-#pragma GCC unroll 8
-      for (int i = 0; i < 8; ++i) lane_i(i);
-    } else {
-      for (int i = 0; i < 8; ++i) lane_i(i);
-    }
+    for (int l = 0; l < 2304; l += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(g) + kPrefetchAhead + l, _MM_HINT_T0);
+    q4_K_half_block<1>(g, 0, x, 0, b, acc[0], acc_m[0]);
+    q4_K_half_block<1>(g, 1, x, 0, b, acc[1], acc_m[1]);
   }
-  for (int c = 0; c < C; ++c) {
-    __m256 t[4];
-    for (int i = 0; i < 4; ++i) t[i] = _mm256_add_ps(acc[c][i + 4], acc[c][i]);
-    const __m256 main = _mm256_add_ps(_mm256_add_ps(t[0], t[2]), _mm256_add_ps(t[1], t[3]));
-    const __m256 mins = _mm256_add_ps(_mm256_add_ps(acc_m[c][0], acc_m[c][2]),
-                                      _mm256_add_ps(acc_m[c][1], acc_m[c][3]));
-    _mm256_storeu_ps(y + size_t(c) * ys + 8 * half, _mm256_add_ps(main, mins));
-  }
+  for (int h = 0; h < 2; ++h) _mm256_storeu_ps(y + 8 * h, q4_K_half_result(acc[h][0], acc_m[h][0]));
 }
 
 }  // namespace
@@ -335,8 +382,8 @@ void packed_q6_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x,
   }
 }
 
-// The avx2 level only: kC activation rows at a time, then one, each half group
-// (packed_q4_K_half). xoff is not used.
+// The avx2 level only: kC activation rows at a time (packed_q4_K_half, each half group), then
+// one (packed_q4_K_group_decode). xoff is not used.
 void packed_q4_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
                       const int32_t* /*xoff*/, int64_t nx, float* y, size_t ys) {
   constexpr int kC = 4;
@@ -349,8 +396,6 @@ void packed_q4_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x,
     for (; j + kC <= nx; j += kC)
       for (int half = 0; half < 2; ++half)
         packed_q4_K_half<kC>(nb, g, half, xb + size_t(j) * xs, xs, yg + size_t(j) * ys, ys);
-    for (; j < nx; ++j)
-      for (int half = 0; half < 2; ++half)
-        packed_q4_K_half<1>(nb, g, half, xb + size_t(j) * xs, xs, yg + size_t(j) * ys, ys);
+    for (; j < nx; ++j) packed_q4_K_group_decode(nb, g, xb + size_t(j) * xs, yg + size_t(j) * ys);
   }
 }
