@@ -175,6 +175,7 @@ std::array<Table, kLevels> build_tables() {
   row_of(tables[size_t(CpuLevel::avx2)], DType::Q8_0).packed_tile = avx2::packed_q8_0_q8_0;
   row_of(tables[size_t(CpuLevel::avx2)], DType::Q4_K).packed_tile = avx2::packed_q4_K_q8_K;
   row_of(tables[size_t(CpuLevel::avx2)], DType::Q6_K).packed_tile = avx2::packed_q6_K_q8_K;
+  row_of(tables[size_t(CpuLevel::avx2)], DType::MXFP4).packed_tile = avx2::packed_mxfp4_q8_0;
   row_of(tables[size_t(CpuLevel::avx2)], DType::Q8_0).packed_fast_tile =
       avx2::packed_fast_q8_0_q8_0;
   row_of(tables[size_t(CpuLevel::avx2)], DType::Q4_K).packed_fast_tile =
@@ -184,6 +185,7 @@ std::array<Table, kLevels> build_tables() {
   row_of(tables[size_t(CpuLevel::avx512)], DType::Q4_0).packed_tile = avx512::packed_q4_0_q8_0;
   row_of(tables[size_t(CpuLevel::avx512)], DType::Q8_0).packed_tile = avx512::packed_q8_0_q8_0;
   row_of(tables[size_t(CpuLevel::avx512)], DType::Q6_K).packed_tile = avx512::packed_q6_K_q8_K;
+  row_of(tables[size_t(CpuLevel::avx512)], DType::MXFP4).packed_tile = avx512::packed_mxfp4_q8_0;
 #endif
 #if defined(__aarch64__)
   KVRUN_APPLY_SIMD(tables[size_t(CpuLevel::neon)], neon);  // no packed kernels (pack.h)
