@@ -77,10 +77,11 @@ constexpr int64_t kPackRows = 16;
 bool pack_supported(const Tensor& w);
 
 /// True when `w` can be packed and the kernels of `level` have a packed kernel for its type:
-/// 2-D, contiguous rows, ne[1] % 16 == 0; q4_0, q8_0, mxfp4 and q6_K (ne[0] % 256 == 0) at the
-/// avx2 and avx512 levels, q4_K (ne[0] % 256 == 0) at avx2. False for a level this build has no
-/// kernels for. The layout does not depend on the level: a matrix packed for one level is read by
-/// every level with a packed kernel for its type (and ignored by the others, which read the rows).
+/// 2-D, contiguous rows, ne[1] % 16 == 0; q4_0, q8_0, mxfp4, q4_K and q6_K (ne[0] % 256 == 0 for
+/// the K-quants) at the avx2 and avx512 levels (q4_K: the avx2 kernel at both). False for a level
+/// this build has no kernels for. The layout does not depend on the level: a matrix packed for one
+/// level is read by every level with a packed kernel for its type (and ignored by the others, which
+/// read the rows).
 bool pack_supported(const Tensor& w, CpuLevel level);
 
 /// The packed copy of `w` (layout above): pack_weight(w, cpu_level()).
