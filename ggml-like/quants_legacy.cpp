@@ -229,55 +229,60 @@ void quantize_block_iq4_xs(const float* x, block_iq4_xs* y) {
   }
 }
 
-/// Index of the mxfp4 level (doubled E2M1, kvalues_mxfp4) nearest to v; the first on ties.
+/// Index of the mxfp4 level (doubled E2M1, kvalues_mxfp4) nearest to v; the first on ties, which
+/// is the level of smaller magnitude (0 before ±1, +m before −m is never a tie). Counting the
+/// midpoints 0.5, 1.5, 2.5, 3.5, 5, 7, 10 that |v| exceeds gives the magnitude's index 0..7; a
+/// negative v takes the index 8 higher (kvalues_mxfp4 holds −L at the index of L plus 8), except 0.
+/// NaN gives 0. Same result as the 16-level search |v − L| < best for every float with |v| < 16
+/// (tests/test_quants_legacy.cpp checks the two agree; quantize_block_mxfp4 only asks that range).
 int nearest_mxfp4(float v) {
-  int best = 0;
-  float best_err = std::fabs(v);
-  for (int k = 1; k < 16; ++k) {
-    const float err = std::fabs(v - kvalues_mxfp4[k]);
-    if (err < best_err) {
-      best_err = err;
-      best = k;
-    }
-  }
-  return best;
+  const float a = std::fabs(v);
+  const int m = int(a > 0.5f) + int(a > 1.5f) + int(a > 2.5f) + int(a > 3.5f) + int(a > 5.0f) +
+                int(a > 7.0f) + int(a > 10.0f);
+  return (v < 0.0f && m > 0) ? m + 8 : m;
 }
 
-/// Squared error of 32 values coded at E8M0 exponent e (nearest level each); writes codes.
-double mxfp4_error(const float* x, int e, uint8_t* q) {
-  const float h = mxfp4_half_scale(uint8_t(e));
-  double err = 0.0;
+/// Codes of 32 values at E8M0 exponent e (nearest level each) into q, and the squared error
+/// summed in element order (double). mxfp4_errors_2 runs two exponents at once: two independent
+/// sums, each in the same order as one call per exponent, so the results are identical.
+void mxfp4_errors_2(const float* x, const int e[2], uint8_t q[2][32], double err[2]) {
+  const float h0 = mxfp4_half_scale(uint8_t(e[0])), h1 = mxfp4_half_scale(uint8_t(e[1]));
   for (int i = 0; i < 32; ++i) {
-    q[i] = uint8_t(nearest_mxfp4(x[i] / h));
-    const double r = double(x[i]) - double(h) * kvalues_mxfp4[q[i]];
-    err += r * r;
+    q[0][i] = uint8_t(nearest_mxfp4(x[i] / h0));
+    q[1][i] = uint8_t(nearest_mxfp4(x[i] / h1));
   }
-  return err;
+  double s0 = 0.0, s1 = 0.0;
+  for (int i = 0; i < 32; ++i) {
+    const double r0 = double(x[i]) - double(h0) * kvalues_mxfp4[q[0][i]];
+    const double r1 = double(x[i]) - double(h1) * kvalues_mxfp4[q[1][i]];
+    s0 += r0 * r0;
+    s1 += r1 * r1;
+  }
+  err[0] = s0;
+  err[1] = s1;
 }
 
 /// mxfp4: the power-of-two scale 2^(e − 127) with e = floor(log2 max|x|) − 2 + 127 (max|x| lands
 /// in E2M1's [4, 8) binade, the OCP MX v1.0 §6.3 rule) or one step larger (no clipping above
-/// 6), whichever codes the block with the smaller squared error; e clamped to 0..254.
+/// 6), whichever codes the block with the smaller squared error (the first on ties); e clamped
+/// to 0..254.
 void quantize_block_mxfp4(const float* x, block_mxfp4* y) {
   float amax = 0.0f;
-  for (int i = 0; i < 32; ++i) amax = std::fmax(amax, std::fabs(x[i]));
-  uint8_t q[32] = {}, best_q[32] = {};
-  int best_e = 0;
+  for (int i = 0; i < 32; ++i) {
+    const float a = std::fabs(x[i]);
+    amax = a > amax ? a : amax;  // as fmax: a NaN never wins
+  }
+  uint8_t q[2][32] = {};
+  int best = 0, e[2] = {0, 0};
   if (amax > 0.0f) {
     const int e0 = std::ilogb(amax) - 2 + 127;
-    double best_err = -1.0;
-    for (int e = e0; e <= e0 + 1; ++e) {
-      const int ec = e < 0 ? 0 : (e > 254 ? 254 : e);
-      const double err = mxfp4_error(x, ec, q);
-      if (best_err < 0.0 || err < best_err) {
-        best_err = err;
-        best_e = ec;
-        std::memcpy(best_q, q, sizeof(q));
-      }
-    }
+    for (int k = 0; k < 2; ++k) e[k] = e0 + k < 0 ? 0 : (e0 + k > 254 ? 254 : e0 + k);
+    double err[2];
+    mxfp4_errors_2(x, e, q, err);
+    best = err[1] < err[0] ? 1 : 0;
   }
-  y->e = uint8_t(best_e);
-  pack_nibbles(best_q, y->qs);
+  y->e = uint8_t(e[best]);
+  pack_nibbles(q[best], y->qs);
 }
 
 }  // namespace

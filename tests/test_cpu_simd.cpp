@@ -147,10 +147,10 @@ TEST_P(SimdLevel, SimdKernelsAreWired) {
     EXPECT_NE(cpu_traits(t, level)->gemm_dot_tile, nullptr) << lv << " " << traits(t).name;
   }
   EXPECT_NE(cpu_traits(DType::Q4_0, level)->repack_dot_tile, nullptr) << lv;
-  // The packed kernels each level has (pack.h): q4_0, q8_0 and q6_K at avx2 and avx512, q4_K at
-  // avx2.
-  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
-    const bool want = level == CpuLevel::avx2 || (level == CpuLevel::avx512 && t != DType::Q4_K);
+  // The packed kernels each level has (pack.h): q4_0, q8_0, q4_K, q6_K and mxfp4 at avx2 and
+  // avx512 (q4_K's is the avx2 kernel at both).
+  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K, DType::MXFP4}) {
+    const bool want = level == CpuLevel::avx2 || level == CpuLevel::avx512;
     EXPECT_EQ(cpu_traits(t, level)->packed_tile != nullptr, want) << lv << " " << traits(t).name;
   }
   // mxfp4, iq4_xs, the grid i-quants, q4_1 and q5_1 have x86 kernels only
@@ -309,8 +309,8 @@ TEST_P(MatmulLevel, EqualsScalarDots) {
 
 // Weights packed at load (pack.h: 16 rows interleaved) give, at a level with a packed kernel for
 // their type, the float of the scalar dot of the unpacked rows for every output (q4_0: the
-// repacked order, q8_0, q4_K and q6_K: their lane order): one group and several, one block and
-// many, every activation-row tail of the kernels' passes (q4_0 at avx512: 8 rows per pass,
+// repacked order, q8_0, q4_K, q6_K and mxfp4: their lane order): one group and several, one block
+// and many, every activation-row tail of the kernels' passes (q4_0 at avx512: 8 rows per pass,
 // then 2..7 in one pass or 1; at avx2 4, 3, 2 or 1 rows per pass of each 8-row half and the
 // activation rows in chunks of 128 KiB), and more threads than groups. A level without a packed
 // kernel for the type (scalar) must ignore Tensor::packed and read the rows: there w.packed points
@@ -319,7 +319,7 @@ TEST_P(MatmulLevel, PackedWeightsEqualScalarDots) {
   const CpuLevel level = GetParam();
   int checked = 0, zeros = 0;
   std::string unpacked;  // types this level has no packed kernel for
-  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K, DType::MXFP4}) {
     const CpuTypeTraits* ref = cpu_traits(t, CpuLevel::scalar);
     const VecDotFn dot = t == DType::Q4_0 ? ref->repack_dot : ref->vec_dot;
     const bool k_quant = t == DType::Q4_K || t == DType::Q6_K;
@@ -330,6 +330,8 @@ TEST_P(MatmulLevel, PackedWeightsEqualScalarDots) {
         const auto wf = varied_floats(size_t(m * k), 11 + uint32_t(k + m));
         const size_t rb = size_t(*row_bytes(t, k));
         auto wbytes = encode_rows(t, wf, m, k, rb, 0);
+        if (t == DType::MXFP4)  // the E8M0 scales 0 and 1 (subnormal halves) and 2 in block 0
+          for (int64_t i = 0; i < m; ++i) wbytes[size_t(i) * rb] = uint8_t(i % 3);
         Tensor w = Tensor::contiguous(t, wbytes.data(), k, m);
         const bool has_kernel = cpu_traits(t, level)->packed_tile != nullptr;
         ASSERT_EQ(pack_supported(w, level), has_kernel) << cpu_level_name(level);

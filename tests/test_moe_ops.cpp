@@ -396,7 +396,7 @@ INSTANTIATE_TEST_SUITE_P(Types, MatmulIdTypes,
                          ::testing::Values(IdCase{DType::F32, 32}, IdCase{DType::Q8_0, 32},
                                            IdCase{DType::Q4_0, 32}, IdCase{DType::Q4_K, 32},
                                            IdCase{DType::Q6_K, 32}, IdCase{DType::Q8_0, 24},
-                                           IdCase{DType::Q4_K, 24}),
+                                           IdCase{DType::Q4_K, 24}, IdCase{DType::MXFP4, 32}),
                          [](const ::testing::TestParamInfo<IdCase>& i) {
                            return std::string(traits(i.param.type).name) + "_m" +
                                   std::to_string(i.param.m);

@@ -21,13 +21,16 @@ size_t group_block_bytes(DType t) {
       return size_t(kPackRows) * sizeof(block_q8_0);
     case DType::Q4_K:
       return size_t(kPackRows) * sizeof(block_q4_K);
+    case DType::MXFP4:
+      return size_t(kPackRows) * sizeof(block_mxfp4);
     default:
       return size_t(kPackRows) * sizeof(block_q6_K);
   }
 }
 
 bool packable_type(DType t) {
-  return t == DType::Q4_0 || t == DType::Q8_0 || t == DType::Q4_K || t == DType::Q6_K;
+  return t == DType::Q4_0 || t == DType::Q8_0 || t == DType::Q4_K || t == DType::Q6_K ||
+         t == DType::MXFP4;
 }
 
 /// One q4_K super-block of 16 rows (pack.h layout) from row r's block src[r].
@@ -121,6 +124,10 @@ Buffer pack_weight(const Tensor& w, CpuLevel level) {
           const block_q4_0& src = static_cast<const block_q4_0*>(w.row(g * kPackRows + r))[b];
           std::memcpy(dst + 2 * r, &src.d, 2);
           for (int q = 0; q < 4; ++q) std::memcpy(dst + 32 + 64 * q + 4 * r, src.qs + 4 * q, 4);
+        } else if (w.type == DType::MXFP4) {
+          const block_mxfp4& src = static_cast<const block_mxfp4*>(w.row(g * kPackRows + r))[b];
+          dst[r] = src.e;
+          for (int q = 0; q < 4; ++q) std::memcpy(dst + 16 + 64 * q + 4 * r, src.qs + 4 * q, 4);
         } else {
           const block_q8_0& src = static_cast<const block_q8_0*>(w.row(g * kPackRows + r))[b];
           std::memcpy(dst + 2 * r, &src.d, 2);
@@ -139,7 +146,7 @@ size_t packed_group_bytes(DType t, int64_t k) {
 
 int64_t pack_act_offsets_per_row(DType t, int64_t k) {
   if (t == DType::Q4_K) return 0;  // its kernel reads q8_K's bsums
-  return t == DType::Q4_0 ? k / 16 : t == DType::Q8_0 ? k / 32 * 9 : k / 4;
+  return t == DType::Q4_0 ? k / 16 : t == DType::Q8_0 || t == DType::MXFP4 ? k / 32 * 9 : k / 4;
 }
 
 void pack_act_offsets(DType t, const void* act, size_t act_row, int64_t n, int64_t k,
@@ -168,9 +175,10 @@ void pack_act_offsets(DType t, const void* act, size_t act_row, int64_t n, int64
         int32_t sum = 0;
         for (int i = 0; i < 32; ++i) sum += q[i];
         *out++ = -8 * sum;
-      } else {
+      } else {  // q8_0's stored q + 128, mxfp4's looked-up level + 12
+        const int32_t bias = t == DType::MXFP4 ? 12 : 128;
         for (int i = 0; i < 8; ++i)
-          *out++ = -128 * (q[4 * i] + q[4 * i + 1] + q[4 * i + 2] + q[4 * i + 3]);
+          *out++ = -bias * (q[4 * i] + q[4 * i + 1] + q[4 * i + 2] + q[4 * i + 3]);
       }
       const float d = fp16_to_f32(xb[b].d);  // then the block's scale, as float bits
       std::memcpy(out++, &d, sizeof d);

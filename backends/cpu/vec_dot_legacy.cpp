@@ -164,6 +164,20 @@ float fast_dot_q8_0_q8_0(int64_t n, const void* w, const void* x) {
   return acc;
 }
 
+float fast_dot_mxfp4_q8_0(int64_t n, const void* w, const void* x) {
+  const auto* bw = static_cast<const block_mxfp4*>(w);
+  const auto* bx = static_cast<const block_q8_0*>(x);
+  float acc = 0.0f;
+  for (int64_t b = 0; b < n / 32; ++b) {
+    int isum = 0;
+    for (int e = 0; e < 16; ++e)
+      isum += kvalues_mxfp4[bw[b].qs[e] & 0x0F] * int(bx[b].qs[e]) +
+              kvalues_mxfp4[bw[b].qs[e] >> 4] * int(bx[b].qs[e + 16]);
+    acc = std::fma(float(isum), mxfp4_half_scale(bw[b].e) * fp16_lut(bx[b].d), acc);
+  }
+  return acc;
+}
+
 float vec_dot_iq4_nl_q8_0(int64_t n, const void* w, const void* x) {
   return dot_sym_q8_0<block_iq4_nl>(n, w, x, [](const block_iq4_nl& b, int8_t* q) {
     for (int i = 0; i < 16; ++i) {

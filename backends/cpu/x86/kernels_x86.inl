@@ -1095,6 +1095,8 @@ KVRUN_X86_DOT_AND_TILE(vec_dot_iq1_m_q8_K, tile_iq1_m_q8_K, iq1_m_q8_K_tile, QK_
 #include "cpu/x86/packed_fast_avx2.inl"  // --kernels fast
 #endif
 
+#include "cpu/x86/packed_mxfp4.inl"  // both levels
+
 #ifdef KVRUN_X86_VNNI
 // With VNNI the unsigned × signed products need no int16 step ((q + 128)·x pair sums reach
 // 2·255·127, past VPMADDUBSW's range; the avx2 form, packed_avx2.inl, flips the bytes back).
