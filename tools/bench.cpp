@@ -31,6 +31,7 @@
 #include "cpu/cpu_level.h"
 #include "engine/context.h"
 #include "engine/model.h"
+#include "eval/model_info.h"
 #include "kv_layout.h"
 #include "membw.h"
 #include "text/tokenizer.h"
@@ -119,23 +120,6 @@ std::vector<int32_t> random_tokens(std::mt19937& rng, int64_t n, int64_t n_vocab
   return t;
 }
 
-/// Weight bytes one decode step reads: every tensor except the token embedding (one row of it
-/// is read), which counts in full when it is also the output head (no output.weight); of a
-/// mixture of experts' 3-D expert tensors, the n_expert_used of n_expert matrices a token is
-/// routed to.
-int64_t decode_weight_bytes(const Model& model) {
-  int64_t total = 0, embd = 0;
-  bool has_output = false;
-  const Hparams& hp = model.hparams();
-  for (const auto& t : model.file().tensors()) {
-    const bool experts = hp.n_expert > 0 && t.n_dims == 3 && t.ne[2] == hp.n_expert;
-    total += experts ? int64_t(t.n_bytes) / hp.n_expert * hp.n_expert_used : int64_t(t.n_bytes);
-    if (t.name == "token_embd.weight") embd = int64_t(t.n_bytes);
-    if (t.name == "output.weight") has_output = true;
-  }
-  return has_output ? total - embd : total;
-}
-
 /// Times one run: a prefill of `n_prompt` tokens, or `n_gen` single-token steps; returns ns.
 int64_t timed_run(Context& ctx, std::mt19937& rng, int64_t n_prompt, int64_t n_gen) {
   const std::vector<int32_t> toks = random_tokens(rng, std::max(n_prompt, n_gen), ctx.n_vocab());
@@ -176,7 +160,7 @@ BenchResult run_test(Context& ctx, std::mt19937& rng, int64_t depth, int64_t n_p
   r.kv_bytes = kv_bytes_held(ctx);
   r.kv_tokens = ctx.n_past();
   if (n_gen > 0)
-    r.bytes_read_per_token = decode_weight_bytes(ctx.model()) +
+    r.bytes_read_per_token = decode_weight_bytes(ctx.model().file(), ctx.model().hparams()) +
                              ctx.cache().bytes_per_token() * (depth + (n_gen + 1) / 2);
   r.kv_bytes_offloaded =
       ctx.sequence().bytes_held() - ctx.sequence().n_fast_blocks() * ctx.cache().bytes_per_block();

@@ -10,6 +10,18 @@
 
 namespace kvrun {
 
+int64_t decode_weight_bytes(const gguf::File& file, const Hparams& hp) {
+  int64_t total = 0, embd = 0;
+  bool has_output = false;
+  for (const gguf::TensorInfo& t : file.tensors()) {
+    const bool experts = hp.n_expert > 0 && t.n_dims == 3 && t.ne[2] == hp.n_expert;
+    total += experts ? int64_t(t.n_bytes) / hp.n_expert * hp.n_expert_used : int64_t(t.n_bytes);
+    if (t.name == "token_embd.weight") embd = int64_t(t.n_bytes);
+    if (t.name == "output.weight") has_output = true;
+  }
+  return has_output ? total - embd : total;
+}
+
 ModelInfo describe_model(const gguf::File& file, int64_t n_ctx, int64_t block_size) {
   ModelInfo mi;
   mi.path = file.path();
@@ -38,8 +50,6 @@ ModelInfo describe_model(const gguf::File& file, int64_t n_ctx, int64_t block_si
     // An expert tensor (ne[2] = n_expert matrices): a token reads n_expert_used of them.
     const bool experts = mi.hp.n_expert > 0 && t.n_dims == 3 && t.ne[2] == mi.hp.n_expert;
     mi.n_params_active += experts ? elems / mi.hp.n_expert * mi.hp.n_expert_used : elems;
-    mi.weight_bytes_active +=
-        experts ? int64_t(t.n_bytes) / mi.hp.n_expert * mi.hp.n_expert_used : int64_t(t.n_bytes);
     all_data = all_data && t.data != nullptr;
   }
   const gguf::File::DataExtent extent = file.data_extent();  // every part of a split model
@@ -48,6 +58,7 @@ ModelInfo describe_model(const gguf::File& file, int64_t n_ctx, int64_t block_si
   mi.data_bytes_needed = int64_t(extent.needed);
   mi.data_bytes_present = int64_t(extent.present);
   mi.has_weights = mi.n_tensors > 0 && all_data;
+  mi.weight_bytes_active = decode_weight_bytes(file, mi.hp);
   size_t n_types = 0;
   const DType* types = all_dtypes(&n_types);
   for (size_t i = 0; i < n_types; ++i)

@@ -50,7 +50,7 @@ struct ModelInfo {
   /// Parameters one token uses: n_params less the experts it is not routed to, i.e. each 3-D
   /// expert tensor counted at n_expert_used / n_expert (= n_params for a dense model).
   int64_t n_params_active = 0;
-  /// Bytes of weights one decode step reads (the same rule, in stored bytes).
+  /// Bytes of weights one decode step reads: decode_weight_bytes.
   int64_t weight_bytes_active = 0;
   bool has_weights = false;  ///< false for a metadata-only or truncated file
   /// Bytes the data section must have: the end of the last tensor's data (offset + size).
@@ -81,6 +81,13 @@ struct ModelInfo {
 /// of `block_size` tokens (what a sliding window holds depends on it).
 /// Throws ModelError when the file is not a usable model.
 ModelInfo describe_model(const gguf::File& file, int64_t n_ctx, int64_t block_size = 16);
+
+/// Weight bytes one decode step reads, from the tensor infos of `file` (model `hp`): every
+/// tensor in stored bytes, except the token embedding, of which a step reads one row (left out),
+/// unless it is also the output head (no output.weight: counted in full); of a mixture of
+/// experts' 3-D expert tensors (ne[2] = n_expert), the n_expert_used of the n_expert matrices a
+/// token is routed to. The bytes `kvrun bench --bandwidth` divides by and `kvrun info` prints.
+int64_t decode_weight_bytes(const gguf::File& file, const Hparams& hp);
 
 /// Splits each KV table entry between a fast tier of `fast_budget` bytes (≥ 0) and the slow
 /// tier: bytes_fast = min(total, budget), bytes_offloaded = the rest. On the CPU backend the
