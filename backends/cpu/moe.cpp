@@ -32,13 +32,24 @@ bool grouped(const MoeRouteParams& p) {
   return true;
 }
 
+/// Scratch of group_candidates, sized once per moe_route call.
+struct GroupScratch {
+  std::vector<float> gscore, part;  ///< [n_group] group scores; [group size] one group's scores
+  std::vector<int32_t> groups;      ///< [n_group] group ids
+  explicit GroupScratch(const MoeRouteParams& p)
+      : gscore(static_cast<size_t>(p.n_group)),
+        part(static_cast<size_t>(p.n_expert / p.n_group)),
+        groups(static_cast<size_t>(p.n_group)) {}
+};
+
 /// The ids of the experts in the p.n_group_used best groups of sel (MoeRouteParams), in
 /// ascending order, into idx (resized).
-void group_candidates(const MoeRouteParams& p, const std::vector<float>& sel,
+void group_candidates(const MoeRouteParams& p, const std::vector<float>& sel, GroupScratch& gs,
                       std::vector<int32_t>& idx) {
   const int64_t ng = p.n_group, size = p.n_expert / ng, top = p.group_top;
-  std::vector<float> gscore(static_cast<size_t>(ng)), part(static_cast<size_t>(size));
-  std::vector<int32_t> groups(static_cast<size_t>(ng));
+  std::vector<float>& gscore = gs.gscore;
+  std::vector<float>& part = gs.part;
+  std::vector<int32_t>& groups = gs.groups;
   for (int64_t g = 0; g < ng; ++g) {
     std::copy_n(sel.begin() + g * size, size, part.begin());
     std::partial_sort(part.begin(), part.begin() + top, part.end(), std::greater<float>());
@@ -72,6 +83,7 @@ void moe_route(const float* logits, int64_t n, const MoeRouteParams& p, int32_t*
                                 "} f32");
   const float* bias = b ? static_cast<const float*>(b->data) : nullptr;
   const bool by_group = grouped(p);
+  GroupScratch gs(p);
   std::vector<float> score(static_cast<size_t>(ne)), sel(static_cast<size_t>(ne));
   std::vector<int32_t> idx(static_cast<size_t>(ne));
   for (int64_t r = 0; r < n; ++r) {
@@ -84,7 +96,7 @@ void moe_route(const float* logits, int64_t n, const MoeRouteParams& p, int32_t*
     for (int64_t e = 0; e < ne; ++e)
       sel[size_t(e)] = bias ? score[size_t(e)] + bias[e] : score[size_t(e)];
     if (by_group) {
-      group_candidates(p, sel, idx);
+      group_candidates(p, sel, gs, idx);
     } else {
       idx.resize(size_t(ne));
       for (int64_t e = 0; e < ne; ++e) idx[size_t(e)] = int32_t(e);

@@ -10,11 +10,21 @@
 
 namespace kvrun {
 
+namespace {
+
+/// Whether t is a mixture of experts' 3-D expert tensor (ne[2] = n_expert matrices), of which a
+/// token reads n_expert_used.
+bool is_expert_tensor(const gguf::TensorInfo& t, const Hparams& hp) {
+  return hp.n_expert > 0 && t.n_dims == 3 && t.ne[2] == hp.n_expert;
+}
+
+}  // namespace
+
 int64_t decode_weight_bytes(const gguf::File& file, const Hparams& hp) {
   int64_t total = 0, embd = 0;
   bool has_output = false;
   for (const gguf::TensorInfo& t : file.tensors()) {
-    const bool experts = hp.n_expert > 0 && t.n_dims == 3 && t.ne[2] == hp.n_expert;
+    const bool experts = is_expert_tensor(t, hp);
     total += experts ? int64_t(t.n_bytes) / hp.n_expert * hp.n_expert_used : int64_t(t.n_bytes);
     if (t.name == "token_embd.weight") embd = int64_t(t.n_bytes);
     if (t.name == "output.weight") has_output = true;
@@ -47,8 +57,7 @@ ModelInfo describe_model(const gguf::File& file, int64_t n_ctx, int64_t block_si
     int64_t elems = 1;
     for (int d = 0; d < t.n_dims; ++d) elems *= t.ne[d];
     mi.n_params += elems;
-    // An expert tensor (ne[2] = n_expert matrices): a token reads n_expert_used of them.
-    const bool experts = mi.hp.n_expert > 0 && t.n_dims == 3 && t.ne[2] == mi.hp.n_expert;
+    const bool experts = is_expert_tensor(t, mi.hp);
     mi.n_params_active += experts ? elems / mi.hp.n_expert * mi.hp.n_expert_used : elems;
     all_data = all_data && t.data != nullptr;
   }
