@@ -234,7 +234,8 @@ void quantize_block_iq4_xs(const float* x, block_iq4_xs* y) {
 /// midpoints 0.5, 1.5, 2.5, 3.5, 5, 7, 10 that |v| exceeds gives the magnitude's index 0..7; a
 /// negative v takes the index 8 higher (kvalues_mxfp4 holds −L at the index of L plus 8), except 0.
 /// NaN gives 0. Same result as the 16-level search |v − L| < best for every float with |v| < 16
-/// (tests/test_quants_legacy.cpp checks the two agree; quantize_block_mxfp4 only asks that range).
+/// (tests/test_quants_iq.cpp Mxfp4EqualsLevelSearch checks the two agree; quantize_block_mxfp4
+/// only asks that range).
 int nearest_mxfp4(float v) {
   const float a = std::fabs(v);
   const int m = int(a > 0.5f) + int(a > 1.5f) + int(a > 2.5f) + int(a > 3.5f) + int(a > 5.0f) +
