@@ -23,31 +23,47 @@ namespace {
 /// 8 lane accumulators of one half fill half the 16 ymm registers (a whole group's 16 would
 /// spill), so a group is two passes over its blocks; the first streams the weights from memory
 /// (prefetched kPrefetchAhead ahead), the second finds them in cache.
+inline void q8_0_half_block(const uint8_t* g, int half, const block_q8_0& xb, __m256* acc) {
+  const __m256i flip = _mm256_set1_epi8(char(0x80)), ones = _mm256_set1_epi16(1);
+  const __m256 dw =
+      _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 16 * half)));
+  const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(h2f(xb.d)));
+  for (int i = 0; i < 8; ++i) {
+    const __m256i w = _mm256_xor_si256(load256(g + 32 + 64 * i + 32 * half), flip);
+    const __m256i xv = _mm256_broadcastd_epi32(_mm_loadu_si32(xb.qs + 4 * i));
+    const __m256i p = _mm256_madd_epi16(
+        _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xv, w)), ones);
+    acc[i] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[i]);
+  }
+}
+
+/// fold8 per lane of a half: (v0+v4 + v2+v6) + (v1+v5 + v3+v7).
+inline __m256 fold8_lanes(const __m256* acc) {
+  __m256 t[4];
+  for (int i = 0; i < 4; ++i) t[i] = _mm256_add_ps(acc[i + 4], acc[i]);
+  return _mm256_add_ps(_mm256_add_ps(t[0], t[2]), _mm256_add_ps(t[1], t[3]));
+}
+
 inline void packed_q8_0_half(int64_t nb, const uint8_t* g, int half, const uint8_t* x, float* y) {
   __m256 acc[8];
   for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
-  const __m256i flip = _mm256_set1_epi8(char(0x80)), ones = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < nb; ++b, g += 544)
+    q8_0_half_block(g, half, block_at<block_q8_0>(x, 0, 0, b), acc);
+  _mm256_storeu_ps(y + 8 * half, fold8_lanes(acc));
+}
+
+inline void packed_q8_0_group_decode(int64_t nb, const uint8_t* g, const uint8_t* x, float* y) {
+  __m256 acc[2][8];
+  for (int h = 0; h < 2; ++h)
+    for (int i = 0; i < 8; ++i) acc[h][i] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b, g += 544) {
-    if (half == 0)
-      for (int l = 0; l < 544; l += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(g) + kPrefetchAhead + l, _MM_HINT_T0);
+    for (int l = 0; l < 544; l += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(g) + kPrefetchAhead + l, _MM_HINT_T0);
     const block_q8_0& xb = block_at<block_q8_0>(x, 0, 0, b);
-    const __m256 dw =
-        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 16 * half)));
-    const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(h2f(xb.d)));
-    for (int i = 0; i < 8; ++i) {
-      const __m256i w = _mm256_xor_si256(load256(g + 32 + 64 * i + 32 * half), flip);
-      const __m256i xv = _mm256_broadcastd_epi32(_mm_loadu_si32(xb.qs + 4 * i));
-      const __m256i p = _mm256_madd_epi16(
-          _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xv, w)), ones);
-      acc[i] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[i]);
-    }
+    q8_0_half_block(g, 0, xb, acc[0]);
+    q8_0_half_block(g, 1, xb, acc[1]);
   }
-  // fold8 per lane: (v0+v4 + v2+v6) + (v1+v5 + v3+v7)
-  __m256 t[4];
-  for (int i = 0; i < 4; ++i) t[i] = _mm256_add_ps(acc[i + 4], acc[i]);
-  _mm256_storeu_ps(y + 8 * half,
-                   _mm256_add_ps(_mm256_add_ps(t[0], t[2]), _mm256_add_ps(t[1], t[3])));
+  for (int h = 0; h < 2; ++h) _mm256_storeu_ps(y + 8 * h, fold8_lanes(acc[h]));
 }
 
 /// The 16-value sub-block j's scales of rows 8·half .. 8·half+7 of a packed q6_K super-block
@@ -158,10 +174,9 @@ inline void packed_q6_K_half_decode(int64_t nb, const uint8_t* g, int half, cons
   __m256 acc[8];
   for (int l = 0; l < 8; ++l) acc[l] = _mm256_setzero_ps();
   const __m256i m32 = _mm256_set1_epi8(32);
-  for (int64_t b = 0; b < nb; ++b, g += 3360) {
-    if (half == 0)
-      for (int l = 0; l < 3360; l += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(g) + kPrefetchAhead + l, _MM_HINT_T0);
+  const char* pf = reinterpret_cast<const char*>(g) + kPrefetchAheadL2 + half * nb * 1680;
+  for (int64_t b = 0; b < nb; ++b, g += 3360, pf += 1680) {
+    for (int l = 0; l < 1680; l += 64) _mm_prefetch(pf + l, _MM_HINT_T1);
     alignas(32) __m256i sc[16];
     for (int j = 0; j < 16; ++j) sc[j] = q6_K_half_scales_both(g, j, half);
     const block_q8_K& xb = block_at<block_q8_K>(x, 0, 0, b);
@@ -355,6 +370,10 @@ void packed_q8_0_q8_0(int64_t n, const void* wp, int64_t ngroups, const void* x,
   const uint8_t* xb = static_cast<const uint8_t*>(x);
   for (int64_t gi = 0; gi < ngroups; ++gi) {
     const uint8_t* g = static_cast<const uint8_t*>(wp) + size_t(gi) * size_t(nb) * 544;
+    if (nx == 1) {
+      packed_q8_0_group_decode(nb, g, xb, y + gi * 16);
+      continue;
+    }
     for (int64_t j = 0; j < nx; ++j)
       for (int half = 0; half < 2; ++half)
         packed_q8_0_half(nb, g, half, xb + size_t(j) * xs, y + gi * 16 + size_t(j) * ys);
