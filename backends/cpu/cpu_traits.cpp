@@ -190,7 +190,7 @@ std::array<Table, kLevels> build_tables() {
       avx512::packed_fast_mxfp4_q8_0;
   // q4_K has no avx512 form yet: the avx512 level runs the avx2 one (an AVX-512 CPU has AVX2; the
   // same floats), 3× the unpacked tile's decode rate on a 2048 × 24576 matrix.
-  row_of(tables[size_t(CpuLevel::avx512)], DType::Q4_K).packed_tile = avx2::packed_q4_K_q8_K;
+  row_of(tables[size_t(CpuLevel::avx512)], DType::Q4_K).packed_tile = avx512::packed_q4_K_q8_K;
 #endif
 #if defined(__aarch64__)
   KVRUN_APPLY_SIMD(tables[size_t(CpuLevel::neon)], neon);  // no packed kernels (pack.h)

@@ -1151,6 +1151,10 @@ void packed_q6_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x,
 }
 #endif
 
+#ifdef __AVX512F__
+#include "cpu/x86/packed_q4k_avx512.inl"  // q4_K, one zmm per 16-row group
+#endif
+
 #endif
 
 #ifndef __AVX512F__
