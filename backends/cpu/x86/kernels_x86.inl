@@ -449,8 +449,8 @@ inline V16 cvt16(I16 a) { return {_mm256_cvtepi32_ps(a.lo), _mm256_cvtepi32_ps(a
 /// ahead of the hardware prefetcher gave +10% tokens/s on llama3.2-1b Q4_0 here (1 KiB: +8%).
 constexpr int kPrefetchAhead = 4096;
 
-/// Bytes ahead that the q6_K decode form prefetches, into L2 (_MM_HINT_T1): its two passes over
-/// a group take more compute per byte than the other types, and 4 KiB into L1 left the stream
+/// Bytes ahead that the avx2 q6_K decode form prefetches, into L2 (_MM_HINT_T1): its two passes
+/// over a group take more compute per byte than the other types, and 4 KiB into L1 left the stream
 /// at 12-13 GB/s on one core from DRAM where 16 KiB into L2 gave 19-21 (kvrun_bench
 /// matmul/q6_K/avx2-packed/dram_65536x2048, medians of 3, 2026-11-26).
 constexpr int kPrefetchAheadL2 = 16384;

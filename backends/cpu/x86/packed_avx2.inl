@@ -5,24 +5,24 @@
 //
 // Common shape: 8 rows (one ymm of int32 / float lanes, a row per lane) of a 16-row group per
 // pass, "half" 0 or 1; the scalar code's 8 float lanes per row are 8 ymm accumulators, so a
-// whole group (16) would not fit the 16 ymm registers. A group is two passes over its blocks:
-// the first streams the weights from memory (prefetched kPrefetchAhead ahead in the decode
-// form), the second finds them in cache.
+// whole group (16) would not fit the 16 ymm registers. The prefill forms make two passes over a
+// group's blocks, the second finding them in cache. The decode forms of q8_0 and q4_K make one
+// pass, both halves of each block back to back (the accumulators of the other half spill to L1,
+// which costs less than leaving memory idle during a second pass); q6_K's decode form keeps two
+// passes and spreads its prefetches over both (kPrefetchAheadL2).
 #ifndef KVRUN_SIMD_NS
 #error "included by kernels_x86.inl only"
 #endif
 
 namespace {
 
-/// The avx2 form of packed_q8_0_group: rows 8·h .. 8·h+7 (h = half, 0 or 1) of one packed q8_0
-/// group against one activation row x (q8_0): y[8·h + r]. Same order, lane by lane: 8 float
-/// lanes per row (q8_0 lane i: elements 4i..4i+3 of each block), lane = fma(d_w·d_x, Σ, lane),
-/// fold8 at the end. Without VNNI the stored q + 128 would overflow VPMADDUBSW's int16 pair sums,
-/// so each 32-byte half-chunk is flipped back to signed q (XOR 0x80) and multiplied by the sign
-/// trick (|q| times x with q's sign): pair sums ≤ 2·128·127, exact, like q8_0_q8_0_tile. The
-/// 8 lane accumulators of one half fill half the 16 ymm registers (a whole group's 16 would
-/// spill), so a group is two passes over its blocks; the first streams the weights from memory
-/// (prefetched kPrefetchAhead ahead), the second finds them in cache.
+/// One q8_0 block of the avx2 form of packed_q8_0_group: rows 8·half .. 8·half+7 of the packed
+/// q8_0 block at `g` (pack.h, 544 bytes) against the activation block xb, added to the 8 float
+/// lanes acc[0..7] (a row per ymm lane). Same order as q8_0_q8_0_tile, lane by lane: lane i holds
+/// elements 4i..4i+3 of each block, lane = fma(d_w·d_x, Σ, lane). Without VNNI the stored q + 128
+/// would overflow VPMADDUBSW's int16 pair sums, so each 32-byte half-chunk is flipped back to
+/// signed q (XOR 0x80) and multiplied by the sign trick (|q| times x with q's sign): pair sums ≤
+/// 2·128·127, exact.
 inline void q8_0_half_block(const uint8_t* g, int half, const block_q8_0& xb, __m256* acc) {
   const __m256i flip = _mm256_set1_epi8(char(0x80)), ones = _mm256_set1_epi16(1);
   const __m256 dw =
@@ -44,6 +44,8 @@ inline __m256 fold8_lanes(const __m256* acc) {
   return _mm256_add_ps(_mm256_add_ps(t[0], t[2]), _mm256_add_ps(t[1], t[3]));
 }
 
+/// Rows 8·half .. 8·half+7 of one packed q8_0 group (nb blocks from g) against one activation row
+/// x: y[8·half + r], fold8 of the lanes at the end (the prefill form: one call per row and half).
 inline void packed_q8_0_half(int64_t nb, const uint8_t* g, int half, const uint8_t* x, float* y) {
   __m256 acc[8];
   for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
@@ -52,6 +54,10 @@ inline void packed_q8_0_half(int64_t nb, const uint8_t* g, int half, const uint8
   _mm256_storeu_ps(y + 8 * half, fold8_lanes(acc));
 }
 
+/// The decode form: the 16 rows of one packed q8_0 group against one activation row x: y[0..15],
+/// one pass over the blocks, both halves of each back to back, prefetched kPrefetchAhead ahead
+/// (the pass per half it replaces left memory idle during the second: llama3.2-1b Q8_0 tg64
+/// 1.17×, KVRUN_CPU=avx2, interleaved A/B, docs/benchmarks.md). Same floats as packed_q8_0_half.
 inline void packed_q8_0_group_decode(int64_t nb, const uint8_t* g, const uint8_t* x, float* y) {
   __m256 acc[2][8];
   for (int h = 0; h < 2; ++h)
@@ -167,8 +173,11 @@ inline __m256i q6_K_half_scales_both(const uint8_t* g, int j, int half) {
 /// the 4 lanes it feeds (4-10% less CPU time than a loop over lanes that reloaded them,
 /// kvrun_bench q6_K avx2-packed n1 t1). Fully unrolled, the formulation was 1.5-1.6× the
 /// speed of packed_q6_K_half<1> on ffn_up 8192×2048 (kvrun_bench, 1 thread); for prefill
-/// (C ≥ 2) the same formulation was 5-10% slower than packed_q6_K_half's, so that one stays. The
-/// first half prefetches kPrefetchAhead ahead.
+/// (C ≥ 2) the same formulation was 5-10% slower than packed_q6_K_half's, so that one stays.
+/// Both halves prefetch, each half the bytes of a block, kPrefetchAheadL2 ahead of the stream's
+/// position in the group (half 0 at block b: byte b·1680, half 1: (nb + b)·1680), into L2: with
+/// the first half alone prefetching 4 KiB ahead into L1, memory idled during the second half.
+/// (A one-pass form, as q8_0's and q4_K's, measured 0.8-0.9× this one here.)
 inline void packed_q6_K_half_decode(int64_t nb, const uint8_t* g, int half, const uint8_t* x,
                                     float* y) {
   __m256 acc[8];
@@ -362,8 +371,8 @@ inline void packed_q4_K_group_decode(int64_t nb, const uint8_t* g, const uint8_t
 
 }  // namespace
 
-// Without VNNI: each activation row, each half group (packed_q8_0_half); xoff is not needed
-// (the weights are flipped back to signed bytes).
+// Without VNNI: one activation row in one pass (packed_q8_0_group_decode), more rows each row and
+// half group (packed_q8_0_half); xoff is not needed (the weights are flipped back to signed bytes).
 void packed_q8_0_q8_0(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
                       const int32_t* /*xoff*/, int64_t nx, float* y, size_t ys) {
   const int64_t nb = n / 32;

@@ -82,8 +82,8 @@ inline void packed_q4_K_group512(int64_t nb, const uint8_t* g, const uint8_t* x,
             _mm512_set1_epi32(int32_t((uint32_t(s0) & 0xFFFF) | (uint32_t(s1) << 16)));
         // lane: m_2k·s0 + m_2k+1·s1 (m_2k in the low int16 half, m_2k+1 in the high one)
         const __m512i mpair = _mm512_mask_blend_epi16(0xAAAAAAAAu, mn[2 * k], mn[2 * k + 1]);
-        acc_m[c][k] = _mm512_fmadd_ps(dmin, _mm512_maskz_cvtepi32_ps(kAll16, _mm512_madd_epi16(mpair, spair)),
-                                      acc_m[c][k]);
+        acc_m[c][k] = _mm512_fmadd_ps(
+            dmin, _mm512_maskz_cvtepi32_ps(kAll16, _mm512_madd_epi16(mpair, spair)), acc_m[c][k]);
       }
     }
 #pragma GCC unroll 8
