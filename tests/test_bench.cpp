@@ -4,6 +4,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cctype>
+#include <map>
+#include <sstream>
+#include <string>
+
 #include "gguf.h"
 #include "test_util.h"
 
@@ -87,6 +92,54 @@ TEST(BenchCli, TableNamesTheTests) {
   for (const char* s :
        {"| model", "t/s", "stories260K-F32", "pp16 ", "tg8 ", "pp16 @ d32", "tg8 @ d32", " ± "})
     EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+}
+
+// KVRUN_PROFILE=1: the CPU backend's per-op table on stderr (backends/cpu/op_profile.h), its
+// rows the ops a llama step runs with their weight / KV types, the total line the sum of the
+// rows' calls; without the variable, no table.
+TEST(BenchCli, ProfileTablePerOpOnStderr) {
+  KVRUN_REQUIRE_FIXTURE(kModel);
+  const std::string cmd = test::kvrun_binary() + " bench -m " + test::fixture(kModel).string() +
+                          " -t 1 -p 16 -n 8 -r 1";
+  const auto r = test::run_command("KVRUN_PROFILE=1 " + cmd);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const size_t head = r.err.find("op (KVRUN_PROFILE)");
+  ASSERT_NE(head, std::string::npos) << r.err;
+  std::istringstream in(r.err.substr(head));
+  std::string line;
+  std::getline(in, line);  // the header
+  std::map<std::string, int64_t> calls;
+  int64_t sum = 0, total = -1;
+  while (std::getline(in, line)) {
+    std::istringstream f(line);
+    std::string op, detail;
+    f >> op;
+    if (op == "total") {
+      f >> total;
+      break;
+    }
+    // "op detail calls ..." or "op calls ...": the detail is not a number.
+    std::string second;
+    f >> second;
+    int64_t n = 0;
+    if (!second.empty() && std::isdigit(static_cast<unsigned char>(second[0]))) {
+      n = std::stoll(second);
+    } else {
+      detail = second;
+      f >> n;
+    }
+    calls[op + (detail.empty() ? "" : " " + detail)] = n;
+    sum += n;
+  }
+  EXPECT_EQ(total, sum) << r.err;
+  for (const char* op : {"matmul f32", "paged_attention f16/f16", "kv_store f16/f16", "rms_norm",
+                         "rope", "glu"})
+    EXPECT_GT(calls[op], 0) << op << "\n" << r.err;
+  // 5 layers: RMSNorm twice per layer and once at the end, per step, in every step.
+  EXPECT_EQ(calls["rms_norm"] % 11, 0) << r.err;
+  const auto quiet = test::run_command(cmd);
+  ASSERT_EQ(quiet.exit_code, 0) << quiet.err;
+  EXPECT_EQ(quiet.err.find("KVRUN_PROFILE"), std::string::npos) << quiet.err;
 }
 
 TEST(BenchCli, DepthThatDoesNotFitIsAnError) {

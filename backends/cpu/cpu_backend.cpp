@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <new>
@@ -17,6 +18,7 @@
 #include "cpu/cpu_traits.h"
 #include "cpu/matmul.h"
 #include "cpu/moe.h"
+#include "cpu/op_profile.h"
 #include "cpu/ops.h"
 #include "cpu/pack.h"
 #include "cpu/paged_attention.h"
@@ -76,8 +78,34 @@ bool is_kv_type(DType t) {
          std::end(kKvCacheTypes);
 }
 
+/// The weight type's name for OpTimer labels.
+std::string type_label(DType t) { return traits(t).name; }
+
+/// Bytes of a weight's rows (all of them: a matmul reads each once).
+int64_t weight_bytes(const Tensor& w) { return int64_t(w.nb[1]) * w.ne[1] * w.ne[2] * w.ne[3]; }
+
+/// Bytes of the experts of the 3-D weight w that `ids` (n_pairs of them) name, each once.
+int64_t expert_bytes(const Tensor& w, const int32_t* ids, int64_t n_pairs) {
+  std::vector<bool> seen(size_t(w.ne[2]), false);
+  int64_t n = 0;
+  for (int64_t i = 0; i < n_pairs; ++i)
+    if (ids[i] >= 0 && ids[i] < w.ne[2] && !seen[size_t(ids[i])]) {
+      seen[size_t(ids[i])] = true;
+      ++n;
+    }
+  return n * int64_t(w.nb[2]);
+}
+
+/// Ops are timed (op_profile.h) when KVRUN_PROFILE is set; the table goes to stderr when the
+/// backend is destroyed.
 class CpuBackend final : public Backend {
  public:
+  ~CpuBackend() override {
+    if (!op_profile_enabled()) return;
+    const std::string r = op_profile_report();
+    if (!r.empty()) std::fprintf(stderr, "%s", r.c_str());
+    op_profile_reset();
+  }
   CpuBackend(Device& dev, int n_threads)
       : dev_(dev), pool_(n_threads > 0 ? n_threads : physical_cores()) {}
   Device& device() const override { return dev_; }
@@ -97,16 +125,25 @@ class CpuBackend final : public Backend {
   const int32_t* positions() const override { return pt_.pos; }
 
   void get_rows(const Tensor& table, const int32_t* ids, int64_t n, float* out) override {
+    OpTimer t("get_rows", type_label(table.type));
     cpu::get_rows(table, ids, n, out);
   }
   void rms_norm(const float* x, const Tensor* w, float* y, int64_t rows, int64_t cols,
                 float eps) override {
+    OpTimer t("rms_norm");
     cpu::rms_norm(x, w ? static_cast<const float*>(w->data) : nullptr, y, rows, cols, eps);
   }
   void matmul(const Tensor& w, const float* x, int64_t n, float* y) override {
+    OpTimer t("matmul", type_label(w.type), weight_bytes(w));
     cpu::matmul(pool_, w, x, n, y);
   }
   void matmul_many(const MatmulOut* outs, int n_outs, const float* x, int64_t n) override {
+    OpTimer t("matmul_many", n_outs > 0 ? type_label(outs[0].w->type) : "");
+    if (t.on()) {
+      int64_t b = 0;
+      for (int i = 0; i < n_outs; ++i) b += weight_bytes(*outs[i].w);
+      t.set_weight_bytes(b);
+    }
     // One call (activations converted once, one pool job) when the weights pair with the same
     // activation type, else one call each.
     bool same = true;
@@ -120,10 +157,12 @@ class CpuBackend final : public Backend {
   }
   void rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim,
             const RopeConfig& cfg) override {
+    OpTimer t("rope");
     cpu::rope(x, n, n_heads, head_dim, pt_.pos, cfg);
   }
   void glu(GluKind kind, const float* gate, const float* up, float* out, int64_t rows,
            int64_t cols) override {
+    OpTimer t("glu");
     if (kind == GluKind::kGeGlu)
       cpu::geglu(gate, up, out, rows, cols);
     else if (kind == GluKind::kSwiGluOai)
@@ -131,13 +170,23 @@ class CpuBackend final : public Backend {
     else
       cpu::swiglu(gate, up, out, rows, cols);
   }
-  void add(float* y, const float* x, int64_t n) override { cpu::add(y, x, n); }
+  void add(float* y, const float* x, int64_t n) override {
+    OpTimer t("add");
+    cpu::add(y, x, n);
+  }
   void add_row(float* y, const Tensor& row, int64_t rows, int64_t cols) override {
+    OpTimer t("add_row");
     const float* b = static_cast<const float*>(row.data);
     for (int64_t r = 0; r < rows; ++r) cpu::add(y + r * cols, b, cols);
   }
-  void scale(float* x, int64_t n, float s) override { cpu::scale(x, n, s); }
-  void softcap(float* x, int64_t n, float cap) override { cpu::softcap(x, n, cap); }
+  void scale(float* x, int64_t n, float s) override {
+    OpTimer t("scale");
+    cpu::scale(x, n, s);
+  }
+  void softcap(float* x, int64_t n, float cap) override {
+    OpTimer t("softcap");
+    cpu::softcap(x, n, cap);
+  }
   void copy_cols(const float* src, int64_t rows, int64_t cols, int64_t c0, int64_t n,
                  float* dst) override {
     for (int64_t r = 0; r < rows; ++r) std::copy_n(src + r * cols + c0, n, dst + r * n);
@@ -149,10 +198,12 @@ class CpuBackend final : public Backend {
   }
   void kv_store(const KvLayer& kv, const PagedAttnParams& p, const float* k,
                 const float* v) override {
+    OpTimer t("kv_store", type_label(kv.k_type) + "/" + type_label(kv.v_type));
     paged_kv_store(kv, p, seqs_.data(), int64_t(seqs_.size()), k, v);
   }
   void paged_attention(const KvLayer& kv, const PagedAttnParams& p, const float* q,
                        float* out) override {
+    OpTimer t("paged_attention", type_label(kv.k_type) + "/" + type_label(kv.v_type));
     cpu::paged_attention(pool_, kv, p, seqs_.data(), int64_t(seqs_.size()), q, out);
   }
   void upload(void* dst, const void* host, size_t bytes) override { std::memcpy(dst, host, bytes); }
@@ -166,11 +217,14 @@ class CpuBackend final : public Backend {
 
   void moe_route(const float* logits, int64_t n, const MoeRouteParams& p, int32_t* ids,
                  float* weights) override {
+    OpTimer t("moe_route");
     cpu::moe_route(logits, n, p, ids, weights);
   }
   void matmul_id(const Tensor& w, const float* x, bool x_per_slot, const int32_t* ids,
                  const float* weights, int64_t n, int64_t n_used, float* y,
                  const Tensor* bias) override {
+    OpTimer t("matmul_id", type_label(w.type));
+    if (t.on()) t.set_weight_bytes(expert_bytes(w, ids, n * n_used));
     const int64_t m = w.ne[1];
     if (bias && (bias->type != DType::F32 || bias->ne[0] != m || bias->ne[1] != w.ne[2]))
       throw std::invalid_argument("matmul_id: the bias must be f32 [m, n_expert]");
@@ -186,12 +240,17 @@ class CpuBackend final : public Backend {
 
   void layer_norm(const float* x, const Tensor* w, const Tensor* b, float* y, int64_t rows,
                   int64_t cols, float eps) override {
+    OpTimer t("layer_norm");
     cpu::layer_norm(x, w ? static_cast<const float*>(w->data) : nullptr,
                     b ? static_cast<const float*>(b->data) : nullptr, y, rows, cols, eps);
   }
-  void gelu(const float* x, float* y, int64_t n) override { cpu::gelu(x, y, n); }
+  void gelu(const float* x, float* y, int64_t n) override {
+    OpTimer t("gelu");
+    cpu::gelu(x, y, n);
+  }
   void attention(const AttnParams& p, const float* q, const float* k, const float* v,
                  float* out) override {
+    OpTimer t("attention");
     cpu::encoder_attention(pool_, p, seqs_.data(), int64_t(seqs_.size()), q, k, v, out);
   }
 
