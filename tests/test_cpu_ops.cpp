@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -393,6 +394,25 @@ TEST(ThreadPool, SpinningAndSleepingWorkersRunEveryJobOnce) {
     ThreadPool spinning(threads);
     spinning.run(8, [](int64_t, int64_t) {});  // destroyed while its workers still spin
   }
+}
+
+// Chunks are taken from a shared counter: while the calling thread is held up in its first
+// chunk, the worker takes all the others (with one fixed chunk per thread the worker would have
+// run half the range and then waited). Every index still runs once.
+TEST(ThreadPool, ASlowThreadTakesFewerChunks) {
+  ThreadPool pool(2);
+  const auto caller = std::this_thread::get_id();
+  std::vector<int> hits(64, 0);
+  std::atomic<int> caller_chunks{0}, chunks{0};
+  pool.run(int64_t(hits.size()), [&](int64_t b, int64_t e) {
+    ++chunks;
+    if (std::this_thread::get_id() == caller && caller_chunks++ == 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    for (int64_t i = b; i < e; ++i) ++hits[size_t(i)];
+  });
+  for (int h : hits) EXPECT_EQ(h, 1);
+  EXPECT_GT(chunks.load(), 2) << "more chunks than threads";
+  EXPECT_EQ(caller_chunks.load(), 1) << "the worker should have taken every other chunk";
 }
 
 }  // namespace

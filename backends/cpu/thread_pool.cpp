@@ -46,28 +46,37 @@ ThreadPool::~ThreadPool() {
 void ThreadPool::run(int64_t n, const Job& job, int64_t min_chunk) {
   if (n <= 0) return;
   const int64_t max_chunks = std::max<int64_t>(1, n / std::max<int64_t>(1, min_chunk));
-  const int n_chunks = int(std::min<int64_t>(n_threads_, max_chunks));
-  if (n_chunks == 1) {
+  const int n_chunks = int(std::min<int64_t>(int64_t(n_threads_) * kChunksPerThread, max_chunks));
+  if (n_chunks == 1 || n_threads_ == 1) {
     job(0, n);
     return;
   }
+  const int helpers = std::min(n_chunks, n_threads_) - 1;  // workers that take part
   {
     std::lock_guard<std::mutex> lock(mu_);
     job_ = &job;
     n_ = n;
     n_chunks_ = n_chunks;
-    pending_.store(n_chunks - 1, std::memory_order_relaxed);
+    helpers_ = helpers;
+    next_.store(0, std::memory_order_relaxed);
+    pending_.store(helpers, std::memory_order_relaxed);
     generation_.fetch_add(1, std::memory_order_release);
     if (sleepers_ > 0) wake_.notify_all();
   }
-  int64_t begin, end;
-  chunk_bounds(n, n_chunks, 0, &begin, &end);
-  job(begin, end);
+  take_chunks(job, n, n_chunks);
   for (int i = 0; i < kSpinIters && pending_.load(std::memory_order_acquire) != 0; ++i)
     spin_step(i);
   if (pending_.load(std::memory_order_acquire) != 0) {
     std::unique_lock<std::mutex> lock(mu_);
     done_.wait(lock, [this] { return pending_.load(std::memory_order_acquire) == 0; });
+  }
+}
+
+void ThreadPool::take_chunks(const Job& job, int64_t n, int n_chunks) {
+  for (int i; (i = next_.fetch_add(1, std::memory_order_relaxed)) < n_chunks;) {
+    int64_t begin, end;
+    chunk_bounds(n, n_chunks, i, &begin, &end);
+    job(begin, end);
   }
 }
 
@@ -82,7 +91,7 @@ void ThreadPool::worker_loop(int index) {
       spin_step(i);
     const Job* job;
     int64_t n;
-    int n_chunks;
+    int n_chunks, helpers;
     {
       std::unique_lock<std::mutex> lock(mu_);
       ++sleepers_;
@@ -96,11 +105,10 @@ void ThreadPool::worker_loop(int index) {
       job = job_;
       n = n_;
       n_chunks = n_chunks_;
+      helpers = helpers_;
     }
-    if (index < n_chunks) {
-      int64_t begin, end;
-      chunk_bounds(n, n_chunks, index, &begin, &end);
-      (*job)(begin, end);
+    if (index <= helpers) {
+      take_chunks(*job, n, n_chunks);
       if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
         std::lock_guard<std::mutex> lock(mu_);  // the caller may be about to wait
         done_.notify_one();

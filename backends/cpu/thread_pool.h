@@ -2,9 +2,13 @@
 //
 // The workers are created once and sleep on a condition variable between jobs, so an op costs a
 // wake-up, never a thread creation. A job is a function of (begin, end) over a 1-D index range
-// (rows of a matmul, (token, head) pairs of attention); the range is split into one contiguous
-// chunk per thread, so which thread computes which index never depends on timing and results
-// are reproducible. The calling thread takes the first chunk itself.
+// (rows of a matmul, (token, head) pairs of attention); the range is split into up to
+// kChunksPerThread contiguous chunks per thread, which the threads (the caller among them) take
+// in turn from an atomic counter, so a thread slowed by other work on its core takes fewer
+// chunks instead of holding the others at the end of the job (with one chunk per thread, the
+// waiting showed as sched_yield in profiles of MoE decode on a busy 2-core machine). Which thread
+// computes an index then depends on timing; the result of an index must not (every job computes
+// each index on its own, so results stay reproducible).
 //
 // Waiting: between jobs a worker polls an atomic job counter kSpinIters times (a few pause
 // hints, then sched_yield, so that a waiting thread hands its core to any runnable thread when
@@ -42,13 +46,16 @@ class ThreadPool {
   /// Threads that take part in a job (workers + the caller).
   int size() const { return n_threads_; }
 
-  /// Runs `job` over [0, n) split into at most size() contiguous chunks (fewer when n is small
-  /// or `min_chunk` asks for bigger chunks) and waits for all of them. Exceptions from chunks
+  /// Runs `job` over [0, n) split into at most kChunksPerThread · size() contiguous chunks (fewer
+  /// when n is small or `min_chunk` asks for bigger chunks), taken by the threads in turn, and
+  /// waits for all of them. Exceptions from chunks
   /// run by workers terminate the program; kernels do not throw.
   void run(int64_t n, const Job& job, int64_t min_chunk = 1);
 
  private:
   void worker_loop(int index);
+  /// Takes chunks of the current job from next_ and runs them until none is left.
+  void take_chunks(const Job& job, int64_t n, int n_chunks);
 
   int n_threads_ = 1;
   std::vector<std::thread> workers_;
@@ -58,12 +65,16 @@ class ThreadPool {
   /// Polls of a waiting thread before it sleeps (64 pauses, then yields of ~1 µs each when the
   /// core is otherwise idle).
   static constexpr int kSpinIters = 1 << 10;
+  /// Chunks per thread of a job (when it has that many indices and min_chunk allows).
+  static constexpr int kChunksPerThread = 4;
 
   const Job* job_ = nullptr;  ///< the job of generation_ (written under mu_)
   int64_t n_ = 0;
   int n_chunks_ = 0;
+  int helpers_ = 0;                      ///< workers 1..helpers_ take part in the current job
+  std::atomic<int> next_{0};             ///< the next chunk of the current job to take
   std::atomic<uint64_t> generation_{0};  ///< incremented (under mu_) when a job is posted
-  std::atomic<int> pending_{0};          ///< worker chunks of the current job not yet done
+  std::atomic<int> pending_{0};          ///< workers of the current job not yet done
   std::atomic<bool> stop_{false};
   int sleepers_ = 0;  ///< workers waiting on wake_ (under mu_)
 };
