@@ -19,7 +19,8 @@
 // so VPDPBUSD can multiply them by signed activations; the 128·Σx this adds is taken off, see
 // pack_act_offsets). Its dot keeps q8_0's lane order (vec_dot.h), so it too is bit-identical.
 // (The avx2 level, without VNNI, flips each 32 bytes back to signed q with one XOR and uses the
-// sign trick instead; it does not read the offsets.)
+// sign trick instead; it does not read the offsets. The neon level flips them back too and
+// multiplies signed by signed.)
 //
 // A q6_K matrix (k a multiple of 256) is packed in 3360-byte super-blocks (16 rows × 256
 // values, exactly 16 × q6_K's 210 bytes, so no more memory traffic than the plain rows):
@@ -78,8 +79,9 @@ bool pack_supported(const Tensor& w);
 
 /// True when `w` can be packed and the kernels of `level` have a packed kernel for its type:
 /// 2-D, contiguous rows, ne[1] % 16 == 0; q4_0, q8_0, mxfp4, q4_K and q6_K (ne[0] % 256 == 0 for
-/// the K-quants) at the avx2 and avx512 levels (q4_K: the avx2 kernel at both). False for a level
-/// this build has no kernels for. The layout does not depend on the level: a matrix packed for one
+/// the K-quants) at the avx2 and avx512 levels (q4_K: the avx2 kernel at both); q4_0, q8_0, q4_K
+/// and q6_K at the neon level (backends/cpu/arm/packed_neon.cpp). False for a level this build
+/// has no kernels for. The layout does not depend on the level: a matrix packed for one
 /// level is read by every level with a packed kernel for its type (and ignored by the others, which
 /// read the rows).
 bool pack_supported(const Tensor& w, CpuLevel level);
