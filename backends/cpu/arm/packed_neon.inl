@@ -73,6 +73,7 @@ inline void q4_0_block_sums(const uint8_t* g, const int8_t* const* xq, int32x4_t
     x0[c] = vld1q_s8(xq[c]);
     x1[c] = vld1q_s8(xq[c] + 16);
   }
+#pragma GCC unroll 4  // constant lanes: dot4_at's switch folds away
   for (int q = 0; q < 4; ++q)
     for (int k = 0; k < 4; ++k) {
       const uint8x16_t v = vld1q_u8(g + 32 + 64 * q + 16 * k);
@@ -166,6 +167,7 @@ inline void packed_q8_0_part(int64_t nb, const uint8_t* g, int k0, const uint8_t
       std::memcpy(&dx, xoff + (size_t(c) * size_t(nb) + size_t(b)) * 9 + 8, sizeof dx);
       for (int k = 0; k < R; ++k) d[c][k] = vmulq_n_f32(dw[k0 + k], dx);
     }
+#pragma GCC unroll 8  // constant lanes: dot4_at's switch folds away
     for (int i = 0; i < 8; ++i)
       for (int k = 0; k < R; ++k) {
         const int8x16_t w =
@@ -229,6 +231,7 @@ inline void packed_q6_K_part(int64_t nb, const uint8_t* g, int k, const uint8_t*
       qx[c] = xb.qs;
       d[c] = vmulq_n_f32(dw[k], xb.d);
     }
+#pragma GCC unroll 8  // constant lanes: dot4_at's switch folds away
     for (int l = 0; l < 8; ++l) {
       const int h = l / 4, i = l % 4;
       int32x4_t lane[C];
@@ -298,6 +301,7 @@ inline void packed_q4_K_part(int64_t nb, const uint8_t* g, int k, const uint8_t*
         accm[c][t] = vfmaq_f32(accm[c][t], dmin, vcvtq_f32_s32(m));
       }
     }
+#pragma GCC unroll 8  // constant lanes: dot4_at's switch folds away
     for (int i = 0; i < 8; ++i) {
       int32x4_t lane[C];
       for (int c = 0; c < C; ++c) lane[c] = vdupq_n_s32(0);
