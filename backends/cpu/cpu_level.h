@@ -12,7 +12,7 @@
 //   avx2    x86-64 with AVX2 + FMA + F16C
 //   avx512  the above + AVX512F/BW/VL + AVX512_VNNI
 //   neon    AArch64 (Armv8-A Advanced SIMD): the kernels of backends/cpu/arm/kernels_neon.h
-//           (packed q4_0/q8_0/q4_K/q6_K use SDOT when the CPU has it), the others are scalar
+//           (the packed-weight kernels use SDOT when the CPU has it), the others are scalar
 #pragma once
 
 #include <optional>

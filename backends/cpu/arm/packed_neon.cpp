@@ -53,6 +53,12 @@ void packed_q8_0_q8_0(int64_t n, const void* wp, int64_t ngroups, const void* x,
                                                                         nx, y, ys);
 }
 
+void packed_mxfp4_q8_0(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
+                       const int32_t* xoff, int64_t nx, float* y, size_t ys) {
+  (use_dotprod() ? dotprod::packed_mxfp4_q8_0 : plain::packed_mxfp4_q8_0)(n, wp, ngroups, x, xs,
+                                                                          xoff, nx, y, ys);
+}
+
 void packed_q4_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
                       const int32_t* xoff, int64_t nx, float* y, size_t ys) {
   (use_dotprod() ? dotprod::packed_q4_K_q8_K : plain::packed_q4_K_q8_K)(n, wp, ngroups, x, xs, xoff,

@@ -5,8 +5,9 @@
 // scalar reference's, in its order, so both give its floats bit for bit:
 //   * q4_0 against q8_0: repack_dot_q4_0_q8_0 (vec_dot.h): per block and row the whole 32-value
 //     integer dot, then acc = fma(float(isum), d_w·d_x, acc), one accumulator per row;
-//   * q8_0 against q8_0: vec_dot_q8_0_q8_0: per row 8 float lanes (lane i: values 4i..4i+3 of
-//     each block), lane = fma(d_w·d_x, float(Σ of its 4 products), lane), fold8 at the end;
+//   * q8_0 and mxfp4 against q8_0: vec_dot_q8_0_q8_0, vec_dot_mxfp4_q8_0: per row 8 float lanes
+//     (lane i: values 4i..4i+3 of each block), lane = fma(d_w·d_x, float(Σ of its 4 products),
+//     lane), fold8 at the end;
 //   * q6_K and q4_K against q8_K: vec_dot_q6_K_q8_K and vec_dot_q4_K_q8_K (8 integer lanes per
 //     super-block weighted by the integer sub-block scales, fused into 8 float lanes; q4_K's mins
 //     in 4 more), folded as they fold.
@@ -139,24 +140,57 @@ inline void packed_q4_0_group(int64_t nb, const uint8_t* g, const uint8_t* x, si
     for (int k = 0; k < 4; ++k) vst1q_f32(y + size_t(c) * ys + 4 * k, acc[c][k]);
 }
 
-// ---- q8_0 (544-byte blocks: 16 f16 scales, then 8 chunks of 64 bytes of q + 128) ----
+// ---- q8_0 and mxfp4: 8 lanes of 4 values per 32-value block ----
 
-/// Rows 4·k0 .. 4·(k0 + R) − 1 (R registers of 4 rows) of one packed q8_0 group against C
-/// activation rows (q8_0, xs bytes apart; xoff as for q4_0 but 9 per block, the scale at 8):
-/// y[c·ys + 4·k0 + r]. The stored q + 128 is flipped back to signed q (XOR 0x80), so the
-/// offsets are not read; each lane's Σ of 4 products is exact (|q·x| ≤ 128², four in int32).
-/// R·C ≤ 2 keeps the 8 lanes' float accumulators (8·R·C registers) in registers.
-template <int R, int C>
-inline void packed_q8_0_part(int64_t nb, const uint8_t* g, int k0, const uint8_t* x, size_t xs,
-                             const int32_t* xoff, float* y, size_t ys) {
+/// q8_0 (544-byte blocks: 16 f16 scales, then 8 chunks of 64 bytes of q + 128): lane i of 4
+/// rows is chunk i flipped back to signed q (XOR 0x80), so the offsets of xoff are not read.
+struct Q8_0Lanes {
+  static constexpr int kBlockBytes = 544;
+  static void scales(const uint8_t* g, float32x4_t* d) { load_scales16(g, d); }
+  static int8x16_t lane(const uint8_t* g, int i, int k) {
+    return vreinterpretq_s8_u8(veorq_u8(vld1q_u8(g + 32 + 64 * i + 16 * k), vdupq_n_u8(0x80)));
+  }
+};
+
+/// mxfp4 (272-byte blocks: 16 E8M0 bytes, then q4_0's 4 chunks of nibbles): the scale is
+/// mxfp4_half_scale(e) (2^(e − 128): e − 1 as the float exponent field, the subnormals 2^−128
+/// and 2^−127 for e = 0, 1), lane i the doubled E2M1 levels (kvalues_mxfp4, a table lookup) of
+/// chunk i % 4's low (i < 4) or high nibbles. The offsets of xoff are not read.
+struct Mxfp4Lanes {
+  static constexpr int kBlockBytes = 272;
+  static void scales(const uint8_t* g, float32x4_t* d) {
+    const uint8x16_t e = vld1q_u8(g);
+    const uint16x8_t h[2] = {vmovl_u8(vget_low_u8(e)), vmovl_high_u8(e)};
+    for (int k = 0; k < 4; ++k) {
+      const uint32x4_t v = k % 2 ? vmovl_high_u16(h[k / 2]) : vmovl_u16(vget_low_u16(h[k / 2]));
+      const uint32x4_t normal = vshlq_n_u32(vsubq_u32(v, vdupq_n_u32(1)), 23);
+      const uint32x4_t sub = vshlq_u32(vdupq_n_u32(0x00200000u), vreinterpretq_s32_u32(v));
+      d[k] = vreinterpretq_f32_u32(vbslq_u32(vcgeq_u32(v, vdupq_n_u32(2)), normal, sub));
+    }
+  }
+  static int8x16_t lane(const uint8_t* g, int i, int k) {
+    const uint8x16_t v = vld1q_u8(g + 16 + 64 * (i % 4) + 16 * k);
+    const uint8x16_t nib = i < 4 ? vandq_u8(v, vdupq_n_u8(0x0F)) : vshrq_n_u8(v, 4);
+    return vqtbl1q_s8(vld1q_s8(kvalues_mxfp4), nib);
+  }
+};
+
+/// Rows 4·k0 .. 4·(k0 + R) − 1 (R registers of 4 rows) of one packed group of format F (Q8_0Lanes,
+/// Mxfp4Lanes) against C q8_0 activation rows (xs bytes apart; xoff: 9 per block, the scale as
+/// float bits at 8): y[c·ys + 4·k0 + r]. vec_dot_q8_0_q8_0's / vec_dot_mxfp4_q8_0's order: per
+/// row 8 float lanes (lane i: values 4i..4i+3), lane = fma(d_w·d_x, float(Σ of its 4 products),
+/// lane), fold8 at the end; each Σ is exact (|w·x| ≤ 128², four in int32). R·C ≤ 2 keeps the
+/// 8·R·C float accumulators in registers.
+template <typename F, int R, int C>
+inline void packed_lanes_part(int64_t nb, const uint8_t* g, int k0, const uint8_t* x, size_t xs,
+                              const int32_t* xoff, float* y, size_t ys) {
   float32x4_t acc[C][8][R];
   for (int c = 0; c < C; ++c)
     for (int i = 0; i < 8; ++i)
       for (int k = 0; k < R; ++k) acc[c][i][k] = vdupq_n_f32(0.0f);
-  const uint8x16_t flip = vdupq_n_u8(0x80);
-  for (int64_t b = 0; b < nb; ++b, g += 544) {
+  for (int64_t b = 0; b < nb; ++b, g += F::kBlockBytes) {
     float32x4_t dw[4];
-    load_scales16(g, dw);
+    F::scales(g, dw);
     float32x4_t d[C][R];
     int8x16_t xv[C][2];
     for (int c = 0; c < C; ++c) {
@@ -170,8 +204,7 @@ inline void packed_q8_0_part(int64_t nb, const uint8_t* g, int k0, const uint8_t
 #pragma GCC unroll 8  // constant lanes: dot4_at's switch folds away
     for (int i = 0; i < 8; ++i)
       for (int k = 0; k < R; ++k) {
-        const int8x16_t w =
-            vreinterpretq_s8_u8(veorq_u8(vld1q_u8(g + 32 + 64 * i + 16 * (k0 + k)), flip));
+        const int8x16_t w = F::lane(g, i, k0 + k);
         for (int c = 0; c < C; ++c) {
           const int32x4_t s = dot4_at(i % 4, vdupq_n_s32(0), w, xv[c][i / 4]);
           acc[c][i][k] = vfmaq_f32(acc[c][i][k], d[c][k], vcvtq_f32_s32(s));  // fma(d, Σ, lane)
@@ -353,25 +386,39 @@ void packed_q4_0_q8_0(int64_t n, const void* wp, int64_t ngroups, const void* x,
   }
 }
 
-/// PackedTileFn of q8_0: one activation row in two passes of 8 rows over a group's blocks, two
-/// rows in four passes of 4 rows, the weights found in cache after the first pass.
-void packed_q8_0_q8_0(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
-                      const int32_t* xoff, int64_t nx, float* y, size_t ys) {
+/// The passes of packed_lanes_part over a group of format F: one activation row in two passes
+/// of 8 rows over the group's blocks, two rows in four passes of 4 rows, the weights found in
+/// cache after the first pass.
+template <typename F>
+inline void packed_lanes(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
+                         const int32_t* xoff, int64_t nx, float* y, size_t ys) {
   const int64_t nb = n / 32;
   const uint8_t* xb = static_cast<const uint8_t*>(x);
   for (int64_t gi = 0; gi < ngroups; ++gi) {
-    const uint8_t* g = static_cast<const uint8_t*>(wp) + size_t(gi) * size_t(nb) * 544;
+    const uint8_t* g = static_cast<const uint8_t*>(wp) + size_t(gi) * size_t(nb) * F::kBlockBytes;
     float* yg = y + gi * 16;
     int64_t j = 0;
     for (; j + 2 <= nx; j += 2)
       for (int k0 = 0; k0 < 4; ++k0)
-        packed_q8_0_part<1, 2>(nb, g, k0, xb + size_t(j) * xs, xs, xoff + j * nb * 9,
-                               yg + size_t(j) * ys, ys);
+        packed_lanes_part<F, 1, 2>(nb, g, k0, xb + size_t(j) * xs, xs, xoff + j * nb * 9,
+                                   yg + size_t(j) * ys, ys);
     for (; j < nx; ++j)
       for (int k0 = 0; k0 < 4; k0 += 2)
-        packed_q8_0_part<2, 1>(nb, g, k0, xb + size_t(j) * xs, xs, xoff + j * nb * 9,
-                               yg + size_t(j) * ys, ys);
+        packed_lanes_part<F, 2, 1>(nb, g, k0, xb + size_t(j) * xs, xs, xoff + j * nb * 9,
+                                   yg + size_t(j) * ys, ys);
   }
+}
+
+/// PackedTileFn of q8_0.
+void packed_q8_0_q8_0(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
+                      const int32_t* xoff, int64_t nx, float* y, size_t ys) {
+  packed_lanes<Q8_0Lanes>(n, wp, ngroups, x, xs, xoff, nx, y, ys);
+}
+
+/// PackedTileFn of mxfp4.
+void packed_mxfp4_q8_0(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
+                       const int32_t* xoff, int64_t nx, float* y, size_t ys) {
+  packed_lanes<Mxfp4Lanes>(n, wp, ngroups, x, xs, xoff, nx, y, ys);
 }
 
 /// The passes of a K-quant packed kernel: per group, per pair of activation rows (then one), the
