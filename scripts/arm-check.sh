@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # arm-check.sh — cross-builds ggml-like and the CPU backend for AArch64 and runs their tests
 # under qemu-aarch64: the NEON kernels (CpuLevel::neon) against the scalar ones bit for bit,
-# the paged attention and the KV row codecs on an Arm build. CTest runs it as the test
-# `neon_kernels_qemu` (tests/CMakeLists.txt); it can also be run by hand.
+# the paged attention and the KV row codecs on an Arm build; the packed-weight tests run twice,
+# with and without the dot-product extension (the two paths of backends/cpu/arm/packed_neon.cpp).
+# CTest runs it as the test `neon_kernels_qemu` (tests/CMakeLists.txt); it can also be run by hand.
 #
 #   scripts/arm-check.sh [BUILD_DIR]      # default build-arm
 #
@@ -30,4 +31,11 @@ cmake -S . -B "$BUILD" "${gen[@]}" -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gn
   >"$BUILD/configure.log" 2>&1 || { tail -30 "$BUILD/configure.log"; exit 1; }
 cmake --build "$BUILD" -j "${ARM_JOBS:-$(nproc)}"
 cd "$BUILD"
-ctest --output-on-failure -j "${ARM_JOBS:-$(nproc)}"
+# The whole suite on qemu's "max" CPU (FEAT_DotProd: the NEON packed-weight kernels take their
+# SDOT path), then the packed-weight tests again on a Cortex-A72 (Armv8.0-A, no dot product: their
+# plain path). KVRUN_EXPECT_NEON_DOTPROD lets CpuFeatures.NeonDotprodAsExpected check that each
+# run had the CPU it was meant to have.
+QEMU_CPU=max KVRUN_EXPECT_NEON_DOTPROD=1 ctest --output-on-failure -j "${ARM_JOBS:-$(nproc)}"
+QEMU_CPU=cortex-a72 KVRUN_EXPECT_NEON_DOTPROD=0 ctest --output-on-failure \
+  -j "${ARM_JOBS:-$(nproc)}" -R 'NeonDotprod|SimdKernelsAreWired|Pack|ManyWeights'
+

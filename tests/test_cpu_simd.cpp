@@ -8,11 +8,13 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "cpu/cpu_info.h"
 #include "cpu/cpu_level.h"
 #include "cpu/cpu_traits.h"
 #include "cpu/fast_exp.h"
@@ -148,9 +150,10 @@ TEST_P(SimdLevel, SimdKernelsAreWired) {
   }
   EXPECT_NE(cpu_traits(DType::Q4_0, level)->repack_dot_tile, nullptr) << lv;
   // The packed kernels each level has (pack.h): q4_0, q8_0, q4_K, q6_K and mxfp4 at avx2 and
-  // avx512 (q4_K's is the avx2 kernel at both).
+  // avx512 (q4_K's is the avx2 kernel at both), and at neon (packed_neon.cpp).
   for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K, DType::MXFP4}) {
-    const bool want = level == CpuLevel::avx2 || level == CpuLevel::avx512;
+    const bool want =
+        level == CpuLevel::avx2 || level == CpuLevel::avx512 || level == CpuLevel::neon;
     EXPECT_EQ(cpu_traits(t, level)->packed_tile != nullptr, want) << lv << " " << traits(t).name;
   }
   // mxfp4, iq4_xs, the grid i-quants, q4_1 and q5_1 have x86 kernels only
@@ -544,6 +547,16 @@ TEST_P(SimdLevel, RopeRotateMatchesScalar) {
 INSTANTIATE_TEST_SUITE_P(SimdLevels, SimdLevel, ::testing::ValuesIn(kSimdLevels), level_param_name);
 INSTANTIATE_TEST_SUITE_P(AllLevels, MatmulLevel, ::testing::ValuesIn(kAllCpuLevels),
                          level_param_name);
+
+// The NEON packed kernels take their SDOT path when the CPU has FEAT_DotProd and the plain one
+// otherwise (backends/cpu/arm/packed_neon.cpp). scripts/arm-check.sh runs the tests under
+// qemu-aarch64 on a CPU with SDOT and again on one without (QEMU_CPU=cortex-a72), saying which in
+// KVRUN_EXPECT_NEON_DOTPROD, so the packed tests are known to have run both paths.
+TEST(CpuFeatures, NeonDotprodAsExpected) {
+  const char* want = std::getenv("KVRUN_EXPECT_NEON_DOTPROD");
+  if (!want) GTEST_SKIP() << "KVRUN_EXPECT_NEON_DOTPROD not set (scripts/arm-check.sh sets it)";
+  EXPECT_EQ(cpu_features().neon_dotprod, std::string(want) == "1") << cpu_features_string();
+}
 
 TEST(CpuLevel, NamesParseBack) {
   for (CpuLevel l : kAllCpuLevels) EXPECT_EQ(parse_cpu_level(cpu_level_name(l)), l);

@@ -10,6 +10,10 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
+#if defined(__aarch64__) && defined(__linux__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#endif
 
 namespace kvrun::cpu {
 namespace {
@@ -38,6 +42,9 @@ CpuFeatures detect() {
   }
 #elif defined(__aarch64__)
   f.neon = true;
+#if defined(__linux__)
+  f.neon_dotprod = (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+#endif
 #endif
   return f;
 }
@@ -66,6 +73,7 @@ std::string cpu_features_string() {
   add(f.avx512_vnni, "AVX512_VNNI");
   add(f.avx512_bf16, "AVX512_BF16");
   add(f.neon, "NEON");
+  add(f.neon_dotprod, "DOTPROD");
   return s.empty() ? "none" : s;
 }
 

@@ -1,5 +1,5 @@
-// cpu_info.h — what the CPU running kvrun offers: SIMD features (from CPUID on x86-64, fixed
-// on AArch64) and the physical core count (the default for -t).
+// cpu_info.h — what the CPU running kvrun offers: SIMD features (from CPUID on x86-64, from the
+// kernel's HWCAP bits on AArch64) and the physical core count (the default for -t).
 #pragma once
 
 #include <string>
@@ -17,6 +17,9 @@ struct CpuFeatures {
   bool avx512_vnni = false;
   bool avx512_bf16 = false;
   bool neon = false;
+  /// AArch64 SDOT/UDOT (FEAT_DotProd, Linux HWCAP_ASIMDDP): the NEON packed-weight kernels'
+  /// integer sums use it when set (backends/cpu/arm/packed_neon.cpp), the same floats either way.
+  bool neon_dotprod = false;
 };
 
 /// Features of this CPU (computed once; safe to call from any thread).

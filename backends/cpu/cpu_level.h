@@ -11,8 +11,8 @@
 //   scalar  portable C++ (the reference kernels; every build has it)
 //   avx2    x86-64 with AVX2 + FMA + F16C
 //   avx512  the above + AVX512F/BW/VL + AVX512_VNNI
-//   neon    AArch64 (Armv8-A Advanced SIMD); only the f32/f16, q4_0 and q8_0 dots are SIMD there
-//           (backends/cpu/arm/kernels_neon.h), the other kernels are the scalar ones
+//   neon    AArch64 (Armv8-A Advanced SIMD): the kernels of backends/cpu/arm/kernels_neon.h
+//           (the packed-weight kernels use SDOT when the CPU has it), the others are scalar
 #pragma once
 
 #include <optional>

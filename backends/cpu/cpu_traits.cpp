@@ -193,7 +193,15 @@ std::array<Table, kLevels> build_tables() {
   row_of(tables[size_t(CpuLevel::avx512)], DType::Q4_K).packed_tile = avx512::packed_q4_K_q8_K;
 #endif
 #if defined(__aarch64__)
-  KVRUN_APPLY_SIMD(tables[size_t(CpuLevel::neon)], neon);  // no packed kernels (pack.h)
+  KVRUN_APPLY_SIMD(tables[size_t(CpuLevel::neon)], neon);
+  // The packed kernels (pack.h; packed_neon.cpp): q8_0 reads its q + 128 bytes flipped back to
+  // signed q, as the avx2 level does, q6_K its q + 32 made signed and mxfp4 its levels looked up
+  // signed (none of them reads the offsets of pack_act_offsets; q4_0's kernel does).
+  row_of(tables[size_t(CpuLevel::neon)], DType::Q4_0).packed_tile = neon::packed_q4_0_q8_0;
+  row_of(tables[size_t(CpuLevel::neon)], DType::Q8_0).packed_tile = neon::packed_q8_0_q8_0;
+  row_of(tables[size_t(CpuLevel::neon)], DType::MXFP4).packed_tile = neon::packed_mxfp4_q8_0;
+  row_of(tables[size_t(CpuLevel::neon)], DType::Q4_K).packed_tile = neon::packed_q4_K_q8_K;
+  row_of(tables[size_t(CpuLevel::neon)], DType::Q6_K).packed_tile = neon::packed_q6_K_q8_K;
 #endif
   return tables;
 }

@@ -19,7 +19,8 @@
 // so VPDPBUSD can multiply them by signed activations; the 128·Σx this adds is taken off, see
 // pack_act_offsets). Its dot keeps q8_0's lane order (vec_dot.h), so it too is bit-identical.
 // (The avx2 level, without VNNI, flips each 32 bytes back to signed q with one XOR and uses the
-// sign trick instead; it does not read the offsets.)
+// sign trick instead; it does not read the offsets. The neon level flips them back too and
+// multiplies signed by signed.)
 //
 // A q6_K matrix (k a multiple of 256) is packed in 3360-byte super-blocks (16 rows × 256
 // values, exactly 16 × q6_K's 210 bytes, so no more memory traffic than the plain rows):
@@ -54,9 +55,10 @@
 //
 // An mxfp4 matrix is packed like q4_0 in 272-byte blocks: bytes 0 .. 15 the 16 rows' E8M0
 // scale bytes e (row r at r), bytes 16 .. 271 their nibbles in q4_0's 4 chunks of 64 bytes. The
-// kernel (x86/packed_mxfp4.inl) looks the nibbles up as level + 12 (unsigned) and takes the
+// x86 kernel (x86/packed_mxfp4.inl) looks the nibbles up as level + 12 (unsigned) and takes the
 // 12·Σx this adds off with pack_act_offsets (8 per block, then the activation scale, as q8_0);
-// it keeps vec_dot_mxfp4_q8_0's 8-lane order, so it is bit-identical.
+// it keeps vec_dot_mxfp4_q8_0's 8-lane order, so it is bit-identical. The neon kernel looks them
+// up as the signed levels (TBL) and does not read the offsets.
 //
 // The packed copy is the same size as the original (17, 18 or 34 bytes per 32 weights, 144 or
 // 210 per 256).
@@ -78,8 +80,9 @@ bool pack_supported(const Tensor& w);
 
 /// True when `w` can be packed and the kernels of `level` have a packed kernel for its type:
 /// 2-D, contiguous rows, ne[1] % 16 == 0; q4_0, q8_0, mxfp4, q4_K and q6_K (ne[0] % 256 == 0 for
-/// the K-quants) at the avx2 and avx512 levels (q4_K: the avx2 kernel at both). False for a level
-/// this build has no kernels for. The layout does not depend on the level: a matrix packed for one
+/// the K-quants) at the avx2 and avx512 levels (q4_K: the avx2 kernel at both) and at the neon
+/// level (backends/cpu/arm/packed_neon.cpp). False for a level this build
+/// has no kernels for. The layout does not depend on the level: a matrix packed for one
 /// level is read by every level with a packed kernel for its type (and ignored by the others, which
 /// read the rows).
 bool pack_supported(const Tensor& w, CpuLevel level);
