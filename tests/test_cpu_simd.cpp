@@ -309,9 +309,9 @@ TEST_P(MatmulLevel, EqualsScalarDots) {
 
 // Weights packed at load (pack.h: 16 rows interleaved) give, at a level with a packed kernel for
 // their type, the float of the scalar dot of the unpacked rows for every output (q4_0: the
-// repacked order, q8_0, q4_K, q5_K, q6_K and mxfp4: their lane order): one group and several, one block
-// and many, every activation-row tail of the kernels' passes (q4_0 at avx512: 8 rows per pass,
-// then 2..7 in one pass or 1; at avx2 4, 3, 2 or 1 rows per pass of each 8-row half and the
+// repacked order, q8_0, q4_K, q5_K, q6_K and mxfp4: their lane order): one group and several, one
+// block and many, every activation-row tail of the kernels' passes (q4_0 at avx512: 8 rows per
+// pass, then 2..7 in one pass or 1; at avx2 4, 3, 2 or 1 rows per pass of each 8-row half and the
 // activation rows in chunks of 128 KiB), and more threads than groups. A level without a packed
 // kernel for the type (scalar) must ignore Tensor::packed and read the rows: there w.packed points
 // at junk. Every level this CPU has is checked whatever KVRUN_CPU says (pack_weight(w, level)).

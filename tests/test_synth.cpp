@@ -37,11 +37,10 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr SynthFileType kAllTypes[] = {
-    SynthFileType::F32,    SynthFileType::F16,   SynthFileType::Q8_0,    SynthFileType::Q4_0,
-    SynthFileType::Q4_K,   SynthFileType::Q5_K,  SynthFileType::Q6_K,    SynthFileType::IQ4_XS,
-    SynthFileType::MXFP4,
-    SynthFileType::IQ3_S,  SynthFileType::IQ2_S, SynthFileType::IQ3_XXS, SynthFileType::IQ2_XXS,
-    SynthFileType::IQ2_XS, SynthFileType::IQ1_S, SynthFileType::IQ1_M};
+    SynthFileType::F32,     SynthFileType::F16,    SynthFileType::Q8_0,  SynthFileType::Q4_0,
+    SynthFileType::Q4_K,    SynthFileType::Q5_K,   SynthFileType::Q6_K,  SynthFileType::IQ4_XS,
+    SynthFileType::MXFP4,   SynthFileType::IQ3_S,  SynthFileType::IQ2_S, SynthFileType::IQ3_XXS,
+    SynthFileType::IQ2_XXS, SynthFileType::IQ2_XS, SynthFileType::IQ1_S, SynthFileType::IQ1_M};
 
 const SynthShape& shape(const std::string& name) {
   const SynthShape* s = find_synth_shape(name);

@@ -132,8 +132,8 @@ struct Shape {
 };
 
 void register_all() {
-  const DType types[] = {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K,
-                         DType::F16};
+  const DType types[] = {DType::Q4_0, DType::Q8_0, DType::Q4_K,
+                         DType::Q5_K, DType::Q6_K, DType::F16};
   const Shape shapes[] = {{"attn_q_2048x2048", 2048, 2048},
                           {"attn_kv_512x2048", 512, 2048},
                           {"ffn_up_8192x2048", 8192, 2048},

@@ -74,15 +74,15 @@ enum class SynthFileType {
 
 /// Parses "F32", "f16", "Q4_K", "q4_k"… (case-insensitive); nullopt for anything else.
 std::optional<SynthFileType> synth_file_type_from_name(std::string_view name);
-/// "F32", "F16", "Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "MXFP4", "IQ3_S", "IQ2_S", "IQ3_XXS",
-/// "IQ2_XXS", "IQ2_XS", "IQ1_S", "IQ1_M".
+/// "F32", "F16", "Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "MXFP4", "IQ3_S", "IQ2_S",
+/// "IQ3_XXS", "IQ2_XXS", "IQ2_XS", "IQ1_S", "IQ1_M".
 const char* synth_file_type_name(SynthFileType t);
 /// Every name synth_file_type_from_name knows, comma-separated (for help and errors).
 std::string synth_file_type_names();
 /// The `general.file_type` value (llama.cpp's llama_ftype: 0 ALL_F32, 1 MOSTLY_F16,
-/// 7 MOSTLY_Q8_0, 2 MOSTLY_Q4_0, 14 MOSTLY_Q4_K_S, 16 MOSTLY_Q5_K_S, 18 MOSTLY_Q6_K, 30 MOSTLY_IQ4_XS,
-/// 38 MOSTLY_MXFP4, 26 MOSTLY_IQ3_S, 28 MOSTLY_IQ2_S,
-/// 23 MOSTLY_IQ3_XXS, 19 MOSTLY_IQ2_XXS, 20 MOSTLY_IQ2_XS, 24 MOSTLY_IQ1_S, 31 MOSTLY_IQ1_M).
+/// 7 MOSTLY_Q8_0, 2 MOSTLY_Q4_0, 14 MOSTLY_Q4_K_S, 16 MOSTLY_Q5_K_S, 18 MOSTLY_Q6_K, 30
+/// MOSTLY_IQ4_XS, 38 MOSTLY_MXFP4, 26 MOSTLY_IQ3_S, 28 MOSTLY_IQ2_S, 23 MOSTLY_IQ3_XXS, 19
+/// MOSTLY_IQ2_XXS, 20 MOSTLY_IQ2_XS, 24 MOSTLY_IQ1_S, 31 MOSTLY_IQ1_M).
 uint32_t synth_llama_ftype(SynthFileType t);
 
 /// One tensor of a synthetic model and how its values are made.
