@@ -312,9 +312,9 @@ TEST_P(MatmulLevel, EqualsScalarDots) {
 
 // Weights packed at load (pack.h: 16 rows interleaved) give, at a level with a packed kernel for
 // their type, the float of the scalar dot of the unpacked rows for every output (q4_0: the
-// repacked order, q8_0, q4_K, q6_K and mxfp4: their lane order): one group and several, one block
-// and many, every activation-row tail of the kernels' passes (q4_0 at avx512: 8 rows per pass,
-// then 2..7 in one pass or 1; at avx2 4, 3, 2 or 1 rows per pass of each 8-row half and the
+// repacked order, q8_0, q4_K, q5_K, q6_K and mxfp4: their lane order): one group and several, one
+// block and many, every activation-row tail of the kernels' passes (q4_0 at avx512: 8 rows per
+// pass, then 2..7 in one pass or 1; at avx2 4, 3, 2 or 1 rows per pass of each 8-row half and the
 // activation rows in chunks of 128 KiB), and more threads than groups. A level without a packed
 // kernel for the type (scalar) must ignore Tensor::packed and read the rows: there w.packed points
 // at junk. Every level this CPU has is checked whatever KVRUN_CPU says (pack_weight(w, level)).
@@ -322,10 +322,10 @@ TEST_P(MatmulLevel, PackedWeightsEqualScalarDots) {
   const CpuLevel level = GetParam();
   int checked = 0, zeros = 0;
   std::string unpacked;  // types this level has no packed kernel for
-  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K, DType::MXFP4}) {
+  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::MXFP4}) {
     const CpuTypeTraits* ref = cpu_traits(t, CpuLevel::scalar);
     const VecDotFn dot = t == DType::Q4_0 ? ref->repack_dot : ref->vec_dot;
-    const bool k_quant = t == DType::Q4_K || t == DType::Q6_K;
+    const bool k_quant = t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
     const std::vector<int64_t> ks =
         k_quant ? std::vector<int64_t>{256, 512, 2048} : std::vector<int64_t>{32, 96, 2048};
     for (int64_t k : ks)
@@ -446,7 +446,8 @@ TEST_P(MatmulLevel, PackRefusesWhatItCannotPack) {
   EXPECT_FALSE(pack_supported(Tensor::contiguous(DType::Q4_1, bytes.data(), 32, 16), level));
   std::vector<uint8_t> k_bytes(size_t(*row_bytes(DType::Q6_K, 256)) * 24, 1);
   EXPECT_FALSE(pack_supported(Tensor::contiguous(DType::Q6_K, k_bytes.data(), 256, 24), level));
-  EXPECT_FALSE(pack_supported(Tensor::contiguous(DType::Q5_K, k_bytes.data(), 256, 16), level));
+  EXPECT_FALSE(pack_supported(Tensor::contiguous(DType::Q5_K, k_bytes.data(), 256, 24), level));
+  EXPECT_FALSE(pack_supported(Tensor::contiguous(DType::Q3_K, k_bytes.data(), 256, 16), level));
   EXPECT_FALSE(pack_supported(Tensor{}, level));
 }
 

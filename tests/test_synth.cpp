@@ -37,10 +37,10 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr SynthFileType kAllTypes[] = {
-    SynthFileType::F32,    SynthFileType::F16,   SynthFileType::Q8_0,    SynthFileType::Q4_0,
-    SynthFileType::Q4_K,   SynthFileType::Q6_K,  SynthFileType::IQ4_XS,  SynthFileType::MXFP4,
-    SynthFileType::IQ3_S,  SynthFileType::IQ2_S, SynthFileType::IQ3_XXS, SynthFileType::IQ2_XXS,
-    SynthFileType::IQ2_XS, SynthFileType::IQ1_S, SynthFileType::IQ1_M};
+    SynthFileType::F32,     SynthFileType::F16,    SynthFileType::Q8_0,  SynthFileType::Q4_0,
+    SynthFileType::Q4_K,    SynthFileType::Q5_K,   SynthFileType::Q6_K,  SynthFileType::IQ4_XS,
+    SynthFileType::MXFP4,   SynthFileType::IQ3_S,  SynthFileType::IQ2_S, SynthFileType::IQ3_XXS,
+    SynthFileType::IQ2_XXS, SynthFileType::IQ2_XS, SynthFileType::IQ1_S, SynthFileType::IQ1_M};
 
 const SynthShape& shape(const std::string& name) {
   const SynthShape* s = find_synth_shape(name);
@@ -342,6 +342,12 @@ TEST(SynthPlan, TypesFollowLlamaCppRules) {
   EXPECT_EQ(type_of(p, "blk.0.attn_q.weight"), DType::IQ4_NL);
   EXPECT_EQ(type_of(p, "blk.1.ffn_down.weight"), DType::IQ4_XS);  // rows of n_ff = 256
   EXPECT_EQ(type_of(p, "output.weight"), DType::Q8_0);
+  p = synth_tensor_plan(shape("tiny"), SynthFileType::Q5_K);  // rows of 128: Q5_K → Q5_1
+  EXPECT_EQ(type_of(p, "blk.1.ffn_down.weight"), DType::Q5_K);
+  EXPECT_EQ(type_of(p, "blk.0.attn_q.weight"), DType::Q5_1);
+  p = synth_tensor_plan(shape("llama3.2-1b"), SynthFileType::Q5_K);
+  EXPECT_EQ(type_of(p, "blk.3.attn_v.weight"), DType::Q5_K);
+  EXPECT_EQ(type_of(p, "token_embd.weight"), DType::Q6_K);  // tied: the output head
   p = synth_tensor_plan(shape("tiny"), SynthFileType::MXFP4);
   EXPECT_EQ(type_of(p, "blk.0.attn_q.weight"), DType::MXFP4);
   EXPECT_EQ(type_of(p, "blk.1.ffn_down.weight"), DType::MXFP4);
@@ -361,6 +367,7 @@ TEST(SynthPlan, FileTypeNames) {
   EXPECT_FALSE(synth_file_type_from_name("q5_0"));
   EXPECT_EQ(synth_llama_ftype(SynthFileType::Q4_0), 2u);
   EXPECT_EQ(synth_llama_ftype(SynthFileType::Q4_K), 14u);     // MOSTLY_Q4_K_S
+  EXPECT_EQ(synth_llama_ftype(SynthFileType::Q5_K), 16u);     // MOSTLY_Q5_K_S
   EXPECT_EQ(synth_llama_ftype(SynthFileType::IQ4_XS), 30u);   // MOSTLY_IQ4_XS
   EXPECT_EQ(synth_llama_ftype(SynthFileType::MXFP4), 38u);    // MOSTLY_MXFP4
   EXPECT_EQ(synth_llama_ftype(SynthFileType::IQ3_S), 26u);    // MOSTLY_IQ3_S
@@ -495,7 +502,7 @@ TEST(SynthFile, QuantizedWeightsAreQuantizationsOfTheSameValues) {
   const std::map<SynthFileType, double> max_rel_rms = {
       {SynthFileType::F16, 0.001}, {SynthFileType::Q8_0, 0.01},   {SynthFileType::Q6_K, 0.05},
       {SynthFileType::Q4_K, 0.15}, {SynthFileType::IQ4_XS, 0.15}, {SynthFileType::MXFP4, 0.2},
-      {SynthFileType::Q4_0, 0.15}};
+      {SynthFileType::Q4_0, 0.15}, {SynthFileType::Q5_K, 0.1}};
   for (const auto& [type, tol] : max_rel_rms) {
     const gguf::File f = gguf::File::open(make(dir, "tiny", type).string());
     for (const std::string name : {"blk.1.ffn_down.weight", "blk.0.attn_k.weight"}) {
@@ -608,11 +615,13 @@ void expect_binary_level_equals_scalar(const fs::path& path, const std::string& 
   EXPECT_EQ(a_out["probs"], b_out["probs"]);  // the logprobs' doubles, exactly
 }
 
-/// The files PackedWeights* test: Q4_0 and Q8_0, and a tied embedding (tiny-qwen2: output is
+/// The files PackedWeights* test: Q4_0, Q8_0 and Q5_K (tiny's ffn_down, rows of 256, is Q5_K;
+/// the 128-wide matrices fall back to Q5_1), and a tied embedding (tiny-qwen2: output is
 /// token_embd, whose rows the embedding lookup reads again after its pages were given back).
 constexpr std::pair<const char*, SynthFileType> kPackedFiles[] = {
     {"tiny", SynthFileType::Q4_0},
     {"tiny", SynthFileType::Q8_0},
+    {"tiny", SynthFileType::Q5_K},
     {"tiny-qwen2", SynthFileType::Q8_0}};
 
 // Packing at load (cpu/pack.h) changes no output: a model loaded from its file (packed, mapped

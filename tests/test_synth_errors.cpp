@@ -114,7 +114,7 @@ TEST(SynthCli, ErrorsAreOneLineAndLeaveNoFile) {
   };
   std::vector<Case> cases = {
       {"--shape llama-9000 --type Q4_0", "unknown shape 'llama-9000'"},
-      {"--shape tiny --type Q5_K", "unknown type 'Q5_K'"},
+      {"--shape tiny --type Q3_K", "unknown type 'Q3_K'"},
       {"--shape tiny --type F16 --vocab-from " + test::shell_quote((dir / "nope.gguf").string()),
        "nope.gguf"},
   };

@@ -174,6 +174,7 @@ std::array<Table, kLevels> build_tables() {
   row_of(tables[size_t(CpuLevel::avx2)], DType::Q4_0).packed_tile = avx2::packed_q4_0_q8_0;
   row_of(tables[size_t(CpuLevel::avx2)], DType::Q8_0).packed_tile = avx2::packed_q8_0_q8_0;
   row_of(tables[size_t(CpuLevel::avx2)], DType::Q4_K).packed_tile = avx2::packed_q4_K_q8_K;
+  row_of(tables[size_t(CpuLevel::avx2)], DType::Q5_K).packed_tile = avx2::packed_q5_K_q8_K;
   row_of(tables[size_t(CpuLevel::avx2)], DType::Q6_K).packed_tile = avx2::packed_q6_K_q8_K;
   row_of(tables[size_t(CpuLevel::avx2)], DType::MXFP4).packed_tile = avx2::packed_mxfp4_q8_0;
   row_of(tables[size_t(CpuLevel::avx2)], DType::Q8_0).packed_fast_tile =
@@ -191,6 +192,8 @@ std::array<Table, kLevels> build_tables() {
   // q4_K has no avx512 form yet: the avx512 level runs the avx2 one (an AVX-512 CPU has AVX2; the
   // same floats), 3× the unpacked tile's decode rate on a 2048 × 24576 matrix.
   row_of(tables[size_t(CpuLevel::avx512)], DType::Q4_K).packed_tile = avx512::packed_q4_K_q8_K;
+  // q5_K: the avx2 kernel (x86/packed_q5k_avx2.inl) at both levels.
+  row_of(tables[size_t(CpuLevel::avx512)], DType::Q5_K).packed_tile = avx2::packed_q5_K_q8_K;
 #endif
 #if defined(__aarch64__)
   KVRUN_APPLY_SIMD(tables[size_t(CpuLevel::neon)], neon);

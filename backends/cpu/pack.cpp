@@ -12,7 +12,7 @@ namespace kvrun::cpu {
 
 namespace {
 
-/// Bytes of one block (32 values; 256 for q6_K) of a 16-row group.
+/// Bytes of one block (32 values; 256 for the K-quants) of a 16-row group.
 size_t group_block_bytes(DType t) {
   switch (t) {
     case DType::Q4_0:
@@ -21,6 +21,8 @@ size_t group_block_bytes(DType t) {
       return size_t(kPackRows) * sizeof(block_q8_0);
     case DType::Q4_K:
       return size_t(kPackRows) * sizeof(block_q4_K);
+    case DType::Q5_K:
+      return size_t(kPackRows) * sizeof(block_q5_K);
     case DType::MXFP4:
       return size_t(kPackRows) * sizeof(block_mxfp4);
     default:
@@ -29,14 +31,16 @@ size_t group_block_bytes(DType t) {
 }
 
 bool packable_type(DType t) {
-  return t == DType::Q4_0 || t == DType::Q8_0 || t == DType::Q4_K || t == DType::Q6_K ||
-         t == DType::MXFP4;
+  return t == DType::Q4_0 || t == DType::Q8_0 || t == DType::Q4_K || t == DType::Q5_K ||
+         t == DType::Q6_K || t == DType::MXFP4;
 }
 
-/// One q4_K super-block of 16 rows (pack.h layout) from row r's block src[r].
-void pack_q4_K_block(const block_q4_K* const* src, uint8_t* dst) {
+/// The first 2304 bytes of a q4_K or q5_K super-block of 16 rows (pack.h layout: d, dmin, the
+/// scale bytes and the nibbles) from row r's block src[r].
+template <typename Block>
+void pack_k4_block(const Block* const* src, uint8_t* dst) {
   for (int r = 0; r < kPackRows; ++r) {
-    const block_q4_K& b = *src[r];
+    const Block& b = *src[r];
     std::memcpy(dst + 2 * r, &b.d, 2);
     std::memcpy(dst + 32 + 2 * r, &b.dmin, 2);
     for (int t = 0; t < K_SCALE_SIZE; ++t) dst[64 + 16 * t + r] = b.scales[t];
@@ -44,6 +48,17 @@ void pack_q4_K_block(const block_q4_K* const* src, uint8_t* dst) {
       for (int i = 0; i < 8; ++i)
         std::memcpy(dst + 256 + 64 * (8 * j2 + i) + 4 * r, b.qs + 32 * j2 + 4 * i, 4);
   }
+}
+
+/// One q4_K super-block of 16 rows (pack.h layout) from row r's block src[r].
+void pack_q4_K_block(const block_q4_K* const* src, uint8_t* dst) { pack_k4_block(src, dst); }
+
+/// One q5_K super-block of 16 rows (pack.h layout) from row r's block src[r]: q4_K's layout,
+/// then the high bits qh in 8 chunks of 64 bytes, chunk i holding qh[4i .. 4i+3] of row r at 4·r.
+void pack_q5_K_block(const block_q5_K* const* src, uint8_t* dst) {
+  pack_k4_block(src, dst);
+  for (int r = 0; r < kPackRows; ++r)
+    for (int i = 0; i < 8; ++i) std::memcpy(dst + 2304 + 64 * i + 4 * r, src[r]->qh + 4 * i, 4);
 }
 
 /// Value i (0..255) of a q6_K block as stored, q + 32 in 0..63 (GGUF bit layout; the same
@@ -76,7 +91,7 @@ void pack_q6_K_block(const block_q6_K* const* src, uint8_t* dst) {
 }
 
 /// Super-block b of rows 16·g .. 16·g+15 of `w` packed into dst by `pack` (pack_q4_K_block,
-/// pack_q6_K_block).
+/// pack_q5_K_block, pack_q6_K_block).
 template <typename Block>
 void pack_super_block(const Tensor& w, int64_t g, int64_t b,
                       void (*pack)(const Block* const*, uint8_t*), uint8_t* dst) {
@@ -115,6 +130,10 @@ Buffer pack_weight(const Tensor& w, CpuLevel level) {
         pack_super_block<block_q4_K>(w, g, b, pack_q4_K_block, dst);
         continue;
       }
+      if (w.type == DType::Q5_K) {
+        pack_super_block<block_q5_K>(w, g, b, pack_q5_K_block, dst);
+        continue;
+      }
       if (w.type == DType::Q6_K) {
         pack_super_block<block_q6_K>(w, g, b, pack_q6_K_block, dst);
         continue;
@@ -145,13 +164,13 @@ size_t packed_group_bytes(DType t, int64_t k) {
 }
 
 int64_t pack_act_offsets_per_row(DType t, int64_t k) {
-  if (t == DType::Q4_K) return 0;  // its kernel reads q8_K's bsums
+  if (t == DType::Q4_K || t == DType::Q5_K) return 0;  // their kernels read q8_K's bsums
   return t == DType::Q4_0 ? k / 16 : t == DType::Q8_0 || t == DType::MXFP4 ? k / 32 * 9 : k / 4;
 }
 
 void pack_act_offsets(DType t, const void* act, size_t act_row, int64_t n, int64_t k,
                       int32_t* out) {
-  if (t == DType::Q4_K) return;
+  if (t == DType::Q4_K || t == DType::Q5_K) return;
   if (t == DType::Q6_K) {
     // −32 · Σ of each 4 consecutive activation quants (the +32 of the stored q6_K values).
     for (int64_t j = 0; j < n; ++j) {

@@ -53,6 +53,17 @@
 // lanes, 4 min lanes; vec_dot_k.cpp), so it is bit-identical. Its xoff is empty: the min term
 // uses q8_K's bsums.
 //
+// A q5_K matrix (k a multiple of 256) is packed in 2816-byte super-blocks (16 × q5_K's 176):
+//   bytes    0 .. 2303: q4_K's layout above (d, dmin, the scale/min bytes, the 4-bit qs);
+//   bytes 2304 .. 2815: the high bits qh in 8 chunks of 64 bytes, chunk i holding row r's
+//                       qh[4i .. 4i+3] at 2304 + 64·i + 4·r (bit j of qh[e] is the fifth bit of
+//                       value 32·j + e, GGUF q5_K order).
+// So lane i's 32-byte half-chunk of qh gives 8 rows' fifth bits of values 4i..4i+3 of all 8
+// sub-blocks, the same bytes as lane i's nibbles: sub-block j's bit is moved to bit 4 with one
+// 16-bit shift (none for j = 4) and an AND, then ORed into the nibble. The kernel
+// (x86/packed_q5k_avx2.inl) keeps vec_dot_q5_K_q8_K's order (8 main lanes as q4_K, the min term
+// in one float sum per row, multiplied then added), so it is bit-identical; its xoff is empty.
+//
 // An mxfp4 matrix is packed like q4_0 in 272-byte blocks: bytes 0 .. 15 the 16 rows' E8M0
 // scale bytes e (row r at r), bytes 16 .. 271 their nibbles in q4_0's 4 chunks of 64 bytes. The
 // x86 kernel (x86/packed_mxfp4.inl) looks the nibbles up as level + 12 (unsigned) and takes the
@@ -60,8 +71,8 @@
 // it keeps vec_dot_mxfp4_q8_0's 8-lane order, so it is bit-identical. The neon kernel looks them
 // up as the signed levels (TBL) and does not read the offsets.
 //
-// The packed copy is the same size as the original (17, 18 or 34 bytes per 32 weights, 144 or
-// 210 per 256).
+// The packed copy is the same size as the original (17, 18 or 34 bytes per 32 weights, 144,
+// 176 or 210 per 256).
 #pragma once
 
 #include <cstdint>
@@ -79,12 +90,12 @@ constexpr int64_t kPackRows = 16;
 bool pack_supported(const Tensor& w);
 
 /// True when `w` can be packed and the kernels of `level` have a packed kernel for its type:
-/// 2-D, contiguous rows, ne[1] % 16 == 0; q4_0, q8_0, mxfp4, q4_K and q6_K (ne[0] % 256 == 0 for
-/// the K-quants) at the avx2 and avx512 levels (q4_K: the avx2 kernel at both) and at the neon
-/// level (backends/cpu/arm/packed_neon.cpp). False for a level this build
-/// has no kernels for. The layout does not depend on the level: a matrix packed for one
-/// level is read by every level with a packed kernel for its type (and ignored by the others, which
-/// read the rows).
+/// 2-D, contiguous rows, ne[1] % 16 == 0; q4_0, q8_0, mxfp4, q4_K, q5_K and q6_K (ne[0] % 256 == 0
+/// for the K-quants) at the avx2 and avx512 levels (q5_K: the avx2 kernel at both), and q4_0,
+/// q8_0, mxfp4, q4_K and q6_K at the neon level (backends/cpu/arm/packed_neon.cpp). False for a
+/// level this build has no kernels for. The layout does not depend on the level: a matrix packed
+/// for one level is read by every level with a packed kernel for its type (and ignored by the
+/// others, which read the rows).
 bool pack_supported(const Tensor& w, CpuLevel level);
 
 /// The packed copy of `w` (layout above): pack_weight(w, cpu_level()).
@@ -100,7 +111,7 @@ size_t packed_group_bytes(DType t, int64_t k);
 
 /// int32 offsets per activation row that the packed kernel of type `t` needs (k/16 for q4_0: an
 /// offset and the scale as float bits per block; 9·k/32 for q8_0 and mxfp4: 8 offsets and the
-/// scale; k/4 for q6_K; none for q4_K).
+/// scale; k/4 for q6_K; none for q4_K and q5_K).
 int64_t pack_act_offsets_per_row(DType t, int64_t k);
 
 /// The offsets of `n` activation rows (q8_0 for q4_0/q8_0/mxfp4, q8_K for q6_K; act_row bytes

@@ -34,8 +34,8 @@ using DotTileFn = void (*)(int64_t n, const void* w, size_t w_stride, int64_t nr
 /// The kernel of a packed weight (pack.h layout): y[j·y_stride + r] = the dot of row r
 /// (r < 16·ngroups, rows of the groups starting at `wp`) with activation row j (j < nx, rows of
 /// the type's activation type x_stride bytes apart), bit-identical to the type's unpacked dot
-/// (q4_0: repack_dot, q8_0, q4_K and q6_K: vec_dot). xoff (pack_act_offsets) takes the unsigned
-/// storage's offset off the sums:
+/// (q4_0: repack_dot, q8_0, q4_K, q5_K and q6_K: vec_dot). xoff (pack_act_offsets) takes the
+/// unsigned storage's offset off the sums:
 ///   q4_0: xoff[(j·(n/32) + b)·2] = −8 · Σ of the 32 quants of block b of activation row j,
 ///         xoff[(j·(n/32) + b)·2 + 1] = that block's scale d as float bits;
 ///   q8_0: xoff[(j·(n/32) + b)·9 + i] = −128 · Σ of quants 4i..4i+3 of that block (i < 8),
@@ -43,6 +43,7 @@ using DotTileFn = void (*)(int64_t n, const void* w, size_t w_stride, int64_t nr
 ///   q6_K: xoff[(j·(n/256) + b)·64 + i] = −32 · Σ of quants 4i..4i+3 of q8_K block b
 ///         (activation rows are q8_K there; the dot is vec_dot_q6_K_q8_K's).
 ///   q4_K: none (xoff is not read; the min term uses the q8_K rows' bsums; vec_dot_q4_K_q8_K).
+///   q5_K: none, as q4_K (vec_dot_q5_K_q8_K).
 using PackedTileFn = void (*)(int64_t n, const void* wp, int64_t ngroups, const void* x,
                               size_t x_stride, const int32_t* xoff, int64_t nx, float* y,
                               size_t y_stride);

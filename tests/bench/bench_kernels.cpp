@@ -132,7 +132,8 @@ struct Shape {
 };
 
 void register_all() {
-  const DType types[] = {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K, DType::F16};
+  const DType types[] = {DType::Q4_0, DType::Q8_0, DType::Q4_K,
+                         DType::Q5_K, DType::Q6_K, DType::F16};
   const Shape shapes[] = {{"attn_q_2048x2048", 2048, 2048},
                           {"attn_kv_512x2048", 512, 2048},
                           {"ffn_up_8192x2048", 8192, 2048},
@@ -170,12 +171,15 @@ void register_all() {
           }
         // Decode from memory: 65536×2048 weights (32 of them, 34-138 MB, are larger than the L3
         // caches of the machines measured), so they stream from DRAM as in a model's decode.
-        if (ct && ct->packed_tile) {
-          auto* b = benchmark::RegisterBenchmark(
-              ("matmul/" + tn + "/" + lv + "-packed/dram_65536x2048/n1" + th).c_str(), BM_Matmul, t,
-              level, int64_t(65536), int64_t(2048), int64_t(1), threads, true);
-          if (threads == 2) b->UseRealTime();
-        }
+        // The same from the unpacked rows (the tile kernels), for an A/B of the packed form.
+        if (ct && ct->packed_tile)
+          for (bool packed : {true, false}) {
+            auto* b = benchmark::RegisterBenchmark(
+                ("matmul/" + tn + "/" + lv + (packed ? "-packed" : "") + "/dram_65536x2048/n1" + th)
+                    .c_str(),
+                BM_Matmul, t, level, int64_t(65536), int64_t(2048), int64_t(1), threads, packed);
+            if (threads == 2) b->UseRealTime();
+          }
         if (ct && ct->packed_tile) {
           auto* b = benchmark::RegisterBenchmark(
               ("matmul/" + tn + "/" + lv + "-packed/attn_q_2048x2048/n512" + th).c_str(), BM_Matmul,

@@ -37,6 +37,7 @@ constexpr FileTypeRow kFileTypes[] = {
     {SynthFileType::Q8_0, "Q8_0", DType::Q8_0, 7},
     {SynthFileType::Q4_0, "Q4_0", DType::Q4_0, 2},
     {SynthFileType::Q4_K, "Q4_K", DType::Q4_K, 14},
+    {SynthFileType::Q5_K, "Q5_K", DType::Q5_K, 16},
     {SynthFileType::Q6_K, "Q6_K", DType::Q6_K, 18},
     {SynthFileType::IQ4_XS, "IQ4_XS", DType::IQ4_XS, 30},
     {SynthFileType::MXFP4, "MXFP4", DType::MXFP4, 38},

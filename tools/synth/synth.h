@@ -18,7 +18,9 @@
 // F32/F16/Q8_0/Q6_K: every matrix in that type. Q4_0: every matrix Q4_0 except the output head
 // (output.weight, or token_embd.weight when tied), which is Q6_K. Q4_K: llama.cpp's Q4_K_S recipe:
 // output head Q6_K, attn_v of layers 0–3 and ffn_down of layers < n_layer/8 Q5_K, every other
-// matrix Q4_K. A quantized output head whose row length is not a multiple of the file type's block
+// matrix Q4_K. Q5_K: every matrix Q5_K except the output head, which is Q6_K (kvrun's own simple
+// recipe, named MOSTLY_Q5_K_S in general.file_type; llama.cpp's Q5_K_M bumps more matrices to
+// Q6_K). A quantized output head whose row length is not a multiple of the file type's block
 // is Q8_0. A row length that is not a multiple of 256 cannot hold K-quant super-blocks: as
 // llama.cpp does, Q4_K falls back to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0, and any type whose block
 // does not divide the row to F16 (e.g. every n_embd-wide matrix of qwen2.5-0.5b, whose n_embd is
@@ -57,6 +59,7 @@ enum class SynthFileType {
   Q8_0,
   Q4_0,
   Q4_K,
+  Q5_K,
   Q6_K,
   IQ4_XS,
   MXFP4,
@@ -71,15 +74,15 @@ enum class SynthFileType {
 
 /// Parses "F32", "f16", "Q4_K", "q4_k"… (case-insensitive); nullopt for anything else.
 std::optional<SynthFileType> synth_file_type_from_name(std::string_view name);
-/// "F32", "F16", "Q8_0", "Q4_0", "Q4_K", "Q6_K", "IQ4_XS", "MXFP4", "IQ3_S", "IQ2_S", "IQ3_XXS",
-/// "IQ2_XXS", "IQ2_XS", "IQ1_S", "IQ1_M".
+/// "F32", "F16", "Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "MXFP4", "IQ3_S", "IQ2_S",
+/// "IQ3_XXS", "IQ2_XXS", "IQ2_XS", "IQ1_S", "IQ1_M".
 const char* synth_file_type_name(SynthFileType t);
 /// Every name synth_file_type_from_name knows, comma-separated (for help and errors).
 std::string synth_file_type_names();
 /// The `general.file_type` value (llama.cpp's llama_ftype: 0 ALL_F32, 1 MOSTLY_F16,
-/// 7 MOSTLY_Q8_0, 2 MOSTLY_Q4_0, 14 MOSTLY_Q4_K_S, 18 MOSTLY_Q6_K, 30 MOSTLY_IQ4_XS,
-/// 38 MOSTLY_MXFP4, 26 MOSTLY_IQ3_S, 28 MOSTLY_IQ2_S,
-/// 23 MOSTLY_IQ3_XXS, 19 MOSTLY_IQ2_XXS, 20 MOSTLY_IQ2_XS, 24 MOSTLY_IQ1_S, 31 MOSTLY_IQ1_M).
+/// 7 MOSTLY_Q8_0, 2 MOSTLY_Q4_0, 14 MOSTLY_Q4_K_S, 16 MOSTLY_Q5_K_S, 18 MOSTLY_Q6_K, 30
+/// MOSTLY_IQ4_XS, 38 MOSTLY_MXFP4, 26 MOSTLY_IQ3_S, 28 MOSTLY_IQ2_S, 23 MOSTLY_IQ3_XXS, 19
+/// MOSTLY_IQ2_XXS, 20 MOSTLY_IQ2_XS, 24 MOSTLY_IQ1_S, 31 MOSTLY_IQ1_M).
 uint32_t synth_llama_ftype(SynthFileType t);
 
 /// One tensor of a synthetic model and how its values are made.

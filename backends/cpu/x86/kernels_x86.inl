@@ -1098,6 +1098,7 @@ KVRUN_X86_DOT_AND_TILE(vec_dot_iq1_m_q8_K, tile_iq1_m_q8_K, iq1_m_q8_K_tile, QK_
 
 #ifndef KVRUN_X86_VNNI
 #include "cpu/x86/packed_avx2.inl"
+#include "cpu/x86/packed_q5k_avx2.inl"
 #include "cpu/x86/packed_fast_avx2.inl"  // --kernels fast
 #endif
 
