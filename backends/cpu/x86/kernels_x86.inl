@@ -449,10 +449,11 @@ inline V16 cvt16(I16 a) { return {_mm256_cvtepi32_ps(a.lo), _mm256_cvtepi32_ps(a
 /// ahead of the hardware prefetcher gave +10% tokens/s on llama3.2-1b Q4_0 here (1 KiB: +8%).
 constexpr int kPrefetchAhead = 4096;
 
-/// Bytes ahead that the avx2 q6_K decode form prefetches, into L2 (_MM_HINT_T1): its two passes
-/// over a group take more compute per byte than the other types, and 4 KiB into L1 left the stream
-/// at 12-13 GB/s on one core from DRAM where 16 KiB into L2 gave 19-21 (kvrun_bench
-/// matmul/q6_K/avx2-packed/dram_65536x2048, medians of 3, 2026-11-26).
+/// Bytes ahead that the avx2 q6_K and the avx512 q4_K decode forms prefetch, into L2
+/// (_MM_HINT_T1). For q6_K (its two passes over a group take more compute per byte than the other
+/// types) 4 KiB into L1 left the stream at 12-13 GB/s on one core from DRAM where 16 KiB into L2
+/// gave 19-21 (kvrun_bench matmul/q6_K/avx2-packed/dram_65536x2048, medians of 3, 2026-11-26);
+/// packed_q4k_avx512.inl gives q4_K's figures.
 constexpr int kPrefetchAheadL2 = 16384;
 
 /// One packed q4_0 group (16 rows, pack.h layout, nb blocks from `g`) against C activation rows
@@ -1098,8 +1099,8 @@ KVRUN_X86_DOT_AND_TILE(vec_dot_iq1_m_q8_K, tile_iq1_m_q8_K, iq1_m_q8_K_tile, QK_
 
 #ifndef KVRUN_X86_VNNI
 #include "cpu/x86/packed_avx2.inl"
-#include "cpu/x86/packed_q5k_avx2.inl"
 #include "cpu/x86/packed_fast_avx2.inl"  // --kernels fast
+#include "cpu/x86/packed_q5k_avx2.inl"
 #endif
 
 #include "cpu/x86/packed_mxfp4.inl"  // both levels

@@ -48,8 +48,14 @@ inline void q4_K_scales16(const uint8_t* g, __m512i* sc, __m512i* mn) {
 /// lanes (lane i: Σ_j sc_j · Σ of values 4i..4i+3 of sub-block j times x: VPMADDUBSW pair sums
 /// ≤ 2·15·128 in int16, VPDPWSSD by sc in both halves adds sc·Σ of 4 exactly), each lane =
 /// fma(d_x·d_w, float(isum), lane); at the end fold8(main) + ((m0 + m2) + (m1 + m3)). The
-/// lanes are finished one at a time (C integer accumulators live, each unpacked nibble vector
-/// serving the C rows); the decode form (C = 1) prefetches kPrefetchAhead bytes ahead.
+/// prefill form (C ≥ 2) finishes the lanes one at a time (C integer accumulators live, each
+/// unpacked nibble vector serving the C rows); the decode form (C = 1) keeps the 8 integer lanes
+/// live and reads the chunks in memory order, prefetching kPrefetchAheadL2 bytes ahead into L2
+/// (with the lane-at-a-time order and 4 KiB into L1 it streamed 6.9 GB/s on one core from DRAM
+/// where the avx2 kernel streamed 9.6; in memory order with the L2 prefetch, 10.4–11.1 against
+/// 12.8–13.0, and 2 threads 18.4–20.7 against 12.4–21.4: kvrun_bench
+/// matmul/q4_K/avx*-packed/dram_65536x2048, medians of 3, on a VM whose bandwidth moved from run to
+/// run; from cache, ffn_up_8192x2048 n1 t1, 34 against 19 GB/s).
 template <int C>
 inline void packed_q4_K_group512(int64_t nb, const uint8_t* g, const uint8_t* x, size_t xs,
                                  float* y, size_t ys) {
@@ -62,7 +68,7 @@ inline void packed_q4_K_group512(int64_t nb, const uint8_t* g, const uint8_t* x,
   for (int64_t b = 0; b < nb; ++b, g += 2304) {
     if (C == 1)  // decode streams the weights once: ask for them ahead of the hardware prefetcher
       for (int l = 0; l < 2304; l += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(g) + kPrefetchAhead + l, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(g) + kPrefetchAheadL2 + l, _MM_HINT_T1);
     alignas(64) __m512i sc[8], mn[8];
     q4_K_scales16(g, sc, mn);
     const __m512 dw = load16_f16(reinterpret_cast<const uint16_t*>(g)).v;
@@ -85,6 +91,29 @@ inline void packed_q4_K_group512(int64_t nb, const uint8_t* g, const uint8_t* x,
         acc_m[c][k] = _mm512_fmadd_ps(
             dmin, _mm512_maskz_cvtepi32_ps(kAll16, _mm512_madd_epi16(mpair, spair)), acc_m[c][k]);
       }
+    }
+    if constexpr (C == 1) {
+      // Decode: the chunks in memory order (j2 outer), the 8 integer lanes live.
+      __m512i lane[8];
+      for (int i = 0; i < 8; ++i) lane[i] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+      for (int j2 = 0; j2 < 4; ++j2)
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; ++i) {
+          const __m512i q = _mm512_loadu_si512(g + 256 + 64 * (8 * j2 + i));
+          const __m512i lo = _mm512_and_si512(q, m15);
+          const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m15);
+          int32_t x0, x1;
+          std::memcpy(&x0, qx[0] + 64 * j2 + 4 * i, 4);
+          std::memcpy(&x1, qx[0] + 64 * j2 + 32 + 4 * i, 4);
+          lane[i] = _mm512_dpwssd_epi32(lane[i], _mm512_maddubs_epi16(lo, _mm512_set1_epi32(x0)),
+                                        sc[2 * j2]);
+          lane[i] = _mm512_dpwssd_epi32(lane[i], _mm512_maddubs_epi16(hi, _mm512_set1_epi32(x1)),
+                                        sc[2 * j2 + 1]);
+        }
+      for (int i = 0; i < 8; ++i)
+        acc[0][i] = _mm512_fmadd_ps(d[0], _mm512_maskz_cvtepi32_ps(kAll16, lane[i]), acc[0][i]);
+      continue;
     }
 #pragma GCC unroll 8
     for (int i = 0; i < 8; ++i) {
