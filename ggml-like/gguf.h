@@ -228,7 +228,8 @@ class Writer {
   /// kMaxArrayDepth). A U32 `general.alignment` also sets the alignment. Throws
   /// std::invalid_argument on an inconsistent Value (e.g. null `raw` with a non-zero count).
   void set_value(const std::string& key, const Value& v);
-  /// Sets general.alignment (power of two, default 32). Throws std::invalid_argument otherwise.
+  /// Sets general.alignment (a power of two of at least 8, default 32; GGUF spec: a multiple of
+  /// 8). Throws std::invalid_argument otherwise.
   void set_alignment(uint32_t alignment);
 
   /// Adds a tensor. `data` holds exactly row_bytes(type, ne[0]) * rows bytes and is copied;

@@ -9,7 +9,9 @@
 //     tensors (a dimension of 0) are refused: no real file we have uses them, and downstream
 //     code may divide by a dimension.
 //   * Duplicate keys and duplicate tensor names are errors (lookups would be ambiguous).
-//   * general.alignment, when present, must be a U32 power of two (spec: uint32).
+//   * general.alignment, when present, must be a U32 power of two of at least 8 (spec: uint32,
+//     "a multiple of 8"): tensor data is then 8-byte aligned, as the block structs read in place
+//     need (an alignment of 1 put a q5_0 block's f16 scale at an odd address: fuzz_gguf).
 //   * Tensor data ranges must lie inside the file and must not overlap one another.
 //   * Text is not validated as UTF-8; bool bytes other than 0/1 read as true.
 //   * A file without tensors may end right after its pairs, unpadded (llama.cpp's vocab files).
@@ -283,6 +285,10 @@ void File::Impl::parse_kv(Cursor& c, uint64_t n_kv) {
       const uint64_t a = pair.value.u;
       if (a == 0 || (a & (a - 1)) != 0)
         throw GgufError("general.alignment " + std::to_string(a) + " is not a power of two",
+                        type_at + 4);
+      if (a < 8)
+        throw GgufError("general.alignment " + std::to_string(a) +
+                            " is below 8 (the GGUF spec asks for a multiple of 8)",
                         type_at + 4);
       alignment = a;
     }

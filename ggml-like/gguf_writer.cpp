@@ -321,9 +321,10 @@ void Writer::set_i32_array(const std::string& key, const std::vector<int32_t>& x
 }
 
 void Writer::set_alignment(uint32_t alignment) {
-  if (alignment == 0 || (alignment & (alignment - 1)) != 0)
-    throw std::invalid_argument("gguf: alignment " + std::to_string(alignment) +
-                                " is not a power of two");
+  if (alignment < 8 || (alignment & (alignment - 1)) != 0)
+    throw std::invalid_argument(
+        "gguf: alignment " + std::to_string(alignment) +
+        " is not a power of two of at least 8 (GGUF spec: a multiple of 8)");
   impl_->alignment = alignment;
   Value v = scalar(ValueType::U32);
   v.i = alignment;

@@ -342,6 +342,7 @@ TEST(Gguf, WriterReplacesKeysAndRejectsBadInput) {
   const uint8_t data[1024] = {1};
   EXPECT_THROW(w.set_alignment(0), std::invalid_argument);
   EXPECT_THROW(w.set_alignment(48), std::invalid_argument);
+  EXPECT_THROW(w.set_alignment(4), std::invalid_argument);  // below the spec's multiple of 8
   EXPECT_THROW(w.add_tensor("z", DType::F32, {0}, data), std::invalid_argument);
   EXPECT_THROW(w.add_tensor("z", DType::F32, {}, data), std::invalid_argument);
   EXPECT_THROW(w.add_tensor("z", DType::F32, {1, 1, 1, 1, 1}, data), std::invalid_argument);

@@ -288,6 +288,11 @@ TEST(GgufHostile, BadAlignmentValues) {
     g.kv_u32("general.alignment", a);
     expect_error(g.b, "general.alignment " + std::to_string(a) + " is not a power of two");
   }
+  for (uint32_t a : {1u, 2u, 4u}) {  // powers of two below the spec's multiple of 8
+    G g = G::header(0, 1);
+    g.kv_u32("general.alignment", a);
+    expect_error(g.b, "general.alignment " + std::to_string(a) + " is below 8");
+  }
   G wide = G::header(0, 1);
   wide.str("general.alignment").u32(10).u64(32);
   expect_error(wide.b, "general.alignment has type u64, expected u32");
