@@ -78,9 +78,6 @@ bool is_kv_type(DType t) {
          std::end(kKvCacheTypes);
 }
 
-/// The weight type's name for OpTimer labels.
-std::string type_label(DType t) { return traits(t).name; }
-
 /// Bytes of a weight's rows (all of them: a matmul reads each once).
 int64_t weight_bytes(const Tensor& w) { return int64_t(w.nb[1]) * w.ne[1] * w.ne[2] * w.ne[3]; }
 
@@ -125,7 +122,7 @@ class CpuBackend final : public Backend {
   const int32_t* positions() const override { return pt_.pos; }
 
   void get_rows(const Tensor& table, const int32_t* ids, int64_t n, float* out) override {
-    OpTimer t("get_rows", type_label(table.type));
+    OpTimer t("get_rows", table.type);
     cpu::get_rows(table, ids, n, out);
   }
   void rms_norm(const float* x, const Tensor* w, float* y, int64_t rows, int64_t cols,
@@ -134,11 +131,11 @@ class CpuBackend final : public Backend {
     cpu::rms_norm(x, w ? static_cast<const float*>(w->data) : nullptr, y, rows, cols, eps);
   }
   void matmul(const Tensor& w, const float* x, int64_t n, float* y) override {
-    OpTimer t("matmul", type_label(w.type), weight_bytes(w));
+    OpTimer t("matmul", w.type, weight_bytes(w));
     cpu::matmul(pool_, w, x, n, y);
   }
   void matmul_many(const MatmulOut* outs, int n_outs, const float* x, int64_t n) override {
-    OpTimer t("matmul_many", n_outs > 0 ? type_label(outs[0].w->type) : "");
+    OpTimer t("matmul_many", n_outs > 0 ? outs[0].w->type : DType::F32);
     if (t.on()) {
       int64_t b = 0;
       for (int i = 0; i < n_outs; ++i) b += weight_bytes(*outs[i].w);
@@ -198,12 +195,12 @@ class CpuBackend final : public Backend {
   }
   void kv_store(const KvLayer& kv, const PagedAttnParams& p, const float* k,
                 const float* v) override {
-    OpTimer t("kv_store", type_label(kv.k_type) + "/" + type_label(kv.v_type));
+    OpTimer t("kv_store", kv.k_type, kv.v_type);
     paged_kv_store(kv, p, seqs_.data(), int64_t(seqs_.size()), k, v);
   }
   void paged_attention(const KvLayer& kv, const PagedAttnParams& p, const float* q,
                        float* out) override {
-    OpTimer t("paged_attention", type_label(kv.k_type) + "/" + type_label(kv.v_type));
+    OpTimer t("paged_attention", kv.k_type, kv.v_type);
     cpu::paged_attention(pool_, kv, p, seqs_.data(), int64_t(seqs_.size()), q, out);
   }
   void upload(void* dst, const void* host, size_t bytes) override { std::memcpy(dst, host, bytes); }
@@ -223,7 +220,7 @@ class CpuBackend final : public Backend {
   void matmul_id(const Tensor& w, const float* x, bool x_per_slot, const int32_t* ids,
                  const float* weights, int64_t n, int64_t n_used, float* y,
                  const Tensor* bias) override {
-    OpTimer t("matmul_id", type_label(w.type));
+    OpTimer t("matmul_id", w.type);
     if (t.on()) t.set_weight_bytes(expert_bytes(w, ids, n * n_used));
     const int64_t m = w.ne[1];
     if (bias && (bias->type != DType::F32 || bias->ne[0] != m || bias->ne[1] != w.ne[2]))

@@ -84,6 +84,16 @@ std::string op_profile_report() {
   return out;
 }
 
+void OpTimer::finish() {
+  const auto ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0_)
+          .count();
+  std::string detail;
+  if (n_types_ >= 1) detail = traits(a_).name;
+  if (n_types_ == 2) detail = detail + "/" + traits(b_).name;
+  op_profile_add(op_, detail, int64_t(ns), bytes_);
+}
+
 void op_profile_reset() {
   std::lock_guard<std::mutex> lock(mu());
   table().clear();

@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <string>
 
+#include "dtype.h"
+
 namespace kvrun::cpu {
 
 /// True when KVRUN_PROFILE is set to a value other than "" and "0" (read once per process).
@@ -30,24 +32,20 @@ std::string op_profile_report();
 /// Forgets everything added so far.
 void op_profile_reset();
 
-/// Times its scope as one call of (op, detail) when op_profile_enabled(); `weight_bytes` as
-/// op_profile_add's, settable after construction (set_weight_bytes).
+/// Times its scope as one call of `op` when op_profile_enabled(), labelled with the weight type
+/// ("matmul q4_K") or the K and V types ("paged_attention q8_0/q8_0"); `weight_bytes` as
+/// op_profile_add's, settable after construction (set_weight_bytes). With profiling off the
+/// constructor stores nothing but the flag: the label is built only when a call is recorded.
 class OpTimer {
  public:
-  explicit OpTimer(const char* op, std::string detail = {}, int64_t weight_bytes = 0)
-      : on_(op_profile_enabled()) {
-    if (!on_) return;
-    op_ = op;
-    detail_ = std::move(detail);
-    bytes_ = weight_bytes;
-    t0_ = std::chrono::steady_clock::now();
-  }
+  /// An op without a type ("rms_norm").
+  explicit OpTimer(const char* op) : OpTimer(op, 0, DType::F32, DType::F32, 0) {}
+  /// An op on a weight of type `t` that reads `weight_bytes` of it.
+  OpTimer(const char* op, DType t, int64_t weight_bytes = 0) : OpTimer(op, 1, t, t, weight_bytes) {}
+  /// An op on K rows of type `k` and V rows of type `v`.
+  OpTimer(const char* op, DType k, DType v) : OpTimer(op, 2, k, v, 0) {}
   ~OpTimer() {
-    if (!on_) return;
-    const auto ns =
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0_)
-            .count();
-    op_profile_add(op_, detail_, int64_t(ns), bytes_);
+    if (on_) finish();
   }
   OpTimer(const OpTimer&) = delete;
   OpTimer& operator=(const OpTimer&) = delete;
@@ -55,9 +53,23 @@ class OpTimer {
   void set_weight_bytes(int64_t b) { bytes_ = b; }
 
  private:
+  OpTimer(const char* op, int n_types, DType a, DType b, int64_t weight_bytes)
+      : on_(op_profile_enabled()) {
+    if (!on_) return;
+    op_ = op;
+    n_types_ = n_types;
+    a_ = a;
+    b_ = b;
+    bytes_ = weight_bytes;
+    t0_ = std::chrono::steady_clock::now();
+  }
+  /// Records the call (op_profile_add) with its label.
+  void finish();
+
   bool on_;
   const char* op_ = nullptr;
-  std::string detail_;
+  int n_types_ = 0;  ///< 0: no type in the label, 1: a_, 2: a_/b_
+  DType a_ = DType::F32, b_ = DType::F32;
   int64_t bytes_ = 0;
   std::chrono::steady_clock::time_point t0_;
 };
