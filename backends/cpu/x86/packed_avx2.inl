@@ -37,7 +37,9 @@ inline void q8_0_half_block(const uint8_t* g, int half, const block_q8_0& xb, __
   }
 }
 
-/// fold8 per lane of a half: (v0+v4 + v2+v6) + (v1+v5 + v3+v7).
+/// fold8 of the 8 float lanes of a half, per row: (v0+v4 + v2+v6) + (v1+v5 + v3+v7) (the scalar
+/// kernels' fold of their 8 lanes); used by every avx2 packed kernel here and in
+/// packed_q5k_avx2.inl.
 inline __m256 fold8_lanes(const __m256* acc) {
   __m256 t[4];
   for (int i = 0; i < 4; ++i) t[i] = _mm256_add_ps(acc[i + 4], acc[i]);
@@ -142,12 +144,7 @@ inline void packed_q6_K_half(int64_t nb, const uint8_t* g, int half, const uint8
         acc[c][l] = _mm256_fmadd_ps(d[c], _mm256_cvtepi32_ps(lane[c]), acc[c][l]);
     }
   }
-  for (int c = 0; c < C; ++c) {
-    __m256 t[4];
-    for (int i = 0; i < 4; ++i) t[i] = _mm256_add_ps(acc[c][i + 4], acc[c][i]);
-    _mm256_storeu_ps(y + size_t(c) * ys + 8 * half,
-                     _mm256_add_ps(_mm256_add_ps(t[0], t[2]), _mm256_add_ps(t[1], t[3])));
-  }
+  for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + size_t(c) * ys + 8 * half, fold8_lanes(acc[c]));
 }
 
 /// The 16-value sub-block j's scales of rows 8·half .. 8·half+7 of a packed q6_K super-block
@@ -223,10 +220,7 @@ inline void packed_q6_K_half_decode(int64_t nb, const uint8_t* g, int half, cons
         acc[4 * h + i] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lane[i]), acc[4 * h + i]);
     }
   }
-  __m256 t[4];
-  for (int i = 0; i < 4; ++i) t[i] = _mm256_add_ps(acc[i + 4], acc[i]);
-  _mm256_storeu_ps(y + 8 * half,
-                   _mm256_add_ps(_mm256_add_ps(t[0], t[2]), _mm256_add_ps(t[1], t[3])));
+  _mm256_storeu_ps(y + 8 * half, fold8_lanes(acc));
 }
 
 /// The 6-bit scales (sc[j]) and mins (mn[j]) of the 8 sub-blocks of rows 8·half .. 8·half+7 of
@@ -323,9 +317,7 @@ inline void q4_K_half_block(const uint8_t* g, int half, const uint8_t* x, size_t
 
 /// The end of a q4_K half: fold8(main) + ((m0 + m2) + (m1 + m3)) per row.
 inline __m256 q4_K_half_result(const __m256* acc, const __m256* acc_m) {
-  __m256 t[4];
-  for (int i = 0; i < 4; ++i) t[i] = _mm256_add_ps(acc[i + 4], acc[i]);
-  const __m256 main = _mm256_add_ps(_mm256_add_ps(t[0], t[2]), _mm256_add_ps(t[1], t[3]));
+  const __m256 main = fold8_lanes(acc);
   const __m256 mins =
       _mm256_add_ps(_mm256_add_ps(acc_m[0], acc_m[2]), _mm256_add_ps(acc_m[1], acc_m[3]));
   return _mm256_add_ps(main, mins);

@@ -103,9 +103,7 @@ inline void q5_K_half_block(const uint8_t* g, int half, const uint8_t* x, size_t
 
 /// The end of a q5_K half: fold8(main) + summs per row.
 inline __m256 q5_K_half_result(const __m256* acc, __m256 summs) {
-  __m256 t[4];
-  for (int i = 0; i < 4; ++i) t[i] = _mm256_add_ps(acc[i + 4], acc[i]);
-  return _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(t[0], t[2]), _mm256_add_ps(t[1], t[3])), summs);
+  return _mm256_add_ps(fold8_lanes(acc), summs);
 }
 
 /// The avx2 packed q5_K prefill kernel: rows 8·half .. 8·half+7 of one packed q5_K group
