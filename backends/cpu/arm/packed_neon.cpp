@@ -41,34 +41,17 @@ bool use_dotprod() {
 }
 }  // namespace
 
-void packed_q4_0_q8_0(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
-                      const int32_t* xoff, int64_t nx, float* y, size_t ys) {
-  (use_dotprod() ? dotprod::packed_q4_0_q8_0 : plain::packed_q4_0_q8_0)(n, wp, ngroups, x, xs, xoff,
-                                                                        nx, y, ys);
-}
-
-void packed_q8_0_q8_0(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
-                      const int32_t* xoff, int64_t nx, float* y, size_t ys) {
-  (use_dotprod() ? dotprod::packed_q8_0_q8_0 : plain::packed_q8_0_q8_0)(n, wp, ngroups, x, xs, xoff,
-                                                                        nx, y, ys);
-}
-
-void packed_mxfp4_q8_0(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
-                       const int32_t* xoff, int64_t nx, float* y, size_t ys) {
-  (use_dotprod() ? dotprod::packed_mxfp4_q8_0 : plain::packed_mxfp4_q8_0)(n, wp, ngroups, x, xs,
-                                                                          xoff, nx, y, ys);
-}
-
-void packed_q4_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
-                      const int32_t* xoff, int64_t nx, float* y, size_t ys) {
-  (use_dotprod() ? dotprod::packed_q4_K_q8_K : plain::packed_q4_K_q8_K)(n, wp, ngroups, x, xs, xoff,
-                                                                        nx, y, ys);
-}
-
-void packed_q6_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
-                      const int32_t* xoff, int64_t nx, float* y, size_t ys) {
-  (use_dotprod() ? dotprod::packed_q6_K_q8_K : plain::packed_q6_K_q8_K)(n, wp, ngroups, x, xs, xoff,
-                                                                        nx, y, ys);
-}
+// Each exported kernel runs the SDOT or the plain form (the same floats), chosen once per process.
+#define KVRUN_NEON_PACKED(name)                                                            \
+  void name(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,          \
+            const int32_t* xoff, int64_t nx, float* y, size_t ys) {                        \
+    (use_dotprod() ? dotprod::name : plain::name)(n, wp, ngroups, x, xs, xoff, nx, y, ys); \
+  }
+KVRUN_NEON_PACKED(packed_q4_0_q8_0)
+KVRUN_NEON_PACKED(packed_q8_0_q8_0)
+KVRUN_NEON_PACKED(packed_mxfp4_q8_0)
+KVRUN_NEON_PACKED(packed_q4_K_q8_K)
+KVRUN_NEON_PACKED(packed_q6_K_q8_K)
+#undef KVRUN_NEON_PACKED
 
 }  // namespace kvrun::cpu::neon
