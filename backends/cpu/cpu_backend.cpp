@@ -160,12 +160,19 @@ class CpuBackend final : public Backend {
   void glu(GluKind kind, const float* gate, const float* up, float* out, int64_t rows,
            int64_t cols) override {
     OpTimer t("glu");
-    if (kind == GluKind::kGeGlu)
-      cpu::geglu(gate, up, out, rows, cols);
-    else if (kind == GluKind::kSwiGluOai)
-      cpu::swiglu_oai(gate, up, out, rows, cols);
-    else
-      cpu::swiglu(gate, up, out, rows, cols);
+    using GluFn = void (*)(const float*, const float*, float*, int64_t, int64_t);
+    const GluFn fn = kind == GluKind::kGeGlu       ? cpu::geglu
+                     : kind == GluKind::kSwiGluOai ? cpu::swiglu_oai
+                                                   : static_cast<GluFn>(cpu::swiglu);
+    // Rows split over the pool (each element on its own: the same floats as one call); chunks
+    // of at least 16K elements, so a decode row stays on the calling thread.
+    constexpr int64_t kMinChunkElements = 16 * 1024;
+    pool_.run(
+        rows,
+        [&](int64_t r0, int64_t r1) {
+          fn(gate + r0 * cols, up + r0 * cols, out + r0 * cols, r1 - r0, cols);
+        },
+        std::max<int64_t>(1, kMinChunkElements / std::max<int64_t>(1, cols)));
   }
   void add(float* y, const float* x, int64_t n) override {
     OpTimer t("add");
