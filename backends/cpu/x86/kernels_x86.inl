@@ -17,14 +17,18 @@
 // Also here: the activation quantizers (f32 → q8_0 / q8_K) and the element-wise kernels of
 // op_kernels.h (SiLU·up and softmax's exp with fast_exp.h's polynomial, RoPE's rotation).
 //
-// No standard-library templates or inline functions are used here: they would be emitted in
-// both translation units with different instruction sets and the linker may keep either copy.
+// No standard-library templates or inline functions are used here on types both translation
+// units share: they would be emitted in both with different instruction sets and the linker may
+// keep either copy (packed_fast_avx512.inl's std::vector holds a type of this unit's own
+// namespace).
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
+#include <vector>
 
 #include "blocks.h"
 #include "cpu/x86/kernels_x86.h"
@@ -1154,7 +1158,8 @@ void packed_q6_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x,
 #endif
 
 #ifdef __AVX512F__
-#include "cpu/x86/packed_q4k_avx512.inl"  // q4_K, one zmm per 16-row group
+#include "cpu/x86/packed_fast_avx512.inl"  // --kernels fast: q8_0, mxfp4
+#include "cpu/x86/packed_q4k_avx512.inl"   // q4_K, one zmm per 16-row group
 #endif
 
 #endif

@@ -1,0 +1,161 @@
+// packed_fast_avx512.inl — the fast-order prefill kernels of the avx512 level (`--kernels fast`;
+// docs/architecture.md, "Summation order") for the packed q8_0 and mxfp4 layouts (pack.h), with
+// the floats of fast_dot_q8_0_q8_0 / fast_dot_mxfp4_q8_0 (vec_dot_legacy.cpp): per block and
+// row the whole 32-element integer dot, then acc = fma(float(isum), d_w·d_x, acc). Included by
+// kernels_x86.inl inside namespace kvrun::cpu::avx512.
+//
+// The 16 rows of a group are one zmm: per block and activation row, 8 VPDPBUSD (4 unsigned
+// weight bytes × 4 broadcast activation bytes per lane) from the offset −o·Σx that takes the
+// weights' unsigned storage back off (o = 128 for q8_0's q + 128, 12 for mxfp4's level + 12),
+// one convert and one multiply-add. The offsets and scales of the activation blocks are computed
+// once per call (fast_x_blocks), and 8 activation rows share each unpacked block (8 weight
+// vectors and 8 accumulators of the 32 registers). Against the exact kernels, which convert and
+// add each of the 8 four-element lanes per block, this is about a third of the instructions.
+#if !defined(__AVX512F__) || !defined(KVRUN_X86_VNNI)
+#error "the avx512 level only"
+#endif
+
+namespace {
+
+/// Σ of the 32 signed bytes at p (exact): VPSADBW of the bytes + 128, less 32·128.
+inline int32_t sum_i8_32(const int8_t* p) {
+  const __m256i v = _mm256_xor_si256(load256(p), _mm256_set1_epi8(char(0x80)));
+  const __m256i s = _mm256_sad_epu8(v, _mm256_setzero_si256());
+  __m128i t = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+  t = _mm_add_epi64(t, _mm_unpackhi_epi64(t, t));
+  return _mm_cvtsi128_si32(t) - 32 * 128;
+}
+
+/// One q8_0 activation block as the fast kernels read it: −o · Σ of its 32 quants (the offset of
+/// the weights' unsigned storage) and its scale d_x as f32.
+struct FastXBlock {
+  int32_t off;
+  float d;
+};
+
+/// The FastXBlocks of nx activation rows of nb q8_0 blocks (xs bytes apart), row j's at j·nb, in
+/// a buffer of the calling thread (valid until its next call).
+inline const FastXBlock* fast_x_blocks(const uint8_t* x, size_t xs, int64_t nx, int64_t nb,
+                                       int32_t o) {
+  thread_local std::vector<FastXBlock> tl_xb;
+  std::vector<FastXBlock>& xb = tl_xb;
+  xb.resize(size_t(nx) * size_t(nb));
+  for (int64_t j = 0; j < nx; ++j)
+    for (int64_t b = 0; b < nb; ++b) {
+      const block_q8_0& blk = block_at<block_q8_0>(x, xs, int(j), b);
+      xb[size_t(j * nb + b)] = {-o * sum_i8_32(blk.qs), h2f(blk.d)};
+    }
+  return xb.data();
+}
+
+/// acc[c] = fma(float(Σ_i u[i]·x_c's bytes 4·pos(i) .. +3, from xc.off), dw · d_x, acc[c]) for C
+/// activation rows: one block of the fast order. pos(i) is the activation position of weight
+/// vector i's 4 bytes per row (q8_0: 4i; mxfp4: the low nibbles 4i, the high 16 + 4(i − 4)).
+template <int C, bool kMxfp4>
+[[gnu::always_inline]] inline void fast_block(const __m512i* u, __m512 dw, const uint8_t* x,
+                                              size_t xs, int64_t b, const FastXBlock* xb,
+                                              int64_t nb, __m512* acc) {
+  for (int c = 0; c < C; ++c) {
+    const int8_t* qs = block_at<block_q8_0>(x, xs, c, b).qs;
+    const FastXBlock& xc = xb[size_t(c) * size_t(nb) + size_t(b)];
+    __m512i s = _mm512_set1_epi32(xc.off);
+    for (int i = 0; i < 8; ++i) {
+      int32_t xv;
+      std::memcpy(&xv, qs + (kMxfp4 && i >= 4 ? 16 + 4 * (i - 4) : 4 * i), 4);
+      s = _mm512_dpbusd_epi32(s, u[i], _mm512_set1_epi32(xv));
+    }
+    const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(xc.d));
+    acc[c] = _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(kAll16, s), d, acc[c]);
+  }
+}
+
+/// One packed q8_0 group (544-byte blocks: 16 f16 scales, 8 chunks of 64 bytes q + 128) against C
+/// activation rows: y[c·ys + r] = fast_dot_q8_0_q8_0.
+template <int C>
+inline void packed_fast_q8_0_group(int64_t nb, const uint8_t* g, const uint8_t* x, size_t xs,
+                                   const FastXBlock* xb, float* y, size_t ys) {
+  __m512 acc[C];
+  for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b, g += 544) {
+    const __m512 dw = load16_f16(reinterpret_cast<const uint16_t*>(g)).v;
+    __m512i u[8];
+    for (int i = 0; i < 8; ++i) u[i] = _mm512_loadu_si512(g + 32 + 64 * i);
+    fast_block<C, false>(u, dw, x, xs, b, xb, nb, acc);
+  }
+  for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + size_t(c) * ys, acc[c]);
+}
+
+/// One packed mxfp4 group (272-byte blocks: 16 E8M0 bytes, then q4_0's 4 chunks of 64 nibble
+/// bytes) against C activation rows: y[c·ys + r] = fast_dot_mxfp4_q8_0. The nibbles are looked up
+/// as u = level + 12 (0..24), the half scales 2^(e − 128) formed as mxfp4_half_scales8 does.
+template <int C>
+inline void packed_fast_mxfp4_group(int64_t nb, const uint8_t* g, const uint8_t* x, size_t xs,
+                                    const FastXBlock* xb, float* y, size_t ys) {
+  __m512 acc[C];
+  for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
+  alignas(16) int8_t u_levels[16];
+  for (int i = 0; i < 16; ++i) u_levels[i] = int8_t(kvalues_mxfp4[i] + 12);
+  const __m512i table = _mm512_maskz_broadcast_i32x4(
+      kAll16, _mm_load_si128(reinterpret_cast<const __m128i*>(u_levels)));
+  const __m512i m15 = _mm512_set1_epi8(0x0F);
+  for (int64_t b = 0; b < nb; ++b, g += 272) {
+    const __m512i e =
+        _mm512_maskz_cvtepu8_epi32(kAll16, _mm_loadu_si128(reinterpret_cast<const __m128i*>(g)));
+    const __m512i normal =
+        _mm512_maskz_slli_epi32(kAll16, _mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+    const __m512i sub = _mm512_maskz_sllv_epi32(kAll16, _mm512_set1_epi32(0x00200000), e);
+    const __m512 dw = _mm512_castsi512_ps(
+        _mm512_mask_blend_epi32(_mm512_cmpgt_epi32_mask(e, _mm512_set1_epi32(1)), sub, normal));
+    __m512i u[8];
+    for (int i = 0; i < 4; ++i) {
+      const __m512i q = _mm512_loadu_si512(g + 16 + 64 * i);
+      u[i] = _mm512_shuffle_epi8(table, _mm512_and_si512(q, m15));
+      u[4 + i] = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(q, 4), m15));
+    }
+    fast_block<C, true>(u, dw, x, xs, b, xb, nb, acc);
+  }
+  for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + size_t(c) * ys, acc[c]);
+}
+
+/// Every group against the nx activation rows, 8, then 4, then 1 per pass: group(c_const, g, gi,
+/// j) runs rows [j, j + C) of group gi (its bytes at g) with C = c_const's value.
+template <typename Group>
+inline void fast_walk(const void* wp, size_t group_bytes, int64_t ngroups, int64_t nx,
+                      Group group) {
+  for (int64_t gi = 0; gi < ngroups; ++gi) {
+    const uint8_t* g = static_cast<const uint8_t*>(wp) + size_t(gi) * group_bytes;
+    int64_t j = 0;
+    for (; j + 8 <= nx; j += 8) group(std::integral_constant<int, 8>{}, g, gi, j);
+    if (j + 4 <= nx) {
+      group(std::integral_constant<int, 4>{}, g, gi, j);
+      j += 4;
+    }
+    for (; j < nx; ++j) group(std::integral_constant<int, 1>{}, g, gi, j);
+  }
+}
+
+}  // namespace
+
+void packed_fast_q8_0_q8_0(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
+                           const int32_t* /*xoff*/, int64_t nx, float* y, size_t ys) {
+  const int64_t nb = n / QK8_0;
+  const uint8_t* xp = static_cast<const uint8_t*>(x);
+  const FastXBlock* xb = fast_x_blocks(xp, xs, nx, nb, 128);
+  fast_walk(wp, size_t(nb) * 544, ngroups, nx,
+            [&](auto cc, const uint8_t* g, int64_t gi, int64_t j) {
+              packed_fast_q8_0_group<decltype(cc)::value>(
+                  nb, g, xp + size_t(j) * xs, xs, xb + j * nb, y + gi * 16 + size_t(j) * ys, ys);
+            });
+}
+
+void packed_fast_mxfp4_q8_0(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
+                            const int32_t* /*xoff*/, int64_t nx, float* y, size_t ys) {
+  const int64_t nb = n / QK_MXFP4;
+  const uint8_t* xp = static_cast<const uint8_t*>(x);
+  const FastXBlock* xb = fast_x_blocks(xp, xs, nx, nb, 12);
+  fast_walk(wp, size_t(nb) * 272, ngroups, nx,
+            [&](auto cc, const uint8_t* g, int64_t gi, int64_t j) {
+              packed_fast_mxfp4_group<decltype(cc)::value>(
+                  nb, g, xp + size_t(j) * xs, xs, xb + j * nb, y + gi * 16 + size_t(j) * ys, ys);
+            });
+}
