@@ -1158,8 +1158,9 @@ void packed_q6_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x,
 #endif
 
 #ifdef __AVX512F__
-#include "cpu/x86/packed_fast_avx512.inl"  // --kernels fast: q8_0, mxfp4
-#include "cpu/x86/packed_q4k_avx512.inl"   // q4_K, one zmm per 16-row group
+#include "cpu/x86/packed_q4k_avx512.inl"  // q4_K, one zmm per 16-row group
+// (after it: q4_K_scales16)
+#include "cpu/x86/packed_fast_avx512.inl"  // --kernels fast: q8_0, mxfp4, q4_K
 #endif
 
 #endif

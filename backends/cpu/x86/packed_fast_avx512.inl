@@ -1,8 +1,9 @@
 // packed_fast_avx512.inl — the fast-order prefill kernels of the avx512 level (`--kernels fast`;
-// docs/architecture.md, "Summation order") for the packed q8_0 and mxfp4 layouts (pack.h), with
-// the floats of fast_dot_q8_0_q8_0 / fast_dot_mxfp4_q8_0 (vec_dot_legacy.cpp): per block and
-// row the whole 32-element integer dot, then acc = fma(float(isum), d_w·d_x, acc). Included by
-// kernels_x86.inl inside namespace kvrun::cpu::avx512.
+// docs/architecture.md, "Summation order") for the packed q8_0, mxfp4 and q4_K layouts (pack.h),
+// with the floats of fast_dot_q8_0_q8_0 / fast_dot_mxfp4_q8_0 (vec_dot_legacy.cpp): per block
+// and row the whole 32-element integer dot, then acc = fma(float(isum), d_w·d_x, acc); q4_K's
+// (fast_dot_q4_K_q8_K, vec_dot_k.cpp) at packed_fast_q4_K_group. Included by kernels_x86.inl
+// inside namespace kvrun::cpu::avx512, after packed_q4k_avx512.inl (q4_K_scales16).
 //
 // The 16 rows of a group are one zmm: per block and activation row, 8 VPDPBUSD (4 unsigned
 // weight bytes × 4 broadcast activation bytes per lane) from the offset −o·Σx that takes the
@@ -117,6 +118,69 @@ inline void packed_fast_mxfp4_group(int64_t nb, const uint8_t* g, const uint8_t*
   for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + size_t(c) * ys, acc[c]);
 }
 
+/// One packed q4_K group (pack.h, 2304-byte super-blocks) against C q8_K activation rows:
+/// y[c·ys + r] = fast_dot_q4_K_q8_K. Per super-block and activation row one int32 lane per row
+/// holds the whole main term Σ_j sc_j · Σ q·x of sub-block j (VPMADDUBSW pair sums of the nibbles,
+/// ≤ 2·15·128, then VPDPWSSD by sc_j in both int16 halves: exact), and one the min term
+/// Σ_j m_j · bsum_j (VPMADDWD of (m_2k, m_2k+1) by the (bsum_2k, bsum_2k+1) pairs, as
+/// packed_q4_K_group512); then acc = fma(d_w·d_x, float(main), acc) and
+/// acc = fma(d_min·(−d_x), float(min), acc). Each unpacked 64-byte chunk serves the C rows.
+template <int C>
+inline void packed_fast_q4_K_group(int64_t nb, const uint8_t* g, const uint8_t* x, size_t xs,
+                                   float* y, size_t ys) {
+  __m512 acc[C];
+  for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
+  const __m512i m15 = _mm512_set1_epi8(0x0F);
+  for (int64_t b = 0; b < nb; ++b, g += 2304) {
+    alignas(64) __m512i sc[8], mn[8];
+    q4_K_scales16(g, sc, mn);
+    const int8_t* qx[C];
+    __m512i isum[C];
+    for (int c = 0; c < C; ++c) {
+      qx[c] = block_at<block_q8_K>(x, xs, c, b).qs;
+      isum[c] = _mm512_setzero_si512();
+    }
+#pragma GCC unroll 4
+    for (int j2 = 0; j2 < 4; ++j2)
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i) {
+        const __m512i q = _mm512_loadu_si512(g + 256 + 64 * (8 * j2 + i));
+        const __m512i lo = _mm512_and_si512(q, m15);
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m15);
+        for (int c = 0; c < C; ++c) {
+          int32_t x0, x1;
+          std::memcpy(&x0, qx[c] + 64 * j2 + 4 * i, 4);
+          std::memcpy(&x1, qx[c] + 64 * j2 + 32 + 4 * i, 4);
+          isum[c] = _mm512_dpwssd_epi32(isum[c], _mm512_maddubs_epi16(lo, _mm512_set1_epi32(x0)),
+                                        sc[2 * j2]);
+          isum[c] = _mm512_dpwssd_epi32(isum[c], _mm512_maddubs_epi16(hi, _mm512_set1_epi32(x1)),
+                                        sc[2 * j2 + 1]);
+        }
+      }
+    const __m512 dw = load16_f16(reinterpret_cast<const uint16_t*>(g)).v;
+    const __m512 dminw = load16_f16(reinterpret_cast<const uint16_t*>(g + 32)).v;
+    __m512i mpair[4];
+    for (int k = 0; k < 4; ++k)
+      mpair[k] = _mm512_mask_blend_epi16(0xAAAAAAAAu, mn[2 * k], mn[2 * k + 1]);
+    for (int c = 0; c < C; ++c) {
+      const block_q8_K& xb = block_at<block_q8_K>(x, xs, c, b);
+      __m512i msum = _mm512_setzero_si512();
+      for (int k = 0; k < 4; ++k) {
+        const int s0 = xb.bsums[4 * k] + xb.bsums[4 * k + 1];
+        const int s1 = xb.bsums[4 * k + 2] + xb.bsums[4 * k + 3];
+        const __m512i spair =
+            _mm512_set1_epi32(int32_t((uint32_t(s0) & 0xFFFF) | (uint32_t(s1) << 16)));
+        msum = _mm512_add_epi32(msum, _mm512_madd_epi16(mpair[k], spair));
+      }
+      const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(xb.d));
+      const __m512 dmin = _mm512_mul_ps(dminw, _mm512_set1_ps(-xb.d));
+      acc[c] = _mm512_fmadd_ps(d, _mm512_maskz_cvtepi32_ps(kAll16, isum[c]), acc[c]);
+      acc[c] = _mm512_fmadd_ps(dmin, _mm512_maskz_cvtepi32_ps(kAll16, msum), acc[c]);
+    }
+  }
+  for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + size_t(c) * ys, acc[c]);
+}
+
 /// Every group against the nx activation rows, 8, then 4, then 1 per pass: group(c_const, g, gi,
 /// j) runs rows [j, j + C) of group gi (its bytes at g) with C = c_const's value.
 template <typename Group>
@@ -157,5 +221,16 @@ void packed_fast_mxfp4_q8_0(int64_t n, const void* wp, int64_t ngroups, const vo
             [&](auto cc, const uint8_t* g, int64_t gi, int64_t j) {
               packed_fast_mxfp4_group<decltype(cc)::value>(
                   nb, g, xp + size_t(j) * xs, xs, xb + j * nb, y + gi * 16 + size_t(j) * ys, ys);
+            });
+}
+
+void packed_fast_q4_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
+                           const int32_t* /*xoff*/, int64_t nx, float* y, size_t ys) {
+  const int64_t nb = n / QK_K;
+  const uint8_t* xp = static_cast<const uint8_t*>(x);
+  fast_walk(wp, size_t(nb) * 2304, ngroups, nx,
+            [&](auto cc, const uint8_t* g, int64_t gi, int64_t j) {
+              packed_fast_q4_K_group<decltype(cc)::value>(nb, g, xp + size_t(j) * xs, xs,
+                                                          y + gi * 16 + size_t(j) * ys, ys);
             });
 }
