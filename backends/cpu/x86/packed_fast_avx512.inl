@@ -120,11 +120,13 @@ inline void packed_fast_mxfp4_group(int64_t nb, const uint8_t* g, const uint8_t*
 
 /// One packed q4_K group (pack.h, 2304-byte super-blocks) against C q8_K activation rows:
 /// y[c·ys + r] = fast_dot_q4_K_q8_K. Per super-block and activation row one int32 lane per row
-/// holds the whole main term Σ_j sc_j · Σ q·x of sub-block j (VPMADDUBSW pair sums of the nibbles,
-/// ≤ 2·15·128, then VPDPWSSD by sc_j in both int16 halves: exact), and one the min term
-/// Σ_j m_j · bsum_j (VPMADDWD of (m_2k, m_2k+1) by the (bsum_2k, bsum_2k+1) pairs, as
-/// packed_q4_K_group512); then acc = fma(d_w·d_x, float(main), acc) and
-/// acc = fma(d_min·(−d_x), float(min), acc). Each unpacked 64-byte chunk serves the C rows.
+/// holds the whole main term Σ_j sc_j · t_j, t_j = Σ q·x over sub-block j: VPDPBUSD of the
+/// unsigned nibbles by the signed activation bytes (|t_j| ≤ 32·15·128, exact), then one VPMULLD
+/// by sc_j and an add per sub-block (the exact kernel needs VPMADDUBSW and VPDPWSSD per chunk
+/// instead, as it keeps 8 lanes per sub-block apart); and one lane the min term Σ_j m_j · bsum_j
+/// (VPMADDWD of (m_2k, m_2k+1) by the (bsum_2k, bsum_2k+1) pairs, as packed_q4_K_group512); then
+/// acc = fma(d_w·d_x, float(main), acc) and acc = fma(d_min·(−d_x), float(min), acc). Each
+/// unpacked 64-byte chunk serves the C rows.
 template <int C>
 inline void packed_fast_q4_K_group(int64_t nb, const uint8_t* g, const uint8_t* x, size_t xs,
                                    float* y, size_t ys) {
@@ -141,7 +143,10 @@ inline void packed_fast_q4_K_group(int64_t nb, const uint8_t* g, const uint8_t* 
       isum[c] = _mm512_setzero_si512();
     }
 #pragma GCC unroll 4
-    for (int j2 = 0; j2 < 4; ++j2)
+    for (int j2 = 0; j2 < 4; ++j2) {
+      // Sub-blocks 2·j2 (low nibbles of chunks 8·j2 .. 8·j2+7) and 2·j2 + 1 (their high ones).
+      __m512i tlo[C], thi[C];
+      for (int c = 0; c < C; ++c) tlo[c] = thi[c] = _mm512_setzero_si512();
 #pragma GCC unroll 8
       for (int i = 0; i < 8; ++i) {
         const __m512i q = _mm512_loadu_si512(g + 256 + 64 * (8 * j2 + i));
@@ -151,12 +156,17 @@ inline void packed_fast_q4_K_group(int64_t nb, const uint8_t* g, const uint8_t* 
           int32_t x0, x1;
           std::memcpy(&x0, qx[c] + 64 * j2 + 4 * i, 4);
           std::memcpy(&x1, qx[c] + 64 * j2 + 32 + 4 * i, 4);
-          isum[c] = _mm512_dpwssd_epi32(isum[c], _mm512_maddubs_epi16(lo, _mm512_set1_epi32(x0)),
-                                        sc[2 * j2]);
-          isum[c] = _mm512_dpwssd_epi32(isum[c], _mm512_maddubs_epi16(hi, _mm512_set1_epi32(x1)),
-                                        sc[2 * j2 + 1]);
+          tlo[c] = _mm512_dpbusd_epi32(tlo[c], lo, _mm512_set1_epi32(x0));
+          thi[c] = _mm512_dpbusd_epi32(thi[c], hi, _mm512_set1_epi32(x1));
         }
       }
+      // sc[j] holds the scale in both int16 halves (q4_K_scales16); the low one as int32.
+      const __m512i s_lo = _mm512_and_si512(sc[2 * j2], _mm512_set1_epi32(0xFFFF));
+      const __m512i s_hi = _mm512_and_si512(sc[2 * j2 + 1], _mm512_set1_epi32(0xFFFF));
+      for (int c = 0; c < C; ++c)
+        isum[c] = _mm512_add_epi32(isum[c], _mm512_add_epi32(_mm512_mullo_epi32(tlo[c], s_lo),
+                                                             _mm512_mullo_epi32(thi[c], s_hi)));
+    }
     const __m512 dw = load16_f16(reinterpret_cast<const uint16_t*>(g)).v;
     const __m512 dminw = load16_f16(reinterpret_cast<const uint16_t*>(g + 32)).v;
     __m512i mpair[4];
