@@ -108,6 +108,15 @@ class CpuBackend final : public Backend {
   Device& device() const override { return dev_; }
   int n_threads() const override { return pool_.size(); }
 
+  /// Runs fn(r0, r1) over row ranges of [0, rows) on the pool, for ops whose rows (of `cols`
+  /// values each) are computed independently, so the split changes no result. Chunks of at least
+  /// 16K values: a decode row stays on the calling thread.
+  template <typename Fn>
+  void on_rows(int64_t rows, int64_t cols, const Fn& fn) {
+    constexpr int64_t kMinChunkValues = 16 * 1024;
+    pool_.run(rows, fn, std::max<int64_t>(1, kMinChunkValues / std::max<int64_t>(1, cols)));
+  }
+
   void begin_step(const PageTable& pt) override {
     pt_ = pt;
     seqs_.resize(size_t(pt.n_seqs));
@@ -128,7 +137,10 @@ class CpuBackend final : public Backend {
   void rms_norm(const float* x, const Tensor* w, float* y, int64_t rows, int64_t cols,
                 float eps) override {
     OpTimer t("rms_norm");
-    cpu::rms_norm(x, w ? static_cast<const float*>(w->data) : nullptr, y, rows, cols, eps);
+    const float* wd = w ? static_cast<const float*>(w->data) : nullptr;
+    on_rows(rows, cols, [&](int64_t r0, int64_t r1) {
+      cpu::rms_norm(x + r0 * cols, wd, y + r0 * cols, r1 - r0, cols, eps);
+    });
   }
   void matmul(const Tensor& w, const float* x, int64_t n, float* y) override {
     OpTimer t("matmul", w.type, weight_bytes(w));
@@ -164,15 +176,9 @@ class CpuBackend final : public Backend {
     const GluFn fn = kind == GluKind::kGeGlu       ? cpu::geglu
                      : kind == GluKind::kSwiGluOai ? cpu::swiglu_oai
                                                    : static_cast<GluFn>(cpu::swiglu);
-    // Rows split over the pool (each element on its own: the same floats as one call); chunks
-    // of at least 16K elements, so a decode row stays on the calling thread.
-    constexpr int64_t kMinChunkElements = 16 * 1024;
-    pool_.run(
-        rows,
-        [&](int64_t r0, int64_t r1) {
-          fn(gate + r0 * cols, up + r0 * cols, out + r0 * cols, r1 - r0, cols);
-        },
-        std::max<int64_t>(1, kMinChunkElements / std::max<int64_t>(1, cols)));
+    on_rows(rows, cols, [&](int64_t r0, int64_t r1) {
+      fn(gate + r0 * cols, up + r0 * cols, out + r0 * cols, r1 - r0, cols);
+    });
   }
   void add(float* y, const float* x, int64_t n) override {
     OpTimer t("add");
@@ -203,7 +209,18 @@ class CpuBackend final : public Backend {
   void kv_store(const KvLayer& kv, const PagedAttnParams& p, const float* k,
                 const float* v) override {
     OpTimer t("kv_store", kv.k_type, kv.v_type);
-    paged_kv_store(kv, p, seqs_.data(), int64_t(seqs_.size()), k, v);
+    // Each token's row is encoded on its own: a sequence's rows split over the pool, after the
+    // shapes are checked here (an error thrown on a worker would end the process).
+    paged_kv_store(kv, p, nullptr, 0, k, v);
+    const int64_t row_values = p.attn.n_head_kv * (p.attn.head_dim + p.attn.head_dim_v);
+    for (const PagedSeq& seq : seqs_)
+      on_rows(seq.n_q, row_values, [&](int64_t i0, int64_t i1) {
+        PagedSeq part = seq;
+        part.pos0 += i0;
+        part.q0 += i0;
+        part.n_q = i1 - i0;
+        paged_kv_store(kv, p, &part, 1, k, v);
+      });
   }
   void paged_attention(const KvLayer& kv, const PagedAttnParams& p, const float* q,
                        float* out) override {

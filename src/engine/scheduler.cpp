@@ -371,6 +371,7 @@ void Scheduler::finish(Session& s, FinishReason why, const std::string& error) {
     std::lock_guard lk(mu_);  // before the event: whoever sees the end may submit again
     --n_inflight_;
   }
+  publish_stats();  // so that whoever sees the end also sees it (and its device OOMs) counted
   s.req->push(RequestEvent{true, {}, r});
 }
 
