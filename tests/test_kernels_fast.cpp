@@ -23,7 +23,7 @@
 namespace kvrun::cpu {
 namespace {
 
-constexpr DType kFastTypes[] = {DType::Q8_0, DType::Q4_K, DType::Q6_K, DType::MXFP4};
+constexpr DType kFastTypes[] = {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::MXFP4};
 
 bool same_float(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
 
@@ -81,7 +81,7 @@ TEST_P(FastLevel, PackedFastKernelEqualsScalarFastDot) {
       none += std::string(" ") + traits(t).name;
       continue;
     }
-    const bool k_quant = t == DType::Q4_K || t == DType::Q6_K;
+    const bool k_quant = t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
     for (int64_t k :
          k_quant ? std::vector<int64_t>{256, 768, 2048} : std::vector<int64_t>{32, 96, 2048})
       for (int64_t m : {int64_t(16), int64_t(48)}) {

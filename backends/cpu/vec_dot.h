@@ -130,7 +130,7 @@ float vec_dot_iq1_s_q8_K(int64_t n, const void* w, const void* x);
 float vec_dot_iq1_m_q8_K(int64_t n, const void* w, const void* x);
 
 // The fast summation order (`kvrun --kernels fast`, cpu_level.h KernelOrder): the scalar
-// references of the avx2 fast prefill kernels (packed_fast_* in backends/cpu/x86/), which must
+// references of the fast prefill kernels (packed_fast_* in backends/cpu/x86/), which must
 // give these floats bit for bit. Per weight row and (super-)block the whole integer dot, exact
 // in int32 (sub-block scales applied in integers), then one fused multiply-add into ONE float
 // accumulator that starts at 0 and takes the blocks in order; no lanes, no fold. The integers are
@@ -142,10 +142,13 @@ float fast_dot_q8_0_q8_0(int64_t n, const void* w, const void* x);
 /// acc = fma(−d_x·dmin_w, float(Σ_j m_j·bsum_j), acc) (bsum_j = Σ q_x over sub-block j of 32,
 /// from q8_K's bsums).
 float fast_dot_q4_K_q8_K(int64_t n, const void* w, const void* x);
+/// q5_K: as q4_K, with the 5-bit values (the nibble and its high bit from qh).
+float fast_dot_q5_K_q8_K(int64_t n, const void* w, const void* x);
 /// q6_K: per super-block acc = fma(d_x·d_w, float(Σ_j sc_j·Σ_16 q_w·q_x), acc), q_w = q − 32.
 float fast_dot_q6_K_q8_K(int64_t n, const void* w, const void* x);
 /// mxfp4: acc = fma(float(Σ_32 level·q_x), half_scale(e)·d_x, acc) per block (levels doubled as
-/// in vec_dot_mxfp4_q8_0). Its kernel is the avx512 level's only (packed_mxfp4.inl).
+/// in vec_dot_mxfp4_q8_0). The q5_K and mxfp4 kernels are the avx512 level's only
+/// (packed_fast_avx512.inl).
 float fast_dot_mxfp4_q8_0(int64_t n, const void* w, const void* x);
 
 }  // namespace kvrun::cpu

@@ -200,6 +200,24 @@ float fast_dot_q4_K_q8_K(int64_t n, const void* w, const void* x) {
   return acc;
 }
 
+float fast_dot_q5_K_q8_K(int64_t n, const void* w, const void* x) {
+  const auto* bw = static_cast<const block_q5_K*>(w);
+  const auto* bx = static_cast<const block_q8_K*>(x);
+  float acc = 0.0f;
+  int8_t q[QK_K];
+  int sc[8], m[8];
+  for (int64_t b = 0; b < n / QK_K; ++b) {
+    for (int i = 0; i < QK_K; ++i)
+      q[i] = int8_t(nibble(bw[b].qs, i) | (((bw[b].qh[i % 32] >> (i / 32)) & 1) << 4));
+    for (int j = 0; j < 8; ++j) unpack_scale_min_k4(j, bw[b].scales, &sc[j], &m[j]);
+    const float d = bx[b].d * fp16_lut(bw[b].d);
+    const float dmin = -bx[b].d * fp16_lut(bw[b].dmin);
+    acc = std::fma(d, float(scaled_sum(q, bx[b].qs, sc, 8)), acc);
+    acc = std::fma(dmin, float(min_sum(m, bx[b], 8)), acc);
+  }
+  return acc;
+}
+
 float vec_dot_q5_K_q8_K(int64_t n, const void* w, const void* x) {
   // Order of llama.cpp's AVX2 kernel: the min term in one f32 sum, the main term in 8 lanes.
   const auto* bw = static_cast<const block_q5_K*>(w);

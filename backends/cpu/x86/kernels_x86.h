@@ -20,7 +20,7 @@
   /* packed mxfp4 (packed_mxfp4.inl), both levels */                                            \
   std::remove_pointer_t<PackedTileFn> packed_mxfp4_q8_0;                                        \
   /* its fast-order form (packed_fast_avx512.inl), defined at the avx512 level only */          \
-  std::remove_pointer_t<PackedTileFn> packed_fast_mxfp4_q8_0;                                   \
+  std::remove_pointer_t<PackedTileFn> packed_fast_mxfp4_q8_0, packed_fast_q5_K_q8_K;            \
   /* x86 only so far (iq_x86.inl, kernels_x86.inl; NEON uses the scalar dots) */                \
   std::remove_pointer_t<VecDotFn> vec_dot_mxfp4_q8_0, vec_dot_iq4_xs_q8_K, vec_dot_q4_1_q8_1,   \
       vec_dot_q5_1_q8_1;                                                                        \

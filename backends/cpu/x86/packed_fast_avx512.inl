@@ -1,9 +1,10 @@
 // packed_fast_avx512.inl — the fast-order prefill kernels of the avx512 level (`--kernels fast`;
-// docs/architecture.md, "Summation order") for the packed q8_0, mxfp4 and q4_K layouts (pack.h),
-// with the floats of fast_dot_q8_0_q8_0 / fast_dot_mxfp4_q8_0 (vec_dot_legacy.cpp): per block
-// and row the whole 32-element integer dot, then acc = fma(float(isum), d_w·d_x, acc); q4_K's
-// (fast_dot_q4_K_q8_K, vec_dot_k.cpp) at packed_fast_q4_K_group. Included by kernels_x86.inl
-// inside namespace kvrun::cpu::avx512, after packed_q4k_avx512.inl (q4_K_scales16).
+// docs/architecture.md, "Summation order") for the packed q8_0, mxfp4, q4_K and q5_K layouts
+// (pack.h), with the floats of fast_dot_q8_0_q8_0 / fast_dot_mxfp4_q8_0 (vec_dot_legacy.cpp): per
+// block and row the whole 32-element integer dot, then acc = fma(float(isum), d_w·d_x, acc); q4_K's
+// and q5_K's (fast_dot_q4_K_q8_K, fast_dot_q5_K_q8_K, vec_dot_k.cpp) at packed_fast_q4_K_group.
+// Included by kernels_x86.inl inside namespace kvrun::cpu::avx512, after packed_q4k_avx512.inl
+// (q4_K_scales16).
 //
 // The 16 rows of a group are one zmm: per block and activation row, 8 VPDPBUSD (4 unsigned
 // weight bytes × 4 broadcast activation bytes per lane) from the offset −o·Σx that takes the
@@ -118,22 +119,33 @@ inline void packed_fast_mxfp4_group(int64_t nb, const uint8_t* g, const uint8_t*
   for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + size_t(c) * ys, acc[c]);
 }
 
+/// Bit j (0..7) of each byte of `h` moved to bit 4 (the fifth bit of a q5_K value; pack.h: byte
+/// (row, e) of a super-block's high-bit chunk i holds the fifth bits of its values 32·j + 4·i + e
+/// in bit j), every other bit cleared: as packed_q5k_avx2.inl's q5_K_high_bit, on 16 rows.
+[[gnu::always_inline]] inline __m512i q5_K_high_bit512(__m512i h, int j) {
+  const __m512i m16 = _mm512_set1_epi8(0x10);
+  if (j < 4) return _mm512_and_si512(_mm512_slli_epi16(h, unsigned(4 - j)), m16);
+  return _mm512_and_si512(_mm512_srli_epi16(h, unsigned(j - 4)), m16);
+}
+
 /// One packed q4_K group (pack.h, 2304-byte super-blocks) against C q8_K activation rows:
-/// y[c·ys + r] = fast_dot_q4_K_q8_K. Per super-block and activation row one int32 lane per row
-/// holds the whole main term Σ_j sc_j · t_j, t_j = Σ q·x over sub-block j: VPDPBUSD of the
-/// unsigned nibbles by the signed activation bytes (|t_j| ≤ 32·15·128, exact), then one VPMULLD
-/// by sc_j and an add per sub-block (the exact kernel needs VPMADDUBSW and VPDPWSSD per chunk
-/// instead, as it keeps 8 lanes per sub-block apart); and one lane the min term Σ_j m_j · bsum_j
-/// (VPMADDWD of (m_2k, m_2k+1) by the (bsum_2k, bsum_2k+1) pairs, as packed_q4_K_group512); then
-/// acc = fma(d_w·d_x, float(main), acc) and acc = fma(d_min·(−d_x), float(min), acc). Each
-/// unpacked 64-byte chunk serves the C rows.
-template <int C>
+/// y[c·ys + r] = fast_dot_q4_K_q8_K; with kQ5 a packed q5_K group (2816-byte super-blocks: q4_K's
+/// layout, then the fifth bits), fast_dot_q5_K_q8_K (values ≤ 31: |t_j| ≤ 32·31·128, exact). Per
+/// super-block and activation row one int32 lane per row holds the whole main term Σ_j sc_j · t_j,
+/// t_j = Σ q·x over sub-block j: VPDPBUSD of the unsigned nibbles by the signed activation bytes
+/// (|t_j| ≤ 32·15·128, exact), then one VPMULLD by sc_j and an add per sub-block (the exact kernel
+/// needs VPMADDUBSW and VPDPWSSD per chunk instead, as it keeps 8 lanes per sub-block apart); and
+/// one lane the min term Σ_j m_j · bsum_j (VPMADDWD of (m_2k, m_2k+1) by the (bsum_2k, bsum_2k+1)
+/// pairs, as packed_q4_K_group512); then acc = fma(d_w·d_x, float(main), acc) and acc =
+/// fma(d_min·(−d_x), float(min), acc). Each unpacked 64-byte chunk serves the C rows.
+template <int C, bool kQ5 = false>
 inline void packed_fast_q4_K_group(int64_t nb, const uint8_t* g, const uint8_t* x, size_t xs,
                                    float* y, size_t ys) {
+  constexpr int64_t kSuperBytes = kQ5 ? 2816 : 2304;
   __m512 acc[C];
   for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
   const __m512i m15 = _mm512_set1_epi8(0x0F);
-  for (int64_t b = 0; b < nb; ++b, g += 2304) {
+  for (int64_t b = 0; b < nb; ++b, g += kSuperBytes) {
     alignas(64) __m512i sc[8], mn[8];
     q4_K_scales16(g, sc, mn);
     const int8_t* qx[C];
@@ -150,8 +162,13 @@ inline void packed_fast_q4_K_group(int64_t nb, const uint8_t* g, const uint8_t* 
 #pragma GCC unroll 8
       for (int i = 0; i < 8; ++i) {
         const __m512i q = _mm512_loadu_si512(g + 256 + 64 * (8 * j2 + i));
-        const __m512i lo = _mm512_and_si512(q, m15);
-        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m15);
+        __m512i lo = _mm512_and_si512(q, m15);
+        __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m15);
+        if constexpr (kQ5) {  // q5_K: the fifth bits of sub-blocks 2·j2 and 2·j2 + 1
+          const __m512i h = _mm512_loadu_si512(g + 2304 + 64 * i);
+          lo = _mm512_or_si512(lo, q5_K_high_bit512(h, 2 * j2));
+          hi = _mm512_or_si512(hi, q5_K_high_bit512(h, 2 * j2 + 1));
+        }
         for (int c = 0; c < C; ++c) {
           int32_t x0, x1;
           std::memcpy(&x0, qx[c] + 64 * j2 + 4 * i, 4);
@@ -242,5 +259,16 @@ void packed_fast_q4_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const voi
             [&](auto cc, const uint8_t* g, int64_t gi, int64_t j) {
               packed_fast_q4_K_group<decltype(cc)::value>(nb, g, xp + size_t(j) * xs, xs,
                                                           y + gi * 16 + size_t(j) * ys, ys);
+            });
+}
+
+void packed_fast_q5_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
+                           const int32_t* /*xoff*/, int64_t nx, float* y, size_t ys) {
+  const int64_t nb = n / QK_K;
+  const uint8_t* xp = static_cast<const uint8_t*>(x);
+  fast_walk(wp, size_t(nb) * 2816, ngroups, nx,
+            [&](auto cc, const uint8_t* g, int64_t gi, int64_t j) {
+              packed_fast_q4_K_group<decltype(cc)::value, true>(nb, g, xp + size_t(j) * xs, xs,
+                                                                y + gi * 16 + size_t(j) * ys, ys);
             });
 }
