@@ -183,14 +183,26 @@ float vec_dot_q4_K_q8_K(int64_t n, const void* w, const void* x) {
   return fold8(acc) + (m01 + m23);
 }
 
-float fast_dot_q4_K_q8_K(int64_t n, const void* w, const void* x) {
-  const auto* bw = static_cast<const block_q4_K*>(w);
+namespace {
+
+/// The 256 5-bit values of a q5_K super-block: the nibble and, from qh, the fifth bit.
+inline void q5_K_values(const block_q5_K& b, int8_t* q) {
+  for (int i = 0; i < QK_K; ++i)
+    q[i] = int8_t(nibble(b.qs, i) | (((b.qh[i % 32] >> (i / 32)) & 1) << 4));
+}
+
+/// The fast-order dot (vec_dot.h) of a q4_K or q5_K row, values(block, q) giving a super-block's
+/// 256 unsigned values: per super-block acc = fma(d_x·d_w, float(main), acc), then
+/// acc = fma(−d_x·dmin_w, float(min), acc).
+template <typename Block, typename Values>
+float fast_dot_k4(int64_t n, const void* w, const void* x, Values values) {
+  const auto* bw = static_cast<const Block*>(w);
   const auto* bx = static_cast<const block_q8_K*>(x);
   float acc = 0.0f;
   int8_t q[QK_K];
   int sc[8], m[8];
   for (int64_t b = 0; b < n / QK_K; ++b) {
-    for (int i = 0; i < QK_K; ++i) q[i] = int8_t(nibble(bw[b].qs, i));
+    values(bw[b], q);
     for (int j = 0; j < 8; ++j) unpack_scale_min_k4(j, bw[b].scales, &sc[j], &m[j]);
     const float d = bx[b].d * fp16_lut(bw[b].d);
     const float dmin = -bx[b].d * fp16_lut(bw[b].dmin);
@@ -200,22 +212,16 @@ float fast_dot_q4_K_q8_K(int64_t n, const void* w, const void* x) {
   return acc;
 }
 
+}  // namespace
+
+float fast_dot_q4_K_q8_K(int64_t n, const void* w, const void* x) {
+  return fast_dot_k4<block_q4_K>(n, w, x, [](const block_q4_K& b, int8_t* q) {
+    for (int i = 0; i < QK_K; ++i) q[i] = int8_t(nibble(b.qs, i));
+  });
+}
+
 float fast_dot_q5_K_q8_K(int64_t n, const void* w, const void* x) {
-  const auto* bw = static_cast<const block_q5_K*>(w);
-  const auto* bx = static_cast<const block_q8_K*>(x);
-  float acc = 0.0f;
-  int8_t q[QK_K];
-  int sc[8], m[8];
-  for (int64_t b = 0; b < n / QK_K; ++b) {
-    for (int i = 0; i < QK_K; ++i)
-      q[i] = int8_t(nibble(bw[b].qs, i) | (((bw[b].qh[i % 32] >> (i / 32)) & 1) << 4));
-    for (int j = 0; j < 8; ++j) unpack_scale_min_k4(j, bw[b].scales, &sc[j], &m[j]);
-    const float d = bx[b].d * fp16_lut(bw[b].d);
-    const float dmin = -bx[b].d * fp16_lut(bw[b].dmin);
-    acc = std::fma(d, float(scaled_sum(q, bx[b].qs, sc, 8)), acc);
-    acc = std::fma(dmin, float(min_sum(m, bx[b], 8)), acc);
-  }
-  return acc;
+  return fast_dot_k4<block_q5_K>(n, w, x, q5_K_values);
 }
 
 float vec_dot_q5_K_q8_K(int64_t n, const void* w, const void* x) {
@@ -226,8 +232,7 @@ float vec_dot_q5_K_q8_K(int64_t n, const void* w, const void* x) {
   int8_t q[QK_K];
   int sc[8], m[8];
   for (int64_t b = 0; b < n / QK_K; ++b) {
-    for (int i = 0; i < QK_K; ++i)
-      q[i] = int8_t(nibble(bw[b].qs, i) | (((bw[b].qh[i % 32] >> (i / 32)) & 1) << 4));
+    q5_K_values(bw[b], q);
     for (int j = 0; j < 8; ++j) unpack_scale_min_k4(j, bw[b].scales, &sc[j], &m[j]);
     const float d = bx[b].d * fp16_lut(bw[b].d);
     const float dmin = -bx[b].d * fp16_lut(bw[b].dmin);
