@@ -195,6 +195,8 @@ std::array<Table, kLevels> build_tables() {
       avx512::packed_fast_q4_K_q8_K;
   row_of(tables[size_t(CpuLevel::avx512)], DType::Q5_K).packed_fast_tile =
       avx512::packed_fast_q5_K_q8_K;
+  row_of(tables[size_t(CpuLevel::avx512)], DType::Q6_K).packed_fast_tile =
+      avx512::packed_fast_q6_K_q8_K;
   // q4_K has no avx512 form yet: the avx512 level runs the avx2 one (an AVX-512 CPU has AVX2; the
   // same floats), 3× the unpacked tile's decode rate on a 2048 × 24576 matrix.
   row_of(tables[size_t(CpuLevel::avx512)], DType::Q4_K).packed_tile = avx512::packed_q4_K_q8_K;

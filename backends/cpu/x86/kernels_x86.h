@@ -13,13 +13,12 @@
   /* packed_q5_K_q8_K is defined at the avx2 level only */                                      \
   std::remove_pointer_t<PackedTileFn> packed_q4_0_q8_0, packed_q8_0_q8_0, packed_q4_K_q8_K,     \
       packed_q5_K_q8_K, packed_q6_K_q8_K;                                                       \
-  /* the fast-order prefill kernels: q8_0 at both levels (packed_fast_avx2.inl,                 \
-     packed_fast_avx512.inl), q4_K and q6_K at the avx2 level only */                           \
+  /* the fast-order prefill kernels (packed_fast_avx2.inl, packed_fast_avx512.inl) */           \
   std::remove_pointer_t<PackedTileFn> packed_fast_q8_0_q8_0, packed_fast_q4_K_q8_K,             \
       packed_fast_q6_K_q8_K;                                                                    \
   /* packed mxfp4 (packed_mxfp4.inl), both levels */                                            \
   std::remove_pointer_t<PackedTileFn> packed_mxfp4_q8_0;                                        \
-  /* its fast-order form (packed_fast_avx512.inl), defined at the avx512 level only */          \
+  /* fast-order mxfp4 and q5_K: the avx512 level only */                                        \
   std::remove_pointer_t<PackedTileFn> packed_fast_mxfp4_q8_0, packed_fast_q5_K_q8_K;            \
   /* x86 only so far (iq_x86.inl, kernels_x86.inl; NEON uses the scalar dots) */                \
   std::remove_pointer_t<VecDotFn> vec_dot_mxfp4_q8_0, vec_dot_iq4_xs_q8_K, vec_dot_q4_1_q8_1,   \

@@ -1,8 +1,9 @@
 // packed_fast_avx512.inl — the fast-order prefill kernels of the avx512 level (`--kernels fast`;
-// docs/architecture.md, "Summation order") for the packed q8_0, mxfp4, q4_K and q5_K layouts
-// (pack.h), with the floats of fast_dot_q8_0_q8_0 / fast_dot_mxfp4_q8_0 (vec_dot_legacy.cpp): per
-// block and row the whole 32-element integer dot, then acc = fma(float(isum), d_w·d_x, acc); q4_K's
-// and q5_K's (fast_dot_q4_K_q8_K, fast_dot_q5_K_q8_K, vec_dot_k.cpp) at packed_fast_q4_K_group.
+// docs/architecture.md, "Summation order") for the packed q8_0, mxfp4, q4_K, q5_K and q6_K
+// layouts (pack.h), with the floats of their scalar references (vec_dot.h fast_dot_*): for q8_0
+// and mxfp4, per block and row the whole 32-element integer dot, then
+// acc = fma(float(isum), d_w·d_x, acc); the K-quants at packed_fast_q4_K_group (q4_K, q5_K) and
+// packed_fast_q6_K_group.
 // Included by kernels_x86.inl inside namespace kvrun::cpu::avx512, after packed_q4k_avx512.inl
 // (q4_K_scales16).
 //
@@ -208,6 +209,55 @@ inline void packed_fast_q4_K_group(int64_t nb, const uint8_t* g, const uint8_t* 
   for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + size_t(c) * ys, acc[c]);
 }
 
+/// One packed q6_K group (pack.h, 3360-byte super-blocks) against C q8_K activation rows:
+/// y[c·ys + r] = fast_dot_q6_K_q8_K. Per 16-value sub-block j and activation row, t_j = Σ q·x
+/// exactly: 4 VPDPBUSD of u = q + 32 (unpacked as packed_q6_K_group does) from −32·bsum_j (q8_K's
+/// sum of those 16 activation quants; |t_j| ≤ 16·32·128), then one VPMULLD by the row's signed
+/// scale and an add into the row's int32 lane (≤ 16·2^21: exact); per super-block one
+/// acc = fma(d_x·d_w, float(Σ_j sc_j·t_j), acc). Each unpacked quad serves the C rows.
+template <int C>
+inline void packed_fast_q6_K_group(int64_t nb, const uint8_t* g, const uint8_t* x, size_t xs,
+                                   float* y, size_t ys) {
+  __m512 acc[C];
+  for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
+  const __m512i m63 = _mm512_set1_epi8(0x3F), m192 = _mm512_set1_epi8(char(0xC0));
+  const __m512i m15 = _mm512_set1_epi8(0x0F);
+  for (int64_t b = 0; b < nb; ++b, g += 3360) {
+    __m512i isum[C];
+    for (int c = 0; c < C; ++c) isum[c] = _mm512_setzero_si512();
+    for (int j = 0; j < 16; ++j) {
+      const uint8_t* quad = g + 288 + 192 * j;
+      const __m512i sc = _mm512_maskz_cvtepi8_epi32(
+          kAll16, _mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 32 + 16 * j)));
+      const __m512i p = _mm512_loadu_si512(quad), q = _mm512_loadu_si512(quad + 64);
+      const __m512i r = _mm512_loadu_si512(quad + 128);
+      __m512i u[4];
+      u[0] = _mm512_and_si512(p, m63);
+      u[1] = _mm512_and_si512(q, m63);
+      u[2] =
+          _mm512_ternarylogic_epi32(r, _mm512_srli_epi16(_mm512_and_si512(p, m192), 2), m15, 0xEC);
+      u[3] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(r, 4),
+                                       _mm512_srli_epi16(_mm512_and_si512(q, m192), 2), m15, 0xEC);
+      for (int c = 0; c < C; ++c) {
+        const block_q8_K& xb = block_at<block_q8_K>(x, xs, c, b);
+        __m512i t = _mm512_set1_epi32(-32 * int32_t(xb.bsums[j]));
+        for (int i = 0; i < 4; ++i) {
+          int32_t xv;
+          std::memcpy(&xv, xb.qs + 16 * j + 4 * i, 4);
+          t = _mm512_dpbusd_epi32(t, u[i], _mm512_set1_epi32(xv));
+        }
+        isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(t, sc));
+      }
+    }
+    const __m512 dw = load16_f16(reinterpret_cast<const uint16_t*>(g)).v;
+    for (int c = 0; c < C; ++c) {
+      const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(block_at<block_q8_K>(x, xs, c, b).d));
+      acc[c] = _mm512_fmadd_ps(d, _mm512_maskz_cvtepi32_ps(kAll16, isum[c]), acc[c]);
+    }
+  }
+  for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + size_t(c) * ys, acc[c]);
+}
+
 /// Every group against the nx activation rows, 8, then 4, then 1 per pass: group(c_const, g, gi,
 /// j) runs rows [j, j + C) of group gi (its bytes at g) with C = c_const's value.
 template <typename Group>
@@ -270,5 +320,16 @@ void packed_fast_q5_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const voi
             [&](auto cc, const uint8_t* g, int64_t gi, int64_t j) {
               packed_fast_q4_K_group<decltype(cc)::value, true>(nb, g, xp + size_t(j) * xs, xs,
                                                                 y + gi * 16 + size_t(j) * ys, ys);
+            });
+}
+
+void packed_fast_q6_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
+                           const int32_t* /*xoff*/, int64_t nx, float* y, size_t ys) {
+  const int64_t nb = n / QK_K;
+  const uint8_t* xp = static_cast<const uint8_t*>(x);
+  fast_walk(wp, size_t(nb) * 3360, ngroups, nx,
+            [&](auto cc, const uint8_t* g, int64_t gi, int64_t j) {
+              packed_fast_q6_K_group<decltype(cc)::value>(nb, g, xp + size_t(j) * xs, xs,
+                                                          y + gi * 16 + size_t(j) * ys, ys);
             });
 }
