@@ -183,6 +183,10 @@ std::array<Table, kLevels> build_tables() {
       avx2::packed_fast_q4_K_q8_K;
   row_of(tables[size_t(CpuLevel::avx2)], DType::Q6_K).packed_fast_tile =
       avx2::packed_fast_q6_K_q8_K;
+  row_of(tables[size_t(CpuLevel::avx2)], DType::MXFP4).packed_fast_tile =
+      avx2::packed_fast_mxfp4_q8_0;
+  row_of(tables[size_t(CpuLevel::avx2)], DType::Q5_K).packed_fast_tile =
+      avx2::packed_fast_q5_K_q8_K;
   row_of(tables[size_t(CpuLevel::avx512)], DType::Q4_0).packed_tile = avx512::packed_q4_0_q8_0;
   row_of(tables[size_t(CpuLevel::avx512)], DType::Q8_0).packed_tile = avx512::packed_q8_0_q8_0;
   row_of(tables[size_t(CpuLevel::avx512)], DType::Q6_K).packed_tile = avx512::packed_q6_K_q8_K;

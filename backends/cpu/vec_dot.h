@@ -147,8 +147,7 @@ float fast_dot_q5_K_q8_K(int64_t n, const void* w, const void* x);
 /// q6_K: per super-block acc = fma(d_x·d_w, float(Σ_j sc_j·Σ_16 q_w·q_x), acc), q_w = q − 32.
 float fast_dot_q6_K_q8_K(int64_t n, const void* w, const void* x);
 /// mxfp4: acc = fma(float(Σ_32 level·q_x), half_scale(e)·d_x, acc) per block (levels doubled as
-/// in vec_dot_mxfp4_q8_0). The q5_K and mxfp4 kernels are the avx512 level's only
-/// (packed_fast_avx512.inl).
+/// in vec_dot_mxfp4_q8_0).
 float fast_dot_mxfp4_q8_0(int64_t n, const void* w, const void* x);
 
 }  // namespace kvrun::cpu

@@ -18,7 +18,7 @@
       packed_fast_q6_K_q8_K;                                                                    \
   /* packed mxfp4 (packed_mxfp4.inl), both levels */                                            \
   std::remove_pointer_t<PackedTileFn> packed_mxfp4_q8_0;                                        \
-  /* fast-order mxfp4 and q5_K: the avx512 level only */                                        \
+  /* fast-order mxfp4 and q5_K (both levels) */                                                 \
   std::remove_pointer_t<PackedTileFn> packed_fast_mxfp4_q8_0, packed_fast_q5_K_q8_K;            \
   /* x86 only so far (iq_x86.inl, kernels_x86.inl; NEON uses the scalar dots) */                \
   std::remove_pointer_t<VecDotFn> vec_dot_mxfp4_q8_0, vec_dot_iq4_xs_q8_K, vec_dot_q4_1_q8_1,   \

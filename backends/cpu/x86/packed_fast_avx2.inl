@@ -1,4 +1,4 @@
-// packed_fast_avx2.inl — the fast-order prefill kernels of packed q8_0, q4_K and q6_K weights
+// packed_fast_avx2.inl — the fast-order prefill kernels of packed q8_0, q4_K, q5_K and q6_K weights
 // (pack.h layouts) at the avx2 level, for `kvrun --kernels fast` (cpu_level.h KernelOrder).
 // Included by kernels_x86.inl after packed_avx2.inl, inside namespace kvrun::cpu::KVRUN_SIMD_NS,
 // when the level has no VNNI.
@@ -115,19 +115,21 @@ void packed_fast_q8_0_q8_0(int64_t n, const void* wp, int64_t ngroups, const voi
 namespace {
 
 /// Rows 8·half .. 8·half+7 of one packed q4_K group against C q8_K activation rows (xs bytes
-/// apart): y[c·ys + 8·half + r] = fast_dot_q4_K_q8_K. Per super-block, sub-block j's dot per row
+/// apart): y[c·ys + 8·half + r] = fast_dot_q4_K_q8_K; with kQ5 of a packed q5_K group (2816-byte
+/// super-blocks: q4_K's layout, then the fifth bits), fast_dot_q5_K_q8_K, its values ≤ 31 summed
+/// in int16 four VPMADDUBSW results at a time. Per super-block, sub-block j's dot per row
 /// is the 8 VPMADDUBSW results of its nibbles (pair sums ≤ 2·15·128) added as int16 (≤ 30720,
 /// exact), then one VPMADDWD by sc_j in both int16 halves: sc_j · Σ, int32. The min term
 /// Σ_j m_j·bsum_j is VPMADDWD of (m_2k, m_2k+1) by the activation's (bsum_2k, bsum_2k+1) pairs.
 /// Then acc = fma(d_w·d_x, float(main), acc), acc = fma(dmin_w·(−d_x), float(min), acc).
-template <int C>
+template <int C, bool kQ5 = false>
 inline void fast_q4_K_half(int64_t nb, const uint8_t* g, int half, const uint8_t* x, size_t xs,
                            float* y, size_t ys) {
   __m256 acc[C];
 #pragma GCC unroll 4
   for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
-  const __m256i m15 = _mm256_set1_epi8(0x0F);
-  for (int64_t b = 0; b < nb; ++b, g += 2304) {
+  const __m256i m15 = _mm256_set1_epi8(0x0F), m16 = _mm256_set1_epi8(0x10);
+  for (int64_t b = 0; b < nb; ++b, g += kQ5 ? 2816 : 2304) {
     alignas(32) __m256i sc[8], mn[8];
     q4_K_half_scales(g, half, sc, mn);
     const int8_t* qx[C];
@@ -139,22 +141,32 @@ inline void fast_q4_K_half(int64_t nb, const uint8_t* g, int half, const uint8_t
     // Sub-block j = 2·j2 + h: the low (h = 0) or high (h = 1) nibbles of chunks 8·j2 .. 8·j2+7.
     const auto sub_block = [&](int j2, auto h) {
       __m256i p[C];
+      const __m256i s = sc[2 * j2 + decltype(h)::value];
 #pragma GCC unroll 8
       for (int i = 0; i < 8; ++i) {
         __m256i v = load256(g + 256 + 64 * (8 * j2 + i) + 32 * half);
         if constexpr (decltype(h)::value == 1) v = _mm256_srli_epi16(v, 4);
         v = _mm256_and_si256(v, m15);
+        if constexpr (kQ5) {  // q5_K: bit j of the high-bit chunk's bytes is sub-block j's fifth
+          const int j = 2 * j2 + decltype(h)::value;
+          const __m256i hb = load256(g + 2304 + 64 * i + 32 * half);
+          const __m256i sh = j < 4 ? _mm256_sll_epi16(hb, _mm_cvtsi32_si128(4 - j))
+                                   : _mm256_srl_epi16(hb, _mm_cvtsi32_si128(j - 4));
+          v = _mm256_or_si256(v, _mm256_and_si256(sh, m16));
+        }
 #pragma GCC unroll 4
         for (int c = 0; c < C; ++c) {
           const int8_t* xq = qx[c] + 64 * j2 + 32 * decltype(h)::value + 4 * i;
           const __m256i t = _mm256_maddubs_epi16(v, _mm256_broadcastd_epi32(_mm_loadu_si32(xq)));
-          p[c] = i == 0 ? t : _mm256_add_epi16(p[c], t);
+          p[c] = i % (kQ5 ? 4 : 8) == 0 ? t : _mm256_add_epi16(p[c], t);
           asm("" : "+x"(p[c]));  // keeps the chain (reassociated, every product is live: spills)
         }
-      }
-      const __m256i s = sc[2 * j2 + decltype(h)::value];
+        // q5_K's values reach 31: four pair sums (≤ 4·2·31·128 = 31744) per int16 sum, not eight.
+        if (i == 7 || (kQ5 && i == 3))
 #pragma GCC unroll 4
-      for (int c = 0; c < C; ++c) isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(p[c], s));
+          for (int c = 0; c < C; ++c)
+            isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(p[c], s));
+      }
     };
     for (int j2 = 0; j2 < 4; ++j2) {
       sub_block(j2, std::integral_constant<int, 0>{});
@@ -263,6 +275,18 @@ void packed_fast_q4_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const voi
                        [&](auto cc, const uint8_t* g, int64_t gi, int half, int64_t j) {
                          fast_q4_K_half<decltype(cc)::value>(nb, g, half, xb + size_t(j) * xs, xs,
                                                              y + gi * 16 + size_t(j) * ys, ys);
+                       });
+}
+
+void packed_fast_q5_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
+                           const int32_t* /*xoff*/, int64_t nx, float* y, size_t ys) {
+  const int64_t nb = n / QK_K;
+  const uint8_t* xb = static_cast<const uint8_t*>(x);
+  fast_prefill_walk<4>(wp, size_t(nb) * 2816, ngroups, xs, nx,
+                       [&](auto cc, const uint8_t* g, int64_t gi, int half, int64_t j) {
+                         fast_q4_K_half<decltype(cc)::value, true>(nb, g, half, xb + size_t(j) * xs,
+                                                                   xs, y + gi * 16 + size_t(j) * ys,
+                                                                   ys);
                        });
 }
 

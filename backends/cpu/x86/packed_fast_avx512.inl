@@ -20,37 +20,6 @@
 
 namespace {
 
-/// Σ of the 32 signed bytes at p (exact): VPSADBW of the bytes + 128, less 32·128.
-inline int32_t sum_i8_32(const int8_t* p) {
-  const __m256i v = _mm256_xor_si256(load256(p), _mm256_set1_epi8(char(0x80)));
-  const __m256i s = _mm256_sad_epu8(v, _mm256_setzero_si256());
-  __m128i t = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-  t = _mm_add_epi64(t, _mm_unpackhi_epi64(t, t));
-  return _mm_cvtsi128_si32(t) - 32 * 128;
-}
-
-/// One q8_0 activation block as the fast kernels read it: −o · Σ of its 32 quants (the offset of
-/// the weights' unsigned storage) and its scale d_x as f32.
-struct FastXBlock {
-  int32_t off;
-  float d;
-};
-
-/// The FastXBlocks of nx activation rows of nb q8_0 blocks (xs bytes apart), row j's at j·nb, in
-/// a buffer of the calling thread (valid until its next call).
-inline const FastXBlock* fast_x_blocks(const uint8_t* x, size_t xs, int64_t nx, int64_t nb,
-                                       int32_t o) {
-  thread_local std::vector<FastXBlock> tl_xb;
-  std::vector<FastXBlock>& xb = tl_xb;
-  xb.resize(size_t(nx) * size_t(nb));
-  for (int64_t j = 0; j < nx; ++j)
-    for (int64_t b = 0; b < nb; ++b) {
-      const block_q8_0& blk = block_at<block_q8_0>(x, xs, int(j), b);
-      xb[size_t(j * nb + b)] = {-o * sum_i8_32(blk.qs), h2f(blk.d)};
-    }
-  return xb.data();
-}
-
 /// acc[c] = fma(float(Σ_i u[i]·x_c's bytes 4·pos(i) .. +3, from xc.off), dw · d_x, acc[c]) for C
 /// activation rows: one block of the fast order. pos(i) is the activation position of weight
 /// vector i's 4 bytes per row (q8_0: 4i; mxfp4: the low nibbles 4i, the high 16 + 4(i − 4)).

@@ -8,6 +8,38 @@
 
 namespace {
 
+/// Σ of the 32 signed bytes at p (exact): VPSADBW of the bytes + 128, less 32·128.
+inline int32_t sum_i8_32(const int8_t* p) {
+  const __m256i v = _mm256_xor_si256(load256(p), _mm256_set1_epi8(char(0x80)));
+  const __m256i s = _mm256_sad_epu8(v, _mm256_setzero_si256());
+  __m128i t = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+  t = _mm_add_epi64(t, _mm_unpackhi_epi64(t, t));
+  return _mm_cvtsi128_si32(t) - 32 * 128;
+}
+
+/// One q8_0 activation block as the fast-order kernels (packed_fast_avx512.inl, and the avx2
+/// mxfp4 one below) read it: −o · Σ of its 32 quants (the offset of
+/// the weights' unsigned storage) and its scale d_x as f32.
+struct FastXBlock {
+  int32_t off;
+  float d;
+};
+
+/// The FastXBlocks of nx activation rows of nb q8_0 blocks (xs bytes apart), row j's at j·nb, in
+/// a buffer of the calling thread (valid until its next call).
+inline const FastXBlock* fast_x_blocks(const uint8_t* x, size_t xs, int64_t nx, int64_t nb,
+                                       int32_t o) {
+  thread_local std::vector<FastXBlock> tl_xb;
+  std::vector<FastXBlock>& xb = tl_xb;
+  xb.resize(size_t(nx) * size_t(nb));
+  for (int64_t j = 0; j < nx; ++j)
+    for (int64_t b = 0; b < nb; ++b) {
+      const block_q8_0& blk = block_at<block_q8_0>(x, xs, int(j), b);
+      xb[size_t(j * nb + b)] = {-o * sum_i8_32(blk.qs), h2f(blk.d)};
+    }
+  return xb.data();
+}
+
 /// 8 int32: c + Σ of each 4 consecutive products u·x (u unsigned ≤ 24, x signed): exact, the
 /// pair sums of VPMADDUBSW stay within int16 (≤ 2·24·128). One VPDPBUSD with VNNI.
 inline __m256i u4_dot_plus(__m256i u, __m256i x, int32_t c) {
@@ -150,7 +182,71 @@ inline void packed_mxfp4_group(int64_t nb, const uint8_t* g, const uint8_t* x, s
 }
 #endif
 
+#ifndef KVRUN_X86_VNNI
+/// The fast-order form (`--kernels fast`; fast_dot_mxfp4_q8_0's floats) of the avx2 level: rows
+/// 8·half .. 8·half+7 of one packed mxfp4 group against C activation rows (xs bytes apart, their
+/// FastXBlocks at xb, nb apart): y[c·ys + 8·half + r]. Per block and activation row the whole
+/// 32-element dot of each row: VPMADDUBSW of u = level + 12 (≤ 24) by the activation bytes, the
+/// four pair-sum vectors of each nibble half added in int16 (≤ 4·2·24·128 = 24576: exact), two
+/// VPMADDWD by 1, and −12·Σx (xb.off); then acc = fma(float(Σ), d_w·d_x, acc). The levels of a
+/// block are looked up once for the C rows.
+template <int C>
+inline void fast_mxfp4_half(int64_t nb, const uint8_t* g, int half, const uint8_t* x, size_t xs,
+                            const FastXBlock* xb, float* y, size_t ys) {
+  __m256 acc[C];
+  for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
+  alignas(16) int8_t u_levels[16];
+  for (int i = 0; i < 16; ++i) u_levels[i] = int8_t(kvalues_mxfp4[i] + 12);
+  const __m256i table = level_table(u_levels);
+  const __m256i m15 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < nb; ++b, g += 272) {
+    const __m256 dw = mxfp4_half_scales8(g + 8 * half);
+    __m256i ul[4], uh[4];
+    for (int i = 0; i < 4; ++i) {
+      const __m256i q = load256(g + 16 + 64 * i + 32 * half);
+      ul[i] = _mm256_shuffle_epi8(table, _mm256_and_si256(q, m15));
+      uh[i] = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(q, 4), m15));
+    }
+    for (int c = 0; c < C; ++c) {
+      const int8_t* qs = block_at<block_q8_0>(x, xs, c, b).qs;
+      const FastXBlock& xc = xb[size_t(c) * size_t(nb) + size_t(b)];
+      __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
+      for (int i = 0; i < 4; ++i) {
+        const __m256i xl = _mm256_broadcastd_epi32(_mm_loadu_si32(qs + 4 * i));
+        const __m256i xh = _mm256_broadcastd_epi32(_mm_loadu_si32(qs + 16 + 4 * i));
+        lo = _mm256_add_epi16(lo, _mm256_maddubs_epi16(ul[i], xl));
+        hi = _mm256_add_epi16(hi, _mm256_maddubs_epi16(uh[i], xh));
+      }
+      const __m256i s = _mm256_add_epi32(
+          _mm256_add_epi32(_mm256_madd_epi16(lo, ones), _mm256_madd_epi16(hi, ones)),
+          _mm256_set1_epi32(xc.off));
+      const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(xc.d));
+      acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d, acc[c]);
+    }
+  }
+  for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + size_t(c) * ys + 8 * half, acc[c]);
+}
+#endif
+
 }  // namespace
+
+#ifndef KVRUN_X86_VNNI
+/// mxfp4 × q8_0 in the fast order at the avx2 level (PackedTileFn): the activation blocks'
+/// offsets and scales once per call, then fast_prefill_walk (packed_fast_avx2.inl), 4 activation
+/// rows per pass (8 level vectors and 4 accumulators of the 16 ymm registers).
+void packed_fast_mxfp4_q8_0(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
+                            const int32_t* /*xoff*/, int64_t nx, float* y, size_t ys) {
+  const int64_t nb = n / QK_MXFP4;
+  const uint8_t* xp = static_cast<const uint8_t*>(x);
+  const FastXBlock* xb = fast_x_blocks(xp, xs, nx, nb, 12);
+  fast_prefill_walk<4>(wp, size_t(nb) * 272, ngroups, xs, nx,
+                       [&](auto cc, const uint8_t* g, int64_t gi, int half, int64_t j) {
+                         fast_mxfp4_half<decltype(cc)::value>(nb, g, half, xp + size_t(j) * xs, xs,
+                                                              xb + j * nb,
+                                                              y + gi * 16 + size_t(j) * ys, ys);
+                       });
+}
+#endif
 
 /// mxfp4 × q8_0 over packed groups (PackedTileFn, vec_dot.h): C = 2 activation rows share each
 /// unpacked half-chunk; a last odd row, and decode, run one at a time (prefetching).
