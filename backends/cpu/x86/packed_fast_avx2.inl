@@ -6,12 +6,12 @@
 // Each gives the floats of its scalar reference fast_dot_* (vec_dot.h) bit for bit: per weight
 // row and (super-)block one exact int32 dot, then one float multiply-add into one accumulator.
 // That is what lets these kernels block 8 weight rows (one ymm, a row per lane) × 8 (q8_0) or 4
-// (q4_K, q6_K) activation rows with one accumulator register per 8 pairs, where the exact order
-// needs 8 float lanes per pair.
-// The integer sums are formed differently from the scalar code (int16 partial sums where their
-// range allows, VPMADDWD by the scale) but exactly, so the integers and the float steps are the
-// same. As packed_q4_0_prefill_avx2 (kernels_x86.inl), the activation rows are taken in chunks
-// that stay in L2 while every group of the call passes over them.
+// (q4_K, q5_K, q6_K; and mxfp4 in packed_mxfp4.inl) activation rows with one accumulator register
+// per 8 pairs, where the exact order needs 8 float lanes per pair. The integer sums are formed
+// differently from the scalar code (int16 partial sums where their range allows, VPMADDWD by the
+// scale) but exactly, so the integers and the float steps are the same. As packed_q4_0_prefill_avx2
+// (kernels_x86.inl), the activation rows are taken in chunks that stay in L2 while every group of
+// the call passes over them.
 #ifndef KVRUN_SIMD_NS
 #error "included by kernels_x86.inl only"
 #endif
