@@ -162,11 +162,15 @@ inline void fast_q4_K_half(int64_t nb, const uint8_t* g, int half, const uint8_t
           asm("" : "+x"(p[c]));  // keeps the chain (reassociated, every product is live: spills)
         }
         // q5_K's values reach 31: four pair sums (≤ 4·2·31·128 = 31744) per int16 sum, not eight.
-        if (i == 7 || (kQ5 && i == 3))
+        if constexpr (kQ5)
+          if (i == 3 || i == 7)
 #pragma GCC unroll 4
-          for (int c = 0; c < C; ++c)
-            isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(p[c], s));
+            for (int c = 0; c < C; ++c)
+              isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(p[c], s));
       }
+      if constexpr (!kQ5)
+#pragma GCC unroll 4
+        for (int c = 0; c < C; ++c) isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(p[c], s));
     };
     for (int j2 = 0; j2 < 4; ++j2) {
       sub_block(j2, std::integral_constant<int, 0>{});
