@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "backend.h"
+#include "cpu/cpu_level.h"
 #include "cpu/cpu_traits.h"
 #include "cpu/ops.h"
 #include "test_util.h"
@@ -293,9 +294,11 @@ struct IdCase {
 
 class MatmulIdTypes : public ::testing::TestWithParam<IdCase> {};
 
-TEST_P(MatmulIdTypes, MatchesScalarReferenceAndPerExpertMatmul) {
-  const DType t = GetParam().type;
-  const int64_t k = 256, m = GetParam().m, ne = 6;
+/// matmul_id of one weight type and row count against the float64 reference and, bit for bit,
+/// against Backend::matmul of each expert on its rows, in the process's current kernel order.
+void check_matmul_id(const IdCase& c) {
+  const DType t = c.type;
+  const int64_t k = 256, m = c.m, ne = 6;
   std::unique_ptr<Device> dev = make_cpu_device("MoeTest");
   auto be = dev->make_backend(2);
   const auto wf = random_floats(size_t(ne * m * k), 11 + uint32_t(t));
@@ -392,15 +395,27 @@ TEST_P(MatmulIdTypes, MatchesScalarReferenceAndPerExpertMatmul) {
                std::invalid_argument);
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, MatmulIdTypes,
-                         ::testing::Values(IdCase{DType::F32, 32}, IdCase{DType::Q8_0, 32},
-                                           IdCase{DType::Q4_0, 32}, IdCase{DType::Q4_K, 32},
-                                           IdCase{DType::Q6_K, 32}, IdCase{DType::Q8_0, 24},
-                                           IdCase{DType::Q4_K, 24}, IdCase{DType::MXFP4, 32}),
-                         [](const ::testing::TestParamInfo<IdCase>& i) {
-                           return std::string(traits(i.param.type).name) + "_m" +
-                                  std::to_string(i.param.m);
-                         });
+// In both summation orders (`--kernels exact|fast`): under fast, the experts' prefill (≥ 2 rows
+// of an expert) runs the fast kernels where the level has them, and must still equal the matmul
+// of each expert alone, bit for bit.
+TEST_P(MatmulIdTypes, MatchesScalarReferenceAndPerExpertMatmul) {
+  const cpu::KernelOrder saved = cpu::kernel_order();
+  for (cpu::KernelOrder order : {cpu::KernelOrder::exact, cpu::KernelOrder::fast}) {
+    cpu::set_kernel_order(order);
+    SCOPED_TRACE(order == cpu::KernelOrder::fast ? "--kernels fast" : "--kernels exact");
+    check_matmul_id(GetParam());
+  }
+  cpu::set_kernel_order(saved);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Types, MatmulIdTypes,
+    ::testing::Values(IdCase{DType::F32, 32}, IdCase{DType::Q8_0, 32}, IdCase{DType::Q4_0, 32},
+                      IdCase{DType::Q4_K, 32}, IdCase{DType::Q6_K, 32}, IdCase{DType::Q8_0, 24},
+                      IdCase{DType::Q4_K, 24}, IdCase{DType::Q5_K, 32}, IdCase{DType::MXFP4, 32}),
+    [](const ::testing::TestParamInfo<IdCase>& i) {
+      return std::string(traits(i.param.type).name) + "_m" + std::to_string(i.param.m);
+    });
 
 // The CPU backend's glu runs the clamped SwiGLU of gpt-oss for GluKind::kSwiGluOai
 // (cpu::swiglu_oai, bit for bit; its formula is tested in test_cpu_ops), and plain SwiGLU, which
