@@ -676,6 +676,55 @@ INSTANTIATE_TEST_SUITE_P(SimdLevels, SynthFileLevel,
                                            cpu::CpuLevel::neon),
                          [](const auto& info) { return cpu::cpu_level_name(info.param); });
 
+// `--kernels fast` end to end (docs/architecture.md, "Summation order"): on files whose prefill
+// runs the fast kernels (packed q8_0, q5_K, q6_K; tiny-gpt-oss's mxfp4 experts and q8_0
+// attention; tiny-qwen3moe's q4_K), every SIMD level this CPU has gives the same tokens and
+// logprobs bit for bit (each level's fast kernels equal the scalar fast_dot_*), the first token's
+// top logprobs stay near the exact order's (a kernel with a wrong offset or scale moves them by
+// far more), and at least one file differs from the exact order (the switch reaches the model).
+TEST(SynthFile, FastOrderAgreesAcrossLevelsAndStaysNearExact) {
+  test::TempDir dir;
+  std::string prompt;
+  for (int i = 0; i < 8; ++i) prompt += "Hello there, a longer prompt for the prefill. ";
+  const auto run = [&](const fs::path& path, const std::string& env, const char* order) {
+    const auto r = test::run_command(
+        env + " " + test::shell_quote(test::kvrun_binary()) + " -m " +
+        test::shell_quote(path.string()) + " -p " + test::shell_quote(prompt) +
+        " -n 4 --temp 0 --ignore-eos --n-probs 3 --json -t 2" + " --kernels " + order);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r.exit_code == 0 ? nlohmann::json::parse(r.out) : nlohmann::json();
+  };
+  std::vector<std::string> levels;
+  for (cpu::CpuLevel l : {cpu::CpuLevel::avx2, cpu::CpuLevel::avx512})
+    if (cpu::cpu_level_supported(l)) levels.push_back(cpu::cpu_level_name(l));
+  if (levels.empty()) GTEST_SKIP() << "no SIMD level with fast kernels on this CPU or build";
+  const std::pair<const char*, SynthFileType> files[] = {{"tiny", SynthFileType::Q8_0},
+                                                         {"tiny", SynthFileType::Q5_K},
+                                                         {"tiny", SynthFileType::Q6_K},
+                                                         {"tiny-gpt-oss", SynthFileType::MXFP4},
+                                                         {"tiny-qwen3moe", SynthFileType::Q4_K}};
+  int differ = 0;
+  for (const auto& [name, type] : files) {
+    SCOPED_TRACE(std::string(name) + " " + synth_file_type_name(type));
+    const fs::path path = make(dir, name, type);
+    const nlohmann::json exact = run(path, "KVRUN_CPU=" + levels[0], "exact");
+    const nlohmann::json fast = run(path, "KVRUN_CPU=" + levels[0], "fast");
+    ASSERT_FALSE(exact.is_null() || fast.is_null());
+    for (size_t i = 1; i < levels.size(); ++i) {
+      const nlohmann::json other = run(path, "KVRUN_CPU=" + levels[i], "fast");
+      EXPECT_EQ(other["tokens"], fast["tokens"]) << levels[i] << " vs " << levels[0];
+      EXPECT_EQ(other["probs"], fast["probs"]) << levels[i] << " vs " << levels[0];
+    }
+    const nlohmann::json& e0 = exact["probs"][0];
+    const nlohmann::json& f0 = fast["probs"][0];
+    ASSERT_EQ(e0.size(), 3u);
+    ASSERT_EQ(f0.size(), 3u);
+    EXPECT_NEAR(f0[0]["logprob"].get<double>(), e0[0]["logprob"].get<double>(), 0.05);
+    differ += fast["probs"] != exact["probs"];
+  }
+  EXPECT_GT(differ, 0) << "--kernels fast changed no output";
+}
+
 // ---- vocabulary -----------------------------------------------------------------------------
 
 TEST(SynthVocab, MinimalVocabTokenizesAnyTextAndRoundTrips) {
