@@ -127,6 +127,18 @@ CpuTypeTraits& row_of(Table& t, DType type) {
     row_of(t, DType::Q5_1).vec_dot_tile = NS::tile_q5_1_q8_1; \
   } while (0)
 
+/// The `--kernels fast` prefill kernels of an x86 level (packed_fast_avx2.inl,
+/// packed_fast_avx512.inl, packed_mxfp4.inl): every packed type but q4_0, whose kernel already
+/// sums in that order.
+#define KVRUN_APPLY_X86_FAST(t, NS)                                        \
+  do {                                                                     \
+    row_of(t, DType::Q8_0).packed_fast_tile = NS::packed_fast_q8_0_q8_0;   \
+    row_of(t, DType::Q4_K).packed_fast_tile = NS::packed_fast_q4_K_q8_K;   \
+    row_of(t, DType::Q5_K).packed_fast_tile = NS::packed_fast_q5_K_q8_K;   \
+    row_of(t, DType::Q6_K).packed_fast_tile = NS::packed_fast_q6_K_q8_K;   \
+    row_of(t, DType::MXFP4).packed_fast_tile = NS::packed_fast_mxfp4_q8_0; \
+  } while (0)
+
 /// The x86 kernels of mxfp4 and iq4_xs (iq_x86.inl; not in the common SIMD set yet).
 void apply_x86_iq(Table& t, VecDotFn mxfp4, DotTileFn mxfp4_tile, VecDotFn iq4_xs,
                   DotTileFn iq4_xs_tile) {
@@ -177,32 +189,13 @@ std::array<Table, kLevels> build_tables() {
   row_of(tables[size_t(CpuLevel::avx2)], DType::Q5_K).packed_tile = avx2::packed_q5_K_q8_K;
   row_of(tables[size_t(CpuLevel::avx2)], DType::Q6_K).packed_tile = avx2::packed_q6_K_q8_K;
   row_of(tables[size_t(CpuLevel::avx2)], DType::MXFP4).packed_tile = avx2::packed_mxfp4_q8_0;
-  row_of(tables[size_t(CpuLevel::avx2)], DType::Q8_0).packed_fast_tile =
-      avx2::packed_fast_q8_0_q8_0;
-  row_of(tables[size_t(CpuLevel::avx2)], DType::Q4_K).packed_fast_tile =
-      avx2::packed_fast_q4_K_q8_K;
-  row_of(tables[size_t(CpuLevel::avx2)], DType::Q6_K).packed_fast_tile =
-      avx2::packed_fast_q6_K_q8_K;
-  row_of(tables[size_t(CpuLevel::avx2)], DType::MXFP4).packed_fast_tile =
-      avx2::packed_fast_mxfp4_q8_0;
-  row_of(tables[size_t(CpuLevel::avx2)], DType::Q5_K).packed_fast_tile =
-      avx2::packed_fast_q5_K_q8_K;
   row_of(tables[size_t(CpuLevel::avx512)], DType::Q4_0).packed_tile = avx512::packed_q4_0_q8_0;
   row_of(tables[size_t(CpuLevel::avx512)], DType::Q8_0).packed_tile = avx512::packed_q8_0_q8_0;
   row_of(tables[size_t(CpuLevel::avx512)], DType::Q6_K).packed_tile = avx512::packed_q6_K_q8_K;
   row_of(tables[size_t(CpuLevel::avx512)], DType::MXFP4).packed_tile = avx512::packed_mxfp4_q8_0;
-  row_of(tables[size_t(CpuLevel::avx512)], DType::MXFP4).packed_fast_tile =
-      avx512::packed_fast_mxfp4_q8_0;
-  row_of(tables[size_t(CpuLevel::avx512)], DType::Q8_0).packed_fast_tile =
-      avx512::packed_fast_q8_0_q8_0;
-  row_of(tables[size_t(CpuLevel::avx512)], DType::Q4_K).packed_fast_tile =
-      avx512::packed_fast_q4_K_q8_K;
-  row_of(tables[size_t(CpuLevel::avx512)], DType::Q5_K).packed_fast_tile =
-      avx512::packed_fast_q5_K_q8_K;
-  row_of(tables[size_t(CpuLevel::avx512)], DType::Q6_K).packed_fast_tile =
-      avx512::packed_fast_q6_K_q8_K;
-  // q4_K has no avx512 form yet: the avx512 level runs the avx2 one (an AVX-512 CPU has AVX2; the
-  // same floats), 3× the unpacked tile's decode rate on a 2048 × 24576 matrix.
+  KVRUN_APPLY_X86_FAST(tables[size_t(CpuLevel::avx2)], avx2);
+  KVRUN_APPLY_X86_FAST(tables[size_t(CpuLevel::avx512)], avx512);
+  // q4_K: the native avx512 kernel (x86/packed_q4k_avx512.inl).
   row_of(tables[size_t(CpuLevel::avx512)], DType::Q4_K).packed_tile = avx512::packed_q4_K_q8_K;
   // q5_K: the avx2 kernel (x86/packed_q5k_avx2.inl) at both levels.
   row_of(tables[size_t(CpuLevel::avx512)], DType::Q5_K).packed_tile = avx2::packed_q5_K_q8_K;
