@@ -59,25 +59,16 @@ inline void packed_fast_q8_0_group(int64_t nb, const uint8_t* g, const uint8_t* 
 
 /// One packed mxfp4 group (272-byte blocks: 16 E8M0 bytes, then q4_0's 4 chunks of 64 nibble
 /// bytes) against C activation rows: y[c·ys + r] = fast_dot_mxfp4_q8_0. The nibbles are looked up
-/// as u = level + 12 (0..24), the half scales 2^(e − 128) formed as mxfp4_half_scales8 does.
+/// as u = level + 12 (mxfp4_u_table16), the half scales by mxfp4_half_scales16.
 template <int C>
 inline void packed_fast_mxfp4_group(int64_t nb, const uint8_t* g, const uint8_t* x, size_t xs,
                                     const FastXBlock* xb, float* y, size_t ys) {
   __m512 acc[C];
   for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
-  alignas(16) int8_t u_levels[16];
-  for (int i = 0; i < 16; ++i) u_levels[i] = int8_t(kvalues_mxfp4[i] + 12);
-  const __m512i table = _mm512_maskz_broadcast_i32x4(
-      kAll16, _mm_load_si128(reinterpret_cast<const __m128i*>(u_levels)));
+  const __m512i table = mxfp4_u_table16();
   const __m512i m15 = _mm512_set1_epi8(0x0F);
   for (int64_t b = 0; b < nb; ++b, g += 272) {
-    const __m512i e =
-        _mm512_maskz_cvtepu8_epi32(kAll16, _mm_loadu_si128(reinterpret_cast<const __m128i*>(g)));
-    const __m512i normal =
-        _mm512_maskz_slli_epi32(kAll16, _mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
-    const __m512i sub = _mm512_maskz_sllv_epi32(kAll16, _mm512_set1_epi32(0x00200000), e);
-    const __m512 dw = _mm512_castsi512_ps(
-        _mm512_mask_blend_epi32(_mm512_cmpgt_epi32_mask(e, _mm512_set1_epi32(1)), sub, normal));
+    const __m512 dw = mxfp4_half_scales16(g);
     __m512i u[8];
     for (int i = 0; i < 4; ++i) {
       const __m512i q = _mm512_loadu_si512(g + 16 + 64 * i);

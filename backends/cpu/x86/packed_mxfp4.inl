@@ -51,6 +51,14 @@ inline __m256i u4_dot_plus(__m256i u, __m256i x, int32_t c) {
 #endif
 }
 
+/// The VPSHUFB table of the MXFP4 levels as u = level + 12 (0..24, unsigned, so VPMADDUBSW and
+/// VPDPBUSD multiply them by signed activation bytes), in both 128-bit lanes.
+inline __m256i mxfp4_u_table8() {
+  alignas(16) int8_t u_levels[16];
+  for (int i = 0; i < 16; ++i) u_levels[i] = int8_t(kvalues_mxfp4[i] + 12);
+  return level_table(u_levels);
+}
+
 /// The 8 rows' MXFP4 half scales 2^(e − 128) (blocks.h mxfp4_half_scale, as half_scale_e8m0)
 /// of the E8M0 bytes at e: (e − 1) << 23 as float bits for e ≥ 2, the subnormals 2^21 << e
 /// below.
@@ -61,6 +69,25 @@ inline __m256 mxfp4_half_scales8(const uint8_t* e) {
   const __m256i is_normal = _mm256_cmpgt_epi32(v, _mm256_set1_epi32(1));
   return _mm256_castsi256_ps(_mm256_blendv_epi8(sub, normal, is_normal));
 }
+
+#ifdef __AVX512F__
+/// mxfp4_u_table8 in all four 128-bit lanes.
+inline __m512i mxfp4_u_table16() {
+  return _mm512_maskz_broadcast_i32x4(kAll16, _mm256_castsi256_si128(mxfp4_u_table8()));
+}
+
+/// mxfp4_half_scales8 for the 16 rows' E8M0 bytes at e, one zmm. (The maskz forms with kAll16,
+/// as kernels_x86.inl's V16: GCC 12 warns on the plain forms.)
+inline __m512 mxfp4_half_scales16(const uint8_t* e) {
+  const __m512i v =
+      _mm512_maskz_cvtepu8_epi32(kAll16, _mm_loadu_si128(reinterpret_cast<const __m128i*>(e)));
+  const __m512i normal =
+      _mm512_maskz_slli_epi32(kAll16, _mm512_sub_epi32(v, _mm512_set1_epi32(1)), 23);
+  const __m512i sub = _mm512_maskz_sllv_epi32(kAll16, _mm512_set1_epi32(0x00200000), v);
+  return _mm512_castsi512_ps(
+      _mm512_mask_blend_epi32(_mm512_cmpgt_epi32_mask(v, _mm512_set1_epi32(1)), sub, normal));
+}
+#endif
 
 /// Rows 8·half .. 8·half+7 of one packed mxfp4 group (pack.h: 272-byte blocks) against C q8_0
 /// activation rows (xs bytes apart; xoff: per block 8 offsets −12·Σ of 4 quants and the scale as
@@ -78,9 +105,7 @@ inline void packed_mxfp4_half(int64_t nb, const uint8_t* g, int half, const uint
   __m256 acc[C][8];
   for (int c = 0; c < C; ++c)
     for (int i = 0; i < 8; ++i) acc[c][i] = _mm256_setzero_ps();
-  alignas(16) int8_t u_levels[16];
-  for (int i = 0; i < 16; ++i) u_levels[i] = int8_t(kvalues_mxfp4[i] + 12);
-  const __m256i table = level_table(u_levels);
+  const __m256i table = mxfp4_u_table8();
   const __m256i m15 = _mm256_set1_epi8(0x0F);
   for (int64_t b = 0; b < nb; ++b, g += 272) {
     if (C == 1 && half == 0)
@@ -122,30 +147,20 @@ inline void packed_mxfp4_half(int64_t nb, const uint8_t* g, int half, const uint
 #ifdef __AVX512F__
 /// The avx512 form of packed_mxfp4_half: all 16 rows of the group in one zmm per lane, so a group
 /// is one pass over its blocks (the avx2 form makes two). Same integer sums (VPDPBUSD from the
-/// offset), same float steps lane by lane, so the same floats. (The maskz forms with kAll16, as
-/// kernels_x86.inl's V16: GCC 12 warns on the plain forms.)
+/// offset), same float steps lane by lane, so the same floats.
 template <int C>
 inline void packed_mxfp4_group(int64_t nb, const uint8_t* g, const uint8_t* x, size_t xs,
                                const int32_t* xoff, float* y, size_t ys) {
   __m512 acc[C][8];
   for (int c = 0; c < C; ++c)
     for (int i = 0; i < 8; ++i) acc[c][i] = _mm512_setzero_ps();
-  alignas(16) int8_t u_levels[16];
-  for (int i = 0; i < 16; ++i) u_levels[i] = int8_t(kvalues_mxfp4[i] + 12);
-  const __m512i table = _mm512_maskz_broadcast_i32x4(
-      kAll16, _mm_load_si128(reinterpret_cast<const __m128i*>(u_levels)));
+  const __m512i table = mxfp4_u_table16();
   const __m512i m15 = _mm512_set1_epi8(0x0F);
   for (int64_t b = 0; b < nb; ++b, g += 272) {
     if (C == 1)
       for (int l = 0; l < 272; l += 64)
         _mm_prefetch(reinterpret_cast<const char*>(g) + kPrefetchAhead + l, _MM_HINT_T0);
-    const __m512i e =
-        _mm512_maskz_cvtepu8_epi32(kAll16, _mm_loadu_si128(reinterpret_cast<const __m128i*>(g)));
-    const __m512i normal =
-        _mm512_maskz_slli_epi32(kAll16, _mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
-    const __m512i sub = _mm512_maskz_sllv_epi32(kAll16, _mm512_set1_epi32(0x00200000), e);
-    const __m512 dw = _mm512_castsi512_ps(
-        _mm512_mask_blend_epi32(_mm512_cmpgt_epi32_mask(e, _mm512_set1_epi32(1)), sub, normal));
+    const __m512 dw = mxfp4_half_scales16(g);
     __m512 d[C];
     const int8_t* qx[C];
     const int32_t* off[C];
@@ -195,9 +210,7 @@ inline void fast_mxfp4_half(int64_t nb, const uint8_t* g, int half, const uint8_
                             const FastXBlock* xb, float* y, size_t ys) {
   __m256 acc[C];
   for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
-  alignas(16) int8_t u_levels[16];
-  for (int i = 0; i < 16; ++i) u_levels[i] = int8_t(kvalues_mxfp4[i] + 12);
-  const __m256i table = level_table(u_levels);
+  const __m256i table = mxfp4_u_table8();
   const __m256i m15 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < nb; ++b, g += 272) {
     const __m256 dw = mxfp4_half_scales8(g + 8 * half);
