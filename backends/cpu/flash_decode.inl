@@ -248,45 +248,29 @@ void scores(const FlashDecodeBlock& a, int64_t r0) {
 }
 
 /// vc[c] = load_chunk<T>(row, e + c·W) for c < C, with one scale conversion per Q8_0 / Q4_0
-/// block when the chunks cover whole blocks (e % 32 == 0 then, e being a multiple of C·W) or lie
-/// in one block (C·W dividing 32).
+/// block when the chunks cover whole blocks (C·W a multiple of 32: e % 32 == 0 then, e being a
+/// multiple of C·W) or lie in one block (C·W dividing 32); the same products either way.
 template <DType T, int C>
 [[gnu::always_inline]] inline void load_chunks(const uint8_t* row, int64_t e, vf* vc, float rs) {
-  if constexpr ((T == DType::Q8_0 || T == DType::Q4_0) && (C * W) % 32 == 0) {
-    constexpr int kPerBlock = 32 / W;
+  if constexpr ((T == DType::Q8_0 || T == DType::Q4_0) &&
+                ((C * W) % 32 == 0 || 32 % (C * W) == 0)) {
+    constexpr int kPerBlock = C < 32 / W ? C : 32 / W;  // chunks per scale conversion
 #pragma GCC unroll 4
     for (int c0 = 0; c0 < C; c0 += kPerBlock) {
-      const int64_t blk = (e + c0 * W) / 32;
+      const int64_t blk = (e + c0 * W) / 32, w0 = (e + c0 * W) % 32;
       if constexpr (T == DType::Q8_0) {
         const block_q8_0* b = reinterpret_cast<const block_q8_0*>(row) + blk;
         const float d = h2f(b->d);
 #pragma GCC unroll 8
-        for (int c = 0; c < kPerBlock; ++c) vc[c0 + c] = ld_i8(b->qs + c * W) * d;
+        for (int c = 0; c < kPerBlock; ++c) vc[c0 + c] = ld_i8(b->qs + w0 + c * W) * d;
       } else {
         const block_q4_0* b = reinterpret_cast<const block_q4_0*>(row) + blk;
         const float d = h2f(b->d);
 #pragma GCC unroll 8
         for (int c = 0; c < kPerBlock; ++c) {
-          const int w = c * W;  // as load_chunk: low nibbles for w < 16, else high
+          const int64_t w = w0 + c * W;  // as load_chunk: low nibbles for w < 16, else high
           vc[c0 + c] = ld_q4(b->qs + w % (QK4_0 / 2), w >= QK4_0 / 2) * d;
         }
-      }
-    }
-  } else if constexpr ((T == DType::Q8_0 || T == DType::Q4_0) && 32 % (C * W) == 0) {
-    // The C chunks lie in one block: its scale converted once for them (the same products).
-    const int64_t w0 = e % 32;
-    if constexpr (T == DType::Q8_0) {
-      const block_q8_0* b = reinterpret_cast<const block_q8_0*>(row) + e / 32;
-      const float d = h2f(b->d);
-#pragma GCC unroll 8
-      for (int c = 0; c < C; ++c) vc[c] = ld_i8(b->qs + w0 + c * W) * d;
-    } else {
-      const block_q4_0* b = reinterpret_cast<const block_q4_0*>(row) + e / 32;
-      const float d = h2f(b->d);
-#pragma GCC unroll 8
-      for (int c = 0; c < C; ++c) {
-        const int64_t w = w0 + c * W;  // as load_chunk: low nibbles for w < 16, else high
-        vc[c] = ld_q4(b->qs + w % (QK4_0 / 2), w >= QK4_0 / 2) * d;
       }
     }
   } else {
