@@ -113,8 +113,12 @@ class CpuBackend final : public Backend {
   /// 16K values: a decode row stays on the calling thread.
   template <typename Fn>
   void on_rows(int64_t rows, int64_t cols, const Fn& fn) {
+    pool_.run(rows, fn, min_chunk_rows(cols));
+  }
+  /// Rows of `cols` values in the smallest chunk on_rows hands a thread.
+  static int64_t min_chunk_rows(int64_t cols) {
     constexpr int64_t kMinChunkValues = 16 * 1024;
-    pool_.run(rows, fn, std::max<int64_t>(1, kMinChunkValues / std::max<int64_t>(1, cols)));
+    return std::max<int64_t>(1, kMinChunkValues / std::max<int64_t>(1, cols));
   }
 
   void begin_step(const PageTable& pt) override {
@@ -209,10 +213,17 @@ class CpuBackend final : public Backend {
   void kv_store(const KvLayer& kv, const PagedAttnParams& p, const float* k,
                 const float* v) override {
     OpTimer t("kv_store", kv.k_type, kv.v_type);
-    // Each token's row is encoded on its own: a sequence's rows split over the pool, after the
-    // shapes are checked here (an error thrown on a worker would end the process).
-    paged_kv_store(kv, p, nullptr, 0, k, v);
+    // Each token's row is encoded on its own. A step of few rows (decode) is one call on this
+    // thread; a prefill's rows split over the pool, after the shapes are checked here (an error
+    // thrown on a worker would end the process).
     const int64_t row_values = p.attn.n_head_kv * (p.attn.head_dim + p.attn.head_dim_v);
+    int64_t rows = 0;
+    for (const PagedSeq& seq : seqs_) rows += seq.n_q;
+    if (rows < 2 * min_chunk_rows(row_values)) {
+      paged_kv_store(kv, p, seqs_.data(), int64_t(seqs_.size()), k, v);
+      return;
+    }
+    paged_kv_store(kv, p, nullptr, 0, k, v);
     for (const PagedSeq& seq : seqs_)
       on_rows(seq.n_q, row_values, [&](int64_t i0, int64_t i1) {
         PagedSeq part = seq;
