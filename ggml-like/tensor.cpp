@@ -1,6 +1,9 @@
 // tensor.cpp — Tensor view helpers and the aligned Buffer.
 #include "tensor.h"
 
+#include <sys/mman.h>
+
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -46,10 +49,24 @@ void Tensor::row_to_float(float* dst, int64_t i1, int64_t i2, int64_t i3) const 
   tr.to_float(row(i1, i2, i3), dst, ne[0]);
 }
 
+namespace {
+std::atomic<bool> g_huge_pages{true};
+}  // namespace
+
+void set_huge_pages(bool on) { g_huge_pages.store(on, std::memory_order_relaxed); }
+bool huge_pages() { return g_huge_pages.load(std::memory_order_relaxed); }
+
 Buffer::Buffer(size_t n_bytes) : size_(n_bytes) {
+  // Only the start moves to 2 MiB: the size stays a multiple of 64, so the tail past the last
+  // whole huge page stays on 4 KiB pages and costs no more RAM than before.
+  const bool huge = n_bytes >= kHugePageBytes && huge_pages();
+  const size_t align = huge ? kHugePageBytes : 64;
   const size_t rounded = (n_bytes + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
-  if (!p) throw std::bad_alloc();
+  void* p = nullptr;  // posix_memalign: no size-multiple-of-alignment rule (aligned_alloc has one)
+  if (posix_memalign(&p, align, rounded == 0 ? 64 : rounded) != 0) throw std::bad_alloc();
+#ifdef MADV_HUGEPAGE
+  if (huge) madvise(p, rounded / kHugePageBytes * kHugePageBytes, MADV_HUGEPAGE);
+#endif
   std::memset(p, 0, rounded == 0 ? 64 : rounded);
   ptr_.reset(p);
 }

@@ -52,7 +52,25 @@ struct Tensor {
   void row_to_float(float* dst, int64_t i1, int64_t i2 = 0, int64_t i3 = 0) const;
 };
 
-/// Owning, 64-byte aligned, zero-initialised memory. Movable, not copyable.
+/// Whether a Buffer of at least kHugePageBytes asks the kernel for transparent huge pages: its
+/// start is aligned to 2 MiB and the range madvise(MADV_HUGEPAGE)d before it is first written,
+/// so Linux backs every whole 2 MiB of it with one page table entry (kernel documentation,
+/// admin-guide/mm/transhuge.rst: with THP "madvise", the default of many distributions, only
+/// madvised ranges get them; without free huge pages the kernel falls back to 4 KiB pages, so
+/// this never fails an allocation). Decode streams the packed weights once per token: with 4 KiB
+/// pages each page costs a TLB miss (a two-level walk in a VM), and llama3.2-1b / gpt-oss-20b
+/// decode ran 4–16% faster with it on a 2-core Zen 4 VM (docs/benchmarks.md). Process-wide,
+/// default on (`--thp off`, tools/device_options.h); set before the model is loaded; no-op
+/// where madvise has no MADV_HUGEPAGE.
+void set_huge_pages(bool on);
+/// The current set_huge_pages setting.
+bool huge_pages();
+/// Buffers of at least this many bytes get transparent huge pages (2 MiB, x86-64 and arm64's
+/// usual PMD size).
+inline constexpr size_t kHugePageBytes = size_t(2) << 20;
+
+/// Owning, 64-byte aligned, zero-initialised memory; from kHugePageBytes up, 2 MiB aligned and
+/// on transparent huge pages while huge_pages() is on. Movable, not copyable.
 class Buffer {
  public:
   Buffer() = default;

@@ -2,10 +2,9 @@
 // its errors. No timing assertions: speeds are only checked to be positive.
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
-
 #include <cctype>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 
@@ -132,8 +131,8 @@ TEST(BenchCli, ProfileTablePerOpOnStderr) {
     sum += n;
   }
   EXPECT_EQ(total, sum) << r.err;
-  for (const char* op : {"matmul f32", "paged_attention f16/f16", "kv_store f16/f16", "rms_norm",
-                         "rope", "glu"})
+  for (const char* op :
+       {"matmul f32", "paged_attention f16/f16", "kv_store f16/f16", "rms_norm", "rope", "glu"})
     EXPECT_GT(calls[op], 0) << op << "\n" << r.err;
   // 5 layers: RMSNorm twice per layer and once at the end, per step, in every step.
   EXPECT_EQ(calls["rms_norm"] % 11, 0) << r.err;
@@ -253,6 +252,28 @@ TEST(BenchCli, KernelsSwitchIsReportedAndBadValuesAreRefused) {
     EXPECT_NE(bad.err.find("--kernels quick: expected exact or fast"), std::string::npos)
         << cmd << ": " << bad.err;
   }
+}
+
+// --thp: on by default, reported in bench's and info's JSON; off is taken; another value is
+// refused with one line (exit 2).
+TEST(BenchCli, ThpSwitchIsReportedAndBadValuesAreRefused) {
+  const char* const packed = "models/stories260K-pad-Q8_0.gguf";
+  KVRUN_REQUIRE_FIXTURE(packed);
+  const std::string model = " -m " + test::fixture(packed).string();
+  const std::string bench =
+      test::kvrun_binary() + " bench" + model + " -t 1 -p 16 -n 0 -r 1 --json";
+  const auto on = test::run_command(bench);
+  ASSERT_EQ(on.exit_code, 0) << on.err;
+  EXPECT_EQ(nlohmann::json::parse(on.out)[0]["thp"], true);
+  const auto off = test::run_command(bench + " --thp off");
+  ASSERT_EQ(off.exit_code, 0) << off.err;
+  EXPECT_EQ(nlohmann::json::parse(off.out)[0]["thp"], false);
+  const auto info = test::run_command(test::kvrun_binary() + " info" + model + " --json --thp off");
+  ASSERT_EQ(info.exit_code, 0) << info.err;
+  EXPECT_EQ(nlohmann::json::parse(info.out)["thp"], false);
+  const auto bad = test::run_command(test::kvrun_binary() + " bench" + model + " --thp yes");
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("--thp yes: expected on or off"), std::string::npos) << bad.err;
 }
 
 }  // namespace

@@ -279,6 +279,7 @@ void print_json(const BenchOptions& opt, const ModelFacts& mf, int n_threads,
     j["backends"] = mf.backends;
     j["cpu_level"] = cpu::cpu_level_name(cpu::cpu_level());
     j["kernels"] = cpu::kernel_order_name(cpu::kernel_order());
+    j["thp"] = huge_pages();
     j["n_batch"] = opt.n_batch;
     j["n_threads"] = n_threads;
     j["type_k"] = opt.kv.type_k;

@@ -30,8 +30,11 @@ struct DeviceOptions {
   std::vector<std::string> override_tensor;
   RopeOverrides rope;  ///< --rope-scaling, --rope-scale, --yarn-* … (rope_options.h)
   /// --kernels: the CPU matmuls' summation order, "exact" or "fast" (cpu_level.h KernelOrder;
-  /// apply_kernel_order checks and sets it)
+  /// apply_cpu_options checks and sets it)
   std::string kernels = "exact";
+  /// --thp: transparent huge pages for the host's weight buffers, "on" or "off" (ggml-like/tensor.h
+  /// set_huge_pages; apply_cpu_options checks and sets it)
+  std::string thp = "on";
 };
 
 /// A device option that cannot be honoured (exit code 2, one line).
@@ -93,9 +96,10 @@ std::vector<TensorOverride> parse_tensor_overrides(const std::vector<std::string
 std::vector<bool> ffn_kept_on_host(const gguf::File& file, int64_t n_layer,
                                    const std::vector<TensorOverride>& rules);
 
-/// Sets the process's CPU kernel order from o.kernels (cpu::set_kernel_order). Throws
-/// DeviceOptionError for a value other than "exact" or "fast".
-void apply_kernel_order(const DeviceOptions& o);
+/// Sets the process's CPU kernel order from o.kernels (cpu::set_kernel_order) and its huge-page
+/// setting from o.thp (set_huge_pages, ggml-like/tensor.h). Throws DeviceOptionError for a
+/// kernels value other than "exact" or "fast", a thp value other than "on" or "off".
+void apply_cpu_options(const DeviceOptions& o);
 
 /// Prints the devices for --list-devices ("no GPU devices" when there are none). Returns 0, or 2
 /// with one line on stderr when a device cannot say its free memory (a malformed

@@ -167,9 +167,9 @@ void print_text(const ModelInfo& mi, const std::string& fast_source) {
   std::printf("cpu          %s\n", cpu::cpu_features_string().c_str());
   std::printf(
       "cpu kernels  %s (best here: %s; KVRUN_CPU=scalar|avx2|avx512 selects), %s order "
-      "(--kernels exact|fast)\n",
+      "(--kernels exact|fast), huge pages %s (--thp on|off)\n",
       cpu::cpu_level_name(cpu::cpu_level()), cpu::cpu_level_name(cpu::best_cpu_level()),
-      cpu::kernel_order_name(cpu::kernel_order()));
+      cpu::kernel_order_name(cpu::kernel_order()), huge_pages() ? "on" : "off");
 #ifdef KVRUN_HAVE_CUDA
   const auto gpus = cuda::devices();
   if (gpus.empty())
@@ -339,6 +339,7 @@ int cmd_info(const InfoOptions& opt) {
       if (want_plan) j["gpu_plan"] = plan_json(plan);
       j["cpu_level"] = cpu::cpu_level_name(cpu::cpu_level());
       j["kernels"] = cpu::kernel_order_name(cpu::kernel_order());
+      j["thp"] = huge_pages();
       std::printf("%s\n", j.dump(2).c_str());
     } else {
       print_text(mi, fast_source);

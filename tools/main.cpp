@@ -122,7 +122,7 @@ int main(int argc, char** argv) {
   if (dev.list_devices) return print_devices();
   if (pull_cmd->parsed()) return kvrun::tools::cmd_pull(pull);
   try {
-    apply_kernel_order(dev);  // --kernels, every command (info reports it)
+    apply_cpu_options(dev);  // --kernels, --thp: every command (info reports them)
   } catch (const DeviceOptionError& e) {
     std::fprintf(stderr, "kvrun: %s\n", e.what());
     return 2;

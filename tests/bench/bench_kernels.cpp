@@ -61,12 +61,14 @@ kvrun::cpu::ThreadPool& pool_of(int threads) {
 }
 
 void run_matmul(benchmark::State& state, DType t, CpuLevel level, int64_t m, int64_t k, int64_t n,
-                int threads, bool packed, kvrun::cpu::KernelOrder order) {
+                int threads, bool packed, kvrun::cpu::KernelOrder order, bool huge_pages = true) {
   const std::vector<uint8_t>& w = weights(t, m, k);
   kvrun::Tensor wt = kvrun::Tensor::contiguous(t, const_cast<uint8_t*>(w.data()), k, m);
   kvrun::Buffer pw;
   if (packed) {  // as the model loader does (the packed copy is the same size)
+    kvrun::set_huge_pages(huge_pages);  // --thp (tensor.h)
     pw = kvrun::cpu::pack_weight(wt, level);
+    kvrun::set_huge_pages(true);
     wt.packed = pw.data();
   }
   const std::vector<float> x = random_floats(size_t(n * k), 2);
@@ -85,6 +87,12 @@ void run_matmul(benchmark::State& state, DType t, CpuLevel level, int64_t m, int
 void BM_Matmul(benchmark::State& state, DType t, CpuLevel level, int64_t m, int64_t k, int64_t n,
                int threads, bool packed) {
   run_matmul(state, t, level, m, k, n, threads, packed, kvrun::cpu::KernelOrder::exact);
+}
+
+/// Packed weights on 4 KiB pages (--thp off), for an A/B of the transparent huge pages.
+void BM_MatmulSmallPages(benchmark::State& state, DType t, CpuLevel level, int64_t m, int64_t k,
+                         int64_t n, int threads) {
+  run_matmul(state, t, level, m, k, n, threads, true, kvrun::cpu::KernelOrder::exact, false);
 }
 
 /// Packed weights with --kernels fast (the fast-order prefill kernels).
@@ -180,6 +188,12 @@ void register_all() {
                 BM_Matmul, t, level, int64_t(65536), int64_t(2048), int64_t(1), threads, packed);
             if (threads == 2) b->UseRealTime();
           }
+        if (ct && ct->packed_tile) {  // the packed decode from DRAM with --thp off
+          auto* b = benchmark::RegisterBenchmark(
+              ("matmul/" + tn + "/" + lv + "-packed-4k/dram_65536x2048/n1" + th).c_str(),
+              BM_MatmulSmallPages, t, level, int64_t(65536), int64_t(2048), int64_t(1), threads);
+          if (threads == 2) b->UseRealTime();
+        }
         if (ct && ct->packed_tile) {
           auto* b = benchmark::RegisterBenchmark(
               ("matmul/" + tn + "/" + lv + "-packed/attn_q_2048x2048/n512" + th).c_str(), BM_Matmul,
