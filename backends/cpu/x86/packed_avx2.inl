@@ -257,6 +257,7 @@ inline void q4_K_half_scales(const uint8_t* g, int half, __m256i* sc, __m256i* m
 /// · Σ of values 4i..4i+3 of sub-block j times x; VPMADDUBSW pair sums ≤ 2·15·128, then VPMADDWD
 /// by sc in both halves gives sc·Σ of 4 exactly), each lane = fma(d_x·d_w, float(isum), lane).
 /// Lanes one at a time (C integer accumulators), each unpacked nibble vector serving the C rows.
+/// Prefill (C ≥ 2); decode has its own form, q4_K_half_block_decode.
 template <int C>
 inline void q4_K_half_block(const uint8_t* g, int half, const uint8_t* x, size_t xs, int64_t b,
                             __m256 (*acc)[8], __m256 (*acc_m)[4]) {
@@ -306,13 +307,7 @@ inline void q4_K_half_block(const uint8_t* g, int half, const uint8_t* x, size_t
     for (int c = 0; c < C; ++c)
       acc[c][i] = _mm256_fmadd_ps(d[c], _mm256_cvtepi32_ps(lane[c]), acc[c][i]);
   };
-  // Decode fully unrolled: 1.1× tg32 on llama3.2-1b Q4_K; prefill (C ≥ 2) lost 10-30% so.
-  if constexpr (C == 1) {
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; ++i) lane_i(i);
-  } else {
-    for (int i = 0; i < 8; ++i) lane_i(i);
-  }
+  for (int i = 0; i < 8; ++i) lane_i(i);  // (unrolled, prefill lost 10-30%)
 }
 
 /// The end of a q4_K half: fold8(main) + ((m0 + m2) + (m1 + m3)) per row.
@@ -339,26 +334,74 @@ inline void packed_q4_K_half(int64_t nb, const uint8_t* g, int half, const uint8
     _mm256_storeu_ps(y + size_t(c) * ys + 8 * half, q4_K_half_result(acc[c], acc_m[c]));
 }
 
-/// The avx2 packed q4_K decode kernel: the 16 rows of one packed q4_K group against one q8_K
-/// activation row x: y[0..15]. One pass over the super-blocks, both halves of each back to back,
-/// so every weight byte is read once while the stream is prefetched kPrefetchAhead ahead without
-/// pauses (a pass per half, the second from cache, left memory idle during the second: 1.4× the
-/// speed from DRAM, kvrun_bench dram_65536x2048, though ~15% slower on cache-resident weights);
-/// the same fma sequence per row and lane as the scalar order. (q6_K keeps the pass per half:
-/// the one-pass form of it measured no faster from DRAM and 5-10% slower from cache.)
-inline void packed_q4_K_group_decode(int64_t nb, const uint8_t* g, const uint8_t* x, float* y) {
-  __m256 acc[2][1][8], acc_m[2][1][4];
-  for (int h = 0; h < 2; ++h) {
-    for (int l = 0; l < 8; ++l) acc[h][0][l] = _mm256_setzero_ps();
-    for (int k = 0; k < 4; ++k) acc_m[h][0][k] = _mm256_setzero_ps();
+/// Decode form of q4_K_half_block (one activation row x, block b): the same integer lane sums
+/// and the same fma per lane, with the sub-block pairs outer and the 8 lanes inner, so the 8
+/// lane sums stay in registers and each scale vector is read once per pair (from the stack, as
+/// the memory operand of VPMADDWD) instead of every scale being live across the lanes: the lanes
+/// first order spilled (522 of its ~1390 instructions a super-block addressed the stack) and
+/// streamed 15.8 / 18.4 GB/s from cache where this form streams 22.5 / 23.5 (kvrun_bench
+/// q4_K avx2-packed attn_q / ffn_up n1 t1). Integer sums are exact, so the order of their
+/// additions does not change a bit.
+inline void q4_K_half_block_decode(const uint8_t* g, int half, const block_q8_K& xb, __m256* acc,
+                                   __m256* acc_m) {
+  const __m256i m15 = _mm256_set1_epi8(0x0F);
+  __m256i sc[8], mn[8];
+  q4_K_half_scales(g, half, sc, mn);
+  const __m256 dw =
+      _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 16 * half)));
+  const __m256 dminw =
+      _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 32 + 16 * half)));
+  const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(xb.d));
+  const __m256 dmin = _mm256_mul_ps(dminw, _mm256_set1_ps(-xb.d));
+  for (int k = 0; k < 4; ++k) {
+    const int s0 = xb.bsums[4 * k] + xb.bsums[4 * k + 1];
+    const int s1 = xb.bsums[4 * k + 2] + xb.bsums[4 * k + 3];
+    const __m256i spair =
+        _mm256_set1_epi32(int32_t((uint32_t(s0) & 0xFFFF) | (uint32_t(s1) << 16)));
+    const __m256i mpair = _mm256_blend_epi16(mn[2 * k], mn[2 * k + 1], 0xAA);
+    acc_m[k] = _mm256_fmadd_ps(dmin, _mm256_cvtepi32_ps(_mm256_madd_epi16(mpair, spair)), acc_m[k]);
   }
+  __m256i lane[8];
+  for (int i = 0; i < 8; ++i) lane[i] = _mm256_setzero_si256();
+  for (int j2 = 0; j2 < 4; ++j2) {
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+      const __m256i q = load256(g + 256 + 64 * (8 * j2 + i) + 32 * half);
+      const __m256i lo = _mm256_and_si256(q, m15);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m15);
+      const int8_t* xq = xb.qs + 64 * j2 + 4 * i;
+      const __m256i x0 = _mm256_broadcastd_epi32(_mm_loadu_si32(xq));
+      const __m256i x1 = _mm256_broadcastd_epi32(_mm_loadu_si32(xq + 32));
+      const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), sc[2 * j2]);
+      const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), sc[2 * j2 + 1]);
+      lane[i] = _mm256_add_epi32(lane[i], _mm256_add_epi32(p0, p1));
+    }
+  }
+  for (int i = 0; i < 8; ++i) acc[i] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lane[i]), acc[i]);
+}
+
+/// The avx2 packed q4_K decode kernel: the 16 rows of one packed q4_K group against one q8_K
+/// activation row x: y[0..15]. One pass over the super-blocks, both halves of each back to back
+/// (q4_K_half_block_decode), so every weight byte is read once while the stream is prefetched
+/// kPrefetchAhead ahead without pauses (a pass per half, the second from cache, left memory idle
+/// during the second: 1.4× the speed from DRAM, kvrun_bench dram_65536x2048, though ~15% slower
+/// on cache-resident weights); the same fma sequence per row and lane as the scalar order. (q6_K
+/// keeps the pass per half: the one-pass form of it measured no faster from DRAM and 5-10%
+/// slower from cache.)
+inline void packed_q4_K_group_decode(int64_t nb, const uint8_t* g, const uint8_t* x, float* y) {
+  __m256 acc[2][8], acc_m[2][4];
+  for (int h = 0; h < 2; ++h) {
+    for (int l = 0; l < 8; ++l) acc[h][l] = _mm256_setzero_ps();
+    for (int k = 0; k < 4; ++k) acc_m[h][k] = _mm256_setzero_ps();
+  }
+  const block_q8_K* xb = reinterpret_cast<const block_q8_K*>(x);
   for (int64_t b = 0; b < nb; ++b, g += 2304) {
     for (int l = 0; l < 2304; l += 64)
       _mm_prefetch(reinterpret_cast<const char*>(g) + kPrefetchAhead + l, _MM_HINT_T0);
-    q4_K_half_block<1>(g, 0, x, 0, b, acc[0], acc_m[0]);
-    q4_K_half_block<1>(g, 1, x, 0, b, acc[1], acc_m[1]);
+    q4_K_half_block_decode(g, 0, xb[b], acc[0], acc_m[0]);
+    q4_K_half_block_decode(g, 1, xb[b], acc[1], acc_m[1]);
   }
-  for (int h = 0; h < 2; ++h) _mm256_storeu_ps(y + 8 * h, q4_K_half_result(acc[h][0], acc_m[h][0]));
+  for (int h = 0; h < 2; ++h) _mm256_storeu_ps(y + 8 * h, q4_K_half_result(acc[h], acc_m[h]));
 }
 
 }  // namespace
