@@ -249,6 +249,31 @@ inline void q4_K_half_scales(const uint8_t* g, int half, __m256i* sc, __m256i* m
   }
 }
 
+/// The 4 min lanes of one super-block of rows 8·half .. 8·half+7 (the packed q4_K super-block
+/// at `g`, its mins mn[0..7] as q4_K_half_scales gives them) against the q8_K block xb, in
+/// vec_dot_q4_K_q8_K's order: lane k += fma(−d_x·d_min, float(m_2k·Σx(2k) + m_2k+1·Σx(2k+1)))
+/// from q8_K's bsums, one VPMADDWD of int16 pairs. Returns d_w·d_x per row, the main lanes'
+/// factor.
+inline __m256 q4_K_half_mins(const uint8_t* g, int half, const __m256i* mn, const block_q8_K& xb,
+                             __m256* acc_m) {
+  const __m256 dw =
+      _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 16 * half)));
+  const __m256 dminw =
+      _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 32 + 16 * half)));
+  // −d_x·d_min: the scalar −x.d · dmin, the same float (negation is exact).
+  const __m256 dmin = _mm256_mul_ps(dminw, _mm256_set1_ps(-xb.d));
+  for (int k = 0; k < 4; ++k) {
+    const int s0 = xb.bsums[4 * k] + xb.bsums[4 * k + 1];
+    const int s1 = xb.bsums[4 * k + 2] + xb.bsums[4 * k + 3];
+    const __m256i spair =
+        _mm256_set1_epi32(int32_t((uint32_t(s0) & 0xFFFF) | (uint32_t(s1) << 16)));
+    // lane: m_2k·s0 + m_2k+1·s1 (m_2k in the low int16 half, m_2k+1 in the high one)
+    const __m256i mpair = _mm256_blend_epi16(mn[2 * k], mn[2 * k + 1], 0xAA);
+    acc_m[k] = _mm256_fmadd_ps(dmin, _mm256_cvtepi32_ps(_mm256_madd_epi16(mpair, spair)), acc_m[k]);
+  }
+  return _mm256_mul_ps(dw, _mm256_set1_ps(xb.d));
+}
+
 /// One super-block b of the avx2 packed q4_K kernel: rows 8·half .. 8·half+7 of the packed q4_K
 /// super-block at `g` (pack.h) against C q8_K activation rows (xs bytes apart), added to the
 /// float lanes acc[c][0..7] (main) and acc_m[c][0..3] (mins), a row per ymm lane. The order of
@@ -264,28 +289,12 @@ inline void q4_K_half_block(const uint8_t* g, int half, const uint8_t* x, size_t
   const __m256i m15 = _mm256_set1_epi8(0x0F);
   __m256i sc[8], mn[8];
   q4_K_half_scales(g, half, sc, mn);
-  const __m256 dw =
-      _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 16 * half)));
-  const __m256 dminw =
-      _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 32 + 16 * half)));
   __m256 d[C];
   const int8_t* qx[C];
   for (int c = 0; c < C; ++c) {
     const block_q8_K& xb = block_at<block_q8_K>(x, xs, c, b);
-    d[c] = _mm256_mul_ps(dw, _mm256_set1_ps(xb.d));
-    // −d_x·d_min: the scalar −x.d · dmin, the same float (negation is exact).
-    const __m256 dmin = _mm256_mul_ps(dminw, _mm256_set1_ps(-xb.d));
+    d[c] = q4_K_half_mins(g, half, mn, xb, acc_m[c]);
     qx[c] = xb.qs;
-    for (int k = 0; k < 4; ++k) {
-      const int s0 = xb.bsums[4 * k] + xb.bsums[4 * k + 1];
-      const int s1 = xb.bsums[4 * k + 2] + xb.bsums[4 * k + 3];
-      const __m256i spair =
-          _mm256_set1_epi32(int32_t((uint32_t(s0) & 0xFFFF) | (uint32_t(s1) << 16)));
-      // lane: m_2k·s0 + m_2k+1·s1 (m_2k in the low int16 half, m_2k+1 in the high one)
-      const __m256i mpair = _mm256_blend_epi16(mn[2 * k], mn[2 * k + 1], 0xAA);
-      acc_m[c][k] =
-          _mm256_fmadd_ps(dmin, _mm256_cvtepi32_ps(_mm256_madd_epi16(mpair, spair)), acc_m[c][k]);
-    }
   }
   // Lane i: Σ_j2 sc·(Σ of values 4i..4i+3 of sub-blocks 2·j2 and 2·j2+1 times x), exact.
   const auto lane_i = [&](int i) {
@@ -347,20 +356,7 @@ inline void q4_K_half_block_decode(const uint8_t* g, int half, const block_q8_K&
   const __m256i m15 = _mm256_set1_epi8(0x0F);
   __m256i sc[8], mn[8];
   q4_K_half_scales(g, half, sc, mn);
-  const __m256 dw =
-      _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 16 * half)));
-  const __m256 dminw =
-      _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 32 + 16 * half)));
-  const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(xb.d));
-  const __m256 dmin = _mm256_mul_ps(dminw, _mm256_set1_ps(-xb.d));
-  for (int k = 0; k < 4; ++k) {
-    const int s0 = xb.bsums[4 * k] + xb.bsums[4 * k + 1];
-    const int s1 = xb.bsums[4 * k + 2] + xb.bsums[4 * k + 3];
-    const __m256i spair =
-        _mm256_set1_epi32(int32_t((uint32_t(s0) & 0xFFFF) | (uint32_t(s1) << 16)));
-    const __m256i mpair = _mm256_blend_epi16(mn[2 * k], mn[2 * k + 1], 0xAA);
-    acc_m[k] = _mm256_fmadd_ps(dmin, _mm256_cvtepi32_ps(_mm256_madd_epi16(mpair, spair)), acc_m[k]);
-  }
+  const __m256 d = q4_K_half_mins(g, half, mn, xb, acc_m);
   __m256i lane[8];
   for (int i = 0; i < 8; ++i) lane[i] = _mm256_setzero_si256();
   for (int j2 = 0; j2 < 4; ++j2) {
