@@ -197,8 +197,8 @@ std::array<Table, kLevels> build_tables() {
   KVRUN_APPLY_X86_FAST(tables[size_t(CpuLevel::avx512)], avx512);
   // q4_K: the native avx512 kernel (x86/packed_q4k_avx512.inl).
   row_of(tables[size_t(CpuLevel::avx512)], DType::Q4_K).packed_tile = avx512::packed_q4_K_q8_K;
-  // q5_K: the avx2 kernel (x86/packed_q5k_avx2.inl) at both levels.
-  row_of(tables[size_t(CpuLevel::avx512)], DType::Q5_K).packed_tile = avx2::packed_q5_K_q8_K;
+  // q5_K: the avx512 decode form, the avx2 kernel's prefill (x86/packed_q4k_avx512.inl).
+  row_of(tables[size_t(CpuLevel::avx512)], DType::Q5_K).packed_tile = avx512::packed_q5_K_q8_K;
 #endif
 #if defined(__aarch64__)
   KVRUN_APPLY_SIMD(tables[size_t(CpuLevel::neon)], neon);

@@ -10,7 +10,7 @@
 
 #define KVRUN_X86_KERNEL_DECLS                                                                  \
   KVRUN_SIMD_KERNEL_DECLS                                                                       \
-  /* packed_q5_K_q8_K is defined at the avx2 level only */                                      \
+  /* packed_q5_K_q8_K: avx512's runs avx2's for prefill rows (packed_q4k_avx512.inl) */         \
   std::remove_pointer_t<PackedTileFn> packed_q4_0_q8_0, packed_q8_0_q8_0, packed_q4_K_q8_K,     \
       packed_q5_K_q8_K, packed_q6_K_q8_K;                                                       \
   /* the fast-order prefill kernels (packed_fast_avx2.inl, packed_fast_avx512.inl) */           \

@@ -148,6 +148,83 @@ inline void packed_q4_K_group512(int64_t nb, const uint8_t* g, const uint8_t* x,
   }
 }
 
+/// Bit j (0..7) of each byte of `h` moved to bit 4 (a q5_K value's fifth bit), every other bit
+/// cleared (pack.h; 16-bit shifts move bits across the byte boundary only outside bit 4).
+template <int J>
+inline __m512i q5_K_high_bit16(__m512i h) {
+  const __m512i m16 = _mm512_set1_epi8(0x10);
+  if constexpr (J < 4) return _mm512_and_si512(_mm512_slli_epi16(h, 4 - J), m16);
+  if constexpr (J == 4) return _mm512_and_si512(h, m16);
+  if constexpr (J > 4) return _mm512_and_si512(_mm512_srli_epi16(h, J - 4), m16);
+}
+
+/// The avx512 decode form of the packed q5_K kernel: the 16 rows of one packed q5_K group (pack.h,
+/// 2816-byte super-blocks) against one q8_K activation row x: y[0..15], a row per zmm lane. The
+/// order of vec_dot_q5_K_q8_K, as the avx2 kernel (packed_q5k_avx2.inl): per super-block the min
+/// sum summs = summs + (−d_x·d_min) · float(Σ_j m_j·Σx(j)) (a multiply, then an add), Σ_j
+/// m_j·Σx(j) exact from bsums by VPMADDWD of (m_2k, m_2k+1) pairs; the 8 main lanes (lane i:
+/// Σ_j sc_j · Σ of values 4i..4i+3 of sub-block j times x, the fifth bit ORed into each nibble,
+/// VPMADDUBSW pair sums ≤ 2·31·128, VPDPWSSD by sc in both int16 halves) as fma(d_x·d_w,
+/// float(isum), lane); at the end fold8(main) + summs. The chunks in memory order with the 8
+/// integer lanes live and an L2 prefetch kPrefetchAheadL2 ahead, as packed_q4_K_group512's decode
+/// form. (The avx512 level ran the avx2 kernel, 8 rows per ymm, for every q5_K matmul before.)
+inline void packed_q5_K_group512_decode(int64_t nb, const uint8_t* g, const uint8_t* x, float* y) {
+  __m512 acc[8], summs = _mm512_setzero_ps();
+  for (int l = 0; l < 8; ++l) acc[l] = _mm512_setzero_ps();
+  const __m512i m15 = _mm512_set1_epi8(0x0F);
+  const block_q8_K* xbs = reinterpret_cast<const block_q8_K*>(x);
+  for (int64_t b = 0; b < nb; ++b, g += 2816) {
+    for (int l = 0; l < 2816; l += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(g) + kPrefetchAheadL2 + l, _MM_HINT_T1);
+    alignas(64) __m512i sc[8], mn[8];
+    q4_K_scales16(g, sc, mn);
+    const block_q8_K& xb = xbs[b];
+    const __m512 d =
+        _mm512_mul_ps(load16_f16(reinterpret_cast<const uint16_t*>(g)).v, _mm512_set1_ps(xb.d));
+    const __m512 dmin = _mm512_mul_ps(load16_f16(reinterpret_cast<const uint16_t*>(g + 32)).v,
+                                      _mm512_set1_ps(-xb.d));  // the scalar −x.d · dmin
+    __m512i ms = _mm512_setzero_si512();
+    for (int k = 0; k < 4; ++k) {
+      const int s0 = xb.bsums[4 * k] + xb.bsums[4 * k + 1];
+      const int s1 = xb.bsums[4 * k + 2] + xb.bsums[4 * k + 3];
+      const __m512i spair =
+          _mm512_set1_epi32(int32_t((uint32_t(s0) & 0xFFFF) | (uint32_t(s1) << 16)));
+      const __m512i mpair = _mm512_mask_blend_epi16(0xAAAAAAAAu, mn[2 * k], mn[2 * k + 1]);
+      ms = _mm512_add_epi32(ms, _mm512_madd_epi16(mpair, spair));
+    }
+    summs = _mm512_add_ps(summs, _mm512_mul_ps(dmin, _mm512_maskz_cvtepi32_ps(kAll16, ms)));
+    __m512i lane[8];
+    for (int i = 0; i < 8; ++i) lane[i] = _mm512_setzero_si512();
+    const auto pair = [&]<int J2>() {
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i) {
+        const __m512i q = _mm512_loadu_si512(g + 256 + 64 * (8 * J2 + i));
+        const __m512i h = _mm512_loadu_si512(g + 2304 + 64 * i);
+        const __m512i lo = _mm512_or_si512(_mm512_and_si512(q, m15), q5_K_high_bit16<2 * J2>(h));
+        const __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(q, 4), m15),
+                                           q5_K_high_bit16<2 * J2 + 1>(h));
+        int32_t x0, x1;
+        std::memcpy(&x0, xb.qs + 64 * J2 + 4 * i, 4);
+        std::memcpy(&x1, xb.qs + 64 * J2 + 32 + 4 * i, 4);
+        lane[i] = _mm512_dpwssd_epi32(lane[i], _mm512_maddubs_epi16(lo, _mm512_set1_epi32(x0)),
+                                      sc[2 * J2]);
+        lane[i] = _mm512_dpwssd_epi32(lane[i], _mm512_maddubs_epi16(hi, _mm512_set1_epi32(x1)),
+                                      sc[2 * J2 + 1]);
+      }
+    };
+    pair.template operator()<0>();
+    pair.template operator()<1>();
+    pair.template operator()<2>();
+    pair.template operator()<3>();
+    for (int i = 0; i < 8; ++i)
+      acc[i] = _mm512_fmadd_ps(d, _mm512_maskz_cvtepi32_ps(kAll16, lane[i]), acc[i]);
+  }
+  __m512 t[4];
+  for (int i = 0; i < 4; ++i) t[i] = _mm512_add_ps(acc[i + 4], acc[i]);
+  const __m512 main = _mm512_add_ps(_mm512_add_ps(t[0], t[2]), _mm512_add_ps(t[1], t[3]));
+  _mm512_storeu_ps(y, _mm512_add_ps(main, summs));
+}
+
 }  // namespace
 
 // kC activation rows per pass over a group (its weights then come from cache for the next kC),
@@ -165,5 +242,21 @@ void packed_q4_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x,
       packed_q4_K_group512<kC>(nb, g, xb + size_t(j) * xs, xs, yg + size_t(j) * ys, ys);
     for (; j < nx; ++j)
       packed_q4_K_group512<1>(nb, g, xb + size_t(j) * xs, xs, yg + size_t(j) * ys, ys);
+  }
+}
+
+// q5_K: the activation rows in multiples of 4 through the avx2 kernel's prefill form (8 rows per
+// ymm; avx2::packed_q5_K_q8_K), the rest one at a time in the avx512 decode form
+// (packed_q5_K_group512_decode). xoff is not used.
+void packed_q5_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
+                      const int32_t* xoff, int64_t nx, float* y, size_t ys) {
+  const int64_t nx4 = nx / 4 * 4;
+  if (nx4 > 0) avx2::packed_q5_K_q8_K(n, wp, ngroups, x, xs, xoff, nx4, y, ys);
+  const int64_t nb = n / QK_K;
+  const uint8_t* xb = static_cast<const uint8_t*>(x);
+  for (int64_t gi = 0; gi < ngroups; ++gi) {
+    const uint8_t* g = static_cast<const uint8_t*>(wp) + size_t(gi) * size_t(nb) * 2816;
+    for (int64_t j = nx4; j < nx; ++j)
+      packed_q5_K_group512_decode(nb, g, xb + size_t(j) * xs, y + gi * 16 + size_t(j) * ys);
   }
 }
