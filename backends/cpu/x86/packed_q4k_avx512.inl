@@ -1,6 +1,7 @@
 // packed_q4k_avx512.inl — the packed q4_K kernel (pack.h layout) of the avx512 level (AVX-512 with
-// VNNI). Included by kernels_x86.inl inside namespace kvrun::cpu::KVRUN_SIMD_NS. Same rules as
-// kernels_x86.inl: it gives the floats of vec_dot_q4_K_q8_K (vec_dot_k.cpp) bit for bit.
+// VNNI), and the decode form of its packed q5_K kernel (q4_K's with the fifth bits). Included by
+// kernels_x86.inl inside namespace kvrun::cpu::KVRUN_SIMD_NS. Same rules as kernels_x86.inl: they
+// give the floats of vec_dot_q4_K_q8_K / vec_dot_q5_K_q8_K (vec_dot_k.cpp) bit for bit.
 //
 // The avx2 kernel (packed_avx2.inl) takes 8 rows per ymm, so a group is two halves and each
 // (sub-block, lane) pair costs VPMADDUBSW, VPMADDWD by the scale and VPADDD. Here the 16 rows of
