@@ -1,8 +1,8 @@
 // packed_q5k_avx2.inl — the packed q5_K kernels (pack.h layout) of the avx2 level, whose prefill
-// form the avx512 level runs too (packed_q4k_avx512.inl has its decode form). Included by kernels_x86.inl after packed_avx2.inl
-// (it reuses q4_K_half_scales: q5_K packs its scales and mins as q4_K does) inside namespace
-// kvrun::cpu::KVRUN_SIMD_NS when the level has no VNNI. Same rules as kernels_x86.inl: the
-// floats of vec_dot_q5_K_q8_K (vec_dot_k.cpp), bit for bit.
+// form the avx512 level runs too (packed_q4k_avx512.inl has its decode form). Included by
+// kernels_x86.inl after packed_avx2.inl (it reuses q4_K_half_scales: q5_K packs its scales and mins
+// as q4_K does) inside namespace kvrun::cpu::KVRUN_SIMD_NS when the level has no VNNI. Same rules
+// as kernels_x86.inl: the floats of vec_dot_q5_K_q8_K (vec_dot_k.cpp), bit for bit.
 //
 // The shape is packed_q4_K's (packed_avx2.inl): 8 rows of a 16-row group per "half", a row per
 // ymm lane; the scalar code's 8 main float lanes per row are 8 ymm accumulators, its one min
