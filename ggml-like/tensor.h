@@ -58,8 +58,9 @@ struct Tensor {
 /// admin-guide/mm/transhuge.rst: with THP "madvise", the default of many distributions, only
 /// madvised ranges get them; without free huge pages the kernel falls back to 4 KiB pages, so
 /// this never fails an allocation). Decode streams the packed weights once per token: with 4 KiB
-/// pages each page costs a TLB miss (a two-level walk in a VM), and llama3.2-1b / gpt-oss-20b
-/// decode ran 4–16% faster with it on a 2-core Zen 4 VM (docs/benchmarks.md). Process-wide,
+/// pages each page costs a TLB miss (a two-level walk in a VM), and llama3.2-1b decode ran
+/// 1.04–1.20× as fast with it on a 2-core Zen 4 VM (MoE decode unchanged; docs/benchmarks.md).
+/// Process-wide,
 /// default on (`--thp off`, tools/device_options.h); set before the model is loaded; no-op
 /// where madvise has no MADV_HUGEPAGE.
 void set_huge_pages(bool on);

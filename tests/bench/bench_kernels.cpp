@@ -66,9 +66,10 @@ void run_matmul(benchmark::State& state, DType t, CpuLevel level, int64_t m, int
   kvrun::Tensor wt = kvrun::Tensor::contiguous(t, const_cast<uint8_t*>(w.data()), k, m);
   kvrun::Buffer pw;
   if (packed) {  // as the model loader does (the packed copy is the same size)
+    const bool was = kvrun::huge_pages();
     kvrun::set_huge_pages(huge_pages);  // --thp (tensor.h)
     pw = kvrun::cpu::pack_weight(wt, level);
-    kvrun::set_huge_pages(true);
+    kvrun::set_huge_pages(was);
     wt.packed = pw.data();
   }
   const std::vector<float> x = random_floats(size_t(n * k), 2);

@@ -453,7 +453,7 @@ inline V16 cvt16(I16 a) { return {_mm256_cvtepi32_ps(a.lo), _mm256_cvtepi32_ps(a
 /// ahead of the hardware prefetcher gave +10% tokens/s on llama3.2-1b Q4_0 here (1 KiB: +8%).
 constexpr int kPrefetchAhead = 4096;
 
-/// Bytes ahead that the avx2 q6_K and the avx512 q4_K decode forms prefetch, into L2
+/// Bytes ahead that the avx2 q6_K and the avx512 q4_K and q5_K decode forms prefetch, into L2
 /// (_MM_HINT_T1). For q6_K (its two passes over a group take more compute per byte than the other
 /// types) 4 KiB into L1 left the stream at 12-13 GB/s on one core from DRAM where 16 KiB into L2
 /// gave 19-21 (kvrun_bench matmul/q6_K/avx2-packed/dram_65536x2048, medians of 3, 2026-11-26);
