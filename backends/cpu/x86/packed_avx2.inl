@@ -151,38 +151,47 @@ inline void packed_q6_K_half(int64_t nb, const uint8_t* g, int half, const uint8
 /// (pack.h layout), each int32 lane holding its row's int8 scale as int16 in both halves
 /// (VPMADDWD of two int16 by it multiplies their sum by the scale).
 inline __m256i q6_K_half_scales_both(const uint8_t* g, int j, int half) {
-  const __m256i s = _mm256_and_si256(
-      _mm256_cvtepi8_epi32(
-          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(g + 32 + 16 * j + 8 * half))),
-      _mm256_set1_epi32(0xFFFF));
-  return _mm256_or_si256(s, _mm256_slli_epi32(s, 16));
+  const __m128i s = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(g + 32 + 16 * j + 8 * half));
+  return _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s, s));  // each byte twice, sign-extended
+}
+
+/// The int16 pairs 32·(x_4g + x_4g+1) (low half) and 32·(x_4g+2 + x_4g+3) (high half) of the 64
+/// groups of 4 quants of the q8_K block xb, group g (values 4g..4g+3) at ot[g]: the +32 of the
+/// stored q6_K values u = q + 32 times the activations, per VPMADDUBSW pair.
+inline void q6_K_pair_offsets(const block_q8_K& xb, int32_t* ot) {
+  for (int k = 0; k < 8; ++k)
+    _mm256_store_si256(reinterpret_cast<__m256i*>(ot + 8 * k),
+                       _mm256_maddubs_epi16(_mm256_set1_epi8(32), load256(xb.qs + 32 * k)));
 }
 
 /// The avx2 decode form of packed_q6_K_group: rows 8·half .. 8·half+7 of one packed q6_K group
-/// against one q8_K activation row x: y[8·half + r]. Same order as
-/// vec_dot_q6_K_q8_K, lane by lane: per super-block the 8 integer lanes (lane l = 4h + i: values
-/// 4i..4i+3 of sub-blocks 2·j2 + h, each Σ q·x times its sub-block's scale), then lane =
-/// fma(d_x·d_w, float(isum), lane), fold8 at the end. Σ q·x is taken with signed q = u − 32
-/// (−32..31) by the sign trick: VPMADDUBSW of |q| and x with q's sign gives pair sums ≤
-/// 2·32·127 (int16; q8_K activations are within ±127), and one VPMADDWD by the scale in both
-/// int16 halves gives scale · Σ of 4 exactly (integers, so the same lane sums as the scalar
-/// code). The loop runs over the sub-blocks j, each unpacked from its three 32-byte loads into
-/// the 4 lanes it feeds (4-10% less CPU time than a loop over lanes that reloaded them,
-/// kvrun_bench q6_K avx2-packed n1 t1). Fully unrolled, the formulation was 1.5-1.6× the
-/// speed of packed_q6_K_half<1> on ffn_up 8192×2048 (kvrun_bench, 1 thread); for prefill
-/// (C ≥ 2) the same formulation was 5-10% slower than packed_q6_K_half's, so that one stays.
-/// Both halves prefetch, each half the bytes of a block, kPrefetchAheadL2 ahead of the stream's
-/// position in the group (half 0 at block b: byte b·1680, half 1: (nb + b)·1680), into L2: with
-/// the first half alone prefetching 4 KiB ahead into L1, memory idled during the second half.
-/// (A one-pass form, as q8_0's and q4_K's, measured 0.8-0.9× this one here.)
+/// against one q8_K activation row x: y[8·half + r]. Same order as vec_dot_q6_K_q8_K, lane by
+/// lane: per super-block the 8 integer lanes (lane l = 4h + i: values 4i..4i+3 of sub-blocks
+/// j = 2·j2 + h, each Σ q·x times its sub-block's scale), then lane = fma(d_x·d_w, float(isum),
+/// lane), fold8 at the end. Σ q·x of 4 values is VPMADDUBSW of the stored u = q + 32 (0..63) and
+/// x (pair sums ≤ 2·63·128) minus the pair's 32·(x + x') (q6_K_pair_offsets, ≤ 2·32·128): within
+/// int16, so one VPMADDWD by the scale in both int16 halves gives scale · Σ of 4 exactly (the
+/// same integer lanes as the scalar code). The offsets of super-block b + 1 are formed while b
+/// is computed, in a two-entry ring, so their loads never wait on the stores that wrote them
+/// (formed just before use, the 4-byte loads of a 32-byte store stalled: slower than the sign
+/// trick this form replaces, which cost three more instructions per 4 values and ran at 0.88×
+/// this form's speed, L1-resident, one thread). The loop runs over the sub-blocks j, each
+/// unpacked from its three 32-byte loads into the 4 lanes it feeds. Both halves prefetch, each
+/// half the bytes of a block, kPrefetchAheadL2 ahead of the stream's position in the group (half
+/// 0 at block b: byte b·1680, half 1: (nb + b)·1680), into L2: with the first half alone
+/// prefetching 4 KiB ahead into L1, memory idled during the second half. (A one-pass form, as
+/// q8_0's and q4_K's, measured 0.8-0.9× this one here.)
 inline void packed_q6_K_half_decode(int64_t nb, const uint8_t* g, int half, const uint8_t* x,
                                     float* y) {
   __m256 acc[8];
   for (int l = 0; l < 8; ++l) acc[l] = _mm256_setzero_ps();
-  const __m256i m32 = _mm256_set1_epi8(32);
   const char* pf = reinterpret_cast<const char*>(g) + kPrefetchAheadL2 + half * nb * 1680;
+  alignas(32) int32_t ot[2][64];
+  q6_K_pair_offsets(block_at<block_q8_K>(x, 0, 0, 0), ot[0]);
   for (int64_t b = 0; b < nb; ++b, g += 3360, pf += 1680) {
     for (int l = 0; l < 1680; l += 64) _mm_prefetch(pf + l, _MM_HINT_T1);
+    if (b + 1 < nb) q6_K_pair_offsets(block_at<block_q8_K>(x, 0, 0, b + 1), ot[(b + 1) & 1]);
+    const int32_t* o = ot[b & 1];
     alignas(32) __m256i sc[16];
     for (int j = 0; j < 16; ++j) sc[j] = q6_K_half_scales_both(g, j, half);
     const block_q8_K& xb = block_at<block_q8_K>(x, 0, 0, b);
@@ -210,10 +219,11 @@ inline void packed_q6_K_half_decode(int64_t nb, const uint8_t* g, int half, cons
         u[3] = _mm256_or_si256(_mm256_srli_epi16(_mm256_and_si256(q1, m192), 2),
                                _mm256_and_si256(_mm256_srli_epi16(q2, 4), m15));
         for (int i = 0; i < 4; ++i) {
-          const __m256i q = _mm256_sub_epi8(u[i], m32);
           const __m256i xv = _mm256_broadcastd_epi32(_mm_loadu_si32(xb.qs + 16 * j + 4 * i));
-          const __m256i t = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(xv, q));
+          const __m256i t =
+              _mm256_sub_epi16(_mm256_maddubs_epi16(u[i], xv), _mm256_set1_epi32(o[4 * j + i]));
           lane[i] = _mm256_add_epi32(lane[i], _mm256_madd_epi16(t, sc[j]));
+          asm("" : "+x"(lane[i]));  // keeps the chain: reassociated, the products spilled
         }
       }
       for (int i = 0; i < 4; ++i)
