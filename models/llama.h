@@ -86,7 +86,9 @@ struct LlamaLayer {
   Tensor layer_out_norm_b;  ///< {n_embd} f32 its bias
 };
 
-/// All weights of a llama-family model: views into the mapped GGUF file (zero-copy).
+/// All weights of a llama-family model: views into the mapped GGUF file (zero-copy) until
+/// upload_llama_weights points them at device copies (and, for an untied token embedding read
+/// from a file, at a host copy in `derived`).
 struct LlamaWeights {
   Tensor tok_embd;     ///< {n_embd, n_vocab}, any type (rows decoded on lookup)
   Tensor output_norm;  ///< {n_embd} f32
@@ -178,12 +180,14 @@ LlamaWeights load_llama_weights(const gguf::File& file, const Hparams& hp, const
 
 /// Uploads every weight of `w` to the device `p` places it on (Device::upload_weight: the CPU
 /// packs the matrices its kernels have a packed layout for, cpu/pack.h; a GPU copies them into
-/// its memory) and keeps the copies in w.uploads. The token embedding stays a host view (the
-/// lookup runs on p.input). With `release_mapped` (only for weights in a read-only file
-/// mapping) the host pages no device reads any more are given back. Throws ModelError naming the
-/// tensor and device when a device does not support a weight's type. Results are bit-identical
-/// with and without packing. `progress`, when set, is called after each tensor with the weight
-/// bytes done and the total (the tensors' bytes in the file). Returns the bytes uploaded.
+/// its memory) and keeps the copies in w.uploads. The token embedding stays on the host (the
+/// lookup runs on p.input): with `release_mapped` (only for weights in a read-only file
+/// mapping) an untied one is copied into host memory (w.derived) and the host pages no device
+/// reads any more are given back; a tied one stays a view (the output head's copy has its bytes).
+/// Throws ModelError naming the tensor and device when a device does not support a weight's type.
+/// Results are bit-identical with and without packing. `progress`, when set, is called after each
+/// tensor with the weight bytes done and the total (the tensors' bytes in the file). Returns the
+/// bytes uploaded.
 size_t upload_llama_weights(LlamaWeights& w, const Placement& p, bool release_mapped,
                             const std::function<void(int64_t, int64_t)>& progress = {});
 

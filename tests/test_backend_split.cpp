@@ -346,5 +346,77 @@ TEST(BackendSplit, SyntheticFillWritesDeviceKvRowsThroughTheDevicesUploads) {
   }
 }
 
+/// Whether p lies inside the data of one of `f`'s tensors (the file mapping).
+bool in_mapping(const gguf::File& f, const void* p) {
+  const auto* b = static_cast<const uint8_t*>(p);
+  for (const gguf::TensorInfo& t : f.tensors()) {
+    const auto* lo = static_cast<const uint8_t*>(t.data);
+    if (b >= lo && b < lo + t.n_bytes) return true;
+  }
+  return false;
+}
+
+/// The file bytes of tensor `name` equal the n bytes at p.
+bool same_bytes(const gguf::File& f, const char* name, const void* p) {
+  const gguf::TensorInfo* t = f.find_tensor(name);
+  return t && std::memcmp(t->data, p, size_t(t->n_bytes)) == 0;
+}
+
 }  // namespace
+
+// Loaded from a file, the weights a decode step reads but no packed layout covers (the untied
+// token embedding, norms, the MoE router) are copies in host memory, not views of the mapping:
+// a lookup or a norm never waits on the page cache or the disk. The copies hold the file's
+// bytes, and the model computes what the same file loaded from memory (views, nothing given
+// back) computes.
+TEST(WeightResidency, MappedSmallAndEmbeddingWeightsAreCopiedOutOfTheMapping) {
+  test::TempDir dir;
+  const std::string path = test::synth_model(dir, "tiny-qwen3moe");
+  const Model m = Model::load(path, {});
+  const gguf::File& f = m.file();
+  const LlamaWeights& w = m.weights();
+  ASSERT_NE(w.tok_embd.data, w.output.data) << "tiny-qwen3moe is untied";
+  EXPECT_FALSE(in_mapping(f, w.tok_embd.data)) << "token_embd";
+  EXPECT_TRUE(same_bytes(f, "token_embd.weight", w.tok_embd.data));
+  EXPECT_FALSE(in_mapping(f, w.output_norm.data)) << "output_norm";
+  EXPECT_TRUE(same_bytes(f, "output_norm.weight", w.output_norm.data));
+  ASSERT_FALSE(w.layers.empty());
+  const LlamaLayer& L = w.layers[0];
+  EXPECT_FALSE(in_mapping(f, L.attn_norm.data)) << "blk.0.attn_norm";
+  ASSERT_NE(L.ffn_gate_inp.data, nullptr);
+  EXPECT_FALSE(in_mapping(f, L.ffn_gate_inp.data)) << "blk.0.ffn_gate_inp (router)";
+  EXPECT_TRUE(same_bytes(f, "blk.0.ffn_gate_inp.weight", L.ffn_gate_inp.data));
+
+  // The same file as an in-memory image: every weight stays a view of it, same logits.
+  std::vector<uint8_t> image(size_t(f.file_size()));
+  {
+    std::FILE* fp = std::fopen(path.c_str(), "rb");
+    ASSERT_NE(fp, nullptr);
+    ASSERT_EQ(std::fread(image.data(), 1, image.size(), fp), image.size());
+    std::fclose(fp);
+  }
+  const Model mem = Model::from_file(gguf::File::from_memory(image.data(), image.size()), {});
+  EXPECT_TRUE(in_mapping(mem.file(), mem.weights().tok_embd.data));
+  EXPECT_TRUE(in_mapping(mem.file(), mem.weights().layers[0].ffn_gate_inp.data));
+  ContextParams cp;
+  cp.n_ctx = 32;
+  cp.n_threads = 2;
+  Context a(m, cp), b(mem, cp);
+  const int32_t tok[3] = {1, 5, 9};
+  const std::span<const float> la = a.eval(std::span<const int32_t>(tok, 3));
+  const std::vector<float> va(la.begin(), la.end());
+  const std::span<const float> lb = b.eval(std::span<const int32_t>(tok, 3));
+  EXPECT_EQ(va, std::vector<float>(lb.begin(), lb.end()));
+}
+
+// A tied embedding stays a view of the mapping: its bytes are already in the packed output
+// head, and a second copy would cost as much memory again.
+TEST(WeightResidency, TiedEmbeddingStaysAView) {
+  test::TempDir dir;
+  const Model m = Model::load(test::synth_model(dir, "tiny-qwen3"), {});
+  ASSERT_EQ(m.weights().tok_embd.data, m.weights().output.data) << "tiny-qwen3 is tied";
+  EXPECT_TRUE(in_mapping(m.file(), m.weights().tok_embd.data));
+  EXPECT_FALSE(in_mapping(m.file(), m.weights().output_norm.data));
+}
+
 }  // namespace kvrun
