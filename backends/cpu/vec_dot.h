@@ -42,7 +42,7 @@ using DotTileFn = void (*)(int64_t n, const void* w, size_t w_stride, int64_t nr
 ///         xoff[(j·(n/32) + b)·9 + 8] = its scale d as float bits;
 ///   q6_K: xoff[(j·(n/256) + b)·64 + i] = −32 · Σ of quants 4i..4i+3 of q8_K block b
 ///         (activation rows are q8_K there; the dot is vec_dot_q6_K_q8_K's; the avx2
-///         kernels do not read it: they form per-pair offsets from the rows themselves).
+///         decode form does not read it: it forms per-pair offsets from the row itself).
 ///   q4_K: none (xoff is not read; the min term uses the q8_K rows' bsums; vec_dot_q4_K_q8_K).
 ///   q5_K: none, as q4_K (vec_dot_q5_K_q8_K).
 using PackedTileFn = void (*)(int64_t n, const void* wp, int64_t ngroups, const void* x,

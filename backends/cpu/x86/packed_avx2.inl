@@ -95,6 +95,58 @@ inline __m256i q6_K_half_values(const uint8_t* quad, int i) {
   return _mm256_or_si256(_mm256_and_si256(low, m15), top);
 }
 
+/// The avx2 form of packed_q6_K_group: rows 8·half .. 8·half+7 of one packed q6_K group against
+/// C q8_K activation rows (xs bytes apart): y[c·ys + 8·half + r]. Same order as
+/// vec_dot_q6_K_q8_K, lane by lane: per super-block the 8 integer lanes (lane l = 4h + i: values
+/// 4i..4i+3 of sub-blocks 2·j2 + h, each Σ q·x times its sub-block's scale), then lane =
+/// fma(d_x·d_w, float(isum), lane), fold8 at the end. Σ q·x of 4 values is VPMADDUBSW/VPMADDWD
+/// of u = q + 32 (pair sums ≤ 2·63·128, int16) plus xoff's −32·Σx, within int16, so VPMADDWD by
+/// the zero-extended scale is exact. The lanes are finished one at a time (C integer
+/// accumulators live; the 8·C float lanes are touched once per lane and super-block, so they
+/// may live in memory), and each unpacked u serves the C rows (C ≥ 2: one activation row is
+/// packed_q6_K_half_decode).
+template <int C>
+inline void packed_q6_K_half(int64_t nb, const uint8_t* g, int half, const uint8_t* x, size_t xs,
+                             const int32_t* xoff, float* y, size_t ys) {
+  __m256 acc[C][8];
+  for (int c = 0; c < C; ++c)
+    for (int l = 0; l < 8; ++l) acc[c][l] = _mm256_setzero_ps();
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < nb; ++b, g += 3360) {
+    __m256i sc[16];
+    for (int j = 0; j < 16; ++j) sc[j] = q6_K_half_scales(g, j, half);
+    const __m256 dw =
+        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 16 * half)));
+    __m256 d[C];
+    const int8_t* qx[C];
+    const int32_t* off[C];
+    for (int c = 0; c < C; ++c) {
+      const block_q8_K& xb = block_at<block_q8_K>(x, xs, c, b);
+      d[c] = _mm256_mul_ps(dw, _mm256_set1_ps(xb.d));
+      qx[c] = xb.qs;
+      off[c] = xoff + (size_t(c) * size_t(nb) + size_t(b)) * 64;
+    }
+    for (int l = 0; l < 8; ++l) {
+      const int h = l / 4, i = l % 4;
+      __m256i lane[C];
+      for (int c = 0; c < C; ++c) lane[c] = _mm256_setzero_si256();
+      for (int j2 = 0; j2 < 8; ++j2) {
+        const int j = 2 * j2 + h;
+        const __m256i u = q6_K_half_values(g + 288 + 192 * j + 32 * half, i);
+        for (int c = 0; c < C; ++c) {
+          const __m256i xv = _mm256_broadcastd_epi32(_mm_loadu_si32(qx[c] + 16 * j + 4 * i));
+          const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(u, xv), ones),
+                                             _mm256_set1_epi32(off[c][4 * j + i]));
+          lane[c] = _mm256_add_epi32(lane[c], _mm256_madd_epi16(s, sc[j]));
+        }
+      }
+      for (int c = 0; c < C; ++c)
+        acc[c][l] = _mm256_fmadd_ps(d[c], _mm256_cvtepi32_ps(lane[c]), acc[c][l]);
+    }
+  }
+  for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + size_t(c) * ys + 8 * half, fold8_lanes(acc[c]));
+}
+
 /// The 16-value sub-block j's scales of rows 8·half .. 8·half+7 of a packed q6_K super-block
 /// (pack.h layout), each int32 lane holding its row's int8 scale as int16 in both halves
 /// (VPMADDWD of two int16 by it multiplies their sum by the scale).
@@ -110,62 +162,6 @@ inline void q6_K_pair_offsets(const block_q8_K& xb, int32_t* ot) {
   for (int k = 0; k < 8; ++k)
     _mm256_store_si256(reinterpret_cast<__m256i*>(ot + 8 * k),
                        _mm256_maddubs_epi16(_mm256_set1_epi8(32), load256(xb.qs + 32 * k)));
-}
-
-/// The avx2 form of packed_q6_K_group: rows 8·half .. 8·half+7 of one packed q6_K group against
-/// C q8_K activation rows (xs bytes apart): y[c·ys + 8·half + r]. Same order as
-/// vec_dot_q6_K_q8_K, lane by lane: per super-block the 8 integer lanes (lane l = 4h + i: values
-/// 4i..4i+3 of sub-blocks 2·j2 + h, each Σ q·x times its sub-block's scale), then lane =
-/// fma(d_x·d_w, float(isum), lane), fold8 at the end. Σ q·x of 4 values is VPMADDUBSW of u = q +
-/// 32 and x minus the pairs' 32·(x + x') (q6_K_pair_offsets, formed for each activation row one
-/// super-block ahead, as in packed_q6_K_half_decode), within int16, so one VPMADDWD by the
-/// scale in both int16 halves gives scale · Σ of 4 exactly. The lanes are finished one at a
-/// time (C integer accumulators live; the 8·C float lanes are touched once per lane and
-/// super-block, so they may live in memory), and each unpacked u serves the C rows (C ≥ 2: one
-/// activation row is packed_q6_K_half_decode).
-template <int C>
-inline void packed_q6_K_half(int64_t nb, const uint8_t* g, int half, const uint8_t* x, size_t xs,
-                             float* y, size_t ys) {
-  __m256 acc[C][8];
-  for (int c = 0; c < C; ++c)
-    for (int l = 0; l < 8; ++l) acc[c][l] = _mm256_setzero_ps();
-  alignas(32) int32_t ot[2][C][64];
-  for (int c = 0; c < C; ++c) q6_K_pair_offsets(block_at<block_q8_K>(x, xs, c, 0), ot[0][c]);
-  for (int64_t b = 0; b < nb; ++b, g += 3360) {
-    if (b + 1 < nb)
-      for (int c = 0; c < C; ++c)
-        q6_K_pair_offsets(block_at<block_q8_K>(x, xs, c, b + 1), ot[(b + 1) & 1][c]);
-    __m256i sc[16];
-    for (int j = 0; j < 16; ++j) sc[j] = q6_K_half_scales_both(g, j, half);
-    const __m256 dw =
-        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 16 * half)));
-    __m256 d[C];
-    const int8_t* qx[C];
-    for (int c = 0; c < C; ++c) {
-      const block_q8_K& xb = block_at<block_q8_K>(x, xs, c, b);
-      d[c] = _mm256_mul_ps(dw, _mm256_set1_ps(xb.d));
-      qx[c] = xb.qs;
-    }
-    const int32_t(*o)[64] = ot[b & 1];
-    for (int l = 0; l < 8; ++l) {
-      const int h = l / 4, i = l % 4;
-      __m256i lane[C];
-      for (int c = 0; c < C; ++c) lane[c] = _mm256_setzero_si256();
-      for (int j2 = 0; j2 < 8; ++j2) {
-        const int j = 2 * j2 + h;
-        const __m256i u = q6_K_half_values(g + 288 + 192 * j + 32 * half, i);
-        for (int c = 0; c < C; ++c) {
-          const __m256i xv = _mm256_broadcastd_epi32(_mm_loadu_si32(qx[c] + 16 * j + 4 * i));
-          const __m256i t =
-              _mm256_sub_epi16(_mm256_maddubs_epi16(u, xv), _mm256_set1_epi32(o[c][4 * j + i]));
-          lane[c] = _mm256_add_epi32(lane[c], _mm256_madd_epi16(t, sc[j]));
-        }
-      }
-      for (int c = 0; c < C; ++c)
-        acc[c][l] = _mm256_fmadd_ps(d[c], _mm256_cvtepi32_ps(lane[c]), acc[c][l]);
-    }
-  }
-  for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + size_t(c) * ys + 8 * half, fold8_lanes(acc[c]));
 }
 
 /// The avx2 decode form of packed_q6_K_group: rows 8·half .. 8·half+7 of one packed q6_K group
@@ -435,10 +431,9 @@ void packed_q8_0_q8_0(int64_t n, const void* wp, int64_t ngroups, const void* x,
 }
 
 // Without VNNI: kC activation rows at a time (packed_q6_K_half), then one
-// (packed_q6_K_half_decode), each half group. xoff is not used (the kernels form the +32's pair
-// offsets themselves, q6_K_pair_offsets).
+// (packed_q6_K_half_decode), each half group.
 void packed_q6_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
-                      const int32_t* /*xoff*/, int64_t nx, float* y, size_t ys) {
+                      const int32_t* xoff, int64_t nx, float* y, size_t ys) {
   constexpr int kC = 4;
   const int64_t nb = n / QK_K;
   const uint8_t* xb = static_cast<const uint8_t*>(x);
@@ -448,7 +443,8 @@ void packed_q6_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x,
     int64_t j = 0;
     for (; j + kC <= nx; j += kC)
       for (int half = 0; half < 2; ++half)
-        packed_q6_K_half<kC>(nb, g, half, xb + size_t(j) * xs, xs, yg + size_t(j) * ys, ys);
+        packed_q6_K_half<kC>(nb, g, half, xb + size_t(j) * xs, xs, xoff + j * nb * 64,
+                             yg + size_t(j) * ys, ys);
     for (; j < nx; ++j)
       for (int half = 0; half < 2; ++half)
         packed_q6_K_half_decode(nb, g, half, xb + size_t(j) * xs, yg + size_t(j) * ys);
