@@ -60,9 +60,8 @@ struct Tensor {
 /// this never fails an allocation). Decode streams the packed weights once per token: with 4 KiB
 /// pages each page costs a TLB miss (a two-level walk in a VM), and llama3.2-1b decode ran
 /// 1.04–1.20× as fast with it on a 2-core Zen 4 VM (MoE decode unchanged; docs/benchmarks.md).
-/// Process-wide,
-/// default on (`--thp off`, tools/device_options.h); set before the model is loaded; no-op
-/// where madvise has no MADV_HUGEPAGE.
+/// Process-wide, default on (`--thp off`, tools/device_options.h); set before the model is
+/// loaded; no-op where madvise has no MADV_HUGEPAGE.
 void set_huge_pages(bool on);
 /// The current set_huge_pages setting.
 bool huge_pages();

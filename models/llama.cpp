@@ -219,21 +219,16 @@ std::array<Tensor*, 19> ffn_tensors(LlamaLayer& L) {
           &L.ffn_up_shexp,    &L.ffn_down_shexp, &L.ffn_exp_probs_b};
 }
 
-}  // namespace
-
-namespace {
-
 /// With `release_mapped` (the weights come from a read-only file mapping and now live in device
 /// copies), an untied token embedding of `bytes` bytes is copied into host memory (w.derived)
 /// and its mapped pages given back: the lookup of a token whose row was never read, or whose page
 /// the kernel dropped under memory pressure, otherwise waits on the disk in the middle of a
-/// decode step (qwen3-30b-a3b on a 24 GiB machine: 3.9 ms per step of ~65, docs/benchmarks.md).
-/// A tied embedding (the same view as `output`) keeps reading the mapping: its bytes are already
-/// in the packed copy of the output head, and a second copy would cost as much memory again.
-void keep_token_embd_in_memory(LlamaWeights& w, bool release_mapped, int64_t bytes) {
-  if (!release_mapped || !w.tok_embd.data || bytes <= 0 || w.tok_embd.data == w.output.data ||
-      w.is_derived(w.tok_embd))
-    return;
+/// decode step (qwen3-30b-a3b on a 24 GiB machine: 1.5–3.9 ms per step of ~65,
+/// docs/benchmarks.md). A `tied` embedding (the same view as `output` before the upload) keeps
+/// reading the mapping: the output head's copy already holds its bytes, and a second copy would
+/// cost as much memory again.
+void keep_token_embd_in_memory(LlamaWeights& w, bool release_mapped, bool tied, int64_t bytes) {
+  if (!release_mapped || tied || !w.tok_embd.data || bytes <= 0 || w.is_derived(w.tok_embd)) return;
   Buffer copy{size_t(bytes)};
   std::memcpy(copy.data(), w.tok_embd.data, size_t(bytes));
   gguf::release_mapped_pages(w.tok_embd.data, size_t(bytes));
@@ -247,6 +242,8 @@ size_t upload_llama_weights(LlamaWeights& w, const Placement& p, bool release_ma
                             const std::function<void(int64_t, int64_t)>& progress) {
   size_t bytes = 0;
   int64_t total = 0, done = 0;
+  // Before the output head's upload, which may point `output` at a device copy.
+  const bool tied = w.tok_embd.data && w.tok_embd.data == w.output.data;
   auto tensor_bytes = [](const Tensor& t) {
     return t.data ? *row_bytes(t.type, t.ne[0]) * t.ne[1] * t.ne[2] * t.ne[3] : int64_t(0);
   };
@@ -306,7 +303,7 @@ size_t upload_llama_weights(LlamaWeights& w, const Placement& p, bool release_ma
     for (Tensor* t : ffn_tensors(L))
       up(*t, ffn_dev, ("layer " + std::to_string(il) + " FFN weight").c_str());
   }
-  keep_token_embd_in_memory(w, release_mapped, tensor_bytes(w.tok_embd));
+  keep_token_embd_in_memory(w, release_mapped, tied, tensor_bytes(w.tok_embd));
   return bytes;
 }
 

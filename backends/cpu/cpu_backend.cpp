@@ -357,7 +357,7 @@ class CpuDevice final : public Device {
   /// For a mapped weight (`release_mapped`) of at most kKeepBytes without a packed layout: a copy
   /// in host memory that t.data then points to, its mapped pages given back, so that the
   /// per-step reads of norms and routers never wait on the page cache or the disk (qwen3-30b-a3b
-  /// on a 24 GiB machine: its f32 routers 9.5 → 24.6 GB/s, docs/benchmarks.md); null otherwise
+  /// on a 24 GiB machine: its f32 routers 1.2–2.6× as fast, docs/benchmarks.md); null otherwise
   /// (t stays a view of the mapping).
   std::unique_ptr<DeviceBuffer> keep_in_memory(Tensor& t, bool release_mapped) {
     if (!release_mapped || !t.data) return nullptr;
