@@ -148,7 +148,9 @@ PY
   "$kit/bin/kvrun" synth --shape llama3.1-8b --type Q4_0 -o "$model" -t "$(nproc)" >/dev/null || exit 1
   echo "gpu-check: synth llama3.1-8b Q4_0 in $((SECONDS - t0)) s"
   local fill=()
-  "$kit/bin/kvrun" bench --help | grep -q -- --depth-fill && fill=(--depth-fill synthetic)
+  # Not `kvrun bench --help | grep -q`: grep -q exits at the first match, kvrun then dies of
+  # SIGPIPE and pipefail failed the test, so the depth rows never ran.
+  [[ $("$kit/bin/kvrun" bench --help) == *--depth-fill* ]] && fill=(--depth-fill synthetic)
   for kv in f16 fp8 nvfp4; do
     # pp512 and tg32 from an empty context; tg32 at depths 32K and 128K (rows written, not
     # prefilled, where this kvrun has --depth-fill).

@@ -167,7 +167,7 @@ TEST_P(CudaBenchDecode, Llama8BShapesAt32k) {
         cuda::DeviceBuffer(ctx, size_t(ctx_len * kr))};
     layers.push_back(std::move(L));
   }
-  const cuda::DeviceTensor dhead = cuda::upload_tensor(ctx, head.view);
+  const cuda::DeviceTensor dhead = cuda::upload_tensor_split(ctx, head.view);  // as the backend
   // Fill every layer's cache with ctx_len encoded random rows (kv_store over a prefill batch).
   std::vector<int32_t> table(size_t(ctx_len / bs));
   for (size_t i = 0; i < table.size(); ++i) table[i] = int32_t(i);

@@ -127,30 +127,46 @@ INSTANTIATE_TEST_SUITE_P(Types, CudaHostWeights,
                                            DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K),
                          [](const auto& info) { return std::string(traits(info.param).name); });
 
-/// The split q4_0 / q8_0 readers' integer dot product (the decode matmul's k_matvec_q8) against
-/// decode()'s values dotted in double with the int8 activation block's values: checks the
-/// nibble / byte pairing of weights with activations and q4_0's folded −8.
+/// The split q4_0 / q8_0 / q6_K readers over split_weight's bytes: decode() equals the stored
+/// blocks' decoder bit for bit (the layout keeps every value), and the integer dot product (the
+/// decode matmul's k_matvec_q8) equals decode()'s values dotted in double with the int8
+/// activation block's values (the nibble / byte / 2-bit pairing of weights with activations, the
+/// folded −8 / −32 offsets, q6_K's two scales per 32 values).
 class CudaHostSplitDot : public ::testing::TestWithParam<DType> {};
 
 TEST_P(CudaHostSplitDot, DotQ8MatchesDecodedValues) {
   const DType t = GetParam();
   const int64_t k = 512, rows = 6, nb = k / 32;
-  const int qb = cuda::split_quant_bytes(t), block = int(traits(t).block_bytes);
-  ASSERT_GT(qb, 0);
   const std::vector<float> x = test::random_floats(size_t(rows * k), 91, 2.0f);
-  std::vector<uint8_t> stored(size_t(rows * nb * block));
+  std::vector<uint8_t> stored(size_t(rows * k / traits(t).block_elems * traits(t).block_bytes));
   traits(t).from_float(x.data(), stored.data(), rows * k);
-  // The split layout: every block's quants (16-byte aligned), then every block's f16 scale.
-  std::vector<uint4> q(size_t(rows * nb * qb / 16));
-  std::vector<uint16_t> d(size_t(rows * nb));
-  for (int64_t b = 0; b < rows * nb; ++b) {
-    std::memcpy(&d[size_t(b)], stored.data() + b * block, 2);
-    std::memcpy(reinterpret_cast<uint8_t*>(q.data()) + b * qb, stored.data() + b * block + 2,
-                size_t(qb));
-  }
+  const Tensor host = Tensor::contiguous(t, stored.data(), k, rows);
+  // 16-byte aligned, as cudaMalloc'ed memory is (the readers load uint4); split_weight's bytes.
+  ASSERT_GT(cuda::split_quant_bytes(t), 0);
+  std::vector<uint4> split((stored.size() + 15) / 16);
+  cuda::split_bytes(t, stored.data(), k, rows, reinterpret_cast<uint8_t*>(split.data()));
   const std::vector<float> act = test::random_floats(size_t(k), 92, 3.0f);
+  int checked = 0;
   auto check = [&](auto rd) {
     using R = decltype(rd);
+    bool same_type = false;
+    cuda::dispatch_weight_type(t, [&](auto tag) {
+      constexpr DType T = decltype(tag)::value;
+      if constexpr (T == DType::Q4_0 || T == DType::Q8_0 || T == DType::Q6_K) {
+        same_type = true;
+        const cuda::StoredRows<T> st{stored.data(), size_t(host.nb[1])};
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t c = 0; c < nb; ++c) {
+            float a[32], b[32];
+            st.decode(r, c, a);
+            rd.decode(r, c, b);
+            for (int j = 0; j < 32; ++j)
+              ASSERT_EQ(a[j], b[j])
+                  << traits(t).name << " row " << r << " chunk " << c << " value " << j;
+          }
+      }
+    });
+    ASSERT_TRUE(same_type);
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < nb; ++c) {
         // The activation block as the CPU quantizes it (q8_0: f16 scale, 32 int8).
@@ -170,18 +186,20 @@ TEST_P(CudaHostSplitDot, DotQ8MatchesDecodedValues) {
           want += double(v[j]) * double(a.d) * xq[j];
           mag += std::fabs(double(v[j]) * double(a.d) * xq[j]);
         }
+        ASSERT_GT(mag, 0.0);
         const float got = R::dot_q8(rd.load(r, c), a);
         ASSERT_NEAR(got, want, 1e-5 * mag + 1e-30)
             << traits(t).name << " row " << r << " block " << c;
+        ++checked;
       }
   };
-  if (t == DType::Q4_0)
-    check(cuda::SplitRows<DType::Q4_0>{q.data(), d.data(), nb});
-  else
-    check(cuda::SplitRows<DType::Q8_0>{q.data(), d.data(), nb});
+  ASSERT_TRUE(
+      cuda::with_split_bytes(t, reinterpret_cast<const uint8_t*>(split.data()), k, rows, check));
+  EXPECT_EQ(checked, rows * nb);
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, CudaHostSplitDot, ::testing::Values(DType::Q8_0, DType::Q4_0),
+INSTANTIATE_TEST_SUITE_P(Types, CudaHostSplitDot,
+                         ::testing::Values(DType::Q8_0, DType::Q4_0, DType::Q6_K),
                          [](const auto& info) { return std::string(traits(info.param).name); });
 
 }  // namespace

@@ -169,7 +169,7 @@ Result run_get_rows(const Case& c) {
   if (c.backend == Backend::cpu) {
     cpu::get_rows(t, ids.data(), n, r.out.data());
   } else {
-    // Variant 1: the table uploaded in the split layout (q4_0, q8_0).
+    // Variant 1: the table uploaded in the split layout (q4_0, q8_0, q6_K).
     KVRUN_GPU(cuda::DeviceTensor dt = c.variant == 1 ? cuda::upload_tensor_split(gpu(), t)
                                                      : cuda::upload_tensor(gpu(), t);
               cuda::DeviceBuffer d_ids = to_gpu(ids);
@@ -180,11 +180,13 @@ Result run_get_rows(const Case& c) {
   return r;
 }
 
+/// Variants: 0 scaled, 1 no scale (cols 1000: the float4 path), 2 scaled with cols 1001 (the
+/// scalar path), 3 no scale with cols 8200 (several float4 loads per thread).
 Result run_rms_norm(const Case& c) {
-  const int64_t rows = 5, cols = 1000;
+  const int64_t rows = 5, cols = c.variant == 2 ? 1001 : c.variant == 3 ? 8200 : 1000;
   const std::vector<float> x = test::random_floats(size_t(rows * cols), 21, 2.0f);
   const std::vector<float> w = test::random_floats(size_t(cols), 22);
-  const float* wp = c.variant == 1 ? nullptr : w.data();
+  const float* wp = c.variant % 2 == 1 ? nullptr : w.data();
   Result r;
   std::vector<float> ref(x.size());
   cpu::rms_norm(x.data(), wp, ref.data(), rows, cols, 1e-5f);
@@ -328,11 +330,14 @@ Result run_eltwise(const Case& c) {
 // ---- matmul ----
 
 /// Variant = activation rows n: 1 and 3 (decode kernels), 8 (their largest), 37 (prefill
-/// GEMM), plus 100 for a weight uploaded in the split layout (q4_0, q8_0) and 200 for a tall
-/// matrix (8200 rows: the one-row kernel's 4 and 2 rows per warp, with a ragged tail).
+/// GEMM), plus 100 for a weight uploaded in the split layout (q4_0, q8_0, q6_K) and 200 for a tall
+/// matrix (8200 rows: the one-row kernel's 4 and 2 rows per warp, with a ragged tail); 501: split
+/// with 2101 rows of 4608 (the split one-row kernel's 2 rows per warp with an odd last row, and
+/// 144 blocks a row: lanes past their first 4 blocks, some with a fifth, some without).
 Result run_matmul(const Case& c) {
   [[maybe_unused]] const bool split = c.variant / 100 % 2 == 1, tall = c.variant / 200 == 1;
-  const int64_t k = 512, m = tall ? 8200 : 96, n = c.variant % 100;
+  const bool long_k = c.variant / 400 == 1;
+  const int64_t k = long_k ? 4608 : 512, m = tall ? 8200 : long_k ? 2101 : 96, n = c.variant % 100;
   std::vector<uint8_t> wq = random_rows(c.t1, m, k, 61);
   const Tensor w = Tensor::contiguous(c.t1, wq.data(), k, m);
   const std::vector<float> x = test::random_floats(size_t(n * k), 62);
@@ -343,8 +348,8 @@ Result run_matmul(const Case& c) {
   r.ref = to_double(ref);
   std::vector<float> wf(size_t(m * k));
   traits(c.t1).to_float(wq.data(), wf.data(), m * k);
-  // The CUDA decode matmul of split q4_0 / q8_0 weights (n ≤ 8) takes x quantized as the CPU's
-  // q8_0 activations: its float64 evaluation is over those values.
+  // The CUDA decode matmul of split q4_0 / q8_0 / q6_K weights (n ≤ 8) takes x quantized as the
+  // CPU's q8_0 activations: its float64 evaluation is over those values.
   std::vector<float> xe = x;
   if (c.backend == Backend::cuda && split && n <= 8) {
     std::vector<uint8_t> xq(size_t(n * k / 32 * 34));
@@ -490,7 +495,8 @@ Result run_kv_store(const Case& c) {
 /// window of 300 with soft-capped scores (Gemma 2) over a 1000-token decode whose blocks before
 /// the window were given back (−1 in its block table) and a 40-token prefill, 5 eight KV heads
 /// of 64 (rows whose heads start 8- / 16-byte aligned for fp8, f16 and bf16: the kernel's
-/// vector loads of K) with a 300-token decode and a 20-token prefill.
+/// vector loads of K) with a 300-token decode and a 20-token prefill, 6 head_dim 256 (Gemma's:
+/// 8 dims a lane, the widest V loads) with a 200-token decode and a 12-token prefill.
 Result run_attention(const Case& c) {
   struct Shape {
     int64_t n_head, n_head_kv, hd, bs;
@@ -501,7 +507,8 @@ Result run_attention(const Case& c) {
                           {4, 4, 8, 16, {{10, 5}}},
                           {8, 2, 64, 16, {{699, 1}}},
                           {8, 2, 64, 16, {{999, 1}, {0, 40}}},
-                          {16, 8, 64, 16, {{300, 1}, {0, 20}}}};
+                          {16, 8, 64, 16, {{300, 1}, {0, 20}}},
+                          {4, 2, 256, 16, {{200, 1}, {0, 12}}}};
   const Shape& sh = shapes[c.variant];
   PagedSetup ps(c.t1, c.t2, sh.n_head, sh.n_head_kv, sh.hd, sh.bs, sh.seqs, 81);
   ps.p.rotate = c.variant == 3;
@@ -608,8 +615,8 @@ double threshold_ref(const Case& c) {
       return gpu_side ? 1e-10 : 0.0;
     case Op::matmul:
       if (!gpu_side) return 1e-12;  // every CPU level: the scalar reference's floats
-      if (c.variant / 100 % 2 == 1 && c.variant % 100 <= 8)
-        return 1e-10;  // split q4_0 / q8_0 decode: the CPU's q8_0 x and integer block sums
+      if (c.variant / 100 % 2 == 1 && c.variant % 100 <= 8)  // split decode: the GPU's q8_0 x,
+        return c.t1 == DType::Q6_K ? 5e-4 : 1e-10;           // the CPU's too (q6_K: its x is q8_K)
       switch (c.t1) {
         case DType::F32:
           return 1e-10;
@@ -633,7 +640,7 @@ double threshold_ref(const Case& c) {
 double threshold_exact(const Case& c) {
   if (c.backend == Backend::cpu) return threshold_ref(Case{Backend::cuda, c.op, c.t1, c.t2, 0});
   if (c.op == Op::attention) return 1e-9;
-  // The decode kernels (f32 x, or the CPU's q8_0 x for split q4_0 / q8_0) or SGEMM.
+  // The decode kernels (f32 x, or the CPU's q8_0 x for split q4_0 / q8_0 / q6_K) or SGEMM.
   if (c.variant % 100 <= 8 || c.t1 == DType::F32) return 1e-10;
   return c.t1 == DType::BF16 ? 5e-5 : 2e-6;  // f16 / bf16 GEMM operands
 }
@@ -700,12 +707,13 @@ std::vector<Case> all_cases() {
     for (DType t : kWeightTypes) {
       out.push_back({b, Op::get_rows, t});
       for (int n : {1, 3, 8, 37, 201}) out.push_back({b, Op::matmul, t, t, n});
-      if (b == Backend::cuda && (t == DType::Q4_0 || t == DType::Q8_0)) {  // the split layout
+      if (b == Backend::cuda &&
+          (t == DType::Q4_0 || t == DType::Q8_0 || t == DType::Q6_K)) {  // the split layout
         out.push_back({b, Op::get_rows, t, t, 1});
-        for (int n : {101, 103, 137, 301}) out.push_back({b, Op::matmul, t, t, n});
+        for (int n : {101, 103, 137, 301, 501}) out.push_back({b, Op::matmul, t, t, n});
       }
     }
-    for (int v : {0, 1}) out.push_back({b, Op::rms_norm, DType::F32, DType::F32, v});
+    for (int v : {0, 1, 2, 3}) out.push_back({b, Op::rms_norm, DType::F32, DType::F32, v});
     for (int v : {0, 1, 2, 3, 4}) out.push_back({b, Op::rope, DType::F32, DType::F32, v});
     out.push_back({b, Op::swiglu});
     for (int v : {0, 1, 2, 3, 4}) out.push_back({b, Op::eltwise, DType::F32, DType::F32, v});
@@ -718,7 +726,7 @@ std::vector<Case> all_cases() {
     for (DType kt : kKvCacheTypes)
       for (DType vt : kKvCacheTypes)
         if (b == Backend::cuda || kt == vt || vt == DType::F16)
-          for (int v : {0, 1, 2, 3, 4, 5}) out.push_back({b, Op::attention, kt, vt, v});
+          for (int v : {0, 1, 2, 3, 4, 5, 6}) out.push_back({b, Op::attention, kt, vt, v});
   }
   return out;
 }

@@ -394,7 +394,7 @@ class CudaDevice final : public kvrun::Device {
       throw DeviceOutOfMemory(out_of_memory(int64_t(bytes), "a weight (lower -ngl)") + " [" +
                               e.what() + "]");
     }
-    // q4_0 / q8_0 matrices go up in the split layout (16-byte loads of their quants).
+    // q4_0 / q8_0 / q6_K matrices go up in the split layout (16-byte loads of their quants).
     const bool split = split_layout_supported(t.type) && t.n_rows() > 1;
     std::vector<uint8_t> staged;
     if (split) staged = split_weight(t);

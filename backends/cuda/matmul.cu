@@ -118,9 +118,9 @@ __global__ void k_quantize_act_q8(const float* x, int64_t n_blocks, int8_t* xq, 
   if (lane == 0) ds[blk] = make_float2(d, float(sum));
 }
 
-/// The decode matmul of split q4_0 / q8_0 weights (R: SplitRows) against activations quantized
-/// by k_quantize_act_q8: integer dot products (dp4a) per 32-value block instead of 32 int → f32
-/// conversions and FMAs. RW weight rows per warp, up to NR activation rows (n at run time);
+/// The decode matmul of split q4_0 / q8_0 / q6_K weights (R: SplitRows) against activations
+/// quantized by k_quantize_act_q8: integer dot products (dp4a) per 32-value block instead of 32 int
+/// → f32 conversions and FMAs. RW weight rows per warp, up to NR activation rows (n at run time);
 /// lanes walk the blocks lane, lane + 32, … and each weight block is loaded once for all n.
 template <typename R, int RW, int NR>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
@@ -165,7 +165,56 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     }
 }
 
-/// The split q4_0 / q8_0 decode matmul: x quantized once (k_quantize_act_q8, into the
+/// k_matvec_q8 for one activation row, each lane loading U of its blocks (for all RW rows) before
+/// it multiplies any: U · RW weight blocks in flight per lane instead of RW. A decode matrix of
+/// k = 4096 is 128 blocks a row, four per lane, so the rolled loop waited on four rounds of
+/// loads one after the other (an H200 read 4096 × 4096 q4_0 at 1.4 TB/s, 1024 × 4096 at
+/// 0.4 TB/s). Every lane still adds its blocks in the order lane, lane + 32, …: the sums equal
+/// k_matvec_q8's bit for bit.
+template <typename R, int RW, int U>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    k_matvec_q8_1(R rd, int64_t m, int64_t k, const int8_t* xq, const float2* ds, float* y) {
+  const int lane = threadIdx.x % 32;
+  const int64_t row0 = (int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32) * RW;
+  if (row0 >= m) return;
+  const int64_t nb = k / 32;
+  float acc[RW] = {};
+  for (int64_t c0 = lane; c0 < nb; c0 += 32 * U) {
+    ActQ8 a[U];
+    typename R::Block wb[U][RW];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t c = c0 + 32 * u;
+      if (c >= nb) break;
+      const int4* p = reinterpret_cast<const int4*>(xq + c * 32);
+      const int4 a0 = p[0], a1 = p[1];
+      const float2 t = ds[c];
+      int* w = a[u].xq;
+      w[0] = a0.x, w[1] = a0.y, w[2] = a0.z, w[3] = a0.w;
+      w[4] = a1.x, w[5] = a1.y, w[6] = a1.z, w[7] = a1.w;
+      a[u].d = t.x;
+      a[u].sum = int(t.y);
+#pragma unroll
+      for (int j = 0; j < RW; ++j)
+        if (row0 + j < m) wb[u][j] = rd.load(row0 + j, c);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (c0 + 32 * u >= nb) break;
+#pragma unroll
+      for (int j = 0; j < RW; ++j)
+        if (row0 + j < m) acc[j] += R::dot_q8(wb[u][j], a[u]);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < RW; ++j) {
+    float s = acc[j];
+    for (int off = 16; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
+    if (lane == 0 && row0 + j < m) y[row0 + j] = s;
+  }
+}
+
+/// The split q4_0 / q8_0 / q6_K decode matmul: x quantized once (k_quantize_act_q8, into the
 /// context's act_q8 scratch), then k_matvec_q8 with rows per warp chosen as k_matvec1's.
 template <typename R>
 void matvec_q8(Context::Impl& c, R rd, int64_t m, int64_t k, const float* x, int64_t n, float* y) {
@@ -175,13 +224,13 @@ void matvec_q8(Context::Impl& c, R rd, int64_t m, int64_t k, const float* x, int
   k_quantize_act_q8<<<grid_for(blocks * 32, 256), 256, 0, c.stream>>>(x, blocks, xq, ds);
   constexpr int T = kWarpsPerBlock * 32;
   if (n == 1 && m >= 8192)
-    k_matvec_q8<R, 4, 1>
-        <<<grid_for(m, kWarpsPerBlock * 4), T, 0, c.stream>>>(rd, m, k, xq, ds, 1, y);
+    k_matvec_q8_1<R, 4, 2>
+        <<<grid_for(m, kWarpsPerBlock * 4), T, 0, c.stream>>>(rd, m, k, xq, ds, y);
   else if (n == 1 && m >= 2048)
-    k_matvec_q8<R, 2, 1>
-        <<<grid_for(m, kWarpsPerBlock * 2), T, 0, c.stream>>>(rd, m, k, xq, ds, 1, y);
+    k_matvec_q8_1<R, 2, 4>
+        <<<grid_for(m, kWarpsPerBlock * 2), T, 0, c.stream>>>(rd, m, k, xq, ds, y);
   else if (n == 1)
-    k_matvec_q8<R, 1, 1><<<grid_for(m, kWarpsPerBlock), T, 0, c.stream>>>(rd, m, k, xq, ds, 1, y);
+    k_matvec_q8_1<R, 1, 4><<<grid_for(m, kWarpsPerBlock), T, 0, c.stream>>>(rd, m, k, xq, ds, y);
   else
     k_matvec_q8<R, 1, kMatvecMaxRows>
         <<<grid_for(m, kWarpsPerBlock), T, 0, c.stream>>>(rd, m, k, xq, ds, int(n), y);
@@ -269,20 +318,14 @@ void prefill(Context::Impl& c, const Tensor& w, const float* x, int64_t n, float
 bool split_layout_supported(DType t) { return split_quant_bytes(t) > 0; }
 
 std::vector<uint8_t> split_weight(const Tensor& host) {
-  const int qb = split_quant_bytes(host.type);
-  if (qb == 0 || !host.is_contiguous() || host.ne[0] % 32 != 0)
+  const int64_t be = traits(host.type).block_elems;
+  if (!split_layout_supported(host.type) || !host.is_contiguous() || host.ne[0] % be != 0)
     throw std::invalid_argument(std::string("split_weight: ") + traits(host.type).name +
-                                " has no split layout (q4_0, q8_0; contiguous rows)");
-  const size_t block = size_t(traits(host.type).block_bytes);
-  const int64_t blocks = host.ne[0] / 32 * host.n_rows();
-  std::vector<uint8_t> out(size_t(blocks) * block);
-  const auto* src = static_cast<const uint8_t*>(host.data);
-  uint8_t* q = out.data();
-  uint8_t* d = out.data() + size_t(blocks) * size_t(qb);
-  for (int64_t b = 0; b < blocks; ++b) {  // a block: f16 scale, then the quants
-    std::memcpy(d + 2 * b, src + size_t(b) * block, 2);
-    std::memcpy(q + size_t(b) * size_t(qb), src + size_t(b) * block + 2, size_t(qb));
-  }
+                                " has no split layout (q4_0, q8_0, q6_K; contiguous rows)");
+  std::vector<uint8_t> out(size_t(host.ne[0] / be * host.n_rows()) *
+                           size_t(traits(host.type).block_bytes));
+  split_bytes(host.type, static_cast<const uint8_t*>(host.data), host.ne[0], host.n_rows(),
+              out.data());
   return out;
 }
 

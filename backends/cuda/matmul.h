@@ -29,13 +29,14 @@ constexpr int64_t kMatvecMaxRows = 8;
 /// sub-block for the quants) and of 4 (x is read as float4).
 bool matmul_supported(DType t, int64_t k);
 
-/// True for the weight types matmul and get_rows also read in the split layout (q4_0, q8_0):
-/// every block's quants first, 16-byte aligned, then every block's f16 scale
-/// (weight_decode.cuh SplitRows), for 16-byte loads of rows whose 18- / 34-byte blocks are not
-/// aligned.
+/// True for the weight types matmul and get_rows also read in the split layout (q4_0, q8_0,
+/// q6_K): for q4_0 / q8_0 every block's quants first, 16-byte aligned, then every block's f16
+/// scale; for q6_K per 32 values 16 bytes of low nibbles, 8 of high bits, two scales, and the
+/// super-blocks' f16 scales after them (weight_decode.cuh SplitRows), for 16-byte loads of rows
+/// whose 18- / 34- / 210-byte blocks are not aligned, and the integer decode matmul.
 bool split_layout_supported(DType t);
-/// The bytes of a q4_0 / q8_0 matrix (host, rows packed) rearranged into the split layout (the
-/// same size). Upload them and mark the device tensor with packed = data (upload_tensor_split);
+/// The bytes of a q4_0 / q8_0 / q6_K matrix (host, rows packed) rearranged into the split
+/// layout (the same size). Upload them and mark the device tensor with packed = data (upload_tensor_split);
 /// matmul and get_rows then read that layout. Throws std::invalid_argument for another type.
 std::vector<uint8_t> split_weight(const Tensor& host);
 

@@ -34,6 +34,7 @@ struct AttnArgs {
   int window;  ///< sliding window (0: none)
   int k_vec;   ///< K rows read 8 values at a time: 1 f16, 2 bf16, 3 fp8 (aligned rows: one
                ///< vector load), 4 q8_0, 5 nvfp4 (one scale, packed quants); 0 per element
+  int v_vec;   ///< V rows read DPL values a lane at a time, the same codes (v_values)
   float scale;
   float softcap;  ///< 0: off
 };
@@ -85,6 +86,90 @@ __device__ __forceinline__ void k_values8(const KvFormat& f, int vec, const uint
   } else {
 #pragma unroll
     for (int j = 0; j < 8; ++j) x[j] = e0 + j < e_end ? kv_value(f, row, hk, e0 + j) : 0.0f;
+  }
+}
+
+/// The N (≤ 8) bytes at p, which is N-byte aligned, by one load (N = 1, 2, 4, 8).
+template <int N>
+__device__ __forceinline__ void load_aligned(const uint8_t* p, uint8_t* out) {
+  uint32_t w[2] = {0, 0};
+  if constexpr (N == 8) {
+    const uint2 u = *reinterpret_cast<const uint2*>(p);
+    w[0] = u.x, w[1] = u.y;
+  } else if constexpr (N == 4) {
+    w[0] = *reinterpret_cast<const uint32_t*>(p);
+  } else if constexpr (N == 2) {
+    w[0] = *reinterpret_cast<const uint16_t*>(p);
+  } else {
+    w[0] = *p;
+  }
+#pragma unroll
+  for (int i = 0; i < N; ++i) out[i] = uint8_t(w[i / 4] >> (8 * (i % 4)));
+}
+
+/// V values e0 … e0+DPL−1 (e0 = hk·head_dim_v + lane·DPL; n of them in the head) of one encoded
+/// row, 0 past the head: one load of 2·DPL bytes for f16 / bf16 rows and DPL bytes for fp8 rows
+/// (AttnArgs::v_vec 1–3: rows and heads so aligned), one scale and DPL bytes in 2-byte (q8_0,
+/// 4) or byte loads (nvfp4, 5), the per-element decoder otherwise or where n < DPL. The first
+/// kernel read every V value by kv_value (two to six loads per value for the quantized types).
+/// Values equal kv_value's.
+template <int DPL>
+__device__ __forceinline__ void v_values(const KvFormat& f, int vec, const uint8_t* row, int hk,
+                                         int e0, int n, float* x) {
+  if (n == DPL && (vec == 1 || vec == 2)) {
+    if constexpr (DPL == 8) {
+      const uint4 u = *reinterpret_cast<const uint4*>(row + 2 * e0);
+      const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const uint16_t h = uint16_t(w[j / 2] >> (16 * (j % 2)));
+        x[j] = vec == 1 ? f16_to_f32(h) : bf16_to_f32(h);
+      }
+    } else {
+      uint8_t b[2 * DPL];
+      load_aligned<2 * DPL>(row + 2 * e0, b);
+#pragma unroll
+      for (int j = 0; j < DPL; ++j) {
+        const uint16_t h = uint16_t(b[2 * j] | (b[2 * j + 1] << 8));
+        x[j] = vec == 1 ? f16_to_f32(h) : bf16_to_f32(h);
+      }
+    }
+  } else if (n == DPL && vec == 3) {
+    uint8_t b[DPL];
+    load_aligned<DPL>(row + e0, b);
+    const uint8_t sb = row[f.n_head_kv * f.head_dim + hk];
+    const bool e4m3 = f.type == DType::FP8_E4M3;
+#pragma unroll
+    for (int j = 0; j < DPL; ++j) {
+      const float v = e4m3 ? fp8_e4m3_to_f32(b[j]) : fp8_e5m2_to_f32(b[j]);
+      x[j] = sb == 255 ? bits_as_f32(0x7fc00000u) : ldexpf(v, int(sb) - 127);
+    }
+  } else if (n == DPL && vec == 4) {  // q8_0: DPL | 32, so the values lie in one block
+    const uint8_t* b = row + (e0 / QK8_0) * int(sizeof(block_q8_0));
+    const float d = load_f16(reinterpret_cast<const uint16_t*>(b));
+    uint8_t q[DPL];
+    load_aligned<DPL == 1 ? 1 : 2>(b + 2 + e0 % QK8_0, q);  // 2-byte aligned (34-byte blocks)
+#pragma unroll
+    for (int j = 2; j < DPL; j += 2) load_aligned<2>(b + 2 + e0 % QK8_0 + j, q + j);
+#pragma unroll
+    for (int j = 0; j < DPL; ++j) x[j] = d * float(int8_t(q[j]));
+  } else if (n == DPL && vec == 5) {  // nvfp4: DPL | 16, so the values lie in one block
+    float fac;
+    const uint8_t* qs = nvfp4_block(f, row, e0, &fac) + 1 + e0 % QK_NVFP4 / 2;
+    if constexpr (DPL == 1) {
+      const uint8_t byte = qs[0];
+      x[0] = fac * e2m1_to_f32(uint8_t(e0 % 2 ? byte >> 4 : byte & 0x0f));
+    } else {
+#pragma unroll
+      for (int j = 0; j < DPL / 2; ++j) {
+        const uint8_t byte = qs[j];
+        x[2 * j] = fac * e2m1_to_f32(uint8_t(byte & 0x0f));
+        x[2 * j + 1] = fac * e2m1_to_f32(uint8_t(byte >> 4));
+      }
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < DPL; ++j) x[j] = j < n ? kv_value(f, row, hk, e0 + j) : 0.0f;
   }
 }
 
@@ -171,16 +256,13 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(AttnArgs a) {
       m[g] = mnew;
     }
     const int n_t = min(32, p_end - t0);
-#pragma unroll 4
+    // Lane i accumulates dims i·DPL … i·DPL + DPL − 1 (one vector load of each V row).
+    const int v_n = max(0, min(DPL, a.hdv - lane * DPL));
+#pragma unroll 8
     for (int j = 0; j < n_t; ++j) {
       const long long cj = __shfl_sync(0xffffffffu, cell, j);
-      const uint8_t* vrow = a.v.row(cj);
       float vx[DPL];
-#pragma unroll
-      for (int i = 0; i < DPL; ++i) {
-        const int d = lane + 32 * i;
-        vx[i] = d < a.hdv ? kv_value(a.vf, vrow, hk, hk * a.hdv + d) : 0.0f;
-      }
+      v_values<DPL>(a.vf, a.v_vec, a.v.row(cj), hk, hk * a.hdv + lane * DPL, v_n, vx);
 #pragma unroll
       for (int g = 0; g < GM; ++g) {
         const float w = __shfl_sync(0xffffffffu, pj[g], j);
@@ -201,7 +283,7 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(AttnArgs a) {
       sm_l[warp][g] = l[g];
     }
 #pragma unroll
-    for (int i = 0; i < DPL; ++i) sm_acc[warp][g][lane + 32 * i] = acc[g][i];
+    for (int i = 0; i < DPL; ++i) sm_acc[warp][g][lane * DPL + i] = acc[g][i];
   }
   __syncthreads();
   for (int idx = threadIdx.x; idx < G * a.hdv; idx += kWarps * 32) {
@@ -337,17 +419,36 @@ void paged_attention(Context& ctx, const PagedKvLayer& kv, const AttnShape& shap
     a.k_vec = 4;
   else if (shape.head_dim % 8 == 0 && kv.k_type == DType::NVFP4)
     a.k_vec = 5;
+  // V: DPL values a lane (the kernel's dims per lane, below), vector loads where every head's
+  // DPL-value pieces are aligned in both tiers' rows.
+  const int64_t hmax = std::max(shape.head_dim, shape.head_dim_v);
+  const int dpl = hmax <= 32 ? 1 : hmax <= 64 ? 2 : hmax <= 128 ? 4 : 8;
+  const uintptr_t v_bases =
+      reinterpret_cast<uintptr_t>(kv.v) | reinterpret_cast<uintptr_t>(kv.v_slow);
+  const int64_t v_bytes = kv.v_type == DType::F16 || kv.v_type == DType::BF16 ? 2 * dpl : dpl;
+  const bool v_aligned = kv.v_row_bytes % v_bytes == 0 && int64_t(v_bases % 16) % v_bytes == 0;
+  if (shape.head_dim_v % dpl == 0) {
+    if (kv.v_type == DType::F16 && v_aligned)
+      a.v_vec = 1;
+    else if (kv.v_type == DType::BF16 && v_aligned)
+      a.v_vec = 2;
+    else if ((kv.v_type == DType::FP8_E4M3 || kv.v_type == DType::FP8_E5M2) && v_aligned)
+      a.v_vec = 3;
+    else if (kv.v_type == DType::Q8_0 && shape.head_dim_v % QK8_0 == 0)
+      a.v_vec = 4;
+    else if (kv.v_type == DType::NVFP4)
+      a.v_vec = 5;
+  }
   a.softcap = shape.softcap;
   const size_t part_bytes = size_t(rows * shape.n_head * seg_cap * (shape.head_dim_v + 2)) * 4;
   a.partials = static_cast<float*>(c.partials.get(c.stream, part_bytes));
 
   const dim3 grid(unsigned(rows), unsigned(shape.n_head_kv), unsigned(n_seg));
-  const int64_t hmax = std::max(shape.head_dim, shape.head_dim_v);
-  if (hmax <= 32)
+  if (dpl == 1)
     launch<1>(c.stream, grid, a);
-  else if (hmax <= 64)
+  else if (dpl == 2)
     launch<2>(c.stream, grid, a);
-  else if (hmax <= 128)
+  else if (dpl == 4)
     launch<4>(c.stream, grid, a);
   else
     launch<8>(c.stream, grid, a);

@@ -1,5 +1,6 @@
-// rope.cu — one block per token: thread 0 builds the θ chain in shared memory (the CPU's
-// sequential f32 products), then all threads rotate the pairs of every head (see rope.h).
+// rope.cu — one block per (token, group of heads): thread i builds θ_i by the CPU's i sequential
+// f32 products (every thread its own chain, so no thread waits on another's), then the block
+// rotates the pairs of its heads (see rope.h).
 #include <cmath>
 #include <stdexcept>
 
@@ -12,36 +13,35 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__global__ void k_rope(float* x, int64_t n_heads, int64_t head_dim, const int32_t* pos, int half,
-                       float theta_scale, float freq_scale, float mscale, const float* ff,
+/// Heads one block rotates: as many as its threads cover pair for pair (at least one).
+int heads_per_block(int half) { return half >= kThreads ? 1 : kThreads / half; }
+
+__global__ void k_rope(float* x, int n_heads, int64_t head_dim, const int32_t* pos, int half,
+                       int hpb, float theta_scale, float freq_scale, float mscale, const float* ff,
                        bool neox) {
   extern __shared__ float sh[];  // [half] cos, [half] sin
   float* cs = sh;
   float* sn = sh + half;
   const int64_t t = blockIdx.x;
-  if (threadIdx.x == 0) {
-    float theta = float(pos[t]);
-    for (int i = 0; i < half; ++i) {
-      const float f = ff ? ff[i] : 1.0f;
-      cs[i] = __fmul_rn(freq_scale, __fdiv_rn(theta, f));  // th, turned into cos/sin below
-      theta = __fmul_rn(theta, theta_scale);
-    }
-  }
-  __syncthreads();
+  const float p = float(pos[t]);
   for (int i = threadIdx.x; i < half; i += kThreads) {
-    sincosf(cs[i], &sn[i], &cs[i]);
-    if (mscale != 1.0f) {
-      cs[i] *= mscale;
-      sn[i] *= mscale;
-    }
+    // θ_i = pos · s^i as the CPU forms it: i rounded products in order (bit-equal angles).
+    float theta = p;
+    for (int j = 0; j < i; ++j) theta = __fmul_rn(theta, theta_scale);
+    const float th =
+        ff ? __fmul_rn(freq_scale, __fdiv_rn(theta, ff[i])) : __fmul_rn(freq_scale, theta);
+    float s, c;
+    sincosf(th, &s, &c);
+    cs[i] = mscale != 1.0f ? c * mscale : c;
+    sn[i] = mscale != 1.0f ? s * mscale : s;
   }
   __syncthreads();
-  float* xt = x + t * n_heads * head_dim;
-  for (int64_t w = threadIdx.x; w < n_heads * half; w += kThreads) {
-    const int64_t h = w / half;
-    const int i = int(w % half);
+  const int h0 = int(blockIdx.y) * hpb, nh = min(hpb, n_heads - h0);
+  float* xt = x + (t * n_heads + h0) * head_dim;
+  for (int w = threadIdx.x; w < nh * half; w += kThreads) {
+    const int h = w / half, i = w % half;
     float* v = xt + h * head_dim;
-    const int64_t i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
+    const int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
     const float x0 = v[i0], x1 = v[i1];
     v[i0] = fmaf(x0, cs[i], -__fmul_rn(x1, sn[i]));
     v[i1] = fmaf(x0, sn[i], __fmul_rn(x1, cs[i]));
@@ -59,8 +59,11 @@ void rope(Context& ctx, float* x, int64_t n_tokens, int64_t n_heads, int64_t hea
   c.activate();
   const int half = int(p.n_rot / 2);
   const float theta_scale = std::pow(p.freq_base, -2.0f / float(p.n_rot));
-  k_rope<<<unsigned(n_tokens), kThreads, size_t(2 * half) * sizeof(float), c.stream>>>(
-      x, n_heads, head_dim, pos, half, theta_scale, p.freq_scale, p.mscale, p.freq_factors, p.neox);
+  const int hpb = heads_per_block(half);
+  const dim3 grid(unsigned(n_tokens), unsigned((n_heads + hpb - 1) / hpb));
+  k_rope<<<grid, kThreads, size_t(2 * half) * sizeof(float), c.stream>>>(
+      x, int(n_heads), head_dim, pos, half, hpb, theta_scale, p.freq_scale, p.mscale,
+      p.freq_factors, p.neox);
   check_launch("rope");
 }
 

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "blocks.h"
@@ -311,25 +312,158 @@ struct SplitRows<DType::Q8_0> {
   }
 };
 
-/// Quant bytes per block of the split layout (0: the type has none).
+/// q6_K in the split layout (split_weight in matmul.cu), per 32-value chunk c of a row (chunk t
+/// = c % 8 of super-block c / 8, values 32t … 32t+31 of the GGUF block as WeightChunk<Q6_K>
+/// numbers them) with q_i the 6-bit value (0 … 63, the stored value + 32):
+///   lo [chunks] 16 bytes: byte j = (q_j & 15) | (q_{j+16} & 15) << 4 (q4_0's nibble order);
+///   hi [chunks] 8 bytes: byte b of word h (0, 1), bits 2i … 2i+1 = q_{16h + 4i + b} >> 4, so
+///      that word i of lo and bits 2i of hi give values 4i … 4i+3 as whole bytes;
+///   sc [chunks] the chunk's two int8 scales (values 0 … 15, 16 … 31);
+///   d  [chunks / 8] the super-block's f16 scale.
+/// 210 bytes per 256 values as stored; one 16-, one 8- and two 2-byte loads per 32 values
+/// instead of a 210-byte block read byte by byte. Values are d · sc · (q − 32) as the stored
+/// blocks give them.
+template <>
+struct SplitRows<DType::Q6_K> {
+  static constexpr int kValues = 32;
+  const uint4* lo;
+  const uint2* hi;
+  const uint16_t* sc;
+  const uint16_t* d;
+  int64_t nb;  ///< chunks (32 values) per row
+  struct Block {
+    uint4 lo;
+    uint2 hi;
+    int sc0, sc1;
+    float d;
+  };
+  KVRUN_HD Block load(int64_t r, int64_t c) const {
+    const int64_t b = r * nb + c;
+    const uint16_t s = sc[b];
+    return {lo[b], hi[b], int(int8_t(s & 0xffu)), int(int8_t(s >> 8)), f16_to_f32(d[b / 8])};
+  }
+  /// Values 4i … 4i+3 (half 0) or 16 + 4i … (half 1) as four bytes 0 … 63.
+  KVRUN_HD static int quad(const Block& w, int half, int i) {
+    const uint32_t l[4] = {w.lo.x, w.lo.y, w.lo.z, w.lo.w};
+    const uint32_t h = half ? w.hi.y : w.hi.x;
+    return int(((l[i] >> (4 * half)) & 0x0f0f0f0fu) | (((h >> (2 * i)) & 0x03030303u) << 4));
+  }
+  KVRUN_HD void decode(int64_t r, int64_t c, float* v) const {
+    const Block w = load(r, c);
+    KVRUN_UNROLL
+    for (int half = 0; half < 2; ++half) {
+      const float ds = w.d * float(half ? w.sc1 : w.sc0);
+      KVRUN_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        const uint32_t q = uint32_t(quad(w, half, i));
+        KVRUN_UNROLL
+        for (int b = 0; b < 4; ++b)
+          v[16 * half + 4 * i + b] = ds * float(int((q >> (8 * b)) & 63u) - 32);
+      }
+    }
+  }
+  /// Σ_j value_j · a_j over the chunk: d · d_a · Σ_halves sc_h · (Σ q_j · xq_j − 32 · Σ xq_j), the
+  /// integer sums exact (|Σ| ≤ 16 · 63 · 127 · 127 per half fits an int).
+  KVRUN_HD static float dot_q8(const Block& w, const ActQ8& a) {
+    int s0 = 0, s1 = 0, x0 = 0;
+    KVRUN_UNROLL
+    for (int i = 0; i < 4; ++i) {
+      s0 = dot4_i8(quad(w, 0, i), a.xq[i], s0);
+      s1 = dot4_i8(quad(w, 1, i), a.xq[i + 4], s1);
+      x0 = dot4_i8(0x01010101, a.xq[i], x0);
+    }
+    const int x1 = a.sum - x0;
+    return w.d * a.d * float(w.sc0 * (s0 - 32 * x0) + w.sc1 * (s1 - 32 * x1));
+  }
+};
+
+/// Quant bytes per 32-value block of the split layout's first array (0: the type has none).
 inline int split_quant_bytes(DType t) {
-  return t == DType::Q4_0 ? QK4_0 / 2 : t == DType::Q8_0 ? QK8_0 : 0;
+  return t == DType::Q4_0 ? QK4_0 / 2 : t == DType::Q8_0 ? QK8_0 : t == DType::Q6_K ? 16 : 0;
+}
+
+/// Calls f(reader) with the SplitRows reader of the split-layout bytes at `wd` (device memory
+/// for the kernels, host memory for the host tests) of a `t` matrix of `rows` rows of `k`
+/// values; returns false (f not called) for a type without a split layout.
+template <typename F>
+bool with_split_bytes(DType t, const uint8_t* wd, int64_t k, int64_t rows, F&& f) {
+  const int64_t nb = k / 32, blocks = nb * rows;
+  switch (t) {
+    case DType::Q4_0:
+    case DType::Q8_0: {
+      const auto* q = reinterpret_cast<const uint4*>(wd);
+      const auto* d = reinterpret_cast<const uint16_t*>(wd + blocks * split_quant_bytes(t));
+      if (t == DType::Q4_0)
+        f(SplitRows<DType::Q4_0>{q, d, nb});
+      else
+        f(SplitRows<DType::Q8_0>{q, d, nb});
+      return true;
+    }
+    case DType::Q6_K: {
+      const auto* lo = reinterpret_cast<const uint4*>(wd);
+      const auto* hi = reinterpret_cast<const uint2*>(wd + blocks * 16);
+      const auto* sc = reinterpret_cast<const uint16_t*>(wd + blocks * 24);
+      const auto* d = reinterpret_cast<const uint16_t*>(wd + blocks * 26);
+      f(SplitRows<DType::Q6_K>{lo, hi, sc, d, nb});
+      return true;
+    }
+    default:
+      return false;
+  }
+}
+
+/// Writes the split layout of `rows` rows of `k` values of type `t` (q4_0, q8_0, q6_K; GGUF
+/// blocks, rows packed) at `src` to `out` (the same byte count; host memory): the layouts
+/// SplitRows reads (above). For q6_K, chunk t of a super-block takes its 6-bit values as
+/// WeightChunk<Q6_K> reads them.
+inline void split_bytes(DType t, const uint8_t* src, int64_t k, int64_t rows, uint8_t* out) {
+  if (t == DType::Q6_K) {
+    const int64_t supers = k / QK_K * rows, chunks = supers * 8;
+    uint8_t* lo = out;
+    uint8_t* hi = out + chunks * 16;
+    uint8_t* sc = out + chunks * 24;
+    uint8_t* d = out + chunks * 26;
+    for (int64_t s = 0; s < supers; ++s) {
+      const auto* b = reinterpret_cast<const block_q6_K*>(src) + s;
+      std::memcpy(d + 2 * s, &b->d, 2);
+      for (int ct = 0; ct < 8; ++ct) {
+        const int64_t c = s * 8 + ct;
+        const int t4 = ct % 4;
+        const uint8_t* ql = b->ql + 64 * (ct / 4) + 32 * (t4 & 1);
+        const uint8_t* qh = b->qh + 32 * (ct / 4);
+        uint8_t q[32];
+        for (int u = 0; u < 32; ++u)
+          q[u] = uint8_t(((ql[u] >> (t4 < 2 ? 0 : 4)) & 0x0f) | (((qh[u] >> (2 * t4)) & 3) << 4));
+        for (int j = 0; j < 16; ++j) lo[c * 16 + j] = uint8_t((q[j] & 15) | (q[j + 16] & 15) << 4);
+        for (int h = 0; h < 2; ++h)
+          for (int by = 0; by < 4; ++by) {
+            uint8_t v = 0;
+            for (int i = 0; i < 4; ++i) v |= uint8_t((q[16 * h + 4 * i + by] >> 4) << (2 * i));
+            hi[c * 8 + 4 * h + by] = v;
+          }
+        sc[c * 2] = uint8_t(b->scales[2 * ct]);
+        sc[c * 2 + 1] = uint8_t(b->scales[2 * ct + 1]);
+      }
+    }
+    return;
+  }
+  const int qb = split_quant_bytes(t);
+  const size_t block = size_t(qb) + 2;  // q4_0 / q8_0: f16 scale, then the quants
+  const int64_t blocks = k / 32 * rows;
+  uint8_t* q = out;
+  uint8_t* d = out + blocks * qb;
+  for (int64_t b = 0; b < blocks; ++b) {
+    std::memcpy(d + 2 * b, src + size_t(b) * block, 2);
+    std::memcpy(q + b * qb, src + size_t(b) * block + 2, size_t(qb));
+  }
 }
 
 /// Calls f(reader) with the SplitRows reader of device weight `w` when it was uploaded in the
-/// split layout (w.packed set, q4_0 / q8_0); returns false (f not called) otherwise.
+/// split layout (w.packed set; q4_0, q8_0, q6_K); returns false (f not called) otherwise.
 template <typename F>
 bool with_split_reader(const Tensor& w, F&& f) {
-  if (!w.packed || split_quant_bytes(w.type) == 0) return false;
-  const auto* wd = static_cast<const uint8_t*>(w.data);
-  const int64_t nb = w.ne[0] / 32, blocks = nb * w.n_rows();
-  const auto* q = reinterpret_cast<const uint4*>(wd);
-  const auto* d = reinterpret_cast<const uint16_t*>(wd + blocks * split_quant_bytes(w.type));
-  if (w.type == DType::Q4_0)
-    f(SplitRows<DType::Q4_0>{q, d, nb});
-  else
-    f(SplitRows<DType::Q8_0>{q, d, nb});
-  return true;
+  if (!w.packed) return false;
+  return with_split_bytes(w.type, static_cast<const uint8_t*>(w.data), w.ne[0], w.n_rows(), f);
 }
 
 /// Calls f(reader) with the reader of device weight `w`: SplitRows when it was uploaded in the
