@@ -73,6 +73,8 @@ Context::Context(int device) : impl_(std::make_unique<Impl>()) {
   impl_->sm_count = prop.multiProcessorCount;
   const char* mv = std::getenv("KVRUN_CUDA_MATVEC");
   impl_->act_q8_matvec = !(mv && std::string(mv) == "f32");
+  const char* av = std::getenv("KVRUN_CUDA_ATTN_V");
+  impl_->attn_v_vec = !(av && std::string(av) == "elem");
   check(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking), "cudaStreamCreate");
 }
 

@@ -41,10 +41,14 @@ struct Context::Impl {
   Scratch weights;                  ///< matmul: dequantized weight tiles
   Scratch acts;                     ///< matmul: activations converted for cuBLAS
   Scratch act_q8;                   ///< matmul: activations quantized for the integer matvec
-  /// Decode matmuls of split q4_0 / q8_0 weights quantize the activations to int8 blocks and
-  /// use integer dot products (the CPU's arithmetic); false (KVRUN_CUDA_MATVEC=f32) keeps them
-  /// in f32 (for side-by-side measurement).
+  /// Decode matmuls of split q4_0 / q8_0 / q6_K weights quantize the activations to int8 blocks
+  /// and use integer dot products (the CPU's arithmetic for q4_0 / q8_0); false
+  /// (KVRUN_CUDA_MATVEC=f32) keeps them in f32 (for side-by-side measurement).
   bool act_q8_matvec = true;
+  /// Paged attention reads each lane's V values of a row with one vector load where the type
+  /// and alignment allow (paged_attention.cu v_values); false (KVRUN_CUDA_ATTN_V=elem) reads
+  /// them value by value (for side-by-side measurement).
+  bool attn_v_vec = true;
   Scratch partials;  ///< paged attention: per-segment (m, l, acc)
   Scratch rotated;   ///< --kv-rotate: the rotated K (kv_store) or Q (attention)
 
