@@ -128,7 +128,8 @@ bool four_bit(DType t) { return t == DType::Q4_0 || t == DType::Q4_K || t == DTy
 
 /// Every placement of `path` on `gpu` against the CPU run, for each KV pair the device has.
 /// The CPU quantizes activations (q8_0 / q8_K) and Q (f16 / q8_0) where the GPUs keep f32 (CUDA
-/// quantizes them as the CPU does for q4_0 / q8_0 weights only), so
+/// quantizes them as the CPU does for q4_0 / q8_0 weights, and to q8_0 blocks for q6_K where
+/// the CPU uses q8_K), so
 /// the random tiny models drift further from it with 4-bit weights or a 4-bit KV cache: those
 /// runs get a looser tolerance: a value one rounding apart on either side of a 4-bit level
 /// lands a whole step away, and 26 random layers (tiny-gemma2) amplify that to an NMSE of
