@@ -166,6 +166,10 @@ PY
       i=$((i + 1))
     done
   done
+  # Where a depth-0 token's time goes: the host's recording of the step, the GPU's replay and
+  # launch to launch (KVRUN_CUDA_STEP_TIMES, medians), with f16 KV.
+  KVRUN_CUDA_STEP_TIMES=1 "$kit/bin/kvrun" bench -m "$model" -ngl 99 -p 0 -n 64 -r 1 2>&1 \
+    >/dev/null | grep "step times" || true
   exit $status
 }
 

@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "dtype.h"
@@ -163,6 +165,48 @@ TEST(CudaGraph, SeamRunGraphEqualsDirectAndFallsBack) {
   be->download(got.data(), x, n * sizeof(float));
   EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
       << "run_graph steps differ from the same ops on the host";
+#endif
+}
+
+/// StepTimer (KVRUN_CUDA_STEP_TIMES=1) around three recorded and replayed steps reports them;
+/// without the variable it stays off and reports nothing.
+TEST(CudaGraph, StepTimerReportsReplayedSteps) {
+#ifndef KVRUN_HAVE_CUDA
+  GTEST_SKIP() << "built without CUDA (configure with -DKVRUN_CUDA=ON)";
+#else
+  if (cuda::devices().empty()) GTEST_SKIP() << "no CUDA device on this machine";
+  cuda::Context ctx(0);
+  const std::vector<float> ones(4096, 1.0f);
+  cuda::DeviceBuffer a(ctx, ones.size() * 4), b(ctx, ones.size() * 4);
+  b.upload(ctx, ones.data(), ones.size() * 4);
+  for (const bool on : {false, true}) {
+    a.upload(ctx, ones.data(), ones.size() * 4);
+    if (on)
+      setenv("KVRUN_CUDA_STEP_TIMES", "1", 1);
+    else
+      unsetenv("KVRUN_CUDA_STEP_TIMES");
+    cuda::StepTimer timer;
+    cuda::StepGraph graph;
+    EXPECT_EQ(timer.enabled(), on);
+    for (int i = 0; i < 3; ++i) {
+      timer.begin_record();
+      graph.capture(ctx, [&] { cuda::add(ctx, a.as<float>(), b.as<float>(), 4096); });
+      timer.end_record();
+      timer.before_launch(ctx);
+      graph.launch(ctx);
+      timer.after_launch(ctx);
+      ctx.synchronize();
+    }
+    std::vector<float> out(ones.size());
+    a.download(ctx, out.data(), out.size() * 4);
+    EXPECT_EQ(out[0], 4.0f) << "three replays of a += b";  // 1 + 3 · 1
+    if (on)
+      EXPECT_NE(timer.report().find("3 steps: launch to launch"), std::string::npos)
+          << timer.report();
+    else
+      EXPECT_EQ(timer.report(), "");
+  }
+  unsetenv("KVRUN_CUDA_STEP_TIMES");
 #endif
 }
 

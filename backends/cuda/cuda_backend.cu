@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -95,6 +96,12 @@ class PinnedBuffer final : public kvrun::DeviceBuffer {
 class CudaBackend final : public kvrun::Backend {
  public:
   CudaBackend(kvrun::Device& dev, int index) : dev_(dev), ctx_(index) {}
+  ~CudaBackend() override {
+    const std::string r = timer_.report();
+    if (!r.empty())
+      std::fprintf(stderr, "%s step times (KVRUN_CUDA_STEP_TIMES): %s\n", dev_.name().c_str(),
+                   r.c_str());
+  }
   kvrun::Device& device() const override { return dev_; }
   int n_threads() const override { return 1; }
 
@@ -234,6 +241,7 @@ class CudaBackend final : public kvrun::Backend {
       return;
     }
     capturing_ = true;
+    timer_.begin_record();
     try {
       graph_.capture(ctx_, issue);
     } catch (const std::exception&) {
@@ -242,9 +250,12 @@ class CudaBackend final : public kvrun::Backend {
       issue();
       return;
     }
+    timer_.end_record();
     capturing_ = false;
     graph_failures_ = 0;
+    timer_.before_launch(ctx_);
     graph_.launch(ctx_);
+    timer_.after_launch(ctx_);
   }
 
  private:
@@ -302,6 +313,7 @@ class CudaBackend final : public kvrun::Backend {
   cuda::DeviceBuffer ids_;                // get_rows' token ids
   std::unordered_map<const float*, cuda::DeviceBuffer> ff_;
   StepGraph graph_;
+  StepTimer timer_;  // KVRUN_CUDA_STEP_TIMES=1: reported on stderr when the backend ends
   bool graphs_ = graphs_enabled();
   bool capturing_ = false;
   int graph_failures_ = 0;

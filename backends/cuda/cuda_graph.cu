@@ -1,5 +1,11 @@
-// cuda_graph.cu — StepGraph (see cuda_graph.h).
+// cuda_graph.cu — StepGraph and StepTimer (see cuda_graph.h).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "cuda/cuda_check.cuh"
 #include "cuda/cuda_context_impl.cuh"
@@ -59,6 +65,91 @@ void StepGraph::launch(Context& ctx) {
   Context::Impl& c = ctx.impl();
   c.activate();
   check(cudaGraphLaunch(impl_->exec, c.stream), "cudaGraphLaunch");
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double micros(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::nth_element(v.begin(), v.begin() + std::ptrdiff_t(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+struct StepTimer::Impl {
+  bool on = false;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  bool pending = false;  // start/stop of the last launch not yet read
+  Clock::time_point record_begin, last_launch;
+  bool launched = false;
+  std::vector<double> record_us, gpu_us, wall_us;
+  ~Impl() {
+    if (start) cudaEventDestroy(start);
+    if (stop) cudaEventDestroy(stop);
+  }
+};
+
+StepTimer::StepTimer() : impl_(std::make_unique<Impl>()) {
+  const char* e = std::getenv("KVRUN_CUDA_STEP_TIMES");
+  impl_->on = e && std::string(e) == "1";
+}
+StepTimer::~StepTimer() = default;
+StepTimer::StepTimer(StepTimer&&) noexcept = default;
+StepTimer& StepTimer::operator=(StepTimer&&) noexcept = default;
+
+bool StepTimer::enabled() const { return impl_->on; }
+
+void StepTimer::begin_record() {
+  if (impl_->on) impl_->record_begin = Clock::now();
+}
+
+void StepTimer::end_record() {
+  if (impl_->on) impl_->record_us.push_back(micros(Clock::now() - impl_->record_begin));
+}
+
+void StepTimer::before_launch(Context& ctx) {
+  Impl& t = *impl_;
+  if (!t.on) return;
+  Context::Impl& c = ctx.impl();
+  c.activate();
+  if (!t.start) {
+    check(cudaEventCreate(&t.start), "cudaEventCreate");
+    check(cudaEventCreate(&t.stop), "cudaEventCreate");
+  }
+  if (t.pending) {
+    check(cudaEventSynchronize(t.stop), "cudaEventSynchronize");
+    float ms = 0.0f;
+    check(cudaEventElapsedTime(&ms, t.start, t.stop), "cudaEventElapsedTime");
+    t.gpu_us.push_back(double(ms) * 1e3);
+    t.pending = false;
+  }
+  const Clock::time_point now = Clock::now();
+  if (t.launched) t.wall_us.push_back(micros(now - t.last_launch));
+  t.last_launch = now;
+  t.launched = true;
+  check(cudaEventRecord(t.start, c.stream), "cudaEventRecord");
+}
+
+void StepTimer::after_launch(Context& ctx) {
+  Impl& t = *impl_;
+  if (!t.on) return;
+  check(cudaEventRecord(t.stop, ctx.impl().stream), "cudaEventRecord");
+  t.pending = true;
+}
+
+std::string StepTimer::report() const {
+  const Impl& t = *impl_;
+  if (t.wall_us.empty()) return "";
+  char line[200];
+  std::snprintf(line, sizeof line,
+                "%zu steps: launch to launch %.0f us, GPU %.0f us, recording %.0f us (medians)",
+                t.record_us.size(), median(t.wall_us), median(t.gpu_us), median(t.record_us));
+  return line;
 }
 
 }  // namespace kvrun::cuda

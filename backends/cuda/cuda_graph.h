@@ -12,6 +12,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "cuda/cuda_context.h"
 
@@ -36,6 +37,37 @@ class StepGraph {
   bool ready() const;
   /// How many captures replaced the executable graph instead of updating it in place.
   int instantiations() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Where a replayed step's time goes, for KVRUN_CUDA_STEP_TIMES=1: per step the host time of the
+/// recording (capture and executable update, during which the GPU waits), the GPU time of the
+/// replay (CUDA events around the launch) and the wall time from one launch to the next (a
+/// decode token, in steady state); report() gives their medians. Off, every call returns at
+/// once. Move-only.
+class StepTimer {
+ public:
+  StepTimer();
+  ~StepTimer();
+  StepTimer(StepTimer&&) noexcept;
+  StepTimer& operator=(StepTimer&&) noexcept;
+
+  /// True when KVRUN_CUDA_STEP_TIMES=1 was set at construction.
+  bool enabled() const;
+  /// Around StepGraph::capture.
+  void begin_record();
+  void end_record();
+  /// Around StepGraph::launch, on the context's stream. before_launch reads the previous
+  /// step's GPU time (waiting for its end event, which the engine's logits download has
+  /// passed already). Throws CudaError on failure.
+  void before_launch(Context& ctx);
+  void after_launch(Context& ctx);
+  /// "N steps: launch to launch A us, GPU B us, recording C us (medians)", or "" before two
+  /// launches.
+  std::string report() const;
 
  private:
   struct Impl;
