@@ -19,7 +19,10 @@
 # llama3.1-8b Q4_0 and runs `kvrun bench -ngl 99` at depths 0, 32K and 128K (reached with
 # --depth-fill synthetic) for f16, fp8 and nvfp4 KV, and measures the device-to-device copy
 # bandwidth (PyTorch, on the GPU machine's image) for the roofline in docs/cuda.md. Set
-# E2E_BENCH=0 to skip the benchmark.
+# E2E_BENCH=0 to skip the benchmark. Side by side: `BASELINE=path/to/an/older/kvrun pack` adds
+# that binary (built the same way) to the kit, and `e2e` then runs every benchmark row with it
+# right after the kit's own ("baseline" lines), so before/after come from one lease. `NCU=1 e2e`
+# adds Nsight Compute's per-kernel GPU times of a few depth-0 decode steps (f16 KV).
 #
 # `prepare` copies the source-only dependencies the CUDA tests need into the ignored folder
 # .gpu-deps/ (GoogleTest from Debian's googletest package, /usr/src/googletest), which travels
@@ -93,6 +96,7 @@ pack() {
   stage=$(mktemp -d)
   mkdir -p "$stage/bin" "$stage/lib" "$stage/fixtures/models"
   cp "$b/kvrun" "$t" "$stage/bin/"
+  [[ -z ${BASELINE:-} ]] || cp "$BASELINE" "$stage/bin/kvrun-baseline"
   # The CPU kernel tests too, where built: the GPU machine's host CPU may have a level (AVX-512)
   # the dev machine lacks.
   local cpu_tests=()
@@ -103,7 +107,7 @@ pack() {
     mkdir -p "$stage/cpu"
     cp "${cpu_tests[@]}" "$stage/cpu/"
   fi
-  ldd "$b/kvrun" "$t" "${cpu_tests[@]}" | awk '/=> \//{print $3}' | sort -u | while read -r so; do
+  ldd "$b/kvrun" "$t" "${cpu_tests[@]}" ${BASELINE:+"$BASELINE"} | awk '/=> \//{print $3}' | sort -u | while read -r so; do
     case $(basename "$so") in
       libc.so* | libm.so* | libgcc_s* | libstdc++* | libpthread* | libdl.so* | librt.so* | \
         libresolv* | libcuda.so* | libcublas* | libcudart*) ;;
@@ -151,6 +155,8 @@ PY
   # Not `kvrun bench --help | grep -q`: grep -q exits at the first match, kvrun then dies of
   # SIGPIPE and pipefail failed the test, so the depth rows never ran.
   [[ $("$kit/bin/kvrun" bench --help) == *--depth-fill* ]] && fill=(--depth-fill synthetic)
+  local bins=("$kit/bin/kvrun")
+  [[ -x $kit/bin/kvrun-baseline ]] && bins+=("$kit/bin/kvrun-baseline")
   for kv in f16 fp8 nvfp4; do
     # pp512 and tg32 from an empty context; tg32 at depths 32K and 128K (rows written, not
     # prefilled, where this kvrun has --depth-fill).
@@ -158,11 +164,14 @@ PY
     [[ ${#fill[@]} -gt 0 ]] && runs+=("-p 0 -n 32 -d 32768,131072")
     local i=0
     for r in "${runs[@]}"; do
-      # shellcheck disable=SC2086
-      "$kit/bin/kvrun" bench -m "$model" -ngl 99 $r -r 3 "${fill[@]}" -ctk "$kv" -ctv "$kv" \
-        --json >"$LOG_DIR/bench-$kv-$i.json" 2>"$LOG_DIR/bench-$kv-$i.err" ||
-        { status=1; tail -5 "$LOG_DIR/bench-$kv-$i.err"; }
-      python3 -c "import json,sys; [print('$kv', r['test'], round(r['avg_ts'],1), 't/s', r.get('bytes_read_per_token'), r['backends']) for r in json.load(open(sys.argv[1]))]" "$LOG_DIR/bench-$kv-$i.json" || true
+      for bin in "${bins[@]}"; do
+        local tag="" out="$LOG_DIR/bench-$kv-$i"
+        [[ $bin == *baseline ]] && tag="baseline " out="$LOG_DIR/baseline-$kv-$i"
+        # shellcheck disable=SC2086
+        "$bin" bench -m "$model" -ngl 99 $r -r 3 "${fill[@]}" -ctk "$kv" -ctv "$kv" \
+          --json >"$out.json" 2>"$out.err" || { status=1; tail -5 "$out.err"; }
+        python3 -c "import json,sys; [print('$tag$kv', r['test'], round(r['avg_ts'],1), 't/s', r.get('bytes_read_per_token'), r['backends']) for r in json.load(open(sys.argv[1]))]" "$out.json" || true
+      done
       i=$((i + 1))
     done
   done
@@ -170,6 +179,13 @@ PY
   # launch to launch (KVRUN_CUDA_STEP_TIMES, medians), with f16 KV.
   KVRUN_CUDA_STEP_TIMES=1 "$kit/bin/kvrun" bench -m "$model" -ngl 99 -p 0 -n 64 -r 1 2>&1 \
     >/dev/null | grep "step times" || true
+  if [[ ${NCU:-0} == 1 ]]; then  # per-kernel GPU times (µs: min, max, mean) of ~4 decode steps
+    PATH=/usr/local/cuda/bin:$PATH ncu --clock-control none --cache-control none \
+      --metrics gpu__time_duration.sum --print-summary per-kernel -c 2500 \
+      "$kit/bin/kvrun" bench -m "$model" -ngl 99 -p 0 -n 4 -r 1 >"$LOG_DIR/ncu.txt" 2>&1 || true
+    grep -E '^  [a-z_].*Invocations|gpu__time_duration' "$LOG_DIR/ncu.txt" | paste - - |
+      sed -E 's/\([^()]*\) \(/ (/; s/, Device 0, CC [0-9.]+, Invocations/ calls/; s/\t +gpu__time_duration.sum +us/ us/' || true
+  fi
   exit $status
 }
 
