@@ -179,6 +179,9 @@ PY
   # launch to launch (KVRUN_CUDA_STEP_TIMES, medians), with f16 KV.
   KVRUN_CUDA_STEP_TIMES=1 "$kit/bin/kvrun" bench -m "$model" -ngl 99 -p 0 -n 64 -r 1 2>&1 \
     >/dev/null | grep "step times" || true
+  # The same decode launched op by op (no graph recording on the host between tokens).
+  KVRUN_CUDA_GRAPHS=0 "$kit/bin/kvrun" bench -m "$model" -ngl 99 -p 0 -n 64 -r 3 --json \
+    2>/dev/null | python3 -c "import json,sys; [print('f16 without CUDA graphs', r['test'], round(r['avg_ts'],1), 't/s') for r in json.load(sys.stdin)]" || true
   if [[ ${NCU:-0} == 1 ]]; then  # per-kernel GPU times (µs: min, max, mean) of ~4 decode steps
     PATH=/usr/local/cuda/bin:$PATH ncu --clock-control none --cache-control none \
       --metrics gpu__time_duration.sum --print-summary per-kernel -c 2500 \
