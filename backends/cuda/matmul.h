@@ -36,8 +36,9 @@ bool matmul_supported(DType t, int64_t k);
 /// whose 18- / 34- / 210-byte blocks are not aligned, and the integer decode matmul.
 bool split_layout_supported(DType t);
 /// The bytes of a q4_0 / q8_0 / q6_K matrix (host, rows packed) rearranged into the split
-/// layout (the same size). Upload them and mark the device tensor with packed = data (upload_tensor_split);
-/// matmul and get_rows then read that layout. Throws std::invalid_argument for another type.
+/// layout (the same size). Upload them and mark the device tensor with packed = data
+/// (upload_tensor_split); matmul and get_rows then read that layout. Throws std::invalid_argument
+/// for another type.
 std::vector<uint8_t> split_weight(const Tensor& host);
 
 /// y[n, m] = x[n, k] · w[m, k]ᵀ.
