@@ -182,6 +182,19 @@ PY
   # The same decode launched op by op (no graph recording on the host between tokens).
   KVRUN_CUDA_GRAPHS=0 "$kit/bin/kvrun" bench -m "$model" -ngl 99 -p 0 -n 64 -r 3 --json \
     2>/dev/null | python3 -c "import json,sys; [print('f16 without CUDA graphs', r['test'], round(r['avg_ts'],1), 't/s') for r in json.load(sys.stdin)]" || true
+  # -ngl's memory plan (kvrun info, what -ngl auto fits by) against what a run holds on the
+  # device: nvidia-smi's peak memory.used over a pp512 + tg32 run at -c 32768 (f16 KV), less the
+  # idle reading; the difference includes the CUDA context itself.
+  local plan idle peak smi
+  plan=$("$kit/bin/kvrun" info -m "$model" -c 32768 -ngl 99 --json 2>/dev/null | python3 -c \
+    "import json,sys; print(json.load(sys.stdin)['gpu_plan']['by_kv_type']['f16']['total_bytes'] >> 20)") || plan="?"
+  idle=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1)
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 >"$LOG_DIR/mem.csv" &
+  smi=$!
+  "$kit/bin/kvrun" bench -m "$model" -ngl 99 -c 32768 -p 512 -n 32 -r 1 >/dev/null 2>&1 || true
+  kill "$smi" 2>/dev/null || true
+  peak=$(sort -n "$LOG_DIR/mem.csv" | tail -1)
+  echo "gpu plan (kvrun info -ngl 99 -c 32768, f16 KV): $plan MiB; the run's peak: $((peak - idle)) MiB (nvidia-smi, less $idle MiB idle)"
   if [[ ${NCU:-0} == 1 ]]; then  # per-kernel GPU times (µs: min, max, mean) of ~4 decode steps
     PATH=/usr/local/cuda/bin:$PATH ncu --clock-control none --cache-control none \
       --metrics gpu__time_duration.sum --print-summary per-kernel -c 2500 \
