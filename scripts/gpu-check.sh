@@ -86,6 +86,12 @@ run() {
     grep -E '^\[  FAILED  \]|Failure|NMSE|Which is|Expected' "$tmp" | head -40 || true
     rm -f "$tmp"
   done
+  # The decode-step benchmark again with V read value by value (KVRUN_CUDA_ATTN_V=elem), the
+  # side by side for the vector V loads per KV type.
+  if [[ -x $BUILD/test_cuda_bench ]]; then
+    KVRUN_CUDA_ATTN_V=elem "$BUILD/test_cuda_bench" --gtest_filter='*Decode*' 2>&1 |
+      grep -E '^decode step' | sed 's/^/V value by value: /' || true
+  fi
   exit $status
 }
 
