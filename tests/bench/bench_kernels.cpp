@@ -102,6 +102,40 @@ void BM_MatmulFast(benchmark::State& state, DType t, CpuLevel level, int64_t m, 
   run_matmul(state, t, level, m, k, n, threads, true, kvrun::cpu::KernelOrder::fast);
 }
 
+/// The experts' decode matmul (matmul_id) of qwen3-30b-a3b's shapes: 128 experts of m × k
+/// (gate/up 768 × 2048, down 2048 × 768), packed as the loader packs them (the experts' rows as
+/// one 2-D matrix), one activation row choosing 8 experts per call, a different 8 each call (a
+/// fixed random sequence), so the ~113 MB of experts stream from DRAM as in a model's decode.
+/// Bytes/s counts the 8 chosen experts' bytes.
+void BM_MatmulId(benchmark::State& state, DType t, CpuLevel level, int64_t m, int64_t k,
+                 int threads) {
+  constexpr int64_t n_exp = 128, n_used = 8;
+  const std::vector<uint8_t>& w = weights(t, m * n_exp, k);
+  kvrun::Tensor flat = kvrun::Tensor::contiguous(t, const_cast<uint8_t*>(w.data()), k, m * n_exp);
+  kvrun::Buffer pw = kvrun::cpu::pack_weight(flat, level);
+  kvrun::Tensor wt = kvrun::Tensor::contiguous(t, const_cast<uint8_t*>(w.data()), k, m, n_exp);
+  wt.packed = pw.data();
+  std::mt19937 rng(7);
+  std::vector<int32_t> ids(size_t(n_used * 997));  // 997 calls' choices, cycled
+  std::vector<int32_t> all(static_cast<size_t>(n_exp));
+  for (size_t i = 0; i < all.size(); ++i) all[i] = int32_t(i);
+  for (size_t c = 0; c < ids.size() / size_t(n_used); ++c) {
+    std::shuffle(all.begin(), all.end(), rng);
+    std::copy_n(all.begin(), n_used, ids.begin() + std::ptrdiff_t(c * size_t(n_used)));
+  }
+  const std::vector<float> x = random_floats(size_t(k), 2);
+  std::vector<float> y(size_t(n_used * m));
+  kvrun::cpu::ThreadPool& pool = pool_of(threads);
+  size_t call = 0;
+  for (auto _ : state) {
+    const int32_t* id = ids.data() + (call++ % 997) * size_t(n_used);
+    kvrun::cpu::matmul_id(pool, wt, x.data(), false, id, 1, n_used, y.data(), level);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(state.iterations() * int64_t(w.size()) / n_exp * n_used);
+  state.SetItemsProcessed(state.iterations() * m * k * n_used);
+}
+
 void BM_Dot(benchmark::State& state, DType t, CpuLevel level) {
   const int64_t k = 4096;
   const kvrun::cpu::CpuTypeTraits* ct = kvrun::cpu::cpu_traits(t, level);
@@ -187,6 +221,23 @@ void register_all() {
                 ("matmul/" + tn + "/" + lv + (packed ? "-packed" : "") + "/dram_65536x2048/n1" + th)
                     .c_str(),
                 BM_Matmul, t, level, int64_t(65536), int64_t(2048), int64_t(1), threads, packed);
+            if (threads == 2) b->UseRealTime();
+          }
+        // Decode from memory with short rows: 196608×768, the rows of qwen3-30b-a3b's expert
+        // down projections (k = 768: 3 K-quant super-blocks a row), for the per-row overhead of
+        // the packed kernels against dram_65536x2048 (k = 2048).
+        if (ct && ct->packed_tile) {
+          auto* b = benchmark::RegisterBenchmark(
+              ("matmul/" + tn + "/" + lv + "-packed/dram_196608x768/n1" + th).c_str(), BM_Matmul, t,
+              level, int64_t(196608), int64_t(768), int64_t(1), threads, true);
+          if (threads == 2) b->UseRealTime();
+        }
+        if (ct && ct->packed_tile && (t == DType::Q4_K || t == DType::Q5_K))
+          for (const Shape& s :
+               {Shape{"moe_gate_768x2048", 768, 2048}, Shape{"moe_down_2048x768", 2048, 768}}) {
+            auto* b = benchmark::RegisterBenchmark(
+                ("matmul_id/" + tn + "/" + lv + "-packed/" + s.name + "/e128u8" + th).c_str(),
+                BM_MatmulId, t, level, s.m, s.k, threads);
             if (threads == 2) b->UseRealTime();
           }
         if (ct && ct->packed_tile) {  // the packed decode from DRAM with --thp off
