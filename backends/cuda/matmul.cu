@@ -135,14 +135,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 #pragma unroll
     for (int r = 0; r < NR; ++r) {
       if (r >= n) break;
-      const int4* p = reinterpret_cast<const int4*>(xq + (r * nb + c) * 32);
-      const int4 a0 = p[0], a1 = p[1];
-      const float2 t = ds[r * nb + c];
-      int* w = a[r].xq;
-      w[0] = a0.x, w[1] = a0.y, w[2] = a0.z, w[3] = a0.w;
-      w[4] = a1.x, w[5] = a1.y, w[6] = a1.z, w[7] = a1.w;
-      a[r].d = t.x;
-      a[r].sum = int(t.y);
+      a[r] = load_act_q8(xq, ds, r * nb + c);
     }
 #pragma unroll
     for (int j = 0; j < RW; ++j) {
@@ -186,14 +179,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     for (int u = 0; u < U; ++u) {
       const int64_t c = c0 + 32 * u;
       if (c >= nb) break;
-      const int4* p = reinterpret_cast<const int4*>(xq + c * 32);
-      const int4 a0 = p[0], a1 = p[1];
-      const float2 t = ds[c];
-      int* w = a[u].xq;
-      w[0] = a0.x, w[1] = a0.y, w[2] = a0.z, w[3] = a0.w;
-      w[4] = a1.x, w[5] = a1.y, w[6] = a1.z, w[7] = a1.w;
-      a[u].d = t.x;
-      a[u].sum = int(t.y);
+      a[u] = load_act_q8(xq, ds, c);
 #pragma unroll
       for (int j = 0; j < RW; ++j)
         if (row0 + j < m) wb[u][j] = rd.load(row0 + j, c);

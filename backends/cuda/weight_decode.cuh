@@ -230,6 +230,15 @@ struct ActQ8 {
   int sum;
 };
 
+/// Block c of activations quantized by the decode matmul (matmul.cu k_quantize_act_q8): its 32
+/// int8 values at xq + 32·c (16-byte aligned) and (d, Σ xq) at ds[c].
+KVRUN_HD ActQ8 load_act_q8(const int8_t* xq, const float2* ds, int64_t c) {
+  const int4* p = reinterpret_cast<const int4*>(xq + c * 32);
+  const int4 a0 = p[0], a1 = p[1];
+  const float2 t = ds[c];
+  return {{a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w}, t.x, int(t.y)};
+}
+
 /// The split layout the CUDA backend uploads q4_0 and q8_0 matrices in (split_weight in
 /// matmul.cu): the quants of every block first, in row-major block order, each block's 16
 /// (q4_0) or 32 (q8_0) bytes 16-byte aligned, then every block's f16 scale. One or two 16-byte
@@ -326,6 +335,10 @@ struct SplitRows<DType::Q8_0> {
 template <>
 struct SplitRows<DType::Q6_K> {
   static constexpr int kValues = 32;
+  /// Byte offsets of the hi, sc and d arrays in the split bytes of `chunks` chunks (lo first).
+  static constexpr int64_t hi_offset(int64_t chunks) { return chunks * 16; }
+  static constexpr int64_t sc_offset(int64_t chunks) { return chunks * 24; }
+  static constexpr int64_t d_offset(int64_t chunks) { return chunks * 26; }
   const uint4* lo;
   const uint2* hi;
   const uint16_t* sc;
@@ -400,11 +413,12 @@ bool with_split_bytes(DType t, const uint8_t* wd, int64_t k, int64_t rows, F&& f
       return true;
     }
     case DType::Q6_K: {
+      using R = SplitRows<DType::Q6_K>;
       const auto* lo = reinterpret_cast<const uint4*>(wd);
-      const auto* hi = reinterpret_cast<const uint2*>(wd + blocks * 16);
-      const auto* sc = reinterpret_cast<const uint16_t*>(wd + blocks * 24);
-      const auto* d = reinterpret_cast<const uint16_t*>(wd + blocks * 26);
-      f(SplitRows<DType::Q6_K>{lo, hi, sc, d, nb});
+      const auto* hi = reinterpret_cast<const uint2*>(wd + R::hi_offset(blocks));
+      const auto* sc = reinterpret_cast<const uint16_t*>(wd + R::sc_offset(blocks));
+      const auto* d = reinterpret_cast<const uint16_t*>(wd + R::d_offset(blocks));
+      f(R{lo, hi, sc, d, nb});
       return true;
     }
     default:
@@ -418,17 +432,18 @@ bool with_split_bytes(DType t, const uint8_t* wd, int64_t k, int64_t rows, F&& f
 /// WeightChunk<Q6_K> reads them.
 inline void split_bytes(DType t, const uint8_t* src, int64_t k, int64_t rows, uint8_t* out) {
   if (t == DType::Q6_K) {
+    using R = SplitRows<DType::Q6_K>;
     const int64_t supers = k / QK_K * rows, chunks = supers * 8;
     uint8_t* lo = out;
-    uint8_t* hi = out + chunks * 16;
-    uint8_t* sc = out + chunks * 24;
-    uint8_t* d = out + chunks * 26;
+    uint8_t* hi = out + R::hi_offset(chunks);
+    uint8_t* sc = out + R::sc_offset(chunks);
+    uint8_t* d = out + R::d_offset(chunks);
     for (int64_t s = 0; s < supers; ++s) {
       const auto* b = reinterpret_cast<const block_q6_K*>(src) + s;
       std::memcpy(d + 2 * s, &b->d, 2);
       for (int ct = 0; ct < 8; ++ct) {
         const int64_t c = s * 8 + ct;
-        const int t4 = ct % 4;
+        const int t4 = ct % 4;  // the codes as WeightChunk<Q6_K> reads them
         const uint8_t* ql = b->ql + 64 * (ct / 4) + 32 * (t4 & 1);
         const uint8_t* qh = b->qh + 32 * (ct / 4);
         uint8_t q[32];
