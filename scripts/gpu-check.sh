@@ -86,12 +86,20 @@ run() {
     grep -E '^\[  FAILED  \]|Failure|NMSE|Which is|Expected' "$tmp" | head -40 || true
     rm -f "$tmp"
   done
-  # The decode-step benchmark again with V read value by value (KVRUN_CUDA_ATTN_V=elem), the
-  # side by side for the vector V loads per KV type.
-  if [[ -x $BUILD/test_cuda_bench ]]; then
-    KVRUN_CUDA_ATTN_V=elem "$BUILD/test_cuda_bench" --gtest_filter='*Decode*' 2>&1 |
-      grep -E '^decode step' | sed 's/^/V value by value: /' || true
-  fi
+  # Attention's two V paths forced (KVRUN_CUDA_ATTN_V=vec / elem; the default picks per type
+  # and row count), every attention case against the CPU; and the decode-step benchmark with
+  # each, the side by side for the choice.
+  for v in vec elem; do
+    if [[ -x $BUILD/test_cuda_ops ]]; then
+      KVRUN_CUDA_ATTN_V=$v "$BUILD/test_cuda_ops" --gtest_filter='*cuda_attention*' --gtest_brief=1 \
+        >"$LOG_DIR/attn-v-$v.log" 2>&1 || status=1
+      echo "== test_cuda_ops attention, KVRUN_CUDA_ATTN_V=$v: $(grep -E '^\[  (PASSED|FAILED) +\]' "$LOG_DIR/attn-v-$v.log" | tr '\n' ' ')"
+    fi
+    if [[ -x $BUILD/test_cuda_bench ]]; then
+      KVRUN_CUDA_ATTN_V=$v "$BUILD/test_cuda_bench" --gtest_filter='*Decode*' 2>&1 |
+        grep -E '^decode step' | sed "s/^/V $v: /" || true
+    fi
+  done
   exit $status
 }
 

@@ -168,7 +168,132 @@ TEST(CudaGraph, SeamRunGraphEqualsDirectAndFallsBack) {
 #endif
 }
 
-/// StepTimer (KVRUN_CUDA_STEP_TIMES=1) around three recorded and replayed steps reports them;
+#ifdef KVRUN_HAVE_CUDA
+/// One decode layer through the seam (no weights): x → RMSNorm → q (RoPE'd), k, v (columns of
+/// the normed row), K/V stored, paged attention, x += att, x *= s. Its state: x and the cache.
+struct SeamLayer {
+  static constexpr int64_t kHead = 4, kHeadKv = 2, kHd = 64, kD = kHead * kHd, kBs = 16;
+  std::unique_ptr<DeviceBuffer> x, xn, k, v, att, kc, vc;
+  KvLayer kv;
+  PagedAttnParams p;
+  SeamLayer(Device& dev, Backend& be, int64_t n_blocks, const std::vector<float>& x0) {
+    auto buf = [&](int64_t bytes, BufferUse use) { return dev.alloc(size_t(bytes), use); };
+    x = buf(kD * 4, BufferUse::kActivations), xn = buf(kD * 4, BufferUse::kActivations);
+    k = buf(kHeadKv * kHd * 4, BufferUse::kActivations);
+    v = buf(kHeadKv * kHd * 4, BufferUse::kActivations);
+    att = buf(kD * 4, BufferUse::kActivations);
+    const int64_t rb = kv_row_bytes(DType::F16, kHeadKv, kHd);
+    kc = buf(n_blocks * kBs * rb, BufferUse::kKv);
+    vc = buf(n_blocks * kBs * rb, BufferUse::kKv);
+    kv.k_row_bytes = kv.v_row_bytes = rb;
+    kv.block_size = kBs;
+    kv.k = static_cast<uint8_t*>(kc->data());
+    kv.v = static_cast<uint8_t*>(vc->data());
+    p.attn = {kHead, kHeadKv, kHd, kHd, 0.125f};
+    be.upload(x->data(), x0.data(), x0.size() * 4);
+  }
+  void ops(Backend& be, float s) {
+    auto* xp = static_cast<float*>(x->data());
+    auto* xnp = static_cast<float*>(xn->data());
+    be.rms_norm(xp, nullptr, xnp, 1, kD, 1e-5f);
+    be.copy_cols(xnp, 1, kD, 0, kHeadKv * kHd, static_cast<float*>(k->data()));
+    be.copy_cols(xnp, 1, kD, kHeadKv * kHd, kHeadKv * kHd, static_cast<float*>(v->data()));
+    RopeConfig rc;
+    rc.n_rot = kHd;
+    be.rope(xnp, 1, kHead, kHd, rc);
+    be.rope(static_cast<float*>(k->data()), 1, kHeadKv, kHd, rc);
+    be.kv_store(kv, p, static_cast<float*>(k->data()), static_cast<float*>(v->data()));
+    be.paged_attention(kv, p, xnp, static_cast<float*>(att->data()));
+    be.add(xp, static_cast<float*>(att->data()), kD);
+    be.scale(xp, kD, s);
+  }
+};
+#endif
+
+/// Decode steps through the seam with graphs (replayed while the step key is unchanged) and
+/// without (KVRUN_CUDA_GRAPHS=0) give bit-equal rows and caches at every step, across a context
+/// that crosses the 256-position boundary of attn_segment_ctx, a step whose scale parameter
+/// changes and one whose activation buffer moves. The graph backend must have replayed steps
+/// without recording them (its key unchanged) and recorded anew at each change.
+TEST(CudaGraph, SeamReplaysUnchangedStepsAndRecordsChangedOnes) {
+#ifndef KVRUN_HAVE_CUDA
+  GTEST_SKIP() << "built without CUDA (configure with -DKVRUN_CUDA=ON)";
+#else
+  const std::vector<Device*> devs = cuda::seam_devices();
+  if (devs.empty()) GTEST_SKIP() << "no CUDA device on this machine";
+  Device& dev = *devs.front();
+  setenv("KVRUN_CUDA_GRAPHS", "0", 1);
+  std::unique_ptr<Backend> eager = dev.make_backend(1);
+  unsetenv("KVRUN_CUDA_GRAPHS");
+  std::unique_ptr<Backend> graphs = dev.make_backend(1);
+  constexpr int64_t first = 240, steps = 40, bs = SeamLayer::kBs;
+  const int64_t n_blocks = (first + steps + bs - 1) / bs;
+  const std::vector<float> x0 = test::random_floats(size_t(SeamLayer::kD), 21);
+  SeamLayer L[2] = {SeamLayer(dev, *eager, n_blocks, x0), SeamLayer(dev, *graphs, n_blocks, x0)};
+  std::unique_ptr<DeviceBuffer> moved = dev.alloc(SeamLayer::kD * 4, BufferUse::kActivations);
+  std::vector<int32_t> ids(static_cast<size_t>(n_blocks));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(ids.size() - 1 - i);
+  // The history, positions 0 … first−1: one direct prefill step of random K/V rows.
+  {
+    std::vector<int32_t> pos(static_cast<size_t>(first));
+    std::vector<int64_t> slot(static_cast<size_t>(first));
+    for (int64_t i = 0; i < first; ++i)
+      pos[size_t(i)] = int32_t(i), slot[size_t(i)] = ids[size_t(i / bs)] * bs + i % bs;
+    const int32_t seq_indptr[2] = {0, int32_t(first)}, block_indptr[2] = {0, int32_t(n_blocks)};
+    const int32_t last[1] = {int32_t((first - 1) % bs + 1)};
+    PageTable pt{1, first, bs, seq_indptr, block_indptr, ids.data(), last, pos.data(), slot.data()};
+    const std::vector<float> kv =
+        test::random_floats(size_t(first * SeamLayer::kHeadKv * SeamLayer::kHd), 22);
+    for (int b = 0; b < 2; ++b) {
+      Backend& be = b ? *graphs : *eager;
+      std::unique_ptr<DeviceBuffer> rows = dev.alloc(kv.size() * 4, BufferUse::kActivations);
+      be.upload(rows->data(), kv.data(), kv.size() * 4);
+      be.begin_step(pt);
+      be.kv_store(L[b].kv, L[b].p, static_cast<float*>(rows->data()),
+                  static_cast<float*>(rows->data()));
+      be.synchronize();
+    }
+  }
+  for (int64_t s = 0; s < steps; ++s) {
+    const int32_t pos[1] = {int32_t(first + s)}, seq_indptr[2] = {0, 1};
+    const int32_t block_indptr[2] = {0, int32_t(n_blocks)};
+    const int32_t last[1] = {int32_t((first + s) % bs + 1)};
+    const int64_t slot[1] = {ids[size_t((first + s) / bs)] * bs + (first + s) % bs};
+    const PageTable pt{1, 1, bs, seq_indptr, block_indptr, ids.data(), last, pos, slot};
+    const float scale = s == 20 ? 0.5f : 1.0f;  // a parameter change for one step
+    if (s == 30)  // the activation row moves (the step's pointers change from here on)
+      for (SeamLayer& l : L) std::swap(l.att, moved);
+    for (int b = 0; b < 2; ++b) {
+      Backend& be = b ? *graphs : *eager;
+      be.begin_step(pt);
+      be.run_graph([&] { L[b].ops(be, scale); });
+      std::vector<float> got(size_t(SeamLayer::kD));
+      be.download(got.data(), L[b].x->data(), got.size() * 4);
+      if (b == 0) {
+        for (float f : got) ASSERT_TRUE(std::isfinite(f)) << "step " << s;
+        continue;
+      }
+      std::vector<float> want(got.size());
+      eager->download(want.data(), L[0].x->data(), want.size() * 4);
+      ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << "step " << s;
+    }
+  }
+  std::vector<uint8_t> ka(L[0].kc->size()), kb(L[1].kc->size());
+  eager->download(ka.data(), L[0].kc->data(), ka.size());
+  graphs->download(kb.data(), L[1].kc->data(), kb.size());
+  EXPECT_TRUE(ka == kb) << "the graph steps wrote other K bytes";
+  // The first step runs directly; recordings: step 1, position 256 (the segment context
+  // grows), step 20 (scale 0.5), step 21 (scale 1 again), step 30 (att moved); the rest replay.
+  const cuda::GraphStats st = cuda::graph_stats(*graphs);
+  RecordProperty("recorded", int(st.recorded));
+  RecordProperty("replayed", int(st.replayed));
+  EXPECT_EQ(st.recorded, 5);
+  EXPECT_EQ(st.recorded + st.replayed, steps - 1);
+  EXPECT_EQ(cuda::graph_stats(*eager).recorded + cuda::graph_stats(*eager).replayed, 0);
+#endif
+}
+
+/// StepTimer (KVRUN_CUDA_STEP_TIMES=1) around three launched steps (two recorded) reports them;
 /// without the variable it stays off and reports nothing.
 TEST(CudaGraph, StepTimerReportsReplayedSteps) {
 #ifndef KVRUN_HAVE_CUDA
@@ -189,9 +314,9 @@ TEST(CudaGraph, StepTimerReportsReplayedSteps) {
     cuda::StepGraph graph;
     EXPECT_EQ(timer.enabled(), on);
     for (int i = 0; i < 3; ++i) {
-      timer.begin_record();
-      graph.capture(ctx, [&] { cuda::add(ctx, a.as<float>(), b.as<float>(), 4096); });
-      timer.end_record();
+      timer.begin_host();
+      if (i < 2) graph.capture(ctx, [&] { cuda::add(ctx, a.as<float>(), b.as<float>(), 4096); });
+      timer.end_host(i < 2);
       timer.before_launch(ctx);
       graph.launch(ctx);
       timer.after_launch(ctx);
@@ -201,7 +326,7 @@ TEST(CudaGraph, StepTimerReportsReplayedSteps) {
     a.download(ctx, out.data(), out.size() * 4);
     EXPECT_EQ(out[0], 4.0f) << "three replays of a += b";  // 1 + 3 · 1
     if (on)
-      EXPECT_NE(timer.report().find("3 steps: launch to launch"), std::string::npos)
+      EXPECT_NE(timer.report().find("3 steps (2 recorded): launch to launch"), std::string::npos)
           << timer.report();
     else
       EXPECT_EQ(timer.report(), "");

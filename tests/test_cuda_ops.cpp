@@ -765,6 +765,46 @@ TEST(CudaSupport, TypesAndShapesAreCheckedUpFront) {
   EXPECT_FALSE(cuda::paged_attention_supported(DType::Q4_0, DType::F16, rotated_odd));
 }
 
+/// matmul_many over weights reading the same x equals one matmul per weight, bit for bit: with
+/// x quantized once for split q4_0 / q8_0 / q6_K weights (decode rows), and per weight where
+/// one of them is not split (f16) or for prefill rows.
+TEST(CudaMatmulMany, EqualsOneMatmulPerWeight) {
+  if (cuda::devices().empty()) GTEST_SKIP() << "no CUDA device on this machine";
+  constexpr int64_t k = 512;
+  const DType types[3] = {DType::Q4_0, DType::Q6_K, DType::Q8_0};
+  const int64_t rows[3] = {96, 2100, 8200};
+  for (const bool with_f16 : {false, true}) {
+    std::vector<cuda::DeviceTensor> ws;
+    for (int i = 0; i < 3; ++i) {
+      const DType t = with_f16 && i == 1 ? DType::F16 : types[i];
+      std::vector<uint8_t> wq = random_rows(t, rows[i], k, uint32_t(70 + i));
+      const Tensor w = Tensor::contiguous(t, wq.data(), k, rows[i]);
+      ws.push_back(t == DType::F16 ? cuda::upload_tensor(gpu(), w)
+                                   : cuda::upload_tensor_split(gpu(), w));
+    }
+    for (const int64_t n : {int64_t(1), int64_t(3), int64_t(8), int64_t(12)}) {
+      const cuda::DeviceBuffer dx = to_gpu(test::random_floats(size_t(n * k), 73));
+      std::vector<cuda::DeviceBuffer> many, one;
+      std::vector<MatmulOut> outs;
+      for (int i = 0; i < 3; ++i) {
+        many.push_back(gpu_poisoned(size_t(n * rows[i])));
+        one.push_back(gpu_poisoned(size_t(n * rows[i])));
+        outs.push_back({&ws[size_t(i)].view, many.back().as<float>()});
+        cuda::matmul(gpu(), ws[size_t(i)].view, dx.as<float>(), n, one.back().as<float>());
+      }
+      cuda::matmul_many(gpu(), outs.data(), 3, dx.as<float>(), n);
+      for (int i = 0; i < 3; ++i) {
+        const std::vector<float> a = from_gpu(many[size_t(i)], size_t(n * rows[i]));
+        const std::vector<float> b = from_gpu(one[size_t(i)], size_t(n * rows[i]));
+        for (float f : a) ASSERT_TRUE(std::isfinite(f)) << "output " << i << ", n " << n;
+        EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0)
+            << "output " << i << " (" << traits(ws[size_t(i)].view.type).name << "), n " << n
+            << (with_f16 ? ", with an f16 weight" : "");
+      }
+    }
+  }
+}
+
 TEST(CudaSupport, UnsupportedWeightIsAClearError) {
   if (cuda::devices().empty()) GTEST_SKIP() << "no CUDA device on this machine";
   std::vector<uint8_t> w = random_rows(DType::Q5_0, 4, 64, 5);

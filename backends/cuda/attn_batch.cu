@@ -1,4 +1,5 @@
 // attn_batch.cu — AttnBatch::set (see attn_batch.h).
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -51,7 +52,10 @@ void AttnBatch::set(Context& ctx, const SeqRows* seqs, int64_t n_seqs, int64_t b
     }
     tab += nb;
   }
-  if (buf_.size() < bytes) buf_ = DeviceBuffer(ctx, bytes);
+  // Grown by doubling (at least 4 KiB): its device pointers are part of a recorded decode
+  // step's arguments, so a step whose page table gained a block keeps them (and its graph).
+  if (buf_.size() < bytes)
+    buf_ = DeviceBuffer(ctx, std::max({bytes, 2 * buf_.size(), size_t(4096)}));
   buf_.upload(ctx, host_.data(), bytes);
   n_rows_ = rows;
   block_size_ = block_size;

@@ -29,6 +29,7 @@
 #include "cuda/paged_attention.h"
 #include "cuda/rms_norm.h"
 #include "cuda/rope.h"
+#include "cuda/step_key.h"
 #include "cuda/swiglu.h"
 #include "gguf.h"
 
@@ -117,6 +118,7 @@ class CudaBackend final : public kvrun::Backend {
     }
     batch_.set(ctx_, seqs_.data(), pt.n_seqs, pt.block_size, nullptr);
     batch_slots_ = nullptr;
+    graph_calls_ = 0;
   }
   const int32_t* positions() const override { return batch_.positions(); }
 
@@ -137,14 +139,21 @@ class CudaBackend final : public kvrun::Backend {
                 float eps) override {
     if (w && w->type != DType::F32)
       throw std::invalid_argument("CUDA rms_norm: the weight must be f32");
+    if (keyed(KeyOp::kRmsNorm, x, w ? w->data : nullptr, y, rows, cols, eps)) return;
     cuda::rms_norm(ctx_, x, w ? static_cast<const float*>(w->data) : nullptr, y, rows, cols, eps);
   }
 
   void matmul(const Tensor& w, const float* x, int64_t n, float* y) override {
+    if (keyed(KeyOp::kMatmul, w, x, n, y)) return;
     if (n > 0) cuda::matmul(ctx_, w, x, n, y);
   }
   void matmul_many(const MatmulOut* outs, int n_outs, const float* x, int64_t n) override {
-    for (int i = 0; i < n_outs; ++i) matmul(*outs[i].w, x, n, outs[i].y);
+    if (hashing_) {
+      key_.op(KeyOp::kMatmulMany, n_outs, x, n);
+      for (int i = 0; i < n_outs; ++i) key_.op(KeyOp::kMatmul, *outs[i].w, outs[i].y);
+      return;
+    }
+    if (n > 0) cuda::matmul_many(ctx_, outs, n_outs, x, n);
   }
 
   void rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim,
@@ -154,6 +163,8 @@ class CudaBackend final : public kvrun::Backend {
     const RopeParams p{cfg.n_rot,      cfg.freq_base,
                        cfg.freq_scale, freq_factors(cfg.freq_factors, cfg.n_rot / 2),
                        cfg.neox,       cfg.mscale};
+    if (keyed(KeyOp::kRope, x, n, n_heads, head_dim, cfg, p.freq_factors, batch_.positions()))
+      return;
     cuda::rope(ctx_, x, n, n_heads, head_dim, batch_.positions(), p);
   }
 
@@ -161,31 +172,44 @@ class CudaBackend final : public kvrun::Backend {
            int64_t cols) override {
     if (kind == GluKind::kSwiGluOai)  // only gpt-oss's experts use it; MoE layers are refused
       throw std::logic_error("glu swiglu_oai is not implemented by the CUDA backend");
+    if (keyed(KeyOp::kGlu, kind, gate, up, out, rows, cols)) return;
     if (kind == GluKind::kGeGlu)
       cuda::geglu(ctx_, gate, up, out, rows * cols);
     else
       cuda::swiglu(ctx_, gate, up, out, rows * cols);
   }
-  void add(float* y, const float* x, int64_t n) override { cuda::add(ctx_, y, x, n); }
+  void add(float* y, const float* x, int64_t n) override {
+    if (!keyed(KeyOp::kAdd, y, x, n)) cuda::add(ctx_, y, x, n);
+  }
   void add_row(float* y, const Tensor& row, int64_t rows, int64_t cols) override {
     if (row.type != DType::F32) throw std::invalid_argument("CUDA add_row: the row must be f32");
+    if (keyed(KeyOp::kAddRow, y, row, rows, cols)) return;
     cuda::add_row(ctx_, y, static_cast<const float*>(row.data), rows, cols);
   }
-  void scale(float* x, int64_t n, float s) override { cuda::scale(ctx_, x, n, s); }
-  void softcap(float* x, int64_t n, float cap) override { cuda::softcap(ctx_, x, n, cap); }
+  void scale(float* x, int64_t n, float s) override {
+    if (!keyed(KeyOp::kScale, x, n, s)) cuda::scale(ctx_, x, n, s);
+  }
+  void softcap(float* x, int64_t n, float cap) override {
+    if (!keyed(KeyOp::kSoftcap, x, n, cap)) cuda::softcap(ctx_, x, n, cap);
+  }
   void copy_cols(const float* src, int64_t rows, int64_t cols, int64_t c0, int64_t n,
                  float* dst) override {
+    if (keyed(KeyOp::kCopyCols, src, rows, cols, c0, n, dst)) return;
     cuda::copy_cols(ctx_, src, rows, cols, c0, n, dst);
   }
 
   void kv_store(const KvLayer& kv, const PagedAttnParams& p, const float* k,
                 const float* v) override {
     use_slots(kv);
+    if (keyed(KeyOp::kKvStore, kv, p, k, v, batch_.positions(), batch_.cells())) return;
     cuda::kv_store(ctx_, kv, shape(p), batch_, k, v);
   }
   void paged_attention(const KvLayer& kv, const PagedAttnParams& p, const float* q,
                        float* out) override {
     use_slots(kv);
+    if (keyed(KeyOp::kAttention, kv, p, q, out, batch_.positions(), batch_.row_tables(),
+              batch_.tables(), batch_.block_size(), attn_segment_ctx(batch_.max_ctx())))
+      return;
     cuda::paged_attention(ctx_, kv, shape(p), batch_, q, out);
   }
 
@@ -227,12 +251,17 @@ class CudaBackend final : public kvrun::Backend {
     ctx_.synchronize();
   }
 
-  /// Decode steps (at most kMatvecMaxRows rows) as a CUDA graph: recorded anew every step and
-  /// replayed with one launch (StepGraph updates the executable graph in place while only kernel
-  /// parameters change). The first step of each row count runs directly, so scratch memory, the
-  /// logits buffer and RoPE factors exist before recording; a recording that fails (an op that
-  /// had to allocate or upload) throws nothing recorded away and runs `issue` directly; two
-  /// failures in a row turn graphs off for this backend. KVRUN_CUDA_GRAPHS=0 turns them off.
+  /// Decode steps (at most kMatvecMaxRows rows) as CUDA graphs, one per (row count, run_graph
+  /// call of the step), replayed with one launch. Each step first runs `issue` as a dry pass in
+  /// which the ops only append their arguments to a StepKey (step_key.h); when the key equals
+  /// the one the graph was recorded with, the graph is launched as it is, otherwise the step is
+  /// recorded anew (StepGraph updates the executable graph in place while only kernel
+  /// parameters change). Keys change when a pointer, a shape or a parameter does, when scratch
+  /// memory was reallocated, and every 256 positions of context (attn_segment_ctx). The first
+  /// step of each row count runs directly, so scratch memory, the logits buffer and RoPE
+  /// factors exist before recording; a dry pass or recording that fails (an op that had to
+  /// allocate or upload) runs `issue` directly; two failures in a row turn graphs off for this
+  /// backend. KVRUN_CUDA_GRAPHS=0 turns them off.
   void run_graph(const std::function<void()>& issue) override {
     const int64_t rows = pt_.n_tokens;
     if (!graphs_ || rows > kMatvecMaxRows || rows < 1 || !warm_[size_t(rows)]) {
@@ -240,29 +269,47 @@ class CudaBackend final : public kvrun::Backend {
       issue();
       return;
     }
-    capturing_ = true;
-    timer_.begin_record();
+    std::vector<KeyedGraph>& per_call = graphs_by_rows_[size_t(rows)];
+    if (per_call.size() <= size_t(graph_calls_)) per_call.resize(size_t(graph_calls_) + 1);
+    KeyedGraph& g = per_call[size_t(graph_calls_++)];
+    timer_.begin_host();
+    bool recorded = false;
     try {
-      graph_.capture(ctx_, issue);
+      hashing_ = true;
+      key_.clear();
+      key_.op(KeyOp::kStep, rows, Scratch::generation());
+      issue();
+      hashing_ = false;
+      if (!g.graph.ready() || key_ != g.key) {
+        capturing_ = true;
+        g.graph.capture(ctx_, issue);
+        capturing_ = false;
+        std::swap(g.key, key_);
+        recorded = true;
+      }
     } catch (const std::exception&) {
-      capturing_ = false;
+      hashing_ = capturing_ = false;
+      g.key.clear();
       graphs_ = ++graph_failures_ < 2;
       issue();
       return;
     }
-    timer_.end_record();
-    capturing_ = false;
+    timer_.end_host(recorded);
+    ++(recorded ? stats_.recorded : stats_.replayed);
     graph_failures_ = 0;
     timer_.before_launch(ctx_);
-    graph_.launch(ctx_);
+    g.graph.launch(ctx_);
     timer_.after_launch(ctx_);
   }
 
+  GraphStats stats() const { return stats_; }
+
  private:
-  /// Throws CudaError while a step is being recorded: `what` would copy from host memory that
-  /// a replay would not see again (run_graph then runs the step directly).
+  /// Throws CudaError while a step is being recorded or keyed: `what` would copy from host
+  /// memory that a replay would not see again (run_graph then runs the step directly).
   void not_recording(const char* what) const {
-    if (capturing_) throw CudaError(std::string(what) + " while recording a CUDA graph");
+    if (capturing_ || hashing_)
+      throw CudaError(std::string(what) + " while recording a CUDA graph");
   }
 
   static AttnShape shape(const PagedAttnParams& p) {
@@ -312,7 +359,24 @@ class CudaBackend final : public kvrun::Backend {
   const int32_t* batch_slots_ = nullptr;  // the slot map batch_ was last checked against
   cuda::DeviceBuffer ids_;                // get_rows' token ids
   std::unordered_map<const float*, cuda::DeviceBuffer> ff_;
-  StepGraph graph_;
+  /// During run_graph's dry pass: appends the op's arguments to key_ and returns true (the op
+  /// then launches nothing); false otherwise.
+  template <typename... A>
+  bool keyed(KeyOp op, const A&... a) {
+    if (hashing_) key_.op(op, a...);
+    return hashing_;
+  }
+
+  /// A recorded step and the key of its arguments.
+  struct KeyedGraph {
+    StepGraph graph;
+    StepKey key;
+  };
+  std::vector<KeyedGraph> graphs_by_rows_[kMatvecMaxRows + 1];  // [rows][run_graph call]
+  int graph_calls_ = 0;                                         // run_graph calls since begin_step
+  StepKey key_;                                                 // the dry pass's key
+  bool hashing_ = false;
+  GraphStats stats_;
   StepTimer timer_;  // KVRUN_CUDA_STEP_TIMES=1: reported on stderr when the backend ends
   bool graphs_ = graphs_enabled();
   bool capturing_ = false;
@@ -457,6 +521,12 @@ std::vector<kvrun::Device*> seam_devices() {
     return v;
   }();
   return *owned;
+}
+
+GraphStats graph_stats(const kvrun::Backend& be) {
+  const auto* cb = dynamic_cast<const CudaBackend*>(&be);
+  if (!cb) throw std::invalid_argument("graph_stats: not a CUDA backend");
+  return cb->stats();
 }
 
 }  // namespace kvrun::cuda

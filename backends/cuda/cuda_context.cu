@@ -1,4 +1,5 @@
 // cuda_context.cu — Context and DeviceBuffer (see cuda_context.h).
+#include <atomic>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
@@ -23,9 +24,13 @@ void device_malloc(void** ptr, size_t bytes, const char* what) {
   check(e, what);
 }
 
+std::atomic<uint64_t> g_scratch_generation{0};
+
 }  // namespace
 
 Scratch::~Scratch() { cudaFree(ptr_); }
+
+uint64_t Scratch::generation() { return g_scratch_generation.load(); }
 
 void* Scratch::get(cudaStream_t stream, size_t bytes) {
   if (bytes <= bytes_ && ptr_) return ptr_;
@@ -41,6 +46,7 @@ void* Scratch::get(cudaStream_t stream, size_t bytes) {
   bytes_ = 0;
   device_malloc(&ptr_, bytes, "scratch: cudaMalloc");
   bytes_ = bytes;
+  ++g_scratch_generation;
   return ptr_;
 }
 
@@ -74,7 +80,7 @@ Context::Context(int device) : impl_(std::make_unique<Impl>()) {
   const char* mv = std::getenv("KVRUN_CUDA_MATVEC");
   impl_->act_q8_matvec = !(mv && std::string(mv) == "f32");
   const char* av = std::getenv("KVRUN_CUDA_ATTN_V");
-  impl_->attn_v_vec = !(av && std::string(av) == "elem");
+  if (av && std::string(av) == "vec") impl_->attn_v = Impl::AttnV::kVec;
   check(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking), "cudaStreamCreate");
 }
 

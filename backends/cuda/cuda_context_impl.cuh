@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 
 #include "cuda/cuda_context.h"
 
@@ -19,6 +20,9 @@ class Scratch {
  public:
   ~Scratch();
   void* get(cudaStream_t stream, size_t bytes);
+  /// How many times any Scratch of the process has (re)allocated: a recorded graph whose
+  /// kernels read scratch memory is stale once this has changed (cuda_backend.cu's step key).
+  static uint64_t generation();
 
  private:
   void* ptr_ = nullptr;
@@ -45,10 +49,12 @@ struct Context::Impl {
   /// and use integer dot products (the CPU's arithmetic for q4_0 / q8_0); false
   /// (KVRUN_CUDA_MATVEC=f32) keeps them in f32 (for side-by-side measurement).
   bool act_q8_matvec = true;
-  /// Paged attention reads each lane's V values of a row with one vector load where the type
-  /// and alignment allow (paged_attention.cu v_values); false (KVRUN_CUDA_ATTN_V=elem) reads
-  /// them value by value (for side-by-side measurement).
-  bool attn_v_vec = true;
+  /// How paged attention reads each lane's V values of a row (paged_attention.cu v_values):
+  /// kVec with one vector load where the type and alignment allow, kElem value by value. The
+  /// default (kElem) measured faster for every KV type on an H200 (docs/cuda.md);
+  /// KVRUN_CUDA_ATTN_V=vec picks the vector loads for side-by-side measurement on other GPUs.
+  enum class AttnV { kVec, kElem };
+  AttnV attn_v = AttnV::kElem;
   Scratch partials;  ///< paged attention: per-segment (m, l, acc)
   Scratch rotated;   ///< --kv-rotate: the rotated K (kv_store) or Q (attention)
 

@@ -85,9 +85,9 @@ struct StepTimer::Impl {
   bool on = false;
   cudaEvent_t start = nullptr, stop = nullptr;
   bool pending = false;  // start/stop of the last launch not yet read
-  Clock::time_point record_begin, last_launch;
+  Clock::time_point host_begin, last_launch;
   bool launched = false;
-  std::vector<double> record_us, gpu_us, wall_us;
+  std::vector<double> replay_host_us, record_host_us, gpu_us, wall_us;
   ~Impl() {
     if (start) cudaEventDestroy(start);
     if (stop) cudaEventDestroy(stop);
@@ -104,12 +104,14 @@ StepTimer& StepTimer::operator=(StepTimer&&) noexcept = default;
 
 bool StepTimer::enabled() const { return impl_->on; }
 
-void StepTimer::begin_record() {
-  if (impl_->on) impl_->record_begin = Clock::now();
+void StepTimer::begin_host() {
+  if (impl_->on) impl_->host_begin = Clock::now();
 }
 
-void StepTimer::end_record() {
-  if (impl_->on) impl_->record_us.push_back(micros(Clock::now() - impl_->record_begin));
+void StepTimer::end_host(bool recorded) {
+  if (!impl_->on) return;
+  const double us = micros(Clock::now() - impl_->host_begin);
+  (recorded ? impl_->record_host_us : impl_->replay_host_us).push_back(us);
 }
 
 void StepTimer::before_launch(Context& ctx) {
@@ -145,10 +147,13 @@ void StepTimer::after_launch(Context& ctx) {
 std::string StepTimer::report() const {
   const Impl& t = *impl_;
   if (t.wall_us.empty()) return "";
-  char line[200];
+  char line[240];
   std::snprintf(line, sizeof line,
-                "%zu steps: launch to launch %.0f us, GPU %.0f us, recording %.0f us (medians)",
-                t.record_us.size(), median(t.wall_us), median(t.gpu_us), median(t.record_us));
+                "%zu steps (%zu recorded): launch to launch %.0f us, GPU %.0f us, host %.0f us "
+                "replayed / %.0f us recorded (medians)",
+                t.replay_host_us.size() + t.record_host_us.size(), t.record_host_us.size(),
+                median(t.wall_us), median(t.gpu_us), median(t.replay_host_us),
+                median(t.record_host_us));
   return line;
 }
 

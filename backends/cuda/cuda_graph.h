@@ -43,11 +43,11 @@ class StepGraph {
   std::unique_ptr<Impl> impl_;
 };
 
-/// Where a replayed step's time goes, for KVRUN_CUDA_STEP_TIMES=1: per step the host time of the
-/// recording (capture and executable update, during which the GPU waits), the GPU time of the
-/// replay (CUDA events around the launch) and the wall time from one launch to the next (a
-/// decode token, in steady state); report() gives their medians. Off, every call returns at
-/// once. Move-only.
+/// Where a replayed step's time goes, for KVRUN_CUDA_STEP_TIMES=1: per step the host time
+/// before the launch (the step key's dry pass, and the recording — capture and executable
+/// update — when the key changed; the GPU waits meanwhile), the GPU time of the replay (CUDA
+/// events around the launch) and the wall time from one launch to the next (a decode token, in
+/// steady state); report() gives their medians. Off, every call returns at once. Move-only.
 class StepTimer {
  public:
   StepTimer();
@@ -57,16 +57,16 @@ class StepTimer {
 
   /// True when KVRUN_CUDA_STEP_TIMES=1 was set at construction.
   bool enabled() const;
-  /// Around StepGraph::capture.
-  void begin_record();
-  void end_record();
+  /// Around the host's work before StepGraph::launch; `recorded`: the step was recorded anew.
+  void begin_host();
+  void end_host(bool recorded);
   /// Around StepGraph::launch, on the context's stream. before_launch reads the previous
   /// step's GPU time (waiting for its end event, which the engine's logits download has
   /// passed already). Throws CudaError on failure.
   void before_launch(Context& ctx);
   void after_launch(Context& ctx);
-  /// "N steps: launch to launch A us, GPU B us, recording C us (medians)", or "" before two
-  /// launches.
+  /// "N steps (R recorded): launch to launch A us, GPU B us, host C us replayed / D us
+  /// recorded (medians)", or "" before two launches.
   std::string report() const;
 
  private:

@@ -200,26 +200,36 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   }
 }
 
-/// The split q4_0 / q8_0 / q6_K decode matmul: x quantized once (k_quantize_act_q8, into the
-/// context's act_q8 scratch), then k_matvec_q8 with rows per warp chosen as k_matvec1's.
-template <typename R>
-void matvec_q8(Context::Impl& c, R rd, int64_t m, int64_t k, const float* x, int64_t n, float* y) {
+/// x [n][k] quantized to int8 blocks (k_quantize_act_q8) into the context's act_q8 scratch:
+/// the quants, then the blocks' (scale, sum) pairs.
+struct ActQ8Rows {
+  const int8_t* q;
+  const float2* ds;
+};
+ActQ8Rows quantize_act_q8(Context::Impl& c, const float* x, int64_t n, int64_t k) {
   const int64_t blocks = n * k / 32;
   auto* xq = static_cast<int8_t*>(c.act_q8.get(c.stream, size_t(blocks) * 40));
   auto* ds = reinterpret_cast<float2*>(xq + blocks * 32);
   k_quantize_act_q8<<<grid_for(blocks * 32, 256), 256, 0, c.stream>>>(x, blocks, xq, ds);
+  return {xq, ds};
+}
+
+/// The split q4_0 / q8_0 / q6_K decode matmul over activations quantized by quantize_act_q8:
+/// k_matvec_q8 with rows per warp chosen as k_matvec1's.
+template <typename R>
+void matvec_q8(Context::Impl& c, R rd, int64_t m, int64_t k, ActQ8Rows a, int64_t n, float* y) {
   constexpr int T = kWarpsPerBlock * 32;
   if (n == 1 && m >= 8192)
     k_matvec_q8_1<R, 4, 2>
-        <<<grid_for(m, kWarpsPerBlock * 4), T, 0, c.stream>>>(rd, m, k, xq, ds, y);
+        <<<grid_for(m, kWarpsPerBlock * 4), T, 0, c.stream>>>(rd, m, k, a.q, a.ds, y);
   else if (n == 1 && m >= 2048)
     k_matvec_q8_1<R, 2, 4>
-        <<<grid_for(m, kWarpsPerBlock * 2), T, 0, c.stream>>>(rd, m, k, xq, ds, y);
+        <<<grid_for(m, kWarpsPerBlock * 2), T, 0, c.stream>>>(rd, m, k, a.q, a.ds, y);
   else if (n == 1)
-    k_matvec_q8_1<R, 1, 4><<<grid_for(m, kWarpsPerBlock), T, 0, c.stream>>>(rd, m, k, xq, ds, y);
+    k_matvec_q8_1<R, 1, 4><<<grid_for(m, kWarpsPerBlock), T, 0, c.stream>>>(rd, m, k, a.q, a.ds, y);
   else
     k_matvec_q8<R, 1, kMatvecMaxRows>
-        <<<grid_for(m, kWarpsPerBlock), T, 0, c.stream>>>(rd, m, k, xq, ds, int(n), y);
+        <<<grid_for(m, kWarpsPerBlock), T, 0, c.stream>>>(rd, m, k, a.q, a.ds, int(n), y);
 }
 
 /// Decodes rows [r0, r0 + rows) of a weight to f16, row-major [rows][k].
@@ -334,7 +344,9 @@ void matmul(Context& ctx, const Tensor& w, const float* x, int64_t n, float* y) 
     prefill(c, w, x, n, y);
     return;
   }
-  if (c.act_q8_matvec && with_split_reader(w, [&](auto rd) { matvec_q8(c, rd, m, k, x, n, y); })) {
+  if (c.act_q8_matvec && with_split_reader(w, [](auto) {})) {
+    const ActQ8Rows a = quantize_act_q8(c, x, n, k);
+    with_split_reader(w, [&](auto rd) { matvec_q8(c, rd, m, k, a, n, y); });
     check_launch("matmul: matvec_q8");
     return;
   }
@@ -354,6 +366,27 @@ void matmul(Context& ctx, const Tensor& w, const float* x, int64_t n, float* y) 
           <<<grid_for(m, kWarpsPerBlock), T, 0, c.stream>>>(rd, m, k, x, int(n), y);
   });
   check_launch("matmul: matvec");
+}
+
+void matmul_many(Context& ctx, const MatmulOut* outs, int n_outs, const float* x, int64_t n) {
+  Context::Impl& c = ctx.impl();
+  bool shared = n_outs > 1 && n >= 1 && n <= kMatvecMaxRows && c.act_q8_matvec;
+  const int64_t k = n_outs > 0 ? outs[0].w->ne[0] : 0;
+  for (int i = 0; i < n_outs && shared; ++i) {
+    const Tensor& w = *outs[i].w;
+    shared = w.ne[0] == k && matmul_supported(w.type, k) && w.ne[2] == 1 && w.ne[3] == 1 &&
+             w.ne[1] > 0 && with_split_reader(w, [](auto) {});
+  }
+  if (!shared) {
+    for (int i = 0; i < n_outs; ++i) matmul(ctx, *outs[i].w, x, n, outs[i].y);
+    return;
+  }
+  c.activate();
+  const ActQ8Rows a = quantize_act_q8(c, x, n, k);
+  for (int i = 0; i < n_outs; ++i)
+    with_split_reader(*outs[i].w,
+                      [&](auto rd) { matvec_q8(c, rd, outs[i].w->ne[1], k, a, n, outs[i].y); });
+  check_launch("matmul_many: matvec_q8");
 }
 
 }  // namespace kvrun::cuda

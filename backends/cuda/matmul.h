@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend.h"
 #include "cuda/cuda_context.h"
 #include "tensor.h"
 
@@ -49,5 +50,12 @@ std::vector<uint8_t> split_weight(const Tensor& host);
 /// Enqueued on the context's stream. Throws std::invalid_argument for an unsupported type or
 /// shape (matmul_supported), CudaError when CUDA or cuBLAS fails.
 void matmul(Context& ctx, const Tensor& w, const float* x, int64_t n, float* y);
+
+/// outs[i].y = x · outs[i].wᵀ for every i, as matmul each (the same shapes, contracts and
+/// errors), with the weights reading the same x [n, k]. Decode rows (n ≤ kMatvecMaxRows) of
+/// weights that all take the integer matvec (split q4_0 / q8_0 / q6_K, one k) quantize x once
+/// for all of them (a llama layer's q, k, v and gate, up: 3 of its 6 quantizations); otherwise
+/// each output is a plain matmul.
+void matmul_many(Context& ctx, const MatmulOut* outs, int n_outs, const float* x, int64_t n);
 
 }  // namespace kvrun::cuda

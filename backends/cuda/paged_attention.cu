@@ -30,6 +30,7 @@ struct AttnArgs {
   const int32_t* tables;
   const float* q;   ///< [n_rows][n_head · head_dim]
   float* partials;  ///< [n_rows][n_head][n_seg][2 + head_dim_v]: m, l, acc
+  float* out;  ///< one segment: [n_rows][n_head][head_dim_v] written directly (no merge); else null
   int n_head, group, hd, hdv, seg_len, n_seg;
   int window;  ///< sliding window (0: none)
   int k_vec;   ///< K rows read 8 values at a time: 1 f16, 2 bf16, 3 fp8 (aligned rows: one
@@ -299,6 +300,10 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(AttnArgs a) {
         den += f * sm_l[w][g];
       }
     }
+    if (a.out) {  // one segment: acc / l as k_merge would compute it (e^0 = 1, one term)
+      a.out[(int64_t(r) * a.n_head + hk * G + g) * a.hdv + d] = num * (1.0f / den);
+      continue;
+    }
     float* out = a.partials + ((int64_t(r) * a.n_head + hk * G + g) * a.n_seg + z) * (a.hdv + 2);
     if (d == 0) {
       out[0] = M;
@@ -374,6 +379,10 @@ void launch(cudaStream_t s, dim3 grid, const AttnArgs& a) {
 
 }  // namespace
 
+int64_t attn_segment_ctx(int64_t max_ctx) {
+  return (std::max<int64_t>(max_ctx, 1) + 255) / 256 * 256;
+}
+
 bool paged_attention_supported(DType k_type, DType v_type, const AttnShape& s) {
   return kv_type_supported(k_type) && kv_type_supported(v_type) && s.n_head > 0 &&
          s.n_head_kv > 0 && s.n_head % s.n_head_kv == 0 &&
@@ -401,7 +410,7 @@ void paged_attention(Context& ctx, const PagedKvLayer& kv, const AttnShape& shap
   // Segments: enough blocks to give every multiprocessor 8, none shorter than 256 positions
   // (two tiles per warp); their partial states are merged by k_merge.
   const int64_t base = rows * shape.n_head_kv, target = 8 * int64_t(c.sm_count);
-  const int64_t max_ctx = batch.max_ctx();
+  const int64_t max_ctx = attn_segment_ctx(batch.max_ctx());
   // The partials are sized for the most segments these rows can get at any context length, so
   // a growing context never grows the scratch (which a graph capture could not do).
   const int64_t seg_cap = std::max<int64_t>(1, (target + base - 1) / base);
@@ -459,12 +468,17 @@ void paged_attention(Context& ctx, const PagedKvLayer& kv, const AttnShape& shap
       reinterpret_cast<uintptr_t>(kv.v) | reinterpret_cast<uintptr_t>(kv.v_slow);
   const int64_t v_bytes = kv.v_type == DType::F16 || kv.v_type == DType::BF16 ? 2 * dpl : dpl;
   const bool v_aligned = kv.v_row_bytes % v_bytes == 0 && int64_t(v_bases % 16) % v_bytes == 0;
-  if (c.attn_v_vec && shape.head_dim_v % dpl == 0) {
+  // Value by value unless KVRUN_CUDA_ATTN_V=vec: on an H200 the vector path was slower for
+  // every type (attention alone at 32K, f16 222 vs 175 us, q8_0 267 vs 213, fp8 273 vs 216,
+  // nvfp4 457 vs 368; the pp512 attention of nvfp4 2.12 vs 1.67 ms a layer). docs/cuda.md.
+  const bool fp8_v = kv.v_type == DType::FP8_E4M3 || kv.v_type == DType::FP8_E5M2;
+  const bool v_elem = c.attn_v != Context::Impl::AttnV::kVec;
+  if (!v_elem && shape.head_dim_v % dpl == 0) {
     if (kv.v_type == DType::F16 && v_aligned)
       a.v_vec = 1;
     else if (kv.v_type == DType::BF16 && v_aligned)
       a.v_vec = 2;
-    else if ((kv.v_type == DType::FP8_E4M3 || kv.v_type == DType::FP8_E5M2) && v_aligned)
+    else if (fp8_v && v_aligned)
       a.v_vec = 3;
     else if (kv.v_type == DType::Q8_0 && shape.head_dim_v % QK8_0 == 0)
       a.v_vec = 4;
@@ -475,6 +489,7 @@ void paged_attention(Context& ctx, const PagedKvLayer& kv, const AttnShape& shap
   const size_t part_bytes = size_t(rows * shape.n_head * seg_cap * (shape.head_dim_v + 2)) * 4;
   a.partials = static_cast<float*>(c.partials.get(c.stream, part_bytes));
 
+  a.out = n_seg == 1 ? out : nullptr;
   const dim3 grid(unsigned(rows), unsigned(shape.n_head_kv), unsigned(n_seg));
   if (dpl == 1)
     launch<1>(c.stream, grid, a);
@@ -485,6 +500,7 @@ void paged_attention(Context& ctx, const PagedKvLayer& kv, const AttnShape& shap
   else
     launch<8>(c.stream, grid, a);
   check_launch("paged_attention");
+  if (n_seg == 1) return;
   const dim3 merge_grid(unsigned(rows * shape.n_head), unsigned((shape.head_dim_v + 31) / 32));
   k_merge<<<merge_grid, kMergeWarps * 32, 0, c.stream>>>(a.partials, a.n_seg, a.hdv, out);
   check_launch("paged_attention: merge");

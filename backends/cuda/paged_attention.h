@@ -32,6 +32,13 @@ constexpr int64_t kAttnMaxHeadDim = 256;
 /// cache the backend cannot read must be refused at load with this, never run on a slow path.
 bool paged_attention_supported(DType k_type, DType v_type, const AttnShape& shape);
 
+/// The context length paged_attention splits into segments for a step whose longest row sees
+/// `max_ctx` positions: max_ctx rounded up to a multiple of 256, so that the kernels' launch
+/// parameters (segment count and length) stay the same for up to 256 decode steps and a
+/// recorded step graph can be replayed unchanged (cuda_backend.cu). Segments past a row's
+/// context are empty and skipped by the merge.
+int64_t attn_segment_ctx(int64_t max_ctx);
+
 /// out row r = attention of q row r over its sequence's positions 0 … positions()[r] (the rows'
 /// K/V must be stored, kv_store, before). q: device [n_rows, n_head · head_dim] f32;
 /// out: device [n_rows, n_head · head_dim_v] f32. Enqueued on the context's stream. Throws
