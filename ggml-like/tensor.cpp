@@ -56,7 +56,11 @@ std::atomic<bool> g_huge_pages{true};
 void set_huge_pages(bool on) { g_huge_pages.store(on, std::memory_order_relaxed); }
 bool huge_pages() { return g_huge_pages.load(std::memory_order_relaxed); }
 
-Buffer::Buffer(size_t n_bytes) : size_(n_bytes) {
+Buffer::Buffer(size_t n_bytes) : Buffer(n_bytes, true) {}
+
+Buffer Buffer::uninitialized(size_t n_bytes) { return Buffer(n_bytes, false); }
+
+Buffer::Buffer(size_t n_bytes, bool zero) : size_(n_bytes) {
   // Only the start moves to 2 MiB: the size stays a multiple of 64, so the tail past the last
   // whole huge page stays on 4 KiB pages and costs no more RAM than before.
   const bool huge = n_bytes >= kHugePageBytes && huge_pages();
@@ -67,7 +71,10 @@ Buffer::Buffer(size_t n_bytes) : size_(n_bytes) {
 #ifdef MADV_HUGEPAGE
   if (huge) madvise(p, rounded / kHugePageBytes * kHugePageBytes, MADV_HUGEPAGE);
 #endif
-  std::memset(p, 0, rounded == 0 ? 64 : rounded);
+  if (zero)
+    std::memset(p, 0, rounded == 0 ? 64 : rounded);
+  else
+    std::memset(static_cast<char*>(p) + n_bytes, 0, (rounded == 0 ? 64 : rounded) - n_bytes);
   ptr_.reset(p);
 }
 

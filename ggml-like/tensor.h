@@ -74,8 +74,13 @@ inline constexpr size_t kHugePageBytes = size_t(2) << 20;
 class Buffer {
  public:
   Buffer() = default;
-  /// Allocates `n_bytes`; throws std::bad_alloc when it cannot.
+  /// Allocates `n_bytes`, zeroed; throws std::bad_alloc when it cannot.
   explicit Buffer(size_t n_bytes);
+  /// Allocates `n_bytes` without writing them (their contents are indeterminate; the padding
+  /// past n_bytes up to the next multiple of 64 is zeroed), for a caller that writes every byte
+  /// itself — from several threads, so that the first-touch page faults (the kernel's zeroing)
+  /// are spread over them too. Throws std::bad_alloc when it cannot.
+  static Buffer uninitialized(size_t n_bytes);
   void* data() { return ptr_.get(); }
   const void* data() const { return ptr_.get(); }
   size_t size() const { return size_; }
@@ -84,6 +89,7 @@ class Buffer {
   struct Free {
     void operator()(void* p) const;
   };
+  Buffer(size_t n_bytes, bool zero);
   std::unique_ptr<void, Free> ptr_;
   size_t size_ = 0;
 };

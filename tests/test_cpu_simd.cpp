@@ -432,6 +432,32 @@ TEST_P(MatmulLevel, ManyWeightsEqualSeparateMatmuls) {
   EXPECT_THROW(matmul_many(pool, mixed, 2, x.data(), 1), std::invalid_argument);
 }
 
+/// The packed copy does not depend on how many threads made it: one, two and three threads
+/// (each range at least 4 MiB, so a 13 MiB matrix really is split) give the same bytes, for
+/// every type this level packs. The blocks are random bytes (packing reads no value).
+TEST_P(MatmulLevel, PackWithThreadsGivesTheSameBytes) {
+  const CpuLevel level = GetParam();
+  int packed_types = 0;
+  for (DType t : {DType::Q4_0, DType::Q8_0, DType::MXFP4, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    const int64_t k = 4096, rb = *row_bytes(t, k), m = ((size_t(13) << 20) / rb + 15) / 16 * 16;
+    std::vector<uint8_t> bytes(size_t(m * rb));
+    uint64_t r = 0x9E3779B97F4A7C15ull + uint64_t(t);
+    for (uint8_t& b : bytes)
+      b = uint8_t((r = r * 6364136223846793005ull + 1442695040888963407ull) >> 56);
+    const Tensor w = Tensor::contiguous(t, bytes.data(), k, m);
+    if (!pack_supported(w, level)) continue;
+    ++packed_types;
+    const Buffer one = pack_weight(w, level, 1);
+    for (int n : {2, 3}) {
+      const Buffer many = pack_weight(w, level, n);
+      ASSERT_EQ(many.size(), one.size());
+      EXPECT_EQ(std::memcmp(many.data(), one.data(), one.size()), 0)
+          << traits(t).name << " at " << cpu_level_name(level) << ", " << n << " threads";
+    }
+  }
+  if (packed_types == 0) GTEST_SKIP() << cpu_level_name(level) << " packs no weight type";
+}
+
 TEST_P(MatmulLevel, PackRefusesWhatItCannotPack) {
   const CpuLevel level = GetParam();
   std::vector<uint8_t> bytes(size_t(*row_bytes(DType::Q4_0, 64)) * 24, 1);

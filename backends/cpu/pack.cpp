@@ -1,10 +1,15 @@
 // pack.cpp — the row-interleaved weight layout of the CPU backend (see pack.h).
 #include "cpu/pack.h"
 
+#include <algorithm>
 #include <cstring>
+#include <functional>
 #include <stdexcept>
+#include <thread>
+#include <vector>
 
 #include "blocks.h"
+#include "cpu/cpu_info.h"
 #include "cpu/cpu_traits.h"
 #include "fp16.h"
 
@@ -117,14 +122,14 @@ bool pack_supported(const Tensor& w, CpuLevel level) {
 
 Buffer pack_weight(const Tensor& w) { return pack_weight(w, cpu_level()); }
 
-Buffer pack_weight(const Tensor& w, CpuLevel level) {
-  if (!pack_supported(w, level))
-    throw std::invalid_argument("pack_weight: this tensor cannot be packed");
-  const int64_t nb = w.ne[0] / traits(w.type).block_elems, groups = w.ne[1] / kPackRows;
+namespace {
+
+/// Packs the groups [g0, g1) of w into dst (group g at g · nb · gb bytes).
+void pack_groups(const Tensor& w, int64_t g0, int64_t g1, uint8_t* out) {
+  const int64_t nb = w.ne[0] / traits(w.type).block_elems;
   const size_t gb = group_block_bytes(w.type);
-  Buffer out(size_t(groups * nb) * gb);
-  uint8_t* dst = static_cast<uint8_t*>(out.data());
-  for (int64_t g = 0; g < groups; ++g)
+  uint8_t* dst = out + size_t(g0 * nb) * gb;
+  for (int64_t g = g0; g < g1; ++g)
     for (int64_t b = 0; b < nb; ++b, dst += gb) {
       if (w.type == DType::Q4_K) {
         pack_super_block<block_q4_K>(w, g, b, pack_q4_K_block, dst);
@@ -156,6 +161,39 @@ Buffer pack_weight(const Tensor& w, CpuLevel level) {
         }
       }
     }
+}
+
+/// Packed bytes a thread of pack_weight gets at least.
+constexpr size_t kPackBytesPerThread = size_t(4) << 20;
+
+}  // namespace
+
+Buffer pack_weight(const Tensor& w, CpuLevel level) {
+  static const int n = std::min(16, physical_cores());  // read once: sysfs, one file a core
+  return pack_weight(w, level, n);
+}
+
+Buffer pack_weight(const Tensor& w, CpuLevel level, int n_threads) {
+  if (!pack_supported(w, level))
+    throw std::invalid_argument("pack_weight: this tensor cannot be packed");
+  const int64_t nb = w.ne[0] / traits(w.type).block_elems, groups = w.ne[1] / kPackRows;
+  const size_t bytes = size_t(groups * nb) * group_block_bytes(w.type);
+  Buffer out = Buffer::uninitialized(bytes);
+  auto* dst = static_cast<uint8_t*>(out.data());
+  const int64_t t = std::clamp<int64_t>(int64_t(bytes / kPackBytesPerThread), 1,
+                                        std::min<int64_t>(std::max(n_threads, 1), groups));
+  if (t <= 1) {
+    pack_groups(w, 0, groups, dst);
+    return out;
+  }
+  // Contiguous group ranges: each thread reads its rows of the source and first-touches (and so
+  // faults in) its part of the copy.
+  std::vector<std::thread> threads;
+  threads.reserve(size_t(t - 1));
+  for (int64_t i = 1; i < t; ++i)
+    threads.emplace_back(pack_groups, std::cref(w), groups * i / t, groups * (i + 1) / t, dst);
+  pack_groups(w, 0, groups / t, dst);
+  for (std::thread& th : threads) th.join();
   return out;
 }
 

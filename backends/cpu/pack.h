@@ -101,10 +101,16 @@ bool pack_supported(const Tensor& w, CpuLevel level);
 /// The packed copy of `w` (layout above): pack_weight(w, cpu_level()).
 Buffer pack_weight(const Tensor& w);
 
-/// The packed copy of `w` (layout above). Throws std::invalid_argument when
-/// !pack_supported(w, level), std::bad_alloc when memory runs out. The caller keeps the buffer
-/// and points w.packed at it.
+/// The packed copy of `w` (layout above), made by up to min(16, physical cores) threads
+/// (pack_weight(w, level, n)). Throws std::invalid_argument when !pack_supported(w, level),
+/// std::bad_alloc when memory runs out. The caller keeps the buffer and points w.packed at it.
 Buffer pack_weight(const Tensor& w, CpuLevel level);
+
+/// pack_weight with at most `n_threads` threads (at least 4 MiB of the copy each; one for a
+/// smaller matrix), each packing a contiguous range of groups: loading a model is mostly this
+/// copy, its page faults and the file's reads, which then run in parallel. The bytes do not
+/// depend on n_threads.
+Buffer pack_weight(const Tensor& w, CpuLevel level, int n_threads);
 
 /// Bytes of one packed 16-row group of a type-`t` matrix with rows of `k` elements.
 size_t packed_group_bytes(DType t, int64_t k);
