@@ -209,6 +209,7 @@ std::array<Table, kLevels> build_tables() {
   row_of(tables[size_t(CpuLevel::neon)], DType::Q8_0).packed_tile = neon::packed_q8_0_q8_0;
   row_of(tables[size_t(CpuLevel::neon)], DType::MXFP4).packed_tile = neon::packed_mxfp4_q8_0;
   row_of(tables[size_t(CpuLevel::neon)], DType::Q4_K).packed_tile = neon::packed_q4_K_q8_K;
+  row_of(tables[size_t(CpuLevel::neon)], DType::Q5_K).packed_tile = neon::packed_q5_K_q8_K;
   row_of(tables[size_t(CpuLevel::neon)], DType::Q6_K).packed_tile = neon::packed_q6_K_q8_K;
 #endif
   return tables;

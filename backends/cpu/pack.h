@@ -60,9 +60,10 @@
 //                       value 32·j + e, GGUF q5_K order).
 // So lane i's 32-byte half-chunk of qh gives 8 rows' fifth bits of values 4i..4i+3 of all 8
 // sub-blocks, the same bytes as lane i's nibbles: sub-block j's bit is moved to bit 4 with one
-// 16-bit shift (none for j = 4) and an AND, then ORed into the nibble. The kernel
-// (x86/packed_q5k_avx2.inl) keeps vec_dot_q5_K_q8_K's order (8 main lanes as q4_K, the min term
-// in one float sum per row, multiplied then added), so it is bit-identical; its xoff is empty.
+// 16-bit shift (none for j = 4) and an AND, then ORed into the nibble (NEON: a byte shift). The
+// kernels (x86/packed_q5k_avx2.inl, arm/packed_neon.inl) keep vec_dot_q5_K_q8_K's order (8 main
+// lanes as q4_K, the min term in one float sum per row, multiplied then added), so they are
+// bit-identical; their xoff is empty.
 //
 // An mxfp4 matrix is packed like q4_0 in 272-byte blocks: bytes 0 .. 15 the 16 rows' E8M0
 // scale bytes e (row r at r), bytes 16 .. 271 their nibbles in q4_0's 4 chunks of 64 bytes. The
@@ -91,8 +92,8 @@ bool pack_supported(const Tensor& w);
 
 /// True when `w` can be packed and the kernels of `level` have a packed kernel for its type:
 /// 2-D, contiguous rows, ne[1] % 16 == 0; q4_0, q8_0, mxfp4, q4_K, q5_K and q6_K (ne[0] % 256 == 0
-/// for the K-quants) at the avx2 and avx512 levels (q5_K: the avx2 kernel at both), and q4_0,
-/// q8_0, mxfp4, q4_K and q6_K at the neon level (backends/cpu/arm/packed_neon.cpp). False for a
+/// for the K-quants) at the avx2 and avx512 levels, and q4_0, q8_0, mxfp4, q4_K, q5_K and q6_K
+/// at the neon level (backends/cpu/arm/packed_neon.cpp). False for a
 /// level this build has no kernels for. The layout does not depend on the level: a matrix packed
 /// for one level is read by every level with a packed kernel for its type (and ignored by the
 /// others, which read the rows).

@@ -51,6 +51,7 @@ KVRUN_NEON_PACKED(packed_q4_0_q8_0)
 KVRUN_NEON_PACKED(packed_q8_0_q8_0)
 KVRUN_NEON_PACKED(packed_mxfp4_q8_0)
 KVRUN_NEON_PACKED(packed_q4_K_q8_K)
+KVRUN_NEON_PACKED(packed_q5_K_q8_K)
 KVRUN_NEON_PACKED(packed_q6_K_q8_K)
 #undef KVRUN_NEON_PACKED
 

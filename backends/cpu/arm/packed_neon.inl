@@ -8,9 +8,9 @@
 //   * q8_0 and mxfp4 against q8_0: vec_dot_q8_0_q8_0, vec_dot_mxfp4_q8_0: per row 8 float lanes
 //     (lane i: values 4i..4i+3 of each block), lane = fma(d_w·d_x, float(Σ of its 4 products),
 //     lane), fold8 at the end;
-//   * q6_K and q4_K against q8_K: vec_dot_q6_K_q8_K and vec_dot_q4_K_q8_K (8 integer lanes per
-//     super-block weighted by the integer sub-block scales, fused into 8 float lanes; q4_K's mins
-//     in 4 more), folded as they fold.
+//   * q6_K, q4_K and q5_K against q8_K: vec_dot_q6_K_q8_K, vec_dot_q4_K_q8_K and
+//     vec_dot_q5_K_q8_K (8 integer lanes per super-block weighted by the integer sub-block scales,
+//     fused into 8 float lanes; q4_K's mins in 4 more, q5_K's in one sum), folded as they fold.
 // 16 rows of a packed group are four 128-bit registers (row r in register r / 4, lane r % 4),
 // which is how pack.h's chunks load: 16 bytes of a chunk are 4 bytes of each of 4 rows.
 #ifndef KVRUN_NEON_DOTPROD
@@ -303,20 +303,25 @@ inline void q4_K_scales(const uint8_t* g, int k, int32_t (*sc)[4], int32_t (*mn)
   }
 }
 
-/// Rows 4k .. 4k+3 of one packed q4_K group against C q8_K activation rows: y[c·ys + 4k + r].
-/// vec_dot_q4_K_q8_K's order: the main term in 8 lanes (lane i = Σ_j sc_j · Σ of values 4i..4i+3
-/// of sub-block j times x; exact), lane = fma(d_x·d_w, float(isum), lane); the mins in 4 lanes
-/// (lane t = m_2t·Σx(2t) + m_2t+1·Σx(2t+1) from the bsums), fused with −d_x·dmin_w; then
-/// fold8(main) + ((m0 + m2) + (m1 + m3)). xoff is not read.
-template <int C>
-inline void packed_q4_K_part(int64_t nb, const uint8_t* g, int k, const uint8_t* x, size_t xs,
-                             float* y, size_t ys) {
+/// Rows 4k .. 4k+3 of one packed q4_K (Q5 false) or q5_K (Q5 true) group against C q8_K
+/// activation rows: y[c·ys + 4k + r]. The main term as vec_dot_q4_K_q8_K / vec_dot_q5_K_q8_K
+/// form it, in 8 lanes (lane i = Σ_j sc_j · Σ of values 4i..4i+3 of sub-block j times x; exact),
+/// lane = fma(d_x·d_w, float(isum), lane); q5_K's values are the nibble with its fifth bit from
+/// qh (pack.h: the 16 bytes at 2304 + 64·i + 16·k hold rows 4k..4k+3's qh[4i..4i+3], the same
+/// rows and values as lane i's nibbles; bit j is sub-block j's). The min term from the bsums:
+/// q4_K in 4 lanes (lane t = m_2t·Σx(2t) + m_2t+1·Σx(2t+1)) fused with −d_x·dmin_w, added as
+/// ((m0 + m2) + (m1 + m3)); q5_K in one sum per row, s += (−d_x·dmin_w)·float(Σ_j m_j·Σx(j)),
+/// multiplied then added. Then fold8(main) + mins. xoff is not read.
+template <int C, bool Q5>
+inline void packed_k4_part(int64_t nb, const uint8_t* g, int k, const uint8_t* x, size_t xs,
+                           float* y, size_t ys) {
+  constexpr int64_t kBlockBytes = Q5 ? 2816 : 2304;
   float32x4_t acc[C][8], accm[C][4];
   for (int c = 0; c < C; ++c) {
     for (int l = 0; l < 8; ++l) acc[c][l] = vdupq_n_f32(0.0f);
     for (int t = 0; t < 4; ++t) accm[c][t] = vdupq_n_f32(0.0f);
   }
-  for (int64_t b = 0; b < nb; ++b, g += 2304) {
+  for (int64_t b = 0; b < nb; ++b, g += kBlockBytes) {
     float32x4_t dw[4], dmw[4];
     load_scales16(g, dw);
     load_scales16(g + 32, dmw);
@@ -327,27 +332,39 @@ inline void packed_q4_K_part(int64_t nb, const uint8_t* g, int k, const uint8_t*
       xb[c] = reinterpret_cast<const block_q8_K*>(x + size_t(c) * xs) + b;
       const int16_t* bs = xb[c]->bsums;
       const float32x4_t dmin = vmulq_n_f32(dmw[k], -xb[c]->d);
-      for (int t = 0; t < 4; ++t) {
-        const int32_t s0 = bs[4 * t] + bs[4 * t + 1], s1 = bs[4 * t + 2] + bs[4 * t + 3];
-        const int32x4_t m =
-            vmlaq_n_s32(vmulq_n_s32(vld1q_s32(mn[2 * t]), s0), vld1q_s32(mn[2 * t + 1]), s1);
-        accm[c][t] = vfmaq_f32(accm[c][t], dmin, vcvtq_f32_s32(m));
+      if constexpr (Q5) {
+        int32x4_t m = vdupq_n_s32(0);
+        for (int j = 0; j < 8; ++j) m = vmlaq_n_s32(m, vld1q_s32(mn[j]), bs[2 * j] + bs[2 * j + 1]);
+        accm[c][0] = vaddq_f32(accm[c][0], vmulq_f32(dmin, vcvtq_f32_s32(m)));
+      } else {
+        for (int t = 0; t < 4; ++t) {
+          const int32_t s0 = bs[4 * t] + bs[4 * t + 1], s1 = bs[4 * t + 2] + bs[4 * t + 3];
+          const int32x4_t m =
+              vmlaq_n_s32(vmulq_n_s32(vld1q_s32(mn[2 * t]), s0), vld1q_s32(mn[2 * t + 1]), s1);
+          accm[c][t] = vfmaq_f32(accm[c][t], dmin, vcvtq_f32_s32(m));
+        }
       }
     }
 #pragma GCC unroll 8  // constant lanes: dot4_at's switch folds away
     for (int i = 0; i < 8; ++i) {
       int32x4_t lane[C];
       for (int c = 0; c < C; ++c) lane[c] = vdupq_n_s32(0);
+      uint8x16_t qh = vdupq_n_u8(0);
+      if constexpr (Q5) qh = vld1q_u8(g + 2304 + 64 * i + 16 * k);
       for (int j2 = 0; j2 < 4; ++j2) {
         const uint8x16_t v = vld1q_u8(g + 256 + 64 * (8 * j2 + i) + 16 * k);
-        const int8x16_t w[2] = {vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(0x0F))),
-                                vreinterpretq_s8_u8(vshrq_n_u8(v, 4))};
+        uint8x16_t u[2] = {vandq_u8(v, vdupq_n_u8(0x0F)), vshrq_n_u8(v, 4)};
+        if constexpr (Q5)  // sub-block j's bit to bit 4 (a negative count shifts right)
+          for (int h = 0; h < 2; ++h)
+            u[h] = vorrq_u8(
+                u[h], vandq_u8(vshlq_u8(qh, vdupq_n_s8(int8_t(4 - 2 * j2 - h))), vdupq_n_u8(0x10)));
         for (int h = 0; h < 2; ++h) {
           const int j = 2 * j2 + h;
           const int32x4_t s = vld1q_s32(sc[j]);
+          const int8x16_t w = vreinterpretq_s8_u8(u[h]);
           for (int c = 0; c < C; ++c) {
             const int8x16_t xv = vld1q_s8(xb[c]->qs + 32 * j + 16 * (i / 4));
-            lane[c] = vmlaq_s32(lane[c], dot4_at(i % 4, vdupq_n_s32(0), w[h], xv), s);
+            lane[c] = vmlaq_s32(lane[c], dot4_at(i % 4, vdupq_n_s32(0), w, xv), s);
           }
         }
       }
@@ -360,7 +377,8 @@ inline void packed_q4_K_part(int64_t nb, const uint8_t* g, int k, const uint8_t*
     for (int i = 0; i < 4; ++i) t[i] = vaddq_f32(acc[c][i + 4], acc[c][i]);
     const float32x4_t main = vaddq_f32(vaddq_f32(t[0], t[2]), vaddq_f32(t[1], t[3]));
     const float32x4_t mins =
-        vaddq_f32(vaddq_f32(accm[c][0], accm[c][2]), vaddq_f32(accm[c][1], accm[c][3]));
+        Q5 ? accm[c][0]
+           : vaddq_f32(vaddq_f32(accm[c][0], accm[c][2]), vaddq_f32(accm[c][1], accm[c][3]));
     vst1q_f32(y + size_t(c) * ys + 4 * k, vaddq_f32(main, mins));
   }
 }
@@ -456,5 +474,14 @@ void packed_q4_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x,
   packed_k_rows<2304>(
       n, wp, ngroups, x, xs, nx, y, ys,
       []<int C>(int64_t nb, const uint8_t* g, int k, const uint8_t* xr, size_t xst, float* yr,
-                size_t yst) { packed_q4_K_part<C>(nb, g, k, xr, xst, yr, yst); });
+                size_t yst) { packed_k4_part<C, false>(nb, g, k, xr, xst, yr, yst); });
+}
+
+/// PackedTileFn of q5_K (xoff not read).
+void packed_q5_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
+                      const int32_t*, int64_t nx, float* y, size_t ys) {
+  packed_k_rows<2816>(
+      n, wp, ngroups, x, xs, nx, y, ys,
+      []<int C>(int64_t nb, const uint8_t* g, int k, const uint8_t* xr, size_t xst, float* yr,
+                size_t yst) { packed_k4_part<C, true>(nb, g, k, xr, xst, yr, yst); });
 }
