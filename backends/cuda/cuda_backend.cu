@@ -261,7 +261,9 @@ class CudaBackend final : public kvrun::Backend {
   /// step of each row count runs directly, so scratch memory, the logits buffer and RoPE
   /// factors exist before recording; a dry pass or recording that fails (an op that had to
   /// allocate or upload) runs `issue` directly; two failures in a row turn graphs off for this
-  /// backend. KVRUN_CUDA_GRAPHS=0 turns them off.
+  /// backend, and so does an op that tried to launch during the key pass (KeyPassError: a
+  /// backend bug, reported on stderr). Other errors of the ops propagate. KVRUN_CUDA_GRAPHS=0
+  /// turns graphs off.
   void run_graph(const std::function<void()>& issue) override {
     const int64_t rows = pt_.n_tokens;
     if (!graphs_ || rows > kMatvecMaxRows || rows < 1 || !warm_[size_t(rows)]) {
@@ -275,11 +277,12 @@ class CudaBackend final : public kvrun::Backend {
     timer_.begin_host();
     bool recorded = false;
     try {
-      hashing_ = true;
       key_.clear();
       key_.op(KeyOp::kStep, rows, Scratch::generation());
-      issue();
-      hashing_ = false;
+      {
+        const KeyPass pass(*this);
+        issue();
+      }
       if (!g.graph.ready() || key_ != g.key) {
         capturing_ = true;
         g.graph.capture(ctx_, issue);
@@ -287,12 +290,23 @@ class CudaBackend final : public kvrun::Backend {
         std::swap(g.key, key_);
         recorded = true;
       }
-    } catch (const std::exception&) {
-      hashing_ = capturing_ = false;
+    } catch (const CudaError&) {  // an op that must copy from the host, or a failed capture
+      capturing_ = false;
       g.key.clear();
       graphs_ = ++graph_failures_ < 2;
       issue();
       return;
+    } catch (const KeyPassError& e) {  // nothing was launched: run it directly, graphs off
+      capturing_ = false;
+      g.key.clear();
+      graphs_ = false;
+      std::fprintf(stderr, "%s: CUDA graphs turned off: %s\n", dev_.name().c_str(), e.what());
+      issue();
+      return;
+    } catch (...) {
+      capturing_ = false;
+      g.key.clear();
+      throw;
     }
     timer_.end_host(recorded);
     ++(recorded ? stats_.recorded : stats_.replayed);
@@ -359,8 +373,18 @@ class CudaBackend final : public kvrun::Backend {
   const int32_t* batch_slots_ = nullptr;  // the slot map batch_ was last checked against
   cuda::DeviceBuffer ids_;                // get_rows' token ids
   std::unordered_map<const float*, cuda::DeviceBuffer> ff_;
-  /// During run_graph's dry pass: appends the op's arguments to key_ and returns true (the op
-  /// then launches nothing); false otherwise.
+  /// run_graph's key pass over one step's ops: hashing_ set, and the context's `keying` (an op
+  /// that enqueued work anyway throws std::logic_error), both cleared however the pass ends.
+  struct KeyPass {
+    explicit KeyPass(CudaBackend& b) : be(b) { be.hashing_ = be.ctx_.impl().keying = true; }
+    ~KeyPass() { be.hashing_ = be.ctx_.impl().keying = false; }
+    KeyPass(const KeyPass&) = delete;
+    KeyPass& operator=(const KeyPass&) = delete;
+    CudaBackend& be;
+  };
+
+  /// During run_graph's key pass: appends the op's arguments to key_ and returns true (the op
+  /// then launches nothing); false otherwise. Every op that enqueues work calls it first.
   template <typename... A>
   bool keyed(KeyOp op, const A&... a) {
     if (hashing_) key_.op(op, a...);

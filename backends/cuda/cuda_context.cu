@@ -60,7 +60,13 @@ cublasHandle_t Context::Impl::blas() {
   return cublas;
 }
 
-void Context::Impl::activate() const { check(cudaSetDevice(device), "cudaSetDevice"); }
+void Context::Impl::activate() const {
+  if (keying)
+    throw KeyPassError(
+        "a CUDA op enqueued work during a decode step's key pass (cuda_backend.cu: every op "
+        "that launches must return after keyed())");
+  check(cudaSetDevice(device), "cudaSetDevice");
+}
 
 Context::Context(int device) : impl_(std::make_unique<Impl>()) {
   int n = 0;

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
 
 #include "cuda/cuda_context.h"
 
@@ -27,6 +28,13 @@ class Scratch {
  private:
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
+};
+
+/// What Context::Impl::activate() throws while `keying`: an op enqueued work during a decode
+/// step's key pass (a bug in the CUDA backend; it then turns graphs off and says so).
+class KeyPassError : public std::logic_error {
+ public:
+  using std::logic_error::logic_error;
 };
 
 struct Context::Impl {
@@ -58,9 +66,16 @@ struct Context::Impl {
   Scratch partials;  ///< paged attention: per-segment (m, l, acc)
   Scratch rotated;   ///< --kv-rotate: the rotated K (kv_store) or Q (attention)
 
+  /// Set by the CUDA backend while a decode step's ops only append their arguments to its step
+  /// key (cuda_backend.cu run_graph): activate(), which every op calls before it enqueues work,
+  /// then throws KeyPassError, so an op that forgot to return after keying is caught before it
+  /// launches anything.
+  bool keying = false;
+
   /// The cuBLAS handle bound to `stream` (created on first use; throws CudaError).
   cublasHandle_t blas();
-  /// Makes this context's device current for the calling thread.
+  /// Makes this context's device current for the calling thread. Throws KeyPassError while
+  /// `keying`, CudaError on failure.
   void activate() const;
 };
 
