@@ -21,7 +21,9 @@
 # bandwidth (PyTorch, on the GPU machine's image) for the roofline in docs/cuda.md. Set
 # E2E_BENCH=0 to skip the benchmark. Side by side: `BASELINE=path/to/an/older/kvrun pack` adds
 # that binary (built the same way) to the kit, and `e2e` then runs every benchmark row with it
-# right after the kit's own ("baseline" lines), so before/after come from one lease. `NCU=1 e2e`
+# right after the kit's own ("baseline" lines), so before/after come from one lease;
+# E2E_DEPTHS=32768 (default 32768,131072; empty: none) picks the depth rows, for a short lease.
+# `NCU=1 e2e`
 # adds Nsight Compute's per-kernel GPU times of a few depth-0 decode steps (f16 KV).
 #
 # `prepare` copies the source-only dependencies the CUDA tests need into the ignored folder
@@ -175,7 +177,8 @@ PY
     # pp512 and tg32 from an empty context; tg32 at depths 32K and 128K (rows written, not
     # prefilled, where this kvrun has --depth-fill).
     local runs=("-p 512 -n 32 -d 0")
-    [[ ${#fill[@]} -gt 0 ]] && runs+=("-p 0 -n 32 -d 32768,131072")
+    [[ ${#fill[@]} -gt 0 && -n ${E2E_DEPTHS-32768,131072} ]] &&
+      runs+=("-p 0 -n 32 -d ${E2E_DEPTHS-32768,131072}")
     local i=0
     for r in "${runs[@]}"; do
       for bin in "${bins[@]}"; do
