@@ -5,6 +5,7 @@
 #include <cstring>
 #include <functional>
 #include <stdexcept>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -188,11 +189,18 @@ Buffer pack_weight(const Tensor& w, CpuLevel level, int n_threads) {
   }
   // Contiguous group ranges: each thread reads its rows of the source and first-touches (and so
   // faults in) its part of the copy.
+  // A range whose thread could not be started (std::system_error: a thread limit) is packed
+  // here after the others.
   std::vector<std::thread> threads;
   threads.reserve(size_t(t - 1));
-  for (int64_t i = 1; i < t; ++i)
-    threads.emplace_back(pack_groups, std::cref(w), groups * i / t, groups * (i + 1) / t, dst);
+  int64_t i = 1;
+  try {
+    for (; i < t; ++i)
+      threads.emplace_back(pack_groups, std::cref(w), groups * i / t, groups * (i + 1) / t, dst);
+  } catch (const std::system_error&) {
+  }
   pack_groups(w, 0, groups / t, dst);
+  for (; i < t; ++i) pack_groups(w, groups * i / t, groups * (i + 1) / t, dst);
   for (std::thread& th : threads) th.join();
   return out;
 }
