@@ -67,13 +67,22 @@ void pack_q5_K_block(const block_q5_K* const* src, uint8_t* dst) {
     for (int i = 0; i < 8; ++i) std::memcpy(dst + 2304 + 64 * i + 4 * r, src[r]->qh + 4 * i, 4);
 }
 
-/// Value i (0..255) of a q6_K block as stored, q + 32 in 0..63 (GGUF bit layout; the same
-/// unpacking as vec_dot_q6_K_q8_K).
-uint8_t q6_K_value(const block_q6_K& blk, int i) {
-  const int r = i % 128;
-  const int lo = blk.ql[64 * (i / 128) + i % 32 + 32 * ((r / 32) & 1)] >> (r < 64 ? 0 : 4);
-  const int hi = (blk.qh[32 * (i / 128) + i % 32] >> (2 * (r / 32))) & 3;
-  return uint8_t((lo & 0x0F) | (hi << 4));
+/// The 256 values of a q6_K block as stored, q + 32 in 0..63, in element order (GGUF bit
+/// layout: per half of 128 values, ql's 64 bytes give the low nibbles of values 0..63 (low
+/// halves) and 64..127 (high halves), qh's 32 bytes their two high bits in pairs by quarter; the
+/// same unpacking as vec_dot_q6_K_q8_K), in four 32-value runs per half.
+void q6_K_values(const block_q6_K& blk, uint8_t* u) {
+  for (int n = 0; n < 2; ++n) {
+    const uint8_t* ql = blk.ql + 64 * n;
+    const uint8_t* qh = blk.qh + 32 * n;
+    uint8_t* v = u + 128 * n;
+    for (int l = 0; l < 32; ++l) {
+      v[l] = uint8_t((ql[l] & 0x0F) | ((qh[l] & 3) << 4));
+      v[l + 32] = uint8_t((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4));
+      v[l + 64] = uint8_t((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
+      v[l + 96] = uint8_t((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
+    }
+  }
 }
 
 /// One q6_K super-block of 16 rows (pack.h layout) from row r's block src[r].
@@ -83,15 +92,21 @@ void pack_q6_K_block(const block_q6_K* const* src, uint8_t* dst) {
     std::memcpy(dst + 2 * r, &b.d, 2);
     for (int j = 0; j < 16; ++j) dst[32 + 16 * j + r] = uint8_t(b.scales[j]);
     uint8_t u[QK_K];
-    for (int i = 0; i < QK_K; ++i) u[i] = q6_K_value(b, i);
+    q6_K_values(b, u);
+    // Per 16 values v of sub-block j, three 4-byte words (byte e of each as commented), formed
+    // four bytes at a time: every byte is < 64, and each shift is masked within its byte.
     for (int j = 0; j < 16; ++j) {
       uint8_t* quad = dst + 288 + 192 * j;
-      const uint8_t* v = u + 16 * j;
-      for (int e = 0; e < 4; ++e) {
-        quad[4 * r + e] = uint8_t(v[e] | (v[8 + e] >> 4) << 6);
-        quad[64 + 4 * r + e] = uint8_t(v[4 + e] | (v[12 + e] >> 4) << 6);
-        quad[128 + 4 * r + e] = uint8_t((v[8 + e] & 15) | (v[12 + e] & 15) << 4);
-      }
+      uint32_t w[4];
+      std::memcpy(w, u + 16 * j, 16);
+      const uint32_t hi2 = 0x03030303u, lo4 = 0x0F0F0F0Fu;
+      const uint32_t q0 = w[0] | ((w[2] >> 4) & hi2) << 6;  // v[e] | (v[8 + e] >> 4) << 6
+      const uint32_t q1 = w[1] | ((w[3] >> 4) & hi2) << 6;  // v[4 + e] | (v[12 + e] >> 4) << 6
+      const uint32_t q2 = (w[2] & lo4) | (w[3] & lo4)
+                                             << 4;  // (v[8 + e] & 15) | (v[12 + e] & 15) << 4
+      std::memcpy(quad + 4 * r, &q0, 4);
+      std::memcpy(quad + 64 + 4 * r, &q1, 4);
+      std::memcpy(quad + 128 + 4 * r, &q2, 4);
     }
   }
 }
