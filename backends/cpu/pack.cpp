@@ -100,10 +100,11 @@ void pack_q6_K_block(const block_q6_K* const* src, uint8_t* dst) {
       uint32_t w[4];
       std::memcpy(w, u + 16 * j, 16);
       const uint32_t hi2 = 0x03030303u, lo4 = 0x0F0F0F0Fu;
-      const uint32_t q0 = w[0] | ((w[2] >> 4) & hi2) << 6;  // v[e] | (v[8 + e] >> 4) << 6
-      const uint32_t q1 = w[1] | ((w[3] >> 4) & hi2) << 6;  // v[4 + e] | (v[12 + e] >> 4) << 6
-      const uint32_t q2 = (w[2] & lo4) | (w[3] & lo4)
-                                             << 4;  // (v[8 + e] & 15) | (v[12 + e] & 15) << 4
+      // q0: v[e] | (v[8 + e] >> 4) << 6; q1: v[4 + e] | (v[12 + e] >> 4) << 6;
+      // q2: (v[8 + e] & 15) | (v[12 + e] & 15) << 4.
+      const uint32_t q0 = w[0] | ((w[2] >> 4) & hi2) << 6;
+      const uint32_t q1 = w[1] | ((w[3] >> 4) & hi2) << 6;
+      const uint32_t q2 = (w[2] & lo4) | (w[3] & lo4) << 4;
       std::memcpy(quad + 4 * r, &q0, 4);
       std::memcpy(quad + 64 + 4 * r, &q1, 4);
       std::memcpy(quad + 128 + 4 * r, &q2, 4);

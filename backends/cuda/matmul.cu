@@ -344,9 +344,9 @@ void matmul(Context& ctx, const Tensor& w, const float* x, int64_t n, float* y) 
     prefill(c, w, x, n, y);
     return;
   }
-  if (c.act_q8_matvec && with_split_reader(w, [](auto) {})) {
-    const ActQ8Rows a = quantize_act_q8(c, x, n, k);
-    with_split_reader(w, [&](auto rd) { matvec_q8(c, rd, m, k, a, n, y); });
+  if (c.act_q8_matvec && with_split_reader(w, [&](auto rd) {
+        matvec_q8(c, rd, m, k, quantize_act_q8(c, x, n, k), n, y);
+      })) {
     check_launch("matmul: matvec_q8");
     return;
   }
@@ -375,7 +375,7 @@ void matmul_many(Context& ctx, const MatmulOut* outs, int n_outs, const float* x
   for (int i = 0; i < n_outs && shared; ++i) {
     const Tensor& w = *outs[i].w;
     shared = w.ne[0] == k && matmul_supported(w.type, k) && w.ne[2] == 1 && w.ne[3] == 1 &&
-             w.ne[1] > 0 && with_split_reader(w, [](auto) {});
+             w.ne[1] > 0 && w.packed && split_layout_supported(w.type);  // with_split_reader's test
   }
   if (!shared) {
     for (int i = 0; i < n_outs; ++i) matmul(ctx, *outs[i].w, x, n, outs[i].y);

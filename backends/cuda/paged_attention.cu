@@ -257,7 +257,7 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(AttnArgs a) {
       m[g] = mnew;
     }
     const int n_t = min(32, p_end - t0);
-    // Lane i accumulates dims i·DPL … i·DPL + DPL − 1 (one vector load of each V row).
+    // Lane i accumulates dims i·DPL … i·DPL + DPL − 1 of each V row (v_values).
     const int v_n = max(0, min(DPL, a.hdv - lane * DPL));
 #pragma unroll 4
     for (int j = 0; j < n_t; ++j) {
