@@ -88,14 +88,18 @@ run() {
     grep -E '^\[  FAILED  \]|Failure|NMSE|Which is|Expected' "$tmp" | head -40 || true
     rm -f "$tmp"
   done
-  # Attention's two V paths forced (KVRUN_CUDA_ATTN_V=vec / elem; the default picks per type
-  # and row count), every attention case against the CPU; and the decode-step benchmark with
-  # each, the side by side for the choice.
+  # Attention's two V paths forced (KVRUN_CUDA_ATTN_V=vec / elem; the default reads value by
+  # value), every attention case against the CPU; and the decode-step benchmark with each, the
+  # side by side for the choice.
   for v in vec elem; do
     if [[ -x $BUILD/test_cuda_ops ]]; then
+      local tmp
+      tmp=$(mktemp)  # appended to tests.log: $OUT keeps the 8 files the device tool brings back
       KVRUN_CUDA_ATTN_V=$v "$BUILD/test_cuda_ops" --gtest_filter='*cuda_attention*' --gtest_brief=1 \
-        >"$LOG_DIR/attn-v-$v.log" 2>&1 || status=1
-      echo "== test_cuda_ops attention, KVRUN_CUDA_ATTN_V=$v: $(grep -E '^\[  (PASSED|FAILED) +\]' "$LOG_DIR/attn-v-$v.log" | tr '\n' ' ')"
+        >"$tmp" 2>&1 || status=1
+      { echo "######## test_cuda_ops attention, KVRUN_CUDA_ATTN_V=$v"; cat "$tmp"; } >>"$log"
+      echo "== test_cuda_ops attention, KVRUN_CUDA_ATTN_V=$v: $(grep -E '^\[  (PASSED|FAILED) +\]' "$tmp" | tr '\n' ' ')"
+      rm -f "$tmp"
     fi
     if [[ -x $BUILD/test_cuda_bench ]]; then
       KVRUN_CUDA_ATTN_V=$v "$BUILD/test_cuda_bench" --gtest_filter='*Decode*' 2>&1 |
