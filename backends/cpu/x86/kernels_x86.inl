@@ -161,19 +161,35 @@ inline void store16(float* p, V16 a) {
 inline float fold16(V16 a) { return fold8(_mm256_add_ps(a.hi, a.lo)); }
 #endif
 
+/// How far ahead of the tile being computed for_tiles asks for the weights into L2 when it
+/// streams them once (one activation row: decode). The row kernels read R rows side by side and
+/// stall on each miss; with the bytes 2 KiB on asked for, the iq4_xs decode of llama3.2-1b went
+/// from ≈ 18 to ≈ 24–27 t/s on two Zen 4 threads (1 KiB–3 KiB into L2 measured alike; 4 KiB and
+/// more into L1, or none, ≈ 18; docs/benchmarks.md), and the f16 one stayed at its ≈ 13 t/s.
+constexpr size_t kTilePrefetchAhead = 2048;
+
 /// Runs the tile kernel `k.template operator()<R, C>(w, x, y)` over `nrows` weight rows (ws bytes
 /// apart) × `nx` activation rows (xs bytes apart), y[j·ys + r]: tiles of R × C, then the rest
-/// with R or C = 1. Every output is computed by one kernel call in its own accumulators.
+/// with R or C = 1. Every output is computed by one kernel call in its own accumulators. With one
+/// activation row, each tile first prefetches (kTilePrefetchAhead).
 template <int R, int C, typename Kernel>
 inline void for_tiles(const void* w, size_t ws, int64_t nrows, const void* x, size_t xs, int64_t nx,
                       float* y, size_t ys, Kernel k) {
   const uint8_t* wb = static_cast<const uint8_t*>(w);
   const uint8_t* xb = static_cast<const uint8_t*>(x);
+  const size_t wbytes = size_t(nrows) * ws;
   auto pass = [&]<int CC>(int64_t j) {
     const uint8_t* xj = xb + size_t(j) * xs;
     float* yj = y + size_t(j) * ys;
     int64_t r = 0;
-    for (; r + R <= nrows; r += R) k.template operator()<R, CC>(wb + size_t(r) * ws, xj, yj + r);
+    for (; r + R <= nrows; r += R) {
+      if (nx == 1) {  // decode: the bytes kTilePrefetchAhead past this tile's, into L2
+        const size_t e = std::min(size_t(r + R) * ws + kTilePrefetchAhead, wbytes);
+        for (size_t o = size_t(r) * ws + kTilePrefetchAhead; o < e; o += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(wb + o), _MM_HINT_T1);
+      }
+      k.template operator()<R, CC>(wb + size_t(r) * ws, xj, yj + r);
+    }
     for (; r < nrows; ++r) k.template operator()<1, CC>(wb + size_t(r) * ws, xj, yj + r);
   };
   int64_t j = 0;
