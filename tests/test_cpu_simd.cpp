@@ -284,7 +284,8 @@ TEST_P(MatmulLevel, EqualsScalarDots) {
       const size_t rb = size_t(*row_bytes(t, k));
       auto wbytes = encode_rows(t, wf, m, k, rb, 0);
       const Tensor w = Tensor::contiguous(t, wbytes.data(), k, m);
-      for (int64_t n : {int64_t(1), int64_t(2), int64_t(7)}) {
+      // n 9: a whole tile of the widest row kernel (iq4_xs: 8 activation rows) and a tail.
+      for (int64_t n : {int64_t(1), int64_t(2), int64_t(7), int64_t(9)}) {
         const auto x = varied_floats(size_t(n * k), 4 + uint32_t(n));
         ThreadPool pool(3);
         std::vector<float> y(size_t(n * m));
