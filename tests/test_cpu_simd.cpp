@@ -150,7 +150,7 @@ TEST_P(SimdLevel, SimdKernelsAreWired) {
   }
   EXPECT_NE(cpu_traits(DType::Q4_0, level)->repack_dot_tile, nullptr) << lv;
   // The packed kernels each level has (pack.h): q4_0, q8_0, q4_K, q5_K, q6_K and mxfp4 at avx2
-  // and avx512 (q5_K's is the avx2 kernel at both), and at neon (packed_neon.cpp).
+  // and avx512 (q5_K's prefill is the avx2 kernel at both), and at neon (packed_neon.cpp).
   for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::MXFP4}) {
     const bool want =
         level == CpuLevel::avx2 || level == CpuLevel::avx512 || level == CpuLevel::neon;

@@ -6,10 +6,10 @@
 // references (vec_dot_mxfp4_q8_0 in vec_dot_legacy.cpp, vec_dot_iq4_xs_q8_K in vec_dot_k.cpp),
 // so the results are bit-identical to them.
 
-// blocks.h's inline mxfp4_half_scale is not called here (nor iq4_xs_scale_code: the scales are
-// decoded 8 at a time, xs_scales16): an inline
-// function emitted in both level's translation units may be kept by the linker in either
-// instruction set (kernels_x86.inl). These are their internal-linkage forms.
+// blocks.h's inline mxfp4_half_scale is not called here: an inline function emitted in both
+// level's translation units may be kept by the linker in either instruction set
+// (kernels_x86.inl). half_scale_e8m0 is its internal-linkage form. (iq4_xs_scale_code is not
+// needed: the scales are decoded 8 at a time, xs_scales16.)
 
 /// 2^(e − 128) (blocks.h mxfp4_half_scale).
 inline float half_scale_e8m0(uint8_t e) {
@@ -135,14 +135,10 @@ inline void iq4_xs_q8_K_tile(int64_t nb, const uint8_t* w, size_t ws, const uint
       const __m256i sc16 = xs_scales16(wb);
       __m256i lane[C];
       for (int c = 0; c < C; ++c) lane[c] = _mm256_setzero_si256();
-      xs_sub_block<0, C>(wb, table, sc16, x, xs, b, lane);
-      xs_sub_block<1, C>(wb, table, sc16, x, xs, b, lane);
-      xs_sub_block<2, C>(wb, table, sc16, x, xs, b, lane);
-      xs_sub_block<3, C>(wb, table, sc16, x, xs, b, lane);
-      xs_sub_block<4, C>(wb, table, sc16, x, xs, b, lane);
-      xs_sub_block<5, C>(wb, table, sc16, x, xs, b, lane);
-      xs_sub_block<6, C>(wb, table, sc16, x, xs, b, lane);
-      xs_sub_block<7, C>(wb, table, sc16, x, xs, b, lane);
+      [&]<int... J>(std::integer_sequence<int, J...>) {  // sub-blocks 0..7, in order
+        (xs_sub_block<J, C>(wb, table, sc16, x, xs, b, lane), ...);
+      }
+      (std::make_integer_sequence<int, 8>{});
       const float dw = h2f(wb.d);
       for (int c = 0; c < C; ++c) {
         const float d = block_at<block_q8_K>(x, xs, c, b).d * dw;
