@@ -11,7 +11,11 @@
 // differently from the scalar code (int16 partial sums where their range allows, VPMADDWD by the
 // scale) but exactly, so the integers and the float steps are the same. As packed_q4_0_prefill_avx2
 // (kernels_x86.inl), the activation rows are taken in chunks that stay in L2 while every group of
-// the call passes over them.
+// the call passes over them. The K-quant kernels first unpack each group half once per chunk
+// into a per-thread scratch (values as bytes, scales as the VPMADDWD multipliers, the chunk's
+// bsum pairs), so the inner loop is a load, a broadcast, VPMADDUBSW and an int16 add per 4
+// values, 8 rows and activation row: q5_K's fifth bit and q6_K's split bits are put together
+// once per group half and chunk rather than once per 4 activation rows (both ≈ 1.27× faster).
 #ifndef KVRUN_SIMD_NS
 #error "included by kernels_x86.inl only"
 #endif
@@ -21,31 +25,36 @@ namespace {
 /// Activation bytes of one column chunk of the fast prefill kernels (as kQ4PrefillChunkBytes).
 constexpr size_t kFastChunkBytes = 128 * 1024;
 
-/// Runs `half_fn<C>(g, half, j, C)` for every group of `ngroups` (group_bytes apart from wp),
-/// both halves, and the activation rows [0, nx) in chunks of about kFastChunkBytes (xs bytes
-/// per row), C rows at a time and then the rest of a chunk 4 (when C > 4), 3, 2 or 1 at a time.
-template <int C, typename HalfFn>
+/// Runs `half_fn(C, g, gi, half, j, j0)` for every group gi of `ngroups` (g: group_bytes apart
+/// from wp), both halves, and the activation rows [0, nx) in chunks [j0, j1) of about
+/// kFastChunkBytes (xs bytes per row), C rows j at a time and then the rest of a chunk 4 (when
+/// C > 4), 3, 2 or 1 at a time. `chunk_fn(j0, j1)` runs before each chunk, `prep_fn(g, half)`
+/// before each group half's rows of a chunk.
+template <int C, typename ChunkFn, typename PrepFn, typename HalfFn>
 inline void fast_prefill_walk(const void* wp, size_t group_bytes, int64_t ngroups, size_t xs,
-                              int64_t nx, HalfFn&& half_fn) {
+                              int64_t nx, ChunkFn&& chunk_fn, PrepFn&& prep_fn, HalfFn&& half_fn) {
   const int64_t chunk = std::max<int64_t>(C, int64_t(kFastChunkBytes / xs) / C * C);
   for (int64_t j0 = 0; j0 < nx; j0 += chunk) {
     const int64_t j1 = std::min(nx, j0 + chunk);
+    chunk_fn(j0, j1);
     for (int64_t gi = 0; gi < ngroups; ++gi) {
       const uint8_t* g = static_cast<const uint8_t*>(wp) + size_t(gi) * group_bytes;
       for (int half = 0; half < 2; ++half) {
+        prep_fn(g, half);
+        const auto run = [&](auto cc, int64_t j) { half_fn(cc, g, gi, half, j, j0); };
         int64_t j = j0;
-        for (; j + C <= j1; j += C) half_fn(std::integral_constant<int, C>{}, g, gi, half, j);
+        for (; j + C <= j1; j += C) run(std::integral_constant<int, C>{}, j);
         if constexpr (C > 4)
-          for (; j + 4 <= j1; j += 4) half_fn(std::integral_constant<int, 4>{}, g, gi, half, j);
+          for (; j + 4 <= j1; j += 4) run(std::integral_constant<int, 4>{}, j);
         switch (j1 - j) {
           case 3:
-            half_fn(std::integral_constant<int, 3>{}, g, gi, half, j);
+            run(std::integral_constant<int, 3>{}, j);
             break;
           case 2:
-            half_fn(std::integral_constant<int, 2>{}, g, gi, half, j);
+            run(std::integral_constant<int, 2>{}, j);
             break;
           case 1:
-            half_fn(std::integral_constant<int, 1>{}, g, gi, half, j);
+            run(std::integral_constant<int, 1>{}, j);
             break;
           default:
             break;
@@ -53,6 +62,17 @@ inline void fast_prefill_walk(const void* wp, size_t group_bytes, int64_t ngroup
       }
     }
   }
+}
+
+/// fast_prefill_walk without the hooks: `half_fn(C, g, gi, half, j)`.
+template <int C, typename HalfFn>
+inline void fast_prefill_walk(const void* wp, size_t group_bytes, int64_t ngroups, size_t xs,
+                              int64_t nx, HalfFn&& half_fn) {
+  fast_prefill_walk<C>(
+      wp, group_bytes, ngroups, xs, nx, [](int64_t, int64_t) {}, [](const uint8_t*, int) {},
+      [&](auto cc, const uint8_t* g, int64_t gi, int half, int64_t j, int64_t) {
+        half_fn(cc, g, gi, half, j);
+      });
 }
 
 /// Rows 8·half .. 8·half+7 of one packed q8_0 group against C q8_0 activation rows (xs bytes
@@ -114,122 +134,184 @@ void packed_fast_q8_0_q8_0(int64_t n, const void* wp, int64_t ngroups, const voi
 
 namespace {
 
-/// Rows 8·half .. 8·half+7 of one packed q4_K group against C q8_K activation rows (xs bytes
-/// apart): y[c·ys + 8·half + r] = fast_dot_q4_K_q8_K; with kQ5 of a packed q5_K group (2816-byte
-/// super-blocks: q4_K's layout, then the fifth bits), fast_dot_q5_K_q8_K, its values ≤ 31 summed
-/// in int16 four VPMADDUBSW results at a time. Per super-block, sub-block j's dot per row
-/// is the 8 VPMADDUBSW results of its nibbles (pair sums ≤ 2·15·128) added as int16 (≤ 30720,
-/// exact), then one VPMADDWD by sc_j in both int16 halves: sc_j · Σ, int32. The min term
-/// Σ_j m_j·bsum_j is VPMADDWD of (m_2k, m_2k+1) by the activation's (bsum_2k, bsum_2k+1) pairs.
-/// Then acc = fma(d_w·d_x, float(main), acc), acc = fma(dmin_w·(−d_x), float(min), acc).
-template <int C, bool kQ5 = false>
-inline void fast_q4_K_half(int64_t nb, const uint8_t* g, int half, const uint8_t* x, size_t xs,
-                           float* y, size_t ys) {
-  __m256 acc[C];
-#pragma GCC unroll 4
-  for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
+/// 32 aligned bytes: the unit of the K-quant kernels' per-thread scratch (a type of this
+/// translation unit's own, so its std::vector is not shared with the other level's; see
+/// kernels_x86.inl).
+struct alignas(32) Lane32 {
+  uint8_t b[32];
+};
+
+inline __m256i load_lane(const Lane32& l) {
+  return _mm256_load_si256(reinterpret_cast<const __m256i*>(l.b));
+}
+inline void store_lane(Lane32& l, __m256i v) {
+  _mm256_store_si256(reinterpret_cast<__m256i*>(l.b), v);
+}
+
+/// The unpacked half super-block of q4_K and q5_K (rows 8·half .. 8·half+7), in Lane32 units:
+/// [0, 64) the values of sub-block j, 4i .. 4i+3 of each row at unit 8j + i (bytes 0..15, q5_K
+/// 0..31); [64, 72) sc_j per row in both int16 halves; [72, 76) the min pairs (m_2k low, m_2k+1
+/// high int16); 76 d_w, 77 dmin_w as floats.
+constexpr int kQ4KUnits = 78;
+
+/// Unpacks rows 8·half .. 8·half+7 of the packed q4_K (kQ5: q5_K) super-block at g into u.
+template <bool kQ5>
+inline void unpack_q4_K_half(const uint8_t* g, int half, Lane32* u) {
   const __m256i m15 = _mm256_set1_epi8(0x0F), m16 = _mm256_set1_epi8(0x10);
-  for (int64_t b = 0; b < nb; ++b, g += kQ5 ? 2816 : 2304) {
-    alignas(32) __m256i sc[8], mn[8];
-    q4_K_half_scales(g, half, sc, mn);
+  for (int j = 0; j < 8; ++j)
+    for (int i = 0; i < 8; ++i) {
+      __m256i v = load256(g + 256 + 64 * (8 * (j / 2) + i) + 32 * half);
+      if (j % 2 == 1) v = _mm256_srli_epi16(v, 4);
+      v = _mm256_and_si256(v, m15);
+      if constexpr (kQ5) {  // bit j of the high-bit chunk's bytes is sub-block j's fifth
+        const __m256i hb = load256(g + 2304 + 64 * i + 32 * half);
+        const __m256i sh = j < 4 ? _mm256_sll_epi16(hb, _mm_cvtsi32_si128(4 - j))
+                                 : _mm256_srl_epi16(hb, _mm_cvtsi32_si128(j - 4));
+        v = _mm256_or_si256(v, _mm256_and_si256(sh, m16));
+      }
+      store_lane(u[8 * j + i], v);
+    }
+  alignas(32) __m256i sc[8], mn[8];
+  q4_K_half_scales(g, half, sc, mn);
+  for (int j = 0; j < 8; ++j) store_lane(u[64 + j], sc[j]);
+  for (int k = 0; k < 4; ++k)
+    store_lane(u[72 + k], _mm256_blend_epi16(mn[2 * k], mn[2 * k + 1], 0xAA));
+  _mm256_store_ps(
+      reinterpret_cast<float*>(u[76].b),
+      _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 16 * half))));
+  _mm256_store_ps(
+      reinterpret_cast<float*>(u[77].b),
+      _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 32 + 16 * half))));
+}
+
+/// q8_K's bsums of one block as the int16 pairs of the q4_K min term: pair k = (bsum_4k +
+/// bsum_4k+1) | (bsum_4k+2 + bsum_4k+3) << 16 (sub-blocks 2k, 2k + 1; each ≤ 4064 in magnitude).
+inline void q4_K_bsum_pairs(const block_q8_K& xb, int32_t* out) {
+  for (int k = 0; k < 4; ++k) {
+    const int s0 = xb.bsums[4 * k] + xb.bsums[4 * k + 1];
+    const int s1 = xb.bsums[4 * k + 2] + xb.bsums[4 * k + 3];
+    out[k] = int32_t((uint32_t(s0) & 0xFFFF) | (uint32_t(s1) << 16));
+  }
+}
+
+/// Rows 8·half .. 8·half+7 of one q4_K (kQ5: q5_K) group, unpacked by unpack_q4_K_half (nb half
+/// super-blocks of kQ4KUnits at wu), against C q8_K activation rows (xs bytes apart; their
+/// q4_K_bsum_pairs at xp, 4·nb int32 per row): y[c·ys + 8·half + r] = fast_dot_q4_K_q8_K
+/// (fast_dot_q5_K_q8_K). Per super-block, sub-block j's dot per row is the VPMADDUBSW results of
+/// its values (pair sums ≤ 2·15·128; q5_K's ≤ 2·31·128) added as int16, eight at a time (q5_K:
+/// four; ≤ 30720 and 31744, exact), then one VPMADDWD by sc_j: sc_j · Σ, int32. The min term
+/// Σ_j m_j·bsum_j is VPMADDWD of the min pairs by the bsum pairs. Then acc = fma(d_w·d_x,
+/// float(main), acc), acc = fma(dmin_w·(−d_x), float(min), acc).
+template <int C, bool kQ5>
+inline void fast_q4_K_half(int64_t nb, const Lane32* wu, const uint8_t* x, size_t xs,
+                           const int32_t* xp, float* y, size_t ys) {
+  __m256 acc[C];
+#pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b, wu += kQ4KUnits) {
     const int8_t* qx[C];
-#pragma GCC unroll 4
-    for (int c = 0; c < C; ++c) qx[c] = block_at<block_q8_K>(x, xs, c, b).qs;
     __m256i isum[C];
-#pragma GCC unroll 4
-    for (int c = 0; c < C; ++c) isum[c] = _mm256_setzero_si256();
-    // Sub-block j = 2·j2 + h: the low (h = 0) or high (h = 1) nibbles of chunks 8·j2 .. 8·j2+7.
-    const auto sub_block = [&](int j2, auto h) {
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) {
+      qx[c] = block_at<block_q8_K>(x, xs, c, b).qs;
+      isum[c] = _mm256_setzero_si256();
+    }
+    for (int j = 0; j < 8; ++j) {
+      const __m256i s = load_lane(wu[64 + j]);
       __m256i p[C];
-      const __m256i s = sc[2 * j2 + decltype(h)::value];
 #pragma GCC unroll 8
       for (int i = 0; i < 8; ++i) {
-        __m256i v = load256(g + 256 + 64 * (8 * j2 + i) + 32 * half);
-        if constexpr (decltype(h)::value == 1) v = _mm256_srli_epi16(v, 4);
-        v = _mm256_and_si256(v, m15);
-        if constexpr (kQ5) {  // q5_K: bit j of the high-bit chunk's bytes is sub-block j's fifth
-          const int j = 2 * j2 + decltype(h)::value;
-          const __m256i hb = load256(g + 2304 + 64 * i + 32 * half);
-          const __m256i sh = j < 4 ? _mm256_sll_epi16(hb, _mm_cvtsi32_si128(4 - j))
-                                   : _mm256_srl_epi16(hb, _mm_cvtsi32_si128(j - 4));
-          v = _mm256_or_si256(v, _mm256_and_si256(sh, m16));
-        }
-#pragma GCC unroll 4
+        const __m256i v = load_lane(wu[8 * j + i]);
+#pragma GCC unroll 8
         for (int c = 0; c < C; ++c) {
-          const int8_t* xq = qx[c] + 64 * j2 + 32 * decltype(h)::value + 4 * i;
-          const __m256i t = _mm256_maddubs_epi16(v, _mm256_broadcastd_epi32(_mm_loadu_si32(xq)));
+          const __m256i t = _mm256_maddubs_epi16(
+              v, _mm256_broadcastd_epi32(_mm_loadu_si32(qx[c] + 32 * j + 4 * i)));
           p[c] = i % (kQ5 ? 4 : 8) == 0 ? t : _mm256_add_epi16(p[c], t);
           asm("" : "+x"(p[c]));  // keeps the chain (reassociated, every product is live: spills)
         }
-        // q5_K's values reach 31: four pair sums (≤ 4·2·31·128 = 31744) per int16 sum, not eight.
-        if constexpr (kQ5)
-          if (i == 3 || i == 7)
-#pragma GCC unroll 4
-            for (int c = 0; c < C; ++c)
-              isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(p[c], s));
+        if (i % (kQ5 ? 4 : 8) == (kQ5 ? 3 : 7))
+#pragma GCC unroll 8
+          for (int c = 0; c < C; ++c)
+            isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(p[c], s));
       }
-      if constexpr (!kQ5)
-#pragma GCC unroll 4
-        for (int c = 0; c < C; ++c) isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(p[c], s));
-    };
-    for (int j2 = 0; j2 < 4; ++j2) {
-      sub_block(j2, std::integral_constant<int, 0>{});
-      sub_block(j2, std::integral_constant<int, 1>{});
     }
-    const __m256 dw =
-        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 16 * half)));
-    const __m256 dminw =
-        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 32 + 16 * half)));
-#pragma GCC unroll 4
+    const __m256 dw = _mm256_load_ps(reinterpret_cast<const float*>(wu[76].b));
+    const __m256 dminw = _mm256_load_ps(reinterpret_cast<const float*>(wu[77].b));
+#pragma GCC unroll 8
     for (int c = 0; c < C; ++c) {
-      const block_q8_K& xb = block_at<block_q8_K>(x, xs, c, b);
-      __m256i imin = _mm256_setzero_si256();
-      for (int k = 0; k < 4; ++k) {
-        const int s0 = xb.bsums[4 * k] + xb.bsums[4 * k + 1];
-        const int s1 = xb.bsums[4 * k + 2] + xb.bsums[4 * k + 3];
-        const __m256i spair =
-            _mm256_set1_epi32(int32_t((uint32_t(s0) & 0xFFFF) | (uint32_t(s1) << 16)));
-        const __m256i mpair = _mm256_blend_epi16(mn[2 * k], mn[2 * k + 1], 0xAA);
-        imin = _mm256_add_epi32(imin, _mm256_madd_epi16(mpair, spair));
-      }
-      acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(xb.d)), _mm256_cvtepi32_ps(isum[c]),
+      const int32_t* pr = xp + size_t(c) * size_t(4 * nb) + size_t(4 * b);
+      __m256i imin = _mm256_madd_epi16(load_lane(wu[72]), _mm256_set1_epi32(pr[0]));
+      for (int k = 1; k < 4; ++k)
+        imin = _mm256_add_epi32(imin,
+                                _mm256_madd_epi16(load_lane(wu[72 + k]), _mm256_set1_epi32(pr[k])));
+      const float dx = block_at<block_q8_K>(x, xs, c, b).d;
+      acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(dx)), _mm256_cvtepi32_ps(isum[c]),
                                acc[c]);
-      acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(dminw, _mm256_set1_ps(-xb.d)),
-                               _mm256_cvtepi32_ps(imin), acc[c]);
+      acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(dminw, _mm256_set1_ps(-dx)), _mm256_cvtepi32_ps(imin),
+                               acc[c]);
     }
   }
-#pragma GCC unroll 4
-  for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + size_t(c) * ys + 8 * half, acc[c]);
+#pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + size_t(c) * ys, acc[c]);
 }
 
-/// Rows 8·half .. 8·half+7 of one packed q6_K group against C q8_K activation rows (xs bytes
-/// apart): y[c·ys + 8·half + r] = fast_dot_q6_K_q8_K. Per super-block, sub-block j's Σ u·x per
-/// row (u = q + 32 in 0..63 as stored) is two int16 sums of two VPMADDUBSW results each (pair
-/// sums ≤ 2·63·128, two of them ≤ 32256, exact), each times sc_j by VPMADDWD (sc_j in both int16
-/// halves); the −32 is taken off once per super-block as −32·Σ_j sc_j·bsum_j (VPMADDWD of scale
-/// pairs by q8_K's bsum pairs). Then acc = fma(d_w·d_x, float(isum), acc).
+/// The unpacked half super-block of q6_K (rows 8·half .. 8·half+7), in Lane32 units: [0, 64) the
+/// values u = q + 32 of sub-block j (16 values), 4i .. 4i+3 of each row at unit 4j + i; [64, 80)
+/// sc_j per row in both int16 halves; [80, 88) the scale pairs (sc_2k low, sc_2k+1 high int16);
+/// 88 d_w as floats.
+constexpr int kQ6KUnits = 89;
+
+/// Unpacks rows 8·half .. 8·half+7 of the packed q6_K super-block at g into u.
+inline void unpack_q6_K_half(const uint8_t* g, int half, Lane32* u) {
+  for (int j = 0; j < 16; ++j) {
+    for (int i = 0; i < 4; ++i)
+      store_lane(u[4 * j + i], q6_K_half_values(g + 288 + 192 * j + 32 * half, i));
+    store_lane(u[64 + j], q6_K_half_scales_both(g, j, half));
+  }
+  for (int k = 0; k < 8; ++k)
+    store_lane(u[80 + k],
+               _mm256_or_si256(q6_K_half_scales(g, 2 * k, half),
+                               _mm256_slli_epi32(q6_K_half_scales(g, 2 * k + 1, half), 16)));
+  _mm256_store_ps(
+      reinterpret_cast<float*>(u[88].b),
+      _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 16 * half))));
+}
+
+/// q8_K's bsums of one block as int16 pairs: pair k = bsum_2k | bsum_2k+1 << 16.
+inline void q6_K_bsum_pairs(const block_q8_K& xb, int32_t* out) {
+  for (int k = 0; k < 8; ++k)
+    out[k] = int32_t(uint32_t(uint16_t(xb.bsums[2 * k])) |
+                     (uint32_t(uint16_t(xb.bsums[2 * k + 1])) << 16));
+}
+
+/// Rows 8·half .. 8·half+7 of one q6_K group, unpacked by unpack_q6_K_half (nb half super-blocks
+/// of kQ6KUnits at wu), against C q8_K activation rows (xs bytes apart; their q6_K_bsum_pairs at
+/// xp, 8·nb int32 per row): y[c·ys + r] = fast_dot_q6_K_q8_K. Per super-block, sub-block j's
+/// Σ u·x per row is two int16 sums of two VPMADDUBSW results each (pair sums ≤ 2·63·128, two of
+/// them ≤ 32256, exact), each times sc_j by VPMADDWD; the −32 is taken off once per super-block
+/// as −32·Σ_j sc_j·bsum_j (VPMADDWD of scale pairs by bsum pairs). Then acc = fma(d_w·d_x,
+/// float(isum), acc).
 template <int C>
-inline void fast_q6_K_half(int64_t nb, const uint8_t* g, int half, const uint8_t* x, size_t xs,
-                           float* y, size_t ys) {
+inline void fast_q6_K_half(int64_t nb, const Lane32* wu, const uint8_t* x, size_t xs,
+                           const int32_t* xp, float* y, size_t ys) {
   __m256 acc[C];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b, g += 3360) {
+  for (int64_t b = 0; b < nb; ++b, wu += kQ6KUnits) {
     const int8_t* qx[C];
     __m256i isum[C];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int c = 0; c < C; ++c) {
       qx[c] = block_at<block_q8_K>(x, xs, c, b).qs;
       isum[c] = _mm256_setzero_si256();
     }
     for (int j = 0; j < 16; ++j) {
-      const __m256i sc = q6_K_half_scales_both(g, j, half);
-      const uint8_t* quad = g + 288 + 192 * j + 32 * half;
+      const __m256i sc = load_lane(wu[64 + j]);
       __m256i p[C];
 #pragma GCC unroll 4
       for (int i = 0; i < 4; ++i) {
-        const __m256i u = q6_K_half_values(quad, i);
-#pragma GCC unroll 4
+        const __m256i u = load_lane(wu[4 * j + i]);
+#pragma GCC unroll 8
         for (int c = 0; c < C; ++c) {
           const __m256i xv = _mm256_broadcastd_epi32(_mm_loadu_si32(qx[c] + 16 * j + 4 * i));
           const __m256i t = _mm256_maddubs_epi16(u, xv);
@@ -241,66 +323,89 @@ inline void fast_q6_K_half(int64_t nb, const uint8_t* g, int half, const uint8_t
         }
       }
     }
-    // Σ_j sc_j·bsum_j: scale pairs (sc_2k low, sc_2k+1 high int16) by bsum pairs.
-    __m256i spair[8];
-    for (int k = 0; k < 8; ++k) {
-      const __m256i lo = q6_K_half_scales(g, 2 * k, half);
-      const __m256i hi = q6_K_half_scales(g, 2 * k + 1, half);
-      spair[k] = _mm256_or_si256(lo, _mm256_slli_epi32(hi, 16));
-    }
-    const __m256 dw =
-        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 16 * half)));
-#pragma GCC unroll 4
+    const __m256 dw = _mm256_load_ps(reinterpret_cast<const float*>(wu[88].b));
+#pragma GCC unroll 8
     for (int c = 0; c < C; ++c) {
-      const block_q8_K& xb = block_at<block_q8_K>(x, xs, c, b);
-      __m256i bias = _mm256_setzero_si256();
-      for (int k = 0; k < 8; ++k) {
-        const __m256i bpair =
-            _mm256_set1_epi32(int32_t((uint32_t(uint16_t(xb.bsums[2 * k]))) |
-                                      (uint32_t(uint16_t(xb.bsums[2 * k + 1])) << 16)));
-        bias = _mm256_add_epi32(bias, _mm256_madd_epi16(spair[k], bpair));
-      }
+      const int32_t* pr = xp + size_t(c) * size_t(8 * nb) + size_t(8 * b);
+      __m256i bias = _mm256_madd_epi16(load_lane(wu[80]), _mm256_set1_epi32(pr[0]));
+      for (int k = 1; k < 8; ++k)
+        bias = _mm256_add_epi32(bias,
+                                _mm256_madd_epi16(load_lane(wu[80 + k]), _mm256_set1_epi32(pr[k])));
       const __m256i isum_c = _mm256_sub_epi32(isum[c], _mm256_slli_epi32(bias, 5));
-      acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(xb.d)), _mm256_cvtepi32_ps(isum_c),
+      const float dx = block_at<block_q8_K>(x, xs, c, b).d;
+      acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(dx)), _mm256_cvtepi32_ps(isum_c),
                                acc[c]);
     }
   }
-#pragma GCC unroll 4
-  for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + size_t(c) * ys + 8 * half, acc[c]);
+#pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + size_t(c) * ys, acc[c]);
+}
+
+/// Activation rows per pass of the q4_K / q5_K and q6_K fast kernels (8: 1.06× and 1.03× over 4
+/// for q4_K and q5_K; q6_K's 8 spill, 0.82×: the kernel microbenchmark in docs/benchmarks.md).
+constexpr int kQ4KFastC = 8, kQ6KFastC = 4;
+
+/// Per-thread scratch of the K-quant fast kernels: a group half's unpacked super-blocks, and the
+/// bsum pairs of a chunk's activation rows. Grown on demand and kept.
+thread_local std::vector<Lane32> tl_unpacked;
+thread_local std::vector<int32_t> tl_bsum_pairs;
+
+/// The fast K-quant prefill: for each activation chunk (fast_prefill_walk) the rows' bsum pairs
+/// (kPairs int32 per super-block, pairs_fn), then for each group half its nb super-blocks
+/// unpacked once (kUnits Lane32 each, unpack_fn) and run against the chunk's rows C at a time
+/// (half_fn(C, unpacked, x row, pairs row, y row)).
+template <int C, int kUnits, int kPairs, typename UnpackFn, typename PairsFn, typename HalfFn>
+inline void fast_kquant_walk(int64_t n, size_t sb_bytes, const void* wp, int64_t ngroups,
+                             const void* x, size_t xs, int64_t nx, float* y, size_t ys,
+                             UnpackFn&& unpack_fn, PairsFn&& pairs_fn, HalfFn&& half_fn) {
+  const int64_t nb = n / QK_K;
+  const uint8_t* xb = static_cast<const uint8_t*>(x);
+  if (tl_unpacked.size() < size_t(nb * kUnits)) tl_unpacked.resize(size_t(nb * kUnits));
+  Lane32* wu = tl_unpacked.data();
+  fast_prefill_walk<C>(
+      wp, size_t(nb) * sb_bytes, ngroups, xs, nx,
+      [&](int64_t j0, int64_t j1) {
+        const size_t need = size_t((j1 - j0) * nb * kPairs);
+        if (tl_bsum_pairs.size() < need) tl_bsum_pairs.resize(need);
+        for (int64_t j = j0; j < j1; ++j)
+          for (int64_t b = 0; b < nb; ++b)
+            pairs_fn(block_at<block_q8_K>(xb + size_t(j) * xs, 0, 0, b),
+                     &tl_bsum_pairs[size_t(((j - j0) * nb + b) * kPairs)]);
+      },
+      [&](const uint8_t* g, int half) {
+        for (int64_t b = 0; b < nb; ++b) unpack_fn(g + size_t(b) * sb_bytes, half, wu + b * kUnits);
+      },
+      [&](auto cc, const uint8_t* /*g*/, int64_t gi, int half, int64_t j, int64_t j0) {
+        half_fn(cc, wu, xb + size_t(j) * xs, &tl_bsum_pairs[size_t((j - j0) * nb * kPairs)],
+                y + gi * 16 + 8 * half + size_t(j) * ys);
+      });
 }
 
 }  // namespace
 
 void packed_fast_q4_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
                            const int32_t* /*xoff*/, int64_t nx, float* y, size_t ys) {
-  const int64_t nb = n / QK_K;
-  const uint8_t* xb = static_cast<const uint8_t*>(x);
-  fast_prefill_walk<4>(wp, size_t(nb) * 2304, ngroups, xs, nx,
-                       [&](auto cc, const uint8_t* g, int64_t gi, int half, int64_t j) {
-                         fast_q4_K_half<decltype(cc)::value>(nb, g, half, xb + size_t(j) * xs, xs,
-                                                             y + gi * 16 + size_t(j) * ys, ys);
-                       });
+  fast_kquant_walk<kQ4KFastC, kQ4KUnits, 4>(
+      n, 2304, wp, ngroups, x, xs, nx, y, ys, unpack_q4_K_half<false>, q4_K_bsum_pairs,
+      [&](auto cc, const Lane32* wu, const uint8_t* xr, const int32_t* xp, float* yr) {
+        fast_q4_K_half<decltype(cc)::value, false>(n / QK_K, wu, xr, xs, xp, yr, ys);
+      });
 }
 
 void packed_fast_q5_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
                            const int32_t* /*xoff*/, int64_t nx, float* y, size_t ys) {
-  const int64_t nb = n / QK_K;
-  const uint8_t* xb = static_cast<const uint8_t*>(x);
-  fast_prefill_walk<4>(wp, size_t(nb) * 2816, ngroups, xs, nx,
-                       [&](auto cc, const uint8_t* g, int64_t gi, int half, int64_t j) {
-                         fast_q4_K_half<decltype(cc)::value, true>(nb, g, half, xb + size_t(j) * xs,
-                                                                   xs, y + gi * 16 + size_t(j) * ys,
-                                                                   ys);
-                       });
+  fast_kquant_walk<kQ4KFastC, kQ4KUnits, 4>(
+      n, 2816, wp, ngroups, x, xs, nx, y, ys, unpack_q4_K_half<true>, q4_K_bsum_pairs,
+      [&](auto cc, const Lane32* wu, const uint8_t* xr, const int32_t* xp, float* yr) {
+        fast_q4_K_half<decltype(cc)::value, true>(n / QK_K, wu, xr, xs, xp, yr, ys);
+      });
 }
 
 void packed_fast_q6_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
                            const int32_t* /*xoff*/, int64_t nx, float* y, size_t ys) {
-  const int64_t nb = n / QK_K;
-  const uint8_t* xb = static_cast<const uint8_t*>(x);
-  fast_prefill_walk<4>(wp, size_t(nb) * 3360, ngroups, xs, nx,
-                       [&](auto cc, const uint8_t* g, int64_t gi, int half, int64_t j) {
-                         fast_q6_K_half<decltype(cc)::value>(nb, g, half, xb + size_t(j) * xs, xs,
-                                                             y + gi * 16 + size_t(j) * ys, ys);
-                       });
+  fast_kquant_walk<kQ6KFastC, kQ6KUnits, 8>(
+      n, 3360, wp, ngroups, x, xs, nx, y, ys, unpack_q6_K_half, q6_K_bsum_pairs,
+      [&](auto cc, const Lane32* wu, const uint8_t* xr, const int32_t* xp, float* yr) {
+        fast_q6_K_half<decltype(cc)::value>(n / QK_K, wu, xr, xs, xp, yr, ys);
+      });
 }
