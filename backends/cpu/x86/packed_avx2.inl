@@ -95,58 +95,6 @@ inline __m256i q6_K_half_values(const uint8_t* quad, int i) {
   return _mm256_or_si256(_mm256_and_si256(low, m15), top);
 }
 
-/// The avx2 form of packed_q6_K_group: rows 8·half .. 8·half+7 of one packed q6_K group against
-/// C q8_K activation rows (xs bytes apart): y[c·ys + 8·half + r]. Same order as
-/// vec_dot_q6_K_q8_K, lane by lane: per super-block the 8 integer lanes (lane l = 4h + i: values
-/// 4i..4i+3 of sub-blocks 2·j2 + h, each Σ q·x times its sub-block's scale), then lane =
-/// fma(d_x·d_w, float(isum), lane), fold8 at the end. Σ q·x of 4 values is VPMADDUBSW/VPMADDWD
-/// of u = q + 32 (pair sums ≤ 2·63·128, int16) plus xoff's −32·Σx, within int16, so VPMADDWD by
-/// the zero-extended scale is exact. The lanes are finished one at a time (C integer
-/// accumulators live; the 8·C float lanes are touched once per lane and super-block, so they
-/// may live in memory), and each unpacked u serves the C rows (C ≥ 2: one activation row is
-/// packed_q6_K_half_decode).
-template <int C>
-inline void packed_q6_K_half(int64_t nb, const uint8_t* g, int half, const uint8_t* x, size_t xs,
-                             const int32_t* xoff, float* y, size_t ys) {
-  __m256 acc[C][8];
-  for (int c = 0; c < C; ++c)
-    for (int l = 0; l < 8; ++l) acc[c][l] = _mm256_setzero_ps();
-  const __m256i ones = _mm256_set1_epi16(1);
-  for (int64_t b = 0; b < nb; ++b, g += 3360) {
-    __m256i sc[16];
-    for (int j = 0; j < 16; ++j) sc[j] = q6_K_half_scales(g, j, half);
-    const __m256 dw =
-        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 16 * half)));
-    __m256 d[C];
-    const int8_t* qx[C];
-    const int32_t* off[C];
-    for (int c = 0; c < C; ++c) {
-      const block_q8_K& xb = block_at<block_q8_K>(x, xs, c, b);
-      d[c] = _mm256_mul_ps(dw, _mm256_set1_ps(xb.d));
-      qx[c] = xb.qs;
-      off[c] = xoff + (size_t(c) * size_t(nb) + size_t(b)) * 64;
-    }
-    for (int l = 0; l < 8; ++l) {
-      const int h = l / 4, i = l % 4;
-      __m256i lane[C];
-      for (int c = 0; c < C; ++c) lane[c] = _mm256_setzero_si256();
-      for (int j2 = 0; j2 < 8; ++j2) {
-        const int j = 2 * j2 + h;
-        const __m256i u = q6_K_half_values(g + 288 + 192 * j + 32 * half, i);
-        for (int c = 0; c < C; ++c) {
-          const __m256i xv = _mm256_broadcastd_epi32(_mm_loadu_si32(qx[c] + 16 * j + 4 * i));
-          const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(u, xv), ones),
-                                             _mm256_set1_epi32(off[c][4 * j + i]));
-          lane[c] = _mm256_add_epi32(lane[c], _mm256_madd_epi16(s, sc[j]));
-        }
-      }
-      for (int c = 0; c < C; ++c)
-        acc[c][l] = _mm256_fmadd_ps(d[c], _mm256_cvtepi32_ps(lane[c]), acc[c][l]);
-    }
-  }
-  for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + size_t(c) * ys + 8 * half, fold8_lanes(acc[c]));
-}
-
 /// The 16-value sub-block j's scales of rows 8·half .. 8·half+7 of a packed q6_K super-block
 /// (pack.h layout), each int32 lane holding its row's int8 scale as int16 in both halves
 /// (VPMADDWD of two int16 by it multiplies their sum by the scale).
@@ -284,51 +232,6 @@ inline __m256 q4_K_half_mins(const uint8_t* g, int half, const __m256i* mn, cons
   return _mm256_mul_ps(dw, _mm256_set1_ps(xb.d));
 }
 
-/// One super-block b of the avx2 packed q4_K kernel: rows 8·half .. 8·half+7 of the packed q4_K
-/// super-block at `g` (pack.h) against C q8_K activation rows (xs bytes apart), added to the
-/// float lanes acc[c][0..7] (main) and acc_m[c][0..3] (mins), a row per ymm lane. The order of
-/// vec_dot_q4_K_q8_K: the 4 min lanes (lane k: m_2k·Σx(2k) + m_2k+1·Σx(2k+1) from bsums, one
-/// VPMADDWD of int16 pairs, then fma(−d_x·d_min, ·, lane)) and the 8 main lanes (lane i: Σ_j sc_j
-/// · Σ of values 4i..4i+3 of sub-block j times x; VPMADDUBSW pair sums ≤ 2·15·128, then VPMADDWD
-/// by sc in both halves gives sc·Σ of 4 exactly), each lane = fma(d_x·d_w, float(isum), lane).
-/// Lanes one at a time (C integer accumulators), each unpacked nibble vector serving the C rows.
-/// Prefill (C ≥ 2); decode has its own form, q4_K_half_block_decode.
-template <int C>
-inline void q4_K_half_block(const uint8_t* g, int half, const uint8_t* x, size_t xs, int64_t b,
-                            __m256 (*acc)[8], __m256 (*acc_m)[4]) {
-  const __m256i m15 = _mm256_set1_epi8(0x0F);
-  __m256i sc[8], mn[8];
-  q4_K_half_scales(g, half, sc, mn);
-  __m256 d[C];
-  const int8_t* qx[C];
-  for (int c = 0; c < C; ++c) {
-    const block_q8_K& xb = block_at<block_q8_K>(x, xs, c, b);
-    d[c] = q4_K_half_mins(g, half, mn, xb, acc_m[c]);
-    qx[c] = xb.qs;
-  }
-  // Lane i: Σ_j2 sc·(Σ of values 4i..4i+3 of sub-blocks 2·j2 and 2·j2+1 times x), exact.
-  const auto lane_i = [&](int i) {
-    __m256i lane[C];
-    for (int c = 0; c < C; ++c) lane[c] = _mm256_setzero_si256();
-    for (int j2 = 0; j2 < 4; ++j2) {
-      const __m256i q = load256(g + 256 + 64 * (8 * j2 + i) + 32 * half);
-      const __m256i lo = _mm256_and_si256(q, m15);
-      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m15);
-      for (int c = 0; c < C; ++c) {
-        const int8_t* xq = qx[c] + 64 * j2 + 4 * i;
-        const __m256i x0 = _mm256_broadcastd_epi32(_mm_loadu_si32(xq));
-        const __m256i x1 = _mm256_broadcastd_epi32(_mm_loadu_si32(xq + 32));
-        const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), sc[2 * j2]);
-        const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), sc[2 * j2 + 1]);
-        lane[c] = _mm256_add_epi32(lane[c], _mm256_add_epi32(p0, p1));
-      }
-    }
-    for (int c = 0; c < C; ++c)
-      acc[c][i] = _mm256_fmadd_ps(d[c], _mm256_cvtepi32_ps(lane[c]), acc[c][i]);
-  };
-  for (int i = 0; i < 8; ++i) lane_i(i);  // (unrolled, prefill lost 10-30%)
-}
-
 /// The end of a q4_K half: fold8(main) + ((m0 + m2) + (m1 + m3)) per row.
 inline __m256 q4_K_half_result(const __m256* acc, const __m256* acc_m) {
   const __m256 main = fold8_lanes(acc);
@@ -337,30 +240,14 @@ inline __m256 q4_K_half_result(const __m256* acc, const __m256* acc_m) {
   return _mm256_add_ps(main, mins);
 }
 
-/// The avx2 packed q4_K prefill kernel: rows 8·half .. 8·half+7 of one packed q4_K group
-/// (pack.h) against C ≥ 2 q8_K activation rows (xs bytes apart): y[c·ys + 8·half + r], one
-/// q4_K_half_block per super-block.
-template <int C>
-inline void packed_q4_K_half(int64_t nb, const uint8_t* g, int half, const uint8_t* x, size_t xs,
-                             float* y, size_t ys) {
-  __m256 acc[C][8], acc_m[C][4];
-  for (int c = 0; c < C; ++c) {
-    for (int l = 0; l < 8; ++l) acc[c][l] = _mm256_setzero_ps();
-    for (int k = 0; k < 4; ++k) acc_m[c][k] = _mm256_setzero_ps();
-  }
-  for (int64_t b = 0; b < nb; ++b, g += 2304) q4_K_half_block<C>(g, half, x, xs, b, acc, acc_m);
-  for (int c = 0; c < C; ++c)
-    _mm256_storeu_ps(y + size_t(c) * ys + 8 * half, q4_K_half_result(acc[c], acc_m[c]));
-}
-
-/// Decode form of q4_K_half_block (one activation row x, block b): the same integer lane sums
-/// and the same fma per lane, with the sub-block pairs outer and the 8 lanes inner, so the 8
-/// lane sums stay in registers and each scale vector is read once per pair (from the stack, as
-/// the memory operand of VPMADDWD) instead of every scale being live across the lanes: the lanes
-/// first order spilled (522 of its ~1390 instructions a super-block addressed the stack) and
-/// streamed 15.8 / 18.4 GB/s from cache where this form streams 22.5 / 23.5 (kvrun_bench
-/// q4_K avx2-packed attn_q / ffn_up n1 t1). Integer sums are exact, so the order of their
-/// additions does not change a bit.
+/// Decode form of the q4_K kernel (one activation row x, block b; prefill: exact_q4_K_half in
+/// packed_kquant_avx2.inl): the same integer lane sums and the same fma per lane, with the
+/// sub-block pairs outer and the 8 lanes inner, so the 8 lane sums stay in registers and each scale
+/// vector is read once per pair (from the stack, as the memory operand of VPMADDWD) instead of
+/// every scale being live across the lanes: the lanes first order spilled (522 of its ~1390
+/// instructions a super-block addressed the stack) and streamed 15.8 / 18.4 GB/s from cache where
+/// this form streams 22.5 / 23.5 (kvrun_bench q4_K avx2-packed attn_q / ffn_up n1 t1). Integer sums
+/// are exact, so the order of their additions does not change a bit.
 inline void q4_K_half_block_decode(const uint8_t* g, int half, const block_q8_K& xb, __m256* acc,
                                    __m256* acc_m) {
   const __m256i m15 = _mm256_set1_epi8(0x0F);
@@ -427,44 +314,5 @@ void packed_q8_0_q8_0(int64_t n, const void* wp, int64_t ngroups, const void* x,
     for (int64_t j = 0; j < nx; ++j)
       for (int half = 0; half < 2; ++half)
         packed_q8_0_half(nb, g, half, xb + size_t(j) * xs, y + gi * 16 + size_t(j) * ys);
-  }
-}
-
-// Without VNNI: kC activation rows at a time (packed_q6_K_half), then one
-// (packed_q6_K_half_decode), each half group.
-void packed_q6_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
-                      const int32_t* xoff, int64_t nx, float* y, size_t ys) {
-  constexpr int kC = 4;
-  const int64_t nb = n / QK_K;
-  const uint8_t* xb = static_cast<const uint8_t*>(x);
-  for (int64_t gi = 0; gi < ngroups; ++gi) {
-    const uint8_t* g = static_cast<const uint8_t*>(wp) + size_t(gi) * size_t(nb) * 3360;
-    float* yg = y + gi * 16;
-    int64_t j = 0;
-    for (; j + kC <= nx; j += kC)
-      for (int half = 0; half < 2; ++half)
-        packed_q6_K_half<kC>(nb, g, half, xb + size_t(j) * xs, xs, xoff + j * nb * 64,
-                             yg + size_t(j) * ys, ys);
-    for (; j < nx; ++j)
-      for (int half = 0; half < 2; ++half)
-        packed_q6_K_half_decode(nb, g, half, xb + size_t(j) * xs, yg + size_t(j) * ys);
-  }
-}
-
-// The avx2 level only: kC activation rows at a time (packed_q4_K_half, each half group), then
-// one (packed_q4_K_group_decode). xoff is not used.
-void packed_q4_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
-                      const int32_t* /*xoff*/, int64_t nx, float* y, size_t ys) {
-  constexpr int kC = 4;
-  const int64_t nb = n / QK_K;
-  const uint8_t* xb = static_cast<const uint8_t*>(x);
-  for (int64_t gi = 0; gi < ngroups; ++gi) {
-    const uint8_t* g = static_cast<const uint8_t*>(wp) + size_t(gi) * size_t(nb) * 2304;
-    float* yg = y + gi * 16;
-    int64_t j = 0;
-    for (; j + kC <= nx; j += kC)
-      for (int half = 0; half < 2; ++half)
-        packed_q4_K_half<kC>(nb, g, half, xb + size_t(j) * xs, xs, yg + size_t(j) * ys, ys);
-    for (; j < nx; ++j) packed_q4_K_group_decode(nb, g, xb + size_t(j) * xs, yg + size_t(j) * ys);
   }
 }

@@ -22,59 +22,6 @@
 
 namespace {
 
-/// Activation bytes of one column chunk of the fast prefill kernels (as kQ4PrefillChunkBytes).
-constexpr size_t kFastChunkBytes = 128 * 1024;
-
-/// Runs `half_fn(C, g, gi, half, j, j0)` for every group gi of `ngroups` (g: group_bytes apart
-/// from wp), both halves, and the activation rows [0, nx) in chunks [j0, j1) of about
-/// kFastChunkBytes (xs bytes per row), C rows j at a time and then the rest of a chunk 4 (when
-/// C > 4), 3, 2 or 1 at a time. `chunk_fn(j0, j1)` runs before each chunk, `prep_fn(g, half)`
-/// before each group half's rows of a chunk.
-template <int C, typename ChunkFn, typename PrepFn, typename HalfFn>
-inline void fast_prefill_walk(const void* wp, size_t group_bytes, int64_t ngroups, size_t xs,
-                              int64_t nx, ChunkFn&& chunk_fn, PrepFn&& prep_fn, HalfFn&& half_fn) {
-  const int64_t chunk = std::max<int64_t>(C, int64_t(kFastChunkBytes / xs) / C * C);
-  for (int64_t j0 = 0; j0 < nx; j0 += chunk) {
-    const int64_t j1 = std::min(nx, j0 + chunk);
-    chunk_fn(j0, j1);
-    for (int64_t gi = 0; gi < ngroups; ++gi) {
-      const uint8_t* g = static_cast<const uint8_t*>(wp) + size_t(gi) * group_bytes;
-      for (int half = 0; half < 2; ++half) {
-        prep_fn(g, half);
-        const auto run = [&](auto cc, int64_t j) { half_fn(cc, g, gi, half, j, j0); };
-        int64_t j = j0;
-        for (; j + C <= j1; j += C) run(std::integral_constant<int, C>{}, j);
-        if constexpr (C > 4)
-          for (; j + 4 <= j1; j += 4) run(std::integral_constant<int, 4>{}, j);
-        switch (j1 - j) {
-          case 3:
-            run(std::integral_constant<int, 3>{}, j);
-            break;
-          case 2:
-            run(std::integral_constant<int, 2>{}, j);
-            break;
-          case 1:
-            run(std::integral_constant<int, 1>{}, j);
-            break;
-          default:
-            break;
-        }
-      }
-    }
-  }
-}
-
-/// fast_prefill_walk without the hooks: `half_fn(C, g, gi, half, j)`.
-template <int C, typename HalfFn>
-inline void fast_prefill_walk(const void* wp, size_t group_bytes, int64_t ngroups, size_t xs,
-                              int64_t nx, HalfFn&& half_fn) {
-  fast_prefill_walk<C>(
-      wp, group_bytes, ngroups, xs, nx, [](int64_t, int64_t) {}, [](const uint8_t*, int) {},
-      [&](auto cc, const uint8_t* g, int64_t gi, int half, int64_t j, int64_t) {
-        half_fn(cc, g, gi, half, j);
-      });
-}
-
 /// Rows 8·half .. 8·half+7 of one packed q8_0 group against C q8_0 activation rows (xs bytes
 /// apart): y[c·ys + 8·half + r] = fast_dot_q8_0_q8_0. Per block and activation row, the 8
 /// half-chunks (4 quants of each of the 8 rows, stored q + 128: flipped back to signed q) go
@@ -133,66 +80,6 @@ void packed_fast_q8_0_q8_0(int64_t n, const void* wp, int64_t ngroups, const voi
 }
 
 namespace {
-
-/// 32 aligned bytes: the unit of the K-quant kernels' per-thread scratch (a type of this
-/// translation unit's own, so its std::vector is not shared with the other level's; see
-/// kernels_x86.inl).
-struct alignas(32) Lane32 {
-  uint8_t b[32];
-};
-
-inline __m256i load_lane(const Lane32& l) {
-  return _mm256_load_si256(reinterpret_cast<const __m256i*>(l.b));
-}
-inline void store_lane(Lane32& l, __m256i v) {
-  _mm256_store_si256(reinterpret_cast<__m256i*>(l.b), v);
-}
-
-/// The unpacked half super-block of q4_K and q5_K (rows 8·half .. 8·half+7), in Lane32 units:
-/// [0, 64) the values of sub-block j, 4i .. 4i+3 of each row at unit 8j + i (bytes 0..15, q5_K
-/// 0..31); [64, 72) sc_j per row in both int16 halves; [72, 76) the min pairs (m_2k low, m_2k+1
-/// high int16); 76 d_w, 77 dmin_w as floats.
-constexpr int kQ4KUnits = 78;
-
-/// Unpacks rows 8·half .. 8·half+7 of the packed q4_K (kQ5: q5_K) super-block at g into u.
-template <bool kQ5>
-inline void unpack_q4_K_half(const uint8_t* g, int half, Lane32* u) {
-  const __m256i m15 = _mm256_set1_epi8(0x0F), m16 = _mm256_set1_epi8(0x10);
-  for (int j = 0; j < 8; ++j)
-    for (int i = 0; i < 8; ++i) {
-      __m256i v = load256(g + 256 + 64 * (8 * (j / 2) + i) + 32 * half);
-      if (j % 2 == 1) v = _mm256_srli_epi16(v, 4);
-      v = _mm256_and_si256(v, m15);
-      if constexpr (kQ5) {  // bit j of the high-bit chunk's bytes is sub-block j's fifth
-        const __m256i hb = load256(g + 2304 + 64 * i + 32 * half);
-        const __m256i sh = j < 4 ? _mm256_sll_epi16(hb, _mm_cvtsi32_si128(4 - j))
-                                 : _mm256_srl_epi16(hb, _mm_cvtsi32_si128(j - 4));
-        v = _mm256_or_si256(v, _mm256_and_si256(sh, m16));
-      }
-      store_lane(u[8 * j + i], v);
-    }
-  alignas(32) __m256i sc[8], mn[8];
-  q4_K_half_scales(g, half, sc, mn);
-  for (int j = 0; j < 8; ++j) store_lane(u[64 + j], sc[j]);
-  for (int k = 0; k < 4; ++k)
-    store_lane(u[72 + k], _mm256_blend_epi16(mn[2 * k], mn[2 * k + 1], 0xAA));
-  _mm256_store_ps(
-      reinterpret_cast<float*>(u[76].b),
-      _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 16 * half))));
-  _mm256_store_ps(
-      reinterpret_cast<float*>(u[77].b),
-      _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 32 + 16 * half))));
-}
-
-/// q8_K's bsums of one block as the int16 pairs of the q4_K min term: pair k = (bsum_4k +
-/// bsum_4k+1) | (bsum_4k+2 + bsum_4k+3) << 16 (sub-blocks 2k, 2k + 1; each ≤ 4064 in magnitude).
-inline void q4_K_bsum_pairs(const block_q8_K& xb, int32_t* out) {
-  for (int k = 0; k < 4; ++k) {
-    const int s0 = xb.bsums[4 * k] + xb.bsums[4 * k + 1];
-    const int s1 = xb.bsums[4 * k + 2] + xb.bsums[4 * k + 3];
-    out[k] = int32_t((uint32_t(s0) & 0xFFFF) | (uint32_t(s1) << 16));
-  }
-}
 
 /// Rows 8·half .. 8·half+7 of one q4_K (kQ5: q5_K) group, unpacked by unpack_q4_K_half (nb half
 /// super-blocks of kQ4KUnits at wu), against C q8_K activation rows (xs bytes apart; their
@@ -253,35 +140,6 @@ inline void fast_q4_K_half(int64_t nb, const Lane32* wu, const uint8_t* x, size_
   }
 #pragma GCC unroll 8
   for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + size_t(c) * ys, acc[c]);
-}
-
-/// The unpacked half super-block of q6_K (rows 8·half .. 8·half+7), in Lane32 units: [0, 64) the
-/// values u = q + 32 of sub-block j (16 values), 4i .. 4i+3 of each row at unit 4j + i; [64, 80)
-/// sc_j per row in both int16 halves; [80, 88) the scale pairs (sc_2k low, sc_2k+1 high int16);
-/// 88 d_w as floats.
-constexpr int kQ6KUnits = 89;
-
-/// Unpacks rows 8·half .. 8·half+7 of the packed q6_K super-block at g into u.
-inline void unpack_q6_K_half(const uint8_t* g, int half, Lane32* u) {
-  for (int j = 0; j < 16; ++j) {
-    for (int i = 0; i < 4; ++i)
-      store_lane(u[4 * j + i], q6_K_half_values(g + 288 + 192 * j + 32 * half, i));
-    store_lane(u[64 + j], q6_K_half_scales_both(g, j, half));
-  }
-  for (int k = 0; k < 8; ++k)
-    store_lane(u[80 + k],
-               _mm256_or_si256(q6_K_half_scales(g, 2 * k, half),
-                               _mm256_slli_epi32(q6_K_half_scales(g, 2 * k + 1, half), 16)));
-  _mm256_store_ps(
-      reinterpret_cast<float*>(u[88].b),
-      _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 16 * half))));
-}
-
-/// q8_K's bsums of one block as int16 pairs: pair k = bsum_2k | bsum_2k+1 << 16.
-inline void q6_K_bsum_pairs(const block_q8_K& xb, int32_t* out) {
-  for (int k = 0; k < 8; ++k)
-    out[k] = int32_t(uint32_t(uint16_t(xb.bsums[2 * k])) |
-                     (uint32_t(uint16_t(xb.bsums[2 * k + 1])) << 16));
 }
 
 /// Rows 8·half .. 8·half+7 of one q6_K group, unpacked by unpack_q6_K_half (nb half super-blocks
@@ -345,67 +203,32 @@ inline void fast_q6_K_half(int64_t nb, const Lane32* wu, const uint8_t* x, size_
 /// for q4_K and q5_K; q6_K's 8 spill, 0.82×: the kernel microbenchmark in docs/benchmarks.md).
 constexpr int kQ4KFastC = 8, kQ6KFastC = 4;
 
-/// Per-thread scratch of the K-quant fast kernels: a group half's unpacked super-blocks, and the
-/// bsum pairs of a chunk's activation rows. Grown on demand and kept.
-thread_local std::vector<Lane32> tl_unpacked;
-thread_local std::vector<int32_t> tl_bsum_pairs;
-
-/// The fast K-quant prefill: for each activation chunk (fast_prefill_walk) the rows' bsum pairs
-/// (kPairs int32 per super-block, pairs_fn), then for each group half its nb super-blocks
-/// unpacked once (kUnits Lane32 each, unpack_fn) and run against the chunk's rows C at a time
-/// (half_fn(C, unpacked, x row, pairs row, y row)).
-template <int C, int kUnits, int kPairs, typename UnpackFn, typename PairsFn, typename HalfFn>
-inline void fast_kquant_walk(int64_t n, size_t sb_bytes, const void* wp, int64_t ngroups,
-                             const void* x, size_t xs, int64_t nx, float* y, size_t ys,
-                             UnpackFn&& unpack_fn, PairsFn&& pairs_fn, HalfFn&& half_fn) {
-  const int64_t nb = n / QK_K;
-  const uint8_t* xb = static_cast<const uint8_t*>(x);
-  if (tl_unpacked.size() < size_t(nb * kUnits)) tl_unpacked.resize(size_t(nb * kUnits));
-  Lane32* wu = tl_unpacked.data();
-  fast_prefill_walk<C>(
-      wp, size_t(nb) * sb_bytes, ngroups, xs, nx,
-      [&](int64_t j0, int64_t j1) {
-        const size_t need = size_t((j1 - j0) * nb * kPairs);
-        if (tl_bsum_pairs.size() < need) tl_bsum_pairs.resize(need);
-        for (int64_t j = j0; j < j1; ++j)
-          for (int64_t b = 0; b < nb; ++b)
-            pairs_fn(block_at<block_q8_K>(xb + size_t(j) * xs, 0, 0, b),
-                     &tl_bsum_pairs[size_t(((j - j0) * nb + b) * kPairs)]);
-      },
-      [&](const uint8_t* g, int half) {
-        for (int64_t b = 0; b < nb; ++b) unpack_fn(g + size_t(b) * sb_bytes, half, wu + b * kUnits);
-      },
-      [&](auto cc, const uint8_t* /*g*/, int64_t gi, int half, int64_t j, int64_t j0) {
-        half_fn(cc, wu, xb + size_t(j) * xs, &tl_bsum_pairs[size_t((j - j0) * nb * kPairs)],
-                y + gi * 16 + 8 * half + size_t(j) * ys);
-      });
-}
-
 }  // namespace
 
 void packed_fast_q4_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
                            const int32_t* /*xoff*/, int64_t nx, float* y, size_t ys) {
-  fast_kquant_walk<kQ4KFastC, kQ4KUnits, 4>(
+  kquant_walk<kQ4KFastC, kQ4KUnits, 4, X8::none>(
       n, 2304, wp, ngroups, x, xs, nx, y, ys, unpack_q4_K_half<false>, q4_K_bsum_pairs,
-      [&](auto cc, const Lane32* wu, const uint8_t* xr, const int32_t* xp, float* yr) {
+      [&](auto cc, const Lane32* wu, const uint8_t* xr, const int32_t* xp, const uint8_t*,
+          float* yr) {
         fast_q4_K_half<decltype(cc)::value, false>(n / QK_K, wu, xr, xs, xp, yr, ys);
       });
 }
 
 void packed_fast_q5_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
                            const int32_t* /*xoff*/, int64_t nx, float* y, size_t ys) {
-  fast_kquant_walk<kQ4KFastC, kQ4KUnits, 4>(
+  kquant_walk<kQ4KFastC, kQ4KUnits, 4, X8::none>(
       n, 2816, wp, ngroups, x, xs, nx, y, ys, unpack_q4_K_half<true>, q4_K_bsum_pairs,
-      [&](auto cc, const Lane32* wu, const uint8_t* xr, const int32_t* xp, float* yr) {
+      [&](auto cc, const Lane32* wu, const uint8_t* xr, const int32_t* xp, const uint8_t*,
+          float* yr) {
         fast_q4_K_half<decltype(cc)::value, true>(n / QK_K, wu, xr, xs, xp, yr, ys);
       });
 }
 
 void packed_fast_q6_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
                            const int32_t* /*xoff*/, int64_t nx, float* y, size_t ys) {
-  fast_kquant_walk<kQ6KFastC, kQ6KUnits, 8>(
+  kquant_walk<kQ6KFastC, kQ6KUnits, 8, X8::none>(
       n, 3360, wp, ngroups, x, xs, nx, y, ys, unpack_q6_K_half, q6_K_bsum_pairs,
-      [&](auto cc, const Lane32* wu, const uint8_t* xr, const int32_t* xp, float* yr) {
-        fast_q6_K_half<decltype(cc)::value>(n / QK_K, wu, xr, xs, xp, yr, ys);
-      });
+      [&](auto cc, const Lane32* wu, const uint8_t* xr, const int32_t* xp, const uint8_t*,
+          float* yr) { fast_q6_K_half<decltype(cc)::value>(n / QK_K, wu, xr, xs, xp, yr, ys); });
 }

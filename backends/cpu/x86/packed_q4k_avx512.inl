@@ -246,20 +246,20 @@ void packed_q4_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x,
   }
 }
 
-// q5_K, group by group: the activation rows in multiples of 4 through the avx2 kernel's prefill
-// form (8 rows per ymm; avx2::packed_q5_K_q8_K on the one group), the rest one at a time in the
-// avx512 decode form (packed_q5_K_group512_decode) while the group is still in cache. xoff is not
-// used.
+// q5_K: four activation rows or more through the avx2 kernel's prefill form (avx2::
+// packed_q5_K_q8_K: 8 rows per ymm from unpacked group halves, packed_kquant_avx2.inl), fewer one
+// at a time in the avx512 decode form (packed_q5_K_group512_decode). xoff is not used.
 void packed_q5_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
                       const int32_t* xoff, int64_t nx, float* y, size_t ys) {
-  const int64_t nx4 = nx / 4 * 4;
+  if (nx >= 4) {
+    avx2::packed_q5_K_q8_K(n, wp, ngroups, x, xs, xoff, nx, y, ys);
+    return;
+  }
   const int64_t nb = n / QK_K;
   const uint8_t* xb = static_cast<const uint8_t*>(x);
   for (int64_t gi = 0; gi < ngroups; ++gi) {
     const uint8_t* g = static_cast<const uint8_t*>(wp) + size_t(gi) * size_t(nb) * 2816;
-    float* yg = y + gi * 16;
-    if (nx4 > 0) avx2::packed_q5_K_q8_K(n, g, 1, x, xs, xoff, nx4, yg, ys);
-    for (int64_t j = nx4; j < nx; ++j)
-      packed_q5_K_group512_decode(nb, g, xb + size_t(j) * xs, yg + size_t(j) * ys);
+    for (int64_t j = 0; j < nx; ++j)
+      packed_q5_K_group512_decode(nb, g, xb + size_t(j) * xs, y + gi * 16 + size_t(j) * ys);
   }
 }

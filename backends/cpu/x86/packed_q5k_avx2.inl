@@ -106,22 +106,6 @@ inline __m256 q5_K_half_result(const __m256* acc, __m256 summs) {
   return _mm256_add_ps(fold8_lanes(acc), summs);
 }
 
-/// The avx2 packed q5_K prefill kernel: rows 8·half .. 8·half+7 of one packed q5_K group
-/// (pack.h) against C ≥ 2 q8_K activation rows (xs bytes apart): y[c·ys + 8·half + r], one
-/// q5_K_half_block per super-block.
-template <int C>
-inline void packed_q5_K_half(int64_t nb, const uint8_t* g, int half, const uint8_t* x, size_t xs,
-                             float* y, size_t ys) {
-  __m256 acc[C][8], summs[C];
-  for (int c = 0; c < C; ++c) {
-    for (int l = 0; l < 8; ++l) acc[c][l] = _mm256_setzero_ps();
-    summs[c] = _mm256_setzero_ps();
-  }
-  for (int64_t b = 0; b < nb; ++b, g += 2816) q5_K_half_block<C>(g, half, x, xs, b, acc, summs);
-  for (int c = 0; c < C; ++c)
-    _mm256_storeu_ps(y + size_t(c) * ys + 8 * half, q5_K_half_result(acc[c], summs[c]));
-}
-
 /// The avx2 packed q5_K decode kernel: the 16 rows of one packed q5_K group against one q8_K
 /// activation row x: y[0..15]. One pass over the super-blocks, both halves of each back to
 /// back, the stream prefetched kPrefetchAhead ahead (as packed_q4_K_group_decode).
@@ -141,21 +125,3 @@ inline void packed_q5_K_group_decode(int64_t nb, const uint8_t* g, const uint8_t
 }
 
 }  // namespace
-
-// The avx2 level only (the avx512 level registers this one): kC activation rows at a time
-// (packed_q5_K_half, each half group), then one (packed_q5_K_group_decode). xoff is not used.
-void packed_q5_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
-                      const int32_t* /*xoff*/, int64_t nx, float* y, size_t ys) {
-  constexpr int kC = 4;
-  const int64_t nb = n / QK_K;
-  const uint8_t* xb = static_cast<const uint8_t*>(x);
-  for (int64_t gi = 0; gi < ngroups; ++gi) {
-    const uint8_t* g = static_cast<const uint8_t*>(wp) + size_t(gi) * size_t(nb) * 2816;
-    float* yg = y + gi * 16;
-    int64_t j = 0;
-    for (; j + kC <= nx; j += kC)
-      for (int half = 0; half < 2; ++half)
-        packed_q5_K_half<kC>(nb, g, half, xb + size_t(j) * xs, xs, yg + size_t(j) * ys, ys);
-    for (; j < nx; ++j) packed_q5_K_group_decode(nb, g, xb + size_t(j) * xs, yg + size_t(j) * ys);
-  }
-}

@@ -7,9 +7,13 @@
 #endif
 
 #ifndef KVRUN_X86_VNNI
+// In this order: each uses the ones before it.
+// clang-format off
 #include "cpu/x86/packed_avx2.inl"
-#include "cpu/x86/packed_fast_avx2.inl"  // --kernels fast
 #include "cpu/x86/packed_q5k_avx2.inl"
+#include "cpu/x86/packed_kquant_avx2.inl"  // the K-quants' prefill (exact order)
+#include "cpu/x86/packed_fast_avx2.inl"    // --kernels fast
+// clang-format on
 #endif
 
 #include "cpu/x86/packed_mxfp4.inl"  // both levels
