@@ -46,20 +46,11 @@ inline __m256 fold8_lanes(const __m256* acc) {
   return _mm256_add_ps(_mm256_add_ps(t[0], t[2]), _mm256_add_ps(t[1], t[3]));
 }
 
-/// Rows 8·half .. 8·half+7 of one packed q8_0 group (nb blocks from g) against one activation row
-/// x: y[8·half + r], fold8 of the lanes at the end (the prefill form: one call per row and half).
-inline void packed_q8_0_half(int64_t nb, const uint8_t* g, int half, const uint8_t* x, float* y) {
-  __m256 acc[8];
-  for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b, g += 544)
-    q8_0_half_block(g, half, block_at<block_q8_0>(x, 0, 0, b), acc);
-  _mm256_storeu_ps(y + 8 * half, fold8_lanes(acc));
-}
-
 /// The decode form: the 16 rows of one packed q8_0 group against one activation row x: y[0..15],
 /// one pass over the blocks, both halves of each back to back, prefetched kPrefetchAhead ahead
 /// (the pass per half it replaces left memory idle during the second: llama3.2-1b Q8_0 tg64
-/// 1.17×, KVRUN_CPU=avx2, interleaved A/B, docs/benchmarks.md). Same floats as packed_q8_0_half.
+/// 1.17×, KVRUN_CPU=avx2, interleaved A/B, docs/benchmarks.md). The prefill form is
+/// exact_q8_0_half (packed_prefill_avx2.inl), with the same floats.
 inline void packed_q8_0_group_decode(int64_t nb, const uint8_t* g, const uint8_t* x, float* y) {
   __m256 acc[2][8];
   for (int h = 0; h < 2; ++h)
@@ -241,7 +232,7 @@ inline __m256 q4_K_half_result(const __m256* acc, const __m256* acc_m) {
 }
 
 /// Decode form of the q4_K kernel (one activation row x, block b; prefill: exact_q4_K_half in
-/// packed_kquant_avx2.inl): the same integer lane sums and the same fma per lane, with the
+/// packed_prefill_avx2.inl): the same integer lane sums and the same fma per lane, with the
 /// sub-block pairs outer and the 8 lanes inner, so the 8 lane sums stay in registers and each scale
 /// vector is read once per pair (from the stack, as the memory operand of VPMADDWD) instead of
 /// every scale being live across the lanes: the lanes first order spilled (522 of its ~1390
@@ -298,21 +289,3 @@ inline void packed_q4_K_group_decode(int64_t nb, const uint8_t* g, const uint8_t
 }
 
 }  // namespace
-
-// Without VNNI: one activation row in one pass (packed_q8_0_group_decode), more rows each row and
-// half group (packed_q8_0_half); xoff is not needed (the weights are flipped back to signed bytes).
-void packed_q8_0_q8_0(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
-                      const int32_t* /*xoff*/, int64_t nx, float* y, size_t ys) {
-  const int64_t nb = n / 32;
-  const uint8_t* xb = static_cast<const uint8_t*>(x);
-  for (int64_t gi = 0; gi < ngroups; ++gi) {
-    const uint8_t* g = static_cast<const uint8_t*>(wp) + size_t(gi) * size_t(nb) * 544;
-    if (nx == 1) {
-      packed_q8_0_group_decode(nb, g, xb, y + gi * 16);
-      continue;
-    }
-    for (int64_t j = 0; j < nx; ++j)
-      for (int half = 0; half < 2; ++half)
-        packed_q8_0_half(nb, g, half, xb + size_t(j) * xs, y + gi * 16 + size_t(j) * ys);
-  }
-}

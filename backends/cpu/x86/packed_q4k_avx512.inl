@@ -247,7 +247,7 @@ void packed_q4_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x,
 }
 
 // q5_K: four activation rows or more through the avx2 kernel's prefill form (avx2::
-// packed_q5_K_q8_K: 8 rows per ymm from unpacked group halves, packed_kquant_avx2.inl), fewer one
+// packed_q5_K_q8_K: 8 rows per ymm from unpacked group halves, packed_prefill_avx2.inl), fewer one
 // at a time in the avx512 decode form (packed_q5_K_group512_decode). xoff is not used.
 void packed_q5_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
                       const int32_t* xoff, int64_t nx, float* y, size_t ys) {

@@ -11,7 +11,7 @@
 // clang-format off
 #include "cpu/x86/packed_avx2.inl"
 #include "cpu/x86/packed_q5k_avx2.inl"
-#include "cpu/x86/packed_kquant_avx2.inl"  // the K-quants' prefill (exact order)
+#include "cpu/x86/packed_prefill_avx2.inl"  // the K-quants' prefill (exact order)
 #include "cpu/x86/packed_fast_avx2.inl"    // --kernels fast
 // clang-format on
 #endif

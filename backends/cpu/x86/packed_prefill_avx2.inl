@@ -1,22 +1,25 @@
-// packed_kquant_avx2.inl — the avx2 prefill of packed q4_K, q5_K and q6_K weights (pack.h
-// layouts) from unpacked group halves: the machinery both summation orders share, and the exact
-// order's kernels (the default; packed_fast_avx2.inl has the fast order's). Included by
-// packed_x86.inl after packed_avx2.inl and packed_q5k_avx2.inl (their scale and value unpacking,
-// and the decode forms that one to three activation rows still take) inside namespace
+// packed_prefill_avx2.inl — the avx2 prefill (two activation rows or more; q4_K, q5_K, q6_K
+// four or more) of packed q8_0, q4_K, q5_K and q6_K weights (pack.h layouts): the machinery both
+// summation orders share and the exact order's kernels (the default; packed_fast_avx2.inl has
+// the fast order's). Included by packed_x86.inl after packed_avx2.inl and packed_q5k_avx2.inl
+// (their scale and value unpacking, and the decode forms that fewer rows take) inside namespace
 // kvrun::cpu::KVRUN_SIMD_NS when the level has no VNNI. Same rules as kernels_x86.inl.
 //
 // The activation rows are taken in chunks that stay in L2 while every group of the call passes
-// over them (fast_prefill_walk); per chunk, each group half is unpacked once into a per-thread
-// scratch (kquant_walk: the values as bytes, the scales and min or offset pairs as VPMADDWD
-// multipliers), so the inner loops are a load, a broadcast, VPMADDUBSW and an add or VPMADDWD per
-// 4 values, 8 weight rows and activation row: q5_K's fifth bit and q6_K's split bits are put
-// together once per group half and chunk rather than once per pass of activation rows.
+// over them (fast_prefill_walk), and a chunk's quants are interleaved by 8 rows, so one base
+// register addresses the broadcasts of 8 activation rows. For the K-quants each group half is
+// also unpacked once per chunk into a per-thread scratch (kquant_walk: the values as bytes, the
+// scales and min or offset pairs as VPMADDWD multipliers): q5_K's fifth bit and q6_K's split
+// bits are put together once per group half and chunk rather than once per pass of activation
+// rows, and the inner loops are a broadcast, VPMADDUBSW, an add or VPMADDWD per 4 values, 8
+// weight rows and activation row.
 //
-// The exact kernels give the floats of vec_dot_q4_K_q8_K / vec_dot_q5_K_q8_K / vec_dot_q6_K_q8_K
-// (vec_dot_k.cpp) bit for bit: per super-block and row the 8 integer lanes (lane i: Σ_j sc_j · Σ
-// of values 4i..4i+3 of sub-block j times x; q6_K: lane 4h + i over the sub-blocks j ≡ h mod 2),
-// then lane = fma(d_x·d_w, float(lane), lane) and fold8 at the end, the min or offset terms as
-// there. The lanes run one at a time, each unpacked vector serving C activation rows.
+// The exact kernels give the floats of vec_dot_q8_0_q8_0 / vec_dot_q4_K_q8_K /
+// vec_dot_q5_K_q8_K / vec_dot_q6_K_q8_K (vec_dot_legacy.cpp, vec_dot_k.cpp) bit for bit: per
+// (super-)block and row the 8 lanes (lane i: values 4i..4i+3 of each 32-value block; K-quants:
+// Σ_j sc_j · Σ of values 4i..4i+3 of sub-block j times x, q6_K's lane 4h + i over the sub-blocks
+// j ≡ h mod 2), lane = fma(d_x·d_w, float(lane), lane) and fold8 at the end, the min or offset
+// terms as there. The lanes run one at a time, each weight vector serving C activation rows.
 #ifndef KVRUN_SIMD_NS
 #error "included by kernels_x86.inl only"
 #endif
@@ -205,19 +208,22 @@ thread_local std::vector<int32_t> tl_bsum_pairs;
 /// 32·p + 4·r of a 2 KiB block), as they are or + 128 (unsigned).
 enum class X8 { none, plain, plus128 };
 
-/// The chunk's activation rows j0 .. j1 − 1 (q8_K, xs bytes apart, nb blocks each) interleaved
-/// by 8 rows into tl_x8 (X8 layout; slots past j1 left as they were).
+/// The chunk's activation rows j0 .. j1 − 1 (Block: block_q8_K or block_q8_0, xs bytes apart, nb
+/// blocks each) interleaved by 8 rows into tl_x8 (X8 layout, Block's quads per block: 64 for
+/// q8_K, 8 for q8_0; slots past j1 left as they were).
+template <typename Block>
 inline void interleave_x8(const uint8_t* xb, size_t xs, int64_t nb, int64_t j0, int64_t j1,
                           bool plus128) {
+  constexpr int kQuads = int(sizeof(Block::qs)) / 4;
   const int64_t ng = (j1 - j0 + 7) / 8;
-  if (tl_x8.size() < size_t(ng * nb * 64)) tl_x8.resize(size_t(ng * nb * 64));
+  if (tl_x8.size() < size_t(ng * nb * kQuads)) tl_x8.resize(size_t(ng * nb * kQuads));
   const uint32_t flip = plus128 ? 0x80808080u : 0;
   for (int64_t j = j0; j < j1; ++j) {
     const int64_t g = (j - j0) / 8, r = (j - j0) % 8;
     for (int64_t b = 0; b < nb; ++b) {
-      const int8_t* q = block_at<block_q8_K>(xb + size_t(j) * xs, 0, 0, b).qs;
-      Lane32* out = &tl_x8[size_t((g * nb + b) * 64)];
-      for (int p = 0; p < 64; ++p) {
+      const int8_t* q = block_at<Block>(xb + size_t(j) * xs, 0, 0, b).qs;
+      Lane32* out = &tl_x8[size_t((g * nb + b) * kQuads)];
+      for (int p = 0; p < kQuads; ++p) {
         uint32_t v;
         std::memcpy(&v, q + 4 * p, 4);
         v ^= flip;
@@ -252,7 +258,8 @@ inline void kquant_walk(int64_t n, size_t sb_bytes, const void* wp, int64_t ngro
             for (int64_t b = 0; b < nb; ++b)
               pairs_fn(block_at<block_q8_K>(xb + size_t(j) * xs, 0, 0, b),
                        &tl_bsum_pairs[size_t(((j - j0) * nb + b) * kPairs)]);
-        if constexpr (kX8 != X8::none) interleave_x8(xb, xs, nb, j0, j1, kX8 == X8::plus128);
+        if constexpr (kX8 != X8::none)
+          interleave_x8<block_q8_K>(xb, xs, nb, j0, j1, kX8 == X8::plus128);
       },
       [&](const uint8_t* g, int half) {
         for (int64_t b = 0; b < nb; ++b) unpack_fn(g + size_t(b) * sb_bytes, half, wu + b * kUnits);
@@ -382,6 +389,49 @@ inline void exact_q6_K_half(int64_t nb, const Lane32* wu, const uint8_t* x, size
   for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + size_t(c) * ys, fold8_lanes(acc[c]));
 }
 
+/// Rows 8·half .. 8·half+7 of one packed q8_0 group (nb blocks of 544 bytes from g: 16 f16 scales,
+/// then chunk i: quants 4i..4i+3 of the 16 rows, stored q + 128) against C q8_0 activation rows,
+/// their quants interleaved by 8 rows at xi (X8::plain, 256 bytes per block) and d_w·d_x per
+/// block and row at d (nb·C float vectors): y[c·ys + r] in vec_dot_q8_0_q8_0's order (lane i:
+/// fma(d_w·d_x, float(Σ of the 4 products 4i..4i+3), lane) per block, fold8 at the end). Each
+/// chunk is flipped back to signed q and multiplied by the sign trick (pair sums ≤ 2·128·127,
+/// exact), as q8_0_half_block; the lanes run one at a time over the blocks, each weight chunk
+/// serving C activation rows.
+template <int C>
+inline void exact_q8_0_half(int64_t nb, const uint8_t* g, int half, const uint8_t* xi,
+                            const Lane32* d, float* y, size_t ys) {
+  const __m256i flip = _mm256_set1_epi8(char(0x80)), ones = _mm256_set1_epi16(1);
+  __m256 lanes[C][8];
+  for (int i = 0; i < 8; ++i) {
+    __m256 acc[C];
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
+    const uint8_t* gb = g + 32 + 64 * i + 32 * half;
+    const uint8_t* quad = xi + 32 * i;
+    const float* db = reinterpret_cast<const float*>(d);
+    for (int64_t b = 0; b < nb; ++b, gb += 544, quad += 256, db += 8 * C) {
+      const __m256i w = _mm256_xor_si256(load256(gb), flip);
+      const __m256i aw = _mm256_sign_epi8(w, w);
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) {
+        const __m256i xv = _mm256_broadcastd_epi32(_mm_loadu_si32(quad + 4 * c));
+        const __m256i p =
+            _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv, w)), ones);
+        acc[c] = _mm256_fmadd_ps(_mm256_load_ps(db + 8 * c), _mm256_cvtepi32_ps(p), acc[c]);
+      }
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) lanes[c][i] = acc[c];
+  }
+  for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + size_t(c) * ys, fold8_lanes(lanes[c]));
+}
+
+/// Activation rows per pass of exact_q8_0_half.
+constexpr int kQ8ExactC = 8;
+
+/// Per-thread table of d_w·d_x for exact_q8_0_half (nb·C float vectors, grown on demand).
+thread_local std::vector<Lane32> tl_q8_0_d;
+
 }  // namespace
 
 // The avx2 level's exact packed K-quant kernels (the avx512 level runs q5_K's prefill through
@@ -442,4 +492,41 @@ void packed_q6_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x,
       [](const block_q8_K&, int32_t*) {},
       [&](auto cc, const Lane32* wu, const uint8_t* xr, const int32_t*, const uint8_t* xi,
           float* yr) { exact_q6_K_half<decltype(cc)::value>(nb, wu, xr, xs, xi, yr, ys); });
+}
+
+// The avx2 level's packed q8_0 kernel (without VNNI; xoff is not needed, the weights are flipped
+// back to signed bytes): one activation row in one pass (packed_q8_0_group_decode), more through
+// fast_prefill_walk, 8 rows of an activation chunk at a time (exact_q8_0_half; the chunk's quants
+// interleaved by 8 rows, d_w·d_x tabled per pass).
+void packed_q8_0_q8_0(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
+                      const int32_t* /*xoff*/, int64_t nx, float* y, size_t ys) {
+  const int64_t nb = n / 32;
+  const uint8_t* xb = static_cast<const uint8_t*>(x);
+  if (nx == 1) {
+    for (int64_t gi = 0; gi < ngroups; ++gi)
+      packed_q8_0_group_decode(nb, static_cast<const uint8_t*>(wp) + size_t(gi * nb) * 544, xb,
+                               y + gi * 16);
+    return;
+  }
+  if (tl_q8_0_d.size() < size_t(nb * 8)) tl_q8_0_d.resize(size_t(nb * 8));
+  fast_prefill_walk<kQ8ExactC>(
+      wp, size_t(nb) * 544, ngroups, xs, nx,
+      [&](int64_t j0, int64_t j1) { interleave_x8<block_q8_0>(xb, xs, nb, j0, j1, false); },
+      [](const uint8_t*, int) {},
+      [&](auto cc, const uint8_t* g, int64_t gi, int half, int64_t j, int64_t j0) {
+        constexpr int kC = decltype(cc)::value;
+        float* d = reinterpret_cast<float*>(tl_q8_0_d.data());
+        for (int64_t b = 0; b < nb; ++b) {
+          const __m256 dw = _mm256_cvtph_ps(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(g + size_t(b) * 544 + 16 * half)));
+          for (int c = 0; c < kC; ++c)
+            _mm256_store_ps(
+                d + 8 * (b * kC + c),
+                _mm256_mul_ps(dw, _mm256_set1_ps(
+                                      h2f(block_at<block_q8_0>(xb + size_t(j) * xs, xs, c, b).d))));
+        }
+        const uint8_t* xi = tl_x8[size_t((j - j0) / 8 * nb * 8)].b + 4 * ((j - j0) % 8);
+        exact_q8_0_half<kC>(nb, g, half, xi, tl_q8_0_d.data(),
+                            y + gi * 16 + 8 * half + size_t(j) * ys, ys);
+      });
 }
