@@ -142,37 +142,36 @@ inline void fast_q4_K_half(int64_t nb, const Lane32* wu, const uint8_t* x, size_
   for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + size_t(c) * ys, acc[c]);
 }
 
-/// Rows 8·half .. 8·half+7 of one q6_K group, unpacked by unpack_q6_K_half (nb half super-blocks
-/// of kQ6KUnits at wu), against C q8_K activation rows (xs bytes apart; their q6_K_bsum_pairs at
-/// xp, 8·nb int32 per row): y[c·ys + r] = fast_dot_q6_K_q8_K. Per super-block, sub-block j's
-/// Σ u·x per row is two int16 sums of two VPMADDUBSW results each (pair sums ≤ 2·63·128, two of
-/// them ≤ 32256, exact), each times sc_j by VPMADDWD; the −32 is taken off once per super-block
-/// as −32·Σ_j sc_j·bsum_j (VPMADDWD of scale pairs by bsum pairs). Then acc = fma(d_w·d_x,
-/// float(isum), acc).
+/// Rows 8·half .. 8·half+7 of one q6_K group, unpacked by unpack_q6_K_half (nb half
+/// super-blocks of kQ6KUnits at wu), against C q8_K activation rows (xs bytes apart; their quants
+/// + 128 interleaved by 8 rows at xi, X8::plus128): y[c·ys + r] = fast_dot_q6_K_q8_K. Per
+/// super-block the integer Σ_j sc_j·Σ q·x per row starts from the sum of the 8 lane offsets
+/// (−128·Σ_j sc_j·Q_j: Σ q·x = Σ q·(x + 128) − 128·Q); sub-block j adds two int16 sums of two
+/// VPMADDUBSW(x + 128, q) results each (pair sums ≤ 2·255·32, two of them ≤ 32640, exact), each
+/// times sc_j by VPMADDWD. Then acc = fma(d_w·d_x, float(isum), acc).
 template <int C>
 inline void fast_q6_K_half(int64_t nb, const Lane32* wu, const uint8_t* x, size_t xs,
-                           const int32_t* xp, float* y, size_t ys) {
+                           const uint8_t* xi, float* y, size_t ys) {
   __m256 acc[C];
 #pragma GCC unroll 8
   for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b, wu += kQ6KUnits) {
-    const int8_t* qx[C];
+  for (int64_t b = 0; b < nb; ++b, wu += kQ6KUnits, xi += 2048) {
+    __m256i off = load_lane(wu[80]);
+    for (int l = 1; l < 8; ++l) off = _mm256_add_epi32(off, load_lane(wu[80 + l]));
     __m256i isum[C];
 #pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) {
-      qx[c] = block_at<block_q8_K>(x, xs, c, b).qs;
-      isum[c] = _mm256_setzero_si256();
-    }
+    for (int c = 0; c < C; ++c) isum[c] = off;
     for (int j = 0; j < 16; ++j) {
       const __m256i sc = load_lane(wu[64 + j]);
       __m256i p[C];
 #pragma GCC unroll 4
       for (int i = 0; i < 4; ++i) {
-        const __m256i u = load_lane(wu[4 * j + i]);
+        const __m256i q = load_lane(wu[4 * j + i]);
+        const uint8_t* quad = xi + 32 * (4 * j + i);  // quants 16j + 4i .. +3 of each row
 #pragma GCC unroll 8
         for (int c = 0; c < C; ++c) {
-          const __m256i xv = _mm256_broadcastd_epi32(_mm_loadu_si32(qx[c] + 16 * j + 4 * i));
-          const __m256i t = _mm256_maddubs_epi16(u, xv);
+          const __m256i t =
+              _mm256_maddubs_epi16(_mm256_broadcastd_epi32(_mm_loadu_si32(quad + 4 * c)), q);
           if (i % 2 == 0) {
             p[c] = t;
           } else {
@@ -184,14 +183,8 @@ inline void fast_q6_K_half(int64_t nb, const Lane32* wu, const uint8_t* x, size_
     const __m256 dw = _mm256_load_ps(reinterpret_cast<const float*>(wu[88].b));
 #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) {
-      const int32_t* pr = xp + size_t(c) * size_t(8 * nb) + size_t(8 * b);
-      __m256i bias = _mm256_madd_epi16(load_lane(wu[80]), _mm256_set1_epi32(pr[0]));
-      for (int k = 1; k < 8; ++k)
-        bias = _mm256_add_epi32(bias,
-                                _mm256_madd_epi16(load_lane(wu[80 + k]), _mm256_set1_epi32(pr[k])));
-      const __m256i isum_c = _mm256_sub_epi32(isum[c], _mm256_slli_epi32(bias, 5));
       const float dx = block_at<block_q8_K>(x, xs, c, b).d;
-      acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(dx)), _mm256_cvtepi32_ps(isum_c),
+      acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(dx)), _mm256_cvtepi32_ps(isum[c]),
                                acc[c]);
     }
   }
@@ -227,8 +220,8 @@ void packed_fast_q5_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const voi
 
 void packed_fast_q6_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
                            const int32_t* /*xoff*/, int64_t nx, float* y, size_t ys) {
-  kquant_walk<kQ6KFastC, kQ6KUnits, 8, X8::none>(
-      n, 3360, wp, ngroups, x, xs, nx, y, ys, unpack_q6_K_half, q6_K_bsum_pairs,
-      [&](auto cc, const Lane32* wu, const uint8_t* xr, const int32_t* xp, const uint8_t*,
-          float* yr) { fast_q6_K_half<decltype(cc)::value>(n / QK_K, wu, xr, xs, xp, yr, ys); });
+  kquant_walk<kQ6KFastC, kQ6KUnits, 0, X8::plus128>(
+      n, 3360, wp, ngroups, x, xs, nx, y, ys, unpack_q6_K_half, [](const block_q8_K&, int32_t*) {},
+      [&](auto cc, const Lane32* wu, const uint8_t* xr, const int32_t*, const uint8_t* xi,
+          float* yr) { fast_q6_K_half<decltype(cc)::value>(n / QK_K, wu, xr, xs, xi, yr, ys); });
 }

@@ -139,43 +139,17 @@ inline void q4_K_bsum_pairs(const block_q8_K& xb, int32_t* out) {
   }
 }
 
-/// The unpacked half super-block of q6_K (rows 8·half .. 8·half+7), in Lane32 units: [0, 64) the
-/// values u = q + 32 of sub-block j (16 values), 4i .. 4i+3 of each row at unit 4j + i; [64, 80)
-/// sc_j per row in both int16 halves; [80, 88) the scale pairs (sc_2k low, sc_2k+1 high int16);
-/// 88 d_w as floats. The exact order's form (unpack_q6_K_half_exact) has the signed values
-/// q = u − 32 at [0, 64) and the lanes' offsets at [80, 88).
+/// The unpacked half super-block of q6_K (rows 8·half .. 8·half+7), in Lane32 units (both
+/// orders; unpack_q6_K_half).
 constexpr int kQ6KUnits = 89;
 
-/// Unpacks rows 8·half .. 8·half+7 of the packed q6_K super-block at g into u.
+/// Unpacks rows 8·half .. 8·half+7 of the packed q6_K super-block at g into u (both orders):
+/// [0, 64) the signed values q of sub-block j (16 values), 4i .. 4i+3 of each row at unit 4j + i,
+/// [64, 80) sc_j in both int16 halves, [80, 88) lane l = 4h + i's offset −128·Σ_j sc_j·Q_j,i per
+/// row (Q_j,i the sum of the 4 values 4i..4i+3 of sub-block j, j = 2·j2 + h; |Q| ≤ 128), 88 d_w.
+/// With the activations as x + 128 (unsigned) Σ q·x = Σ q·(x + 128) − 128·Q, so a lane starts from
+/// its offset.
 inline void unpack_q6_K_half(const uint8_t* g, int half, Lane32* u) {
-  for (int j = 0; j < 16; ++j) {
-    for (int i = 0; i < 4; ++i)
-      store_lane(u[4 * j + i], q6_K_half_values(g + 288 + 192 * j + 32 * half, i));
-    store_lane(u[64 + j], q6_K_half_scales_both(g, j, half));
-  }
-  for (int k = 0; k < 8; ++k)
-    store_lane(u[80 + k],
-               _mm256_or_si256(q6_K_half_scales(g, 2 * k, half),
-                               _mm256_slli_epi32(q6_K_half_scales(g, 2 * k + 1, half), 16)));
-  _mm256_store_ps(
-      reinterpret_cast<float*>(u[88].b),
-      _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 16 * half))));
-}
-
-/// q8_K's bsums of one block as int16 pairs: pair k = bsum_2k | bsum_2k+1 << 16.
-inline void q6_K_bsum_pairs(const block_q8_K& xb, int32_t* out) {
-  for (int k = 0; k < 8; ++k)
-    out[k] = int32_t(uint32_t(uint16_t(xb.bsums[2 * k])) |
-                     (uint32_t(uint16_t(xb.bsums[2 * k + 1])) << 16));
-}
-
-/// Unpacks rows 8·half .. 8·half+7 of the packed q6_K super-block at g into u for the exact
-/// order: [0, 64) the signed values q = u − 32 (unit 4j + i as unpack_q6_K_half's), [64, 80) sc_j
-/// in both int16 halves, [80, 88) lane l = 4h + i's offset −128·Σ_j sc_j·Q_j,i per row (Q_j,i the
-/// sum of the 4 values 4i..4i+3 of sub-block j, j = 2·j2 + h; |Q| ≤ 128), 88 d_w. With the
-/// activations as x + 128 (unsigned) Σ q·x = Σ q·(x + 128) − 128·Q, so a lane starts from its
-/// offset.
-inline void unpack_q6_K_half_exact(const uint8_t* g, int half, Lane32* u) {
   const __m256i m32 = _mm256_set1_epi8(32), ones8 = _mm256_set1_epi8(1);
   const __m256i ones16 = _mm256_set1_epi16(1);
   __m256i off[8];
@@ -345,7 +319,7 @@ inline void exact_q4_K_half(int64_t nb, const Lane32* wu, const uint8_t* x, size
   }
 }
 
-/// Rows 8·half .. 8·half+7 of one q6_K group, unpacked by unpack_q6_K_half_exact (nb half
+/// Rows 8·half .. 8·half+7 of one q6_K group, unpacked by unpack_q6_K_half (nb half
 /// super-blocks of kQ6KUnits at wu), against C q8_K activation rows (xs bytes apart; their quants
 /// + 128 interleaved by 8 rows at xi, X8::plus128): y[c·ys + r] in vec_dot_q6_K_q8_K's order.
 /// Lane l = 4h + i of a super-block, Σ_j sc_j·Σ q·x over values 4i..4i+3 of the sub-blocks
@@ -488,8 +462,7 @@ void packed_q6_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x,
     return;
   }
   kquant_walk<kExactKC, kQ6KUnits, 0, X8::plus128>(
-      n, 3360, wp, ngroups, x, xs, nx, y, ys, unpack_q6_K_half_exact,
-      [](const block_q8_K&, int32_t*) {},
+      n, 3360, wp, ngroups, x, xs, nx, y, ys, unpack_q6_K_half, [](const block_q8_K&, int32_t*) {},
       [&](auto cc, const Lane32* wu, const uint8_t* xr, const int32_t*, const uint8_t* xi,
           float* yr) { exact_q6_K_half<decltype(cc)::value>(nb, wu, xr, xs, xi, yr, ys); });
 }
