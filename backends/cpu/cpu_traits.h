@@ -37,7 +37,7 @@ struct CpuTypeTraits {
   /// The kernel of the same packed weights in the fast summation order (`--kernels fast`,
   /// cpu_level.h KernelOrder; the floats of vec_dot.h's fast_dot_* for the type), used by the
   /// matmuls with ≥ 2 activation rows when kernel_order() is fast; it reads no offsets (xoff).
-  /// Null where this level has none (the avx2 level has q8_0, q4_K, q6_K).
+  /// Null where this level has none (the x86 levels have q8_0, q4_K, q5_K, q6_K and mxfp4).
   PackedTileFn packed_fast_tile;
   /// The scalar reference of packed_fast_tile (fast_dot_* of vec_dot.h), on plain rows; null for
   /// types without a fast order. The same at every level (for tests).

@@ -1,21 +1,22 @@
 // packed_fast_avx2.inl — the fast-order prefill kernels of packed q8_0, q4_K, q5_K and q6_K weights
 // (pack.h layouts) at the avx2 level, for `kvrun --kernels fast` (cpu_level.h KernelOrder).
-// Included by kernels_x86.inl after packed_avx2.inl, inside namespace kvrun::cpu::KVRUN_SIMD_NS,
+// Included by packed_x86.inl after packed_prefill_avx2.inl (prefill_walk, kquant_walk and the
+// K-quant unpacking it shares with the exact order), inside namespace kvrun::cpu::KVRUN_SIMD_NS,
 // when the level has no VNNI.
 //
 // Each gives the floats of its scalar reference fast_dot_* (vec_dot.h) bit for bit: per weight
 // row and (super-)block one exact int32 dot, then one float multiply-add into one accumulator.
-// That is what lets these kernels block 8 weight rows (one ymm, a row per lane) × 8 (q8_0) or 4
-// (q4_K, q5_K, q6_K; and mxfp4 in packed_mxfp4.inl) activation rows with one accumulator register
+// That is what lets these kernels block 8 weight rows (one ymm, a row per lane) × 8 (q8_0, q4_K,
+// q5_K) or 4 (q6_K; and mxfp4 in packed_mxfp4.inl) activation rows with one accumulator register
 // per 8 pairs, where the exact order needs 8 float lanes per pair. The integer sums are formed
 // differently from the scalar code (int16 partial sums where their range allows, VPMADDWD by the
-// scale) but exactly, so the integers and the float steps are the same. As packed_q4_0_prefill_avx2
-// (kernels_x86.inl), the activation rows are taken in chunks that stay in L2 while every group of
-// the call passes over them. The K-quant kernels first unpack each group half once per chunk
-// into a per-thread scratch (values as bytes, scales as the VPMADDWD multipliers, the chunk's
-// bsum pairs), so the inner loop is a load, a broadcast, VPMADDUBSW and an int16 add per 4
-// values, 8 rows and activation row: q5_K's fifth bit and q6_K's split bits are put together
-// once per group half and chunk rather than once per 4 activation rows (both ≈ 1.27× faster).
+// scale) but exactly, so the integers and the float steps are the same. The activation rows are
+// taken in chunks that stay in L2 while every group of the call passes over them
+// (prefill_walk); the K-quant kernels run on each group half unpacked once per chunk
+// (kquant_walk: values as bytes, scales as the VPMADDWD multipliers; q4_K/q5_K with the chunk's
+// bsum pairs for the min term, q6_K against the interleaved x + 128 with its offset from the
+// weights), so the inner loop is a broadcast, VPMADDUBSW and an int16 add per 4 values, 8 rows
+// and activation row.
 #ifndef KVRUN_SIMD_NS
 #error "included by kernels_x86.inl only"
 #endif
@@ -71,12 +72,11 @@ void packed_fast_q8_0_q8_0(int64_t n, const void* wp, int64_t ngroups, const voi
                            const int32_t* /*xoff*/, int64_t nx, float* y, size_t ys) {
   const int64_t nb = n / 32;
   const uint8_t* xb = static_cast<const uint8_t*>(x);
-  fast_prefill_walk<kQ8FastC>(wp, size_t(nb) * 544, ngroups, xs, nx,
-                              [&](auto cc, const uint8_t* g, int64_t gi, int half, int64_t j) {
-                                fast_q8_0_half<decltype(cc)::value>(
-                                    nb, g, half, xb + size_t(j) * xs, xs,
-                                    y + gi * 16 + size_t(j) * ys, ys);
-                              });
+  prefill_walk<kQ8FastC>(wp, size_t(nb) * 544, ngroups, xs, nx,
+                         [&](auto cc, const uint8_t* g, int64_t gi, int half, int64_t j) {
+                           fast_q8_0_half<decltype(cc)::value>(nb, g, half, xb + size_t(j) * xs, xs,
+                                                               y + gi * 16 + size_t(j) * ys, ys);
+                         });
 }
 
 namespace {

@@ -245,19 +245,19 @@ inline void fast_mxfp4_half(int64_t nb, const uint8_t* g, int half, const uint8_
 
 #ifndef KVRUN_X86_VNNI
 /// mxfp4 × q8_0 in the fast order at the avx2 level (PackedTileFn): the activation blocks'
-/// offsets and scales once per call, then fast_prefill_walk (packed_fast_avx2.inl), 4 activation
+/// offsets and scales once per call, then prefill_walk (packed_prefill_avx2.inl), 4 activation
 /// rows per pass (8 level vectors and 4 accumulators of the 16 ymm registers).
 void packed_fast_mxfp4_q8_0(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
                             const int32_t* /*xoff*/, int64_t nx, float* y, size_t ys) {
   const int64_t nb = n / QK_MXFP4;
   const uint8_t* xp = static_cast<const uint8_t*>(x);
   const FastXBlock* xb = fast_x_blocks(xp, xs, nx, nb, 12);
-  fast_prefill_walk<4>(wp, size_t(nb) * 272, ngroups, xs, nx,
-                       [&](auto cc, const uint8_t* g, int64_t gi, int half, int64_t j) {
-                         fast_mxfp4_half<decltype(cc)::value>(nb, g, half, xp + size_t(j) * xs, xs,
-                                                              xb + j * nb,
-                                                              y + gi * 16 + size_t(j) * ys, ys);
-                       });
+  prefill_walk<4>(wp, size_t(nb) * 272, ngroups, xs, nx,
+                  [&](auto cc, const uint8_t* g, int64_t gi, int half, int64_t j) {
+                    fast_mxfp4_half<decltype(cc)::value>(nb, g, half, xp + size_t(j) * xs, xs,
+                                                         xb + j * nb, y + gi * 16 + size_t(j) * ys,
+                                                         ys);
+                  });
 }
 #endif
 

@@ -6,7 +6,7 @@
 // kvrun::cpu::KVRUN_SIMD_NS when the level has no VNNI. Same rules as kernels_x86.inl.
 //
 // The activation rows are taken in chunks that stay in L2 while every group of the call passes
-// over them (fast_prefill_walk), and a chunk's quants are interleaved by 8 rows, so one base
+// over them (prefill_walk), and a chunk's quants are interleaved by 8 rows, so one base
 // register addresses the broadcasts of 8 activation rows. For the K-quants each group half is
 // also unpacked once per chunk into a per-thread scratch (kquant_walk: the values as bytes, the
 // scales and min or offset pairs as VPMADDWD multipliers): q5_K's fifth bit and q6_K's split
@@ -26,18 +26,19 @@
 
 namespace {
 
-/// Activation bytes of one column chunk of the fast prefill kernels (as kQ4PrefillChunkBytes).
-constexpr size_t kFastChunkBytes = 128 * 1024;
+/// Activation bytes of one column chunk of the avx2 prefill kernels: the chunk's rows stay in L2
+/// (512 KiB and up) while every group of the call passes over them.
+constexpr size_t kPrefillChunkBytes = 128 * 1024;
 
 /// Runs `half_fn(C, g, gi, half, j, j0)` for every group gi of `ngroups` (g: group_bytes apart
 /// from wp), both halves, and the activation rows [0, nx) in chunks [j0, j1) of about
-/// kFastChunkBytes (xs bytes per row), C rows j at a time and then the rest of a chunk 4 (when
+/// kPrefillChunkBytes (xs bytes per row), C rows j at a time and then the rest of a chunk 4 (when
 /// C > 4), 3, 2 or 1 at a time. `chunk_fn(j0, j1)` runs before each chunk, `prep_fn(g, half)`
 /// before each group half's rows of a chunk.
 template <int C, typename ChunkFn, typename PrepFn, typename HalfFn>
-inline void fast_prefill_walk(const void* wp, size_t group_bytes, int64_t ngroups, size_t xs,
-                              int64_t nx, ChunkFn&& chunk_fn, PrepFn&& prep_fn, HalfFn&& half_fn) {
-  const int64_t chunk = std::max<int64_t>(C, int64_t(kFastChunkBytes / xs) / C * C);
+inline void prefill_walk(const void* wp, size_t group_bytes, int64_t ngroups, size_t xs, int64_t nx,
+                         ChunkFn&& chunk_fn, PrepFn&& prep_fn, HalfFn&& half_fn) {
+  const int64_t chunk = std::max<int64_t>(C, int64_t(kPrefillChunkBytes / xs) / C * C);
   for (int64_t j0 = 0; j0 < nx; j0 += chunk) {
     const int64_t j1 = std::min(nx, j0 + chunk);
     chunk_fn(j0, j1);
@@ -68,11 +69,11 @@ inline void fast_prefill_walk(const void* wp, size_t group_bytes, int64_t ngroup
   }
 }
 
-/// fast_prefill_walk without the hooks: `half_fn(C, g, gi, half, j)`.
+/// prefill_walk without the hooks: `half_fn(C, g, gi, half, j)`.
 template <int C, typename HalfFn>
-inline void fast_prefill_walk(const void* wp, size_t group_bytes, int64_t ngroups, size_t xs,
-                              int64_t nx, HalfFn&& half_fn) {
-  fast_prefill_walk<C>(
+inline void prefill_walk(const void* wp, size_t group_bytes, int64_t ngroups, size_t xs, int64_t nx,
+                         HalfFn&& half_fn) {
+  prefill_walk<C>(
       wp, group_bytes, ngroups, xs, nx, [](int64_t, int64_t) {}, [](const uint8_t*, int) {},
       [&](auto cc, const uint8_t* g, int64_t gi, int half, int64_t j, int64_t) {
         half_fn(cc, g, gi, half, j);
@@ -207,7 +208,13 @@ inline void interleave_x8(const uint8_t* xb, size_t xs, int64_t nb, int64_t j0, 
   }
 }
 
-/// The K-quant prefill (both orders): for each activation chunk (fast_prefill_walk) the rows'
+/// The interleaved quads (tl_x8, X8 layout) of activation row r of a chunk, at its slot's bytes;
+/// quads: the Block's quads per block times nb.
+inline const uint8_t* x8_row(int64_t r, int64_t quads) {
+  return tl_x8[size_t(r / 8 * quads)].b + 4 * (r % 8);
+}
+
+/// The K-quant prefill (both orders): for each activation chunk (prefill_walk) the rows'
 /// pairs (kPairs int32 per super-block, pairs_fn) and, unless kX8 is none, their interleaved
 /// quads; then for each group half its nb super-blocks unpacked once (kUnits Lane32 each,
 /// unpack_fn) and run against the chunk's rows C at a time: half_fn(C, unpacked, x row, pairs
@@ -222,7 +229,7 @@ inline void kquant_walk(int64_t n, size_t sb_bytes, const void* wp, int64_t ngro
   const uint8_t* xb = static_cast<const uint8_t*>(x);
   if (tl_unpacked.size() < size_t(nb * kUnits)) tl_unpacked.resize(size_t(nb * kUnits));
   Lane32* wu = tl_unpacked.data();
-  fast_prefill_walk<C>(
+  prefill_walk<C>(
       wp, size_t(nb) * sb_bytes, ngroups, xs, nx,
       [&](int64_t j0, int64_t j1) {
         const size_t need = size_t((j1 - j0) * nb * kPairs);
@@ -240,8 +247,7 @@ inline void kquant_walk(int64_t n, size_t sb_bytes, const void* wp, int64_t ngro
       },
       [&](auto cc, const uint8_t* /*g*/, int64_t gi, int half, int64_t j, int64_t j0) {
         const uint8_t* xi = nullptr;
-        if constexpr (kX8 != X8::none)
-          xi = tl_x8[size_t((j - j0) / 8 * nb * 64)].b + 4 * ((j - j0) % 8);
+        if constexpr (kX8 != X8::none) xi = x8_row(j - j0, nb * 64);
         half_fn(cc, wu, xb + size_t(j) * xs, tl_bsum_pairs.data() + (j - j0) * nb * kPairs, xi,
                 y + gi * 16 + 8 * half + size_t(j) * ys);
       });
@@ -469,7 +475,7 @@ void packed_q6_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x,
 
 // The avx2 level's packed q8_0 kernel (without VNNI; xoff is not needed, the weights are flipped
 // back to signed bytes): one activation row in one pass (packed_q8_0_group_decode), more through
-// fast_prefill_walk, 8 rows of an activation chunk at a time (exact_q8_0_half; the chunk's quants
+// prefill_walk, 8 rows of an activation chunk at a time (exact_q8_0_half; the chunk's quants
 // interleaved by 8 rows, d_w·d_x tabled per pass).
 void packed_q8_0_q8_0(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
                       const int32_t* /*xoff*/, int64_t nx, float* y, size_t ys) {
@@ -482,7 +488,7 @@ void packed_q8_0_q8_0(int64_t n, const void* wp, int64_t ngroups, const void* x,
     return;
   }
   if (tl_q8_0_d.size() < size_t(nb * 8)) tl_q8_0_d.resize(size_t(nb * 8));
-  fast_prefill_walk<kQ8ExactC>(
+  prefill_walk<kQ8ExactC>(
       wp, size_t(nb) * 544, ngroups, xs, nx,
       [&](int64_t j0, int64_t j1) { interleave_x8<block_q8_0>(xb, xs, nb, j0, j1, false); },
       [](const uint8_t*, int) {},
@@ -498,7 +504,7 @@ void packed_q8_0_q8_0(int64_t n, const void* wp, int64_t ngroups, const void* x,
                 _mm256_mul_ps(dw, _mm256_set1_ps(
                                       h2f(block_at<block_q8_0>(xb + size_t(j) * xs, xs, c, b).d))));
         }
-        const uint8_t* xi = tl_x8[size_t((j - j0) / 8 * nb * 8)].b + 4 * ((j - j0) % 8);
+        const uint8_t* xi = x8_row(j - j0, nb * 8);
         exact_q8_0_half<kC>(nb, g, half, xi, tl_q8_0_d.data(),
                             y + gi * 16 + 8 * half + size_t(j) * ys, ys);
       });
