@@ -189,6 +189,10 @@ std::array<Table, kLevels> build_tables() {
   row_of(tables[size_t(CpuLevel::avx2)], DType::Q5_K).packed_tile = avx2::packed_q5_K_q8_K;
   row_of(tables[size_t(CpuLevel::avx2)], DType::Q6_K).packed_tile = avx2::packed_q6_K_q8_K;
   row_of(tables[size_t(CpuLevel::avx2)], DType::MXFP4).packed_tile = avx2::packed_mxfp4_q8_0;
+  // The avx2 q8_0 and q6_K kernels flip q8_0's bytes back to signed / take q6_K's offset from the
+  // weights (x86/packed_prefill_avx2.inl), so they read no activation offsets.
+  row_of(tables[size_t(CpuLevel::avx2)], DType::Q8_0).packed_reads_xoff = false;
+  row_of(tables[size_t(CpuLevel::avx2)], DType::Q6_K).packed_reads_xoff = false;
   row_of(tables[size_t(CpuLevel::avx512)], DType::Q4_0).packed_tile = avx512::packed_q4_0_q8_0;
   row_of(tables[size_t(CpuLevel::avx512)], DType::Q8_0).packed_tile = avx512::packed_q8_0_q8_0;
   row_of(tables[size_t(CpuLevel::avx512)], DType::Q6_K).packed_tile = avx512::packed_q6_K_q8_K;

@@ -42,6 +42,9 @@ struct CpuTypeTraits {
   /// The scalar reference of packed_fast_tile (fast_dot_* of vec_dot.h), on plain rows; null for
   /// types without a fast order. The same at every level (for tests).
   VecDotFn fast_dot;
+  /// Whether packed_tile reads the activation offsets of pack_act_offsets (pack.h); matmul only
+  /// computes them for kernels that do (false: it passes null).
+  bool packed_reads_xoff = true;
 };
 
 /// The CPU traits of weight type `t` at the process's kernel level (cpu_level()), or null when

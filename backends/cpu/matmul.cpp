@@ -54,7 +54,7 @@ struct Part {
   int64_t m = 0;
   int64_t units = 0;              ///< ceil(m / 16)
   PackedTileFn packed = nullptr;  ///< set: the packed path (pack.h)
-  bool fast = false;              ///< packed is the fast-order kernel (reads no xoff)
+  bool reads_xoff = false;        ///< packed reads activation offsets (CpuTypeTraits)
   const int32_t* xoff = nullptr;  ///< its activation offsets
   size_t group_bytes = 0;         ///< packed bytes of 16 rows
   VecDotFn dot = nullptr;         ///< else: the dot of its shape, or its tile form
@@ -95,8 +95,9 @@ void choose_kernel(Part& p, const Tensor& w, float* y, const CpuTypeTraits& ct, 
   p.m = w.ne[1];
   p.units = (p.m + kRowBlock - 1) / kRowBlock;
   if (w.packed && ct.packed_tile && p.m % kPackRows == 0) {
-    p.fast = ct.packed_fast_tile && n >= 2 && kernel_order() == KernelOrder::fast;
-    p.packed = p.fast ? ct.packed_fast_tile : ct.packed_tile;
+    const bool fast = ct.packed_fast_tile && n >= 2 && kernel_order() == KernelOrder::fast;
+    p.packed = fast ? ct.packed_fast_tile : ct.packed_tile;
+    p.reads_xoff = !fast && ct.packed_reads_xoff;  // the fast kernels read none
     p.group_bytes = packed_group_bytes(w.type, k);
   } else if (ct.repack_dot && p.m % 8 == 0) {
     p.dot = ct.repack_dot;  // llama.cpp repacks such weights at load (cpu_traits.h)
@@ -156,9 +157,9 @@ void matmul_many(ThreadPool& pool, const MatmulOut* outs, int n_outs, const floa
     const Tensor& w = *outs[i].w;
     Part& p = parts[i];
     choose_kernel(p, w, outs[i].y, *cpu_traits(w.type, level), n, k);
-    if (p.packed && !p.fast) {
+    if (p.reads_xoff) {
       for (int e = 0; e < i && !p.xoff; ++e)  // an earlier weight of the same type has them
-        if (parts[e].packed && !parts[e].fast && parts[e].w->type == w.type) p.xoff = parts[e].xoff;
+        if (parts[e].reads_xoff && parts[e].w->type == w.type) p.xoff = parts[e].xoff;
       if (!p.xoff) {
         std::vector<int32_t>& xo = xoffs[i];
         xo.resize(size_t(n * pack_act_offsets_per_row(w.type, k)));
@@ -268,7 +269,8 @@ void matmul_id(ThreadPool& pool, const Tensor& w, const float* x, bool x_per_slo
   slices.assign(size_t(n_exp), Tensor{});
   parts.assign(size_t(n_exp), Part{});
   if (out.size() < size_t(n_pairs * m)) out.resize(size_t(n_pairs * m));
-  const int64_t per_row = w.packed && ct.packed_tile ? pack_act_offsets_per_row(w.type, k) : 0;
+  const int64_t per_row =
+      w.packed && ct.packed_tile && ct.packed_reads_xoff ? pack_act_offsets_per_row(w.type, k) : 0;
   if (per_row > 0) {
     xoff.resize(size_t(n_pairs * per_row));
     pack_act_offsets(w.type, a, act_row, n_pairs, k, xoff.data());
@@ -281,7 +283,7 @@ void matmul_id(ThreadPool& pool, const Tensor& w, const float* x, bool x_per_slo
     t = expert_view(w, e);
     Part& p = parts[size_t(e)];
     choose_kernel(p, t, out.data() + s0 * m, ct, cnt, k);
-    if (p.packed) p.xoff = xoff.data() + s0 * per_row;
+    if (p.reads_xoff) p.xoff = xoff.data() + s0 * per_row;
     total += p.units;
     ++n_active;
   }
