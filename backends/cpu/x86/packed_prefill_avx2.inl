@@ -414,45 +414,49 @@ thread_local std::vector<Lane32> tl_q8_0_d;
 
 }  // namespace
 
+namespace {
+
+/// The exact packed q4_K (kQ5: q5_K) kernel of the avx2 level: kquant_walk and exact_q4_K_half
+/// for kExactKMinRows activation rows or more, else the decode form a row at a time.
+template <bool kQ5>
+void exact_q4_K_rows(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
+                     int64_t nx, float* y, size_t ys) {
+  constexpr size_t kSbBytes = kQ5 ? 2816 : 2304;
+  const int64_t nb = n / QK_K;
+  const uint8_t* xb = static_cast<const uint8_t*>(x);
+  if (nx < kExactKMinRows) {
+    for (int64_t gi = 0; gi < ngroups; ++gi)
+      for (int64_t j = 0; j < nx; ++j) {
+        const uint8_t* g = static_cast<const uint8_t*>(wp) + size_t(gi * nb) * kSbBytes;
+        float* yr = y + gi * 16 + size_t(j) * ys;
+        if constexpr (kQ5)
+          packed_q5_K_group_decode(nb, g, xb + size_t(j) * xs, yr);
+        else
+          packed_q4_K_group_decode(nb, g, xb + size_t(j) * xs, yr);
+      }
+    return;
+  }
+  kquant_walk<kExactKC, kQ4KUnits, 4, X8::plain>(
+      n, kSbBytes, wp, ngroups, x, xs, nx, y, ys, unpack_q4_K_half<kQ5>, q4_K_bsum_pairs,
+      [&](auto cc, const Lane32* wu, const uint8_t* xr, const int32_t* xp, const uint8_t* xi,
+          float* yr) {
+        exact_q4_K_half<decltype(cc)::value, kQ5>(nb, wu, xr, xs, xp, xi, yr, ys);
+      });
+}
+
+}  // namespace
+
 // The avx2 level's exact packed K-quant kernels (the avx512 level runs q5_K's prefill through
 // this one too): kquant_walk for kExactKMinRows activation rows or more, else the decode forms a
 // row at a time. xoff is not used.
 void packed_q4_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
                       const int32_t* /*xoff*/, int64_t nx, float* y, size_t ys) {
-  const int64_t nb = n / QK_K;
-  const uint8_t* xb = static_cast<const uint8_t*>(x);
-  if (nx < kExactKMinRows) {
-    for (int64_t gi = 0; gi < ngroups; ++gi)
-      for (int64_t j = 0; j < nx; ++j)
-        packed_q4_K_group_decode(nb, static_cast<const uint8_t*>(wp) + size_t(gi * nb) * 2304,
-                                 xb + size_t(j) * xs, y + gi * 16 + size_t(j) * ys);
-    return;
-  }
-  kquant_walk<kExactKC, kQ4KUnits, 4, X8::plain>(
-      n, 2304, wp, ngroups, x, xs, nx, y, ys, unpack_q4_K_half<false>, q4_K_bsum_pairs,
-      [&](auto cc, const Lane32* wu, const uint8_t* xr, const int32_t* xp, const uint8_t* xi,
-          float* yr) {
-        exact_q4_K_half<decltype(cc)::value, false>(nb, wu, xr, xs, xp, xi, yr, ys);
-      });
+  exact_q4_K_rows<false>(n, wp, ngroups, x, xs, nx, y, ys);
 }
 
 void packed_q5_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
                       const int32_t* /*xoff*/, int64_t nx, float* y, size_t ys) {
-  const int64_t nb = n / QK_K;
-  const uint8_t* xb = static_cast<const uint8_t*>(x);
-  if (nx < kExactKMinRows) {
-    for (int64_t gi = 0; gi < ngroups; ++gi)
-      for (int64_t j = 0; j < nx; ++j)
-        packed_q5_K_group_decode(nb, static_cast<const uint8_t*>(wp) + size_t(gi * nb) * 2816,
-                                 xb + size_t(j) * xs, y + gi * 16 + size_t(j) * ys);
-    return;
-  }
-  kquant_walk<kExactKC, kQ4KUnits, 4, X8::plain>(
-      n, 2816, wp, ngroups, x, xs, nx, y, ys, unpack_q4_K_half<true>, q4_K_bsum_pairs,
-      [&](auto cc, const Lane32* wu, const uint8_t* xr, const int32_t* xp, const uint8_t* xi,
-          float* yr) {
-        exact_q4_K_half<decltype(cc)::value, true>(nb, wu, xr, xs, xp, xi, yr, ys);
-      });
+  exact_q4_K_rows<true>(n, wp, ngroups, x, xs, nx, y, ys);
 }
 
 void packed_q6_K_q8_K(int64_t n, const void* wp, int64_t ngroups, const void* x, size_t xs,
