@@ -124,7 +124,9 @@ TEST_P(CudaHostWeights, ChunkDecoderMatchesToFloat) {
 
 INSTANTIATE_TEST_SUITE_P(Types, CudaHostWeights,
                          ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0,
-                                           DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K),
+                                           DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K,
+                                           DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q2_K,
+                                           DType::Q3_K, DType::IQ4_NL, DType::IQ4_XS),
                          [](const auto& info) { return std::string(traits(info.param).name); });
 
 /// The split q4_0 / q8_0 / q6_K readers over split_weight's bytes: decode() equals the stored

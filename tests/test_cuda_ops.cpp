@@ -21,6 +21,7 @@
 #include <numeric>
 #include <ostream>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,7 @@
 #include "cpu/paged_attention.h"
 #include "cpu/thread_pool.h"
 #include "cpu/vec_dot.h"
+#include "cuda_ops_util.h"
 #include "dtype.h"
 #include "kv_layout.h"
 #include "tensor.h"
@@ -51,107 +53,6 @@
 
 namespace kvrun {
 namespace {
-
-enum class Backend { cpu, cuda };
-enum class Op { get_rows, rms_norm, rope, swiglu, add, matmul, kv_store, attention, eltwise };
-
-/// One case: an op on a backend with its types (t1: weight / K type, t2: V type) and a shape
-/// variant (see each op's runner).
-struct Case {
-  Backend backend;
-  Op op;
-  DType t1 = DType::F32;
-  DType t2 = DType::F32;
-  int variant = 0;
-};
-
-const char* op_name(Op op) {
-  static const char* kNames[] = {"get_rows", "rms_norm", "rope",      "swiglu", "add",
-                                 "matmul",   "kv_store", "attention", "eltwise"};
-  return kNames[int(op)];
-}
-
-std::string case_name(const Case& c) {
-  std::string s = std::string(c.backend == Backend::cpu ? "cpu_" : "cuda_") + op_name(c.op);
-  if (c.op == Op::get_rows || c.op == Op::matmul || c.op == Op::kv_store || c.op == Op::attention)
-    s += std::string("_") + traits(c.t1).name;
-  if (c.op == Op::attention) s += std::string("_") + traits(c.t2).name;
-  return s + "_v" + std::to_string(c.variant);
-}
-
-/// GoogleTest prints a case by its name (ctest lists it so).
-void PrintTo(const Case& c, std::ostream* os) { *os << case_name(c); }
-
-/// Σ(got − want)² / Σ want²; +inf when got has a NaN (an unwritten, poisoned element) or the
-/// sizes differ.
-double nmse(const std::vector<float>& got, const std::vector<double>& want) {
-  if (got.size() != want.size()) return INFINITY;
-  double num = 0, den = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::isnan(got[i])) return INFINITY;
-    num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-    den += want[i] * want[i];
-  }
-  return den > 0 ? num / den : num;
-}
-
-/// x in scientific notation ("3.10e-05"), for the recorded NMSE properties.
-std::string sci(double x) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2e", x);
-  return buf;
-}
-
-std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
-
-/// `n` NaNs: the poisoned output of a CPU op.
-std::vector<float> poisoned(size_t n) { return std::vector<float>(n, std::nanf("")); }
-
-/// Row-quantized bytes of `rows` × `cols` random values in `t` (the traits' reference encoder).
-std::vector<uint8_t> random_rows(DType t, int64_t rows, int64_t cols, uint32_t seed) {
-  const std::vector<float> x = test::random_floats(size_t(rows * cols), seed);
-  std::vector<uint8_t> q(size_t(*row_bytes(t, cols) * rows));
-  traits(t).from_float(x.data(), q.data(), rows * cols);
-  return q;
-}
-
-/// What a runner hands back: the backend's output, the CPU scalar reference and optionally a
-/// float64 evaluation (empty when the op has none).
-struct Result {
-  std::vector<float> out;
-  std::vector<double> ref;
-  std::vector<double> exact;
-};
-
-#ifdef KVRUN_HAVE_CUDA
-cuda::Context& gpu() {
-  static cuda::Context ctx(0);
-  return ctx;
-}
-
-template <typename T>
-cuda::DeviceBuffer to_gpu(const std::vector<T>& v) {
-  cuda::DeviceBuffer b(gpu(), v.size() * sizeof(T));
-  b.upload(gpu(), v.data(), v.size() * sizeof(T));
-  return b;
-}
-
-/// A device output of n floats, every byte 0xFF (a NaN pattern) until the op writes it.
-cuda::DeviceBuffer gpu_poisoned(size_t n) {
-  cuda::DeviceBuffer b(gpu(), n * 4);
-  b.fill_bytes(gpu(), 0xFF);
-  return b;
-}
-
-std::vector<float> from_gpu(const cuda::DeviceBuffer& b, size_t n) {
-  std::vector<float> v(n);
-  b.download(gpu(), v.data(), n * 4);
-  return v;
-}
-#define KVRUN_GPU(...) __VA_ARGS__
-#else
-#define KVRUN_GPU(...) ADD_FAILURE() << "unreachable: CUDA case in a build without CUDA"
-#endif
 
 // ---- element-wise and row ops ----
 
@@ -700,6 +601,10 @@ TEST_P(BackendOps, MatchesCpuScalarReference) {
 
 constexpr DType kWeightTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,
                                   DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+/// The other GGUF weight types the CUDA backend decodes (byte loads, f32 activations): the
+/// kernels are the ones above, so one decode width, one multi-row width and the GEMM suffice.
+constexpr DType kMoreWeightTypes[] = {DType::Q4_1, DType::Q5_0,   DType::Q5_1,  DType::Q2_K,
+                                      DType::Q3_K, DType::IQ4_NL, DType::IQ4_XS};
 
 std::vector<Case> all_cases() {
   std::vector<Case> out;
@@ -712,6 +617,10 @@ std::vector<Case> all_cases() {
         out.push_back({b, Op::get_rows, t, t, 1});
         for (int n : {101, 103, 137, 301, 501}) out.push_back({b, Op::matmul, t, t, n});
       }
+    }
+    for (DType t : kMoreWeightTypes) {
+      out.push_back({b, Op::get_rows, t});
+      for (int n : {1, 3, 37}) out.push_back({b, Op::matmul, t, t, n});
     }
     for (int v : {0, 1, 2, 3}) out.push_back({b, Op::rms_norm, DType::F32, DType::F32, v});
     for (int v : {0, 1, 2, 3, 4}) out.push_back({b, Op::rope, DType::F32, DType::F32, v});
@@ -737,17 +646,20 @@ INSTANTIATE_TEST_SUITE_P(All, BackendOps, ::testing::ValuesIn(all_cases()),
 #ifdef KVRUN_HAVE_CUDA
 // What the CUDA backend refuses must be known before a model runs (no GPU needed).
 TEST(CudaSupport, TypesAndShapesAreCheckedUpFront) {
-  for (DType t : kWeightTypes) {
-    EXPECT_TRUE(cuda::matmul_supported(t, 512)) << traits(t).name;
-    EXPECT_TRUE(cuda::get_rows_supported(t, 512)) << traits(t).name;
-  }
-  for (DType t : {DType::Q5_0, DType::Q4_1, DType::Q2_K, DType::Q3_K, DType::IQ4_NL, DType::IQ4_XS,
-                  DType::MXFP4, DType::IQ3_S, DType::IQ2_S, DType::IQ3_XXS, DType::IQ2_XXS,
+  for (const auto& types :
+       {std::span<const DType>(kWeightTypes), std::span<const DType>(kMoreWeightTypes)})
+    for (DType t : types) {
+      EXPECT_TRUE(cuda::matmul_supported(t, 512)) << traits(t).name;
+      EXPECT_TRUE(cuda::get_rows_supported(t, 512)) << traits(t).name;
+    }
+  for (DType t : {DType::MXFP4, DType::IQ3_S, DType::IQ2_S, DType::IQ3_XXS, DType::IQ2_XXS,
                   DType::IQ2_XS, DType::IQ1_S, DType::IQ1_M}) {
     EXPECT_FALSE(cuda::matmul_supported(t, 512)) << traits(t).name;
     EXPECT_FALSE(cuda::get_rows_supported(t, 512)) << traits(t).name;
   }
   EXPECT_FALSE(cuda::matmul_supported(DType::Q4_K, 128));  // not a whole super-block
+  EXPECT_FALSE(cuda::matmul_supported(DType::IQ4_XS, 128));
+  EXPECT_TRUE(cuda::matmul_supported(DType::IQ4_NL, 96));  // blocks of 32
   // stories260K's ffn_down rows have 172 values: whole f32 chunks (4), not f16 ones (8).
   EXPECT_TRUE(cuda::matmul_supported(DType::F32, 172));
   EXPECT_FALSE(cuda::matmul_supported(DType::F16, 172));
