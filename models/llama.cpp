@@ -586,7 +586,10 @@ void llama_forward(const Hparams& hp, const LlamaWeights& w, const Placement& p,
       issue();
     il = end;
   }
-  if (b.n_out == 0) return;
+  if (b.n_out == 0) {
+    be->synchronize();  // (the step's KV rows are written before the cache reads them)
+    return;
+  }
   if (!out) {
     move_to(p.output);
     out = output_compute(hp, w, *be, *s, b);

@@ -139,6 +139,20 @@ struct Placement {
   std::vector<Device*> devices() const;
 };
 
+/// Moves to `host` what the devices of `p` cannot run, as llama.cpp's scheduler runs an op its
+/// GPU backend lacks on the CPU. For the model in `f` (hparams `hp`, spec `spec`): a layer whose
+/// device, or whose KV rows' device, lacks what the layer needs — the weight type of one of its
+/// attention matrices (Op::kMatmul of that type and row length), multi-head latent attention
+/// (Op::kMla), attention sinks (Op::kAttnSinks), an encoder's layer_norm / gelu / attention —
+/// runs wholly on `host`, KV rows included; a layer's FFN whose device lacks the weight type of
+/// one of its matrices or the mixture-of-experts ops (Op::kMoeRoute, Op::kMatmulId) runs on
+/// `host` while its attention stays (llama.cpp's --cpu-moe); an output head of a type its device
+/// lacks runs on `host`. Returns one line per (device, what it lacks, part) naming the layers
+/// moved, for stderr; empty when nothing moved. Apply it to -ngl's placement before the -ot
+/// rules: an FFN a rule sends to a device that cannot run it stays a load error.
+std::vector<std::string> fit_placement_to_devices(Placement& p, Device& host, const gguf::File& f,
+                                                  const Hparams& hp, const ArchSpec& spec);
+
 /// One -ot / --override-tensor rule (llama.cpp's `PATTERN=BUFFER_TYPE`): the tensors whose GGUF
 /// name contains a match of the ECMAScript regex `pattern` (std::regex_search, as llama.cpp) go
 /// to `device`.
@@ -299,7 +313,10 @@ struct LlamaBatch {
 /// row in every layer and the logits of out_rows. The residual stream is copied once at each
 /// device boundary. The caller has reserved the blocks of every row's position. A batch of one
 /// sequence computes exactly what a single-sequence call did; with several sequences the exact
-/// attention may sum in another order. pt.n_tokens ≤ exec.n_batch().
+/// attention may sum in another order. pt.n_tokens ≤ exec.n_batch(). Returns with every
+/// backend's work of the step finished (also without outputs: the KV cache then reads or
+/// copies the rows the step wrote through other backends — copy-on-write, tier moves, the
+/// persistent prefix cache).
 void llama_forward(const Hparams& hp, const LlamaWeights& w, const Placement& p, LlamaExec& exec,
                    const LlamaBatch& b);
 

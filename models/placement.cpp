@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <regex>
 #include <string>
+#include <string_view>
+#include <utility>
 
 #include "models/llama.h"
 
@@ -104,6 +106,124 @@ void apply_tensor_overrides(Placement& p, const gguf::File& f, int64_t n_layer, 
                        " is an encoder layer, which runs on one device (no -ot)");
     p.ffn[size_t(il)] = r.device;
   }
+}
+
+namespace {
+
+/// The layer of a tensor name `blk.N.…`, or −1.
+int64_t tensor_layer(std::string_view name) {
+  if (name.substr(0, 4) != "blk.") return -1;
+  int64_t il = 0;
+  size_t i = 4;
+  for (; i < name.size() && name[i] >= '0' && name[i] <= '9'; ++i) il = il * 10 + (name[i] - '0');
+  return i > 4 && i < name.size() && name[i] == '.' ? il : -1;
+}
+
+/// What `dev` lacks to multiply by tensor t as the model does (upload_llama_weights' checks:
+/// expert matrices by matmul_id, any matrix by matmul), or "" when nothing.
+std::string matmul_gap(const Device& dev, const gguf::TensorInfo& t) {
+  if (t.n_dims >= 3 && t.ne[2] > 1 && !dev.supports(Op::kMatmulId, t.type, DType::F32, t.ne[0]))
+    return "the mixture-of-experts ops (moe_route, matmul_id)";
+  if (t.n_dims >= 2 && t.ne[1] > 1 && !dev.supports(Op::kMatmul, t.type, DType::F32, t.ne[0]))
+    return std::string("matmul of ") + traits(t.type).name + " weights";
+  return "";
+}
+
+/// "3", "0-47", "1, 4-6": the sorted layer numbers as ranges.
+std::string layer_ranges(const std::vector<int64_t>& ls) {
+  std::string out;
+  for (size_t i = 0; i < ls.size();) {
+    size_t j = i;
+    while (j + 1 < ls.size() && ls[j + 1] == ls[j] + 1) ++j;
+    out += (out.empty() ? "" : ", ") + std::to_string(ls[i]) +
+           (j > i ? "-" + std::to_string(ls[j]) : std::string());
+    i = j + 1;
+  }
+  return out;
+}
+
+/// What a layer on `dev` with KV rows on `kv` lacks beyond its matrices, or "".
+std::string layer_op_gap(const Device& dev, const Device& kv, const ArchSpec& spec, bool sinks) {
+  if (spec.encoder &&
+      !(dev.supports(Op::kLayerNorm) && dev.supports(Op::kGelu) && dev.supports(Op::kAttention)))
+    return "the encoder ops (layer_norm, gelu, attention)";
+  if (spec.mla && !(dev.supports(Op::kMla) && kv.supports(Op::kMla)))
+    return "multi-head latent attention";
+  if (sinks && !(dev.supports(Op::kAttnSinks) && kv.supports(Op::kAttnSinks)))
+    return "attention sinks";
+  return "";
+}
+
+}  // namespace
+
+std::vector<std::string> fit_placement_to_devices(Placement& p, Device& host, const gguf::File& f,
+                                                  const Hparams& hp, const ArchSpec& spec) {
+  const size_t n = size_t(hp.n_layer);
+  std::vector<std::string> layer_gap(n), ffn_gap(n);
+  std::vector<bool> sinks(n, false), moe(n, false);
+  for (const gguf::TensorInfo& t : f.tensors()) {
+    const int64_t il = tensor_layer(t.name);
+    if (il < 0 || il >= hp.n_layer) continue;
+    const bool ffn = t.name.find(".ffn_") != std::string_view::npos;
+    sinks[size_t(il)] = sinks[size_t(il)] || t.name.find(".attn_sinks") != std::string_view::npos;
+    moe[size_t(il)] = moe[size_t(il)] || t.name.find(".ffn_gate_inp.") != std::string_view::npos;
+    std::string& gap = ffn ? ffn_gap[size_t(il)] : layer_gap[size_t(il)];
+    const Device& dev = ffn ? *p.ffn[size_t(il)] : *p.layers[size_t(il)];
+    if (gap.empty() && &dev != &host) gap = matmul_gap(dev, t);
+  }
+  struct Moved {  // layers moved to the host for one reason
+    const Device* dev;
+    std::string gap;
+    bool ffn;  // the FFN only (else the whole layer)
+    std::vector<int64_t> layers;
+  };
+  std::vector<Moved> moved;
+  auto note = [&](const Device& d, const std::string& gap, bool ffn, int64_t il) {
+    auto it = std::find_if(moved.begin(), moved.end(), [&](const Moved& m) {
+      return m.dev == &d && m.gap == gap && m.ffn == ffn;
+    });
+    if (it == moved.end()) it = moved.insert(moved.end(), Moved{&d, gap, ffn, {}});
+    it->layers.push_back(il);
+  };
+  for (size_t il = 0; il < n; ++il) {
+    Device& dev = *p.layers[il];
+    if (&dev != &host) {
+      std::string gap = layer_gap[il];
+      if (gap.empty()) gap = layer_op_gap(dev, *p.kv[il], spec, sinks[il]);
+      if (!gap.empty()) {
+        note(dev, gap, false, int64_t(il));
+        p.layers[il] = p.ffn[il] = p.kv[il] = &host;
+        continue;
+      }
+    }
+    Device& fd = *p.ffn[il];
+    if (&fd == &host) continue;
+    std::string gap = ffn_gap[il];
+    if (gap.empty() && moe[il] && !fd.supports(Op::kMoeRoute))
+      gap = "the mixture-of-experts ops (moe_route, matmul_id)";
+    if (gap.empty()) continue;
+    note(fd, gap, true, int64_t(il));
+    p.ffn[il] = &host;
+  }
+  std::vector<std::string> lines;
+  if (p.output != &host) {
+    const gguf::TensorInfo* head = f.find_tensor("output.weight");
+    if (!head) head = f.find_tensor("token_embd.weight");  // tied
+    const std::string gap = head ? matmul_gap(*p.output, *head) : "";
+    if (!gap.empty()) {
+      lines.push_back(p.output->name() + " lacks " + gap + ": the output head runs on " +
+                      host.name());
+      p.output = &host;
+    }
+  }
+  for (const Moved& m : moved) {
+    const bool many = m.layers.size() > 1;
+    lines.push_back(m.dev->name() + " lacks " + m.gap + ": " +
+                    (m.ffn ? (many ? "the FFNs of layers " : "the FFN of layer ")
+                           : (many ? "layers " : "layer ")) +
+                    layer_ranges(m.layers) + (many ? " run" : " runs") + " on " + host.name());
+  }
+  return lines;
 }
 
 }  // namespace kvrun

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend.h"
 
@@ -30,6 +31,9 @@ class CountingDevice final : public Device {
     if (refuse_moe && (op == Op::kMoeRoute || op == Op::kMatmulId)) return false;
     if (refuse_sinks && op == Op::kAttnSinks) return false;
     if (refuse_mla && op == Op::kMla) return false;
+    if (op == Op::kMatmul &&
+        std::find(refuse_weights.begin(), refuse_weights.end(), a) != refuse_weights.end())
+      return false;
     return dev_->supports(op, a, b, k);
   }
   std::unique_ptr<DeviceBuffer> alloc(size_t bytes, BufferUse use) override {
@@ -44,11 +48,12 @@ class CountingDevice final : public Device {
   }
   std::unique_ptr<Backend> make_backend(int n_threads) override;
 
-  bool refuse_q4_0_kv = false;  ///< stands in for a device without q4_0 KV kernels
-  bool refuse_moe = false;      ///< stands in for a device without the MoE ops (Vulkan, CUDA)
-  bool refuse_sinks = false;    ///< stands in for a device without attention sinks
-  bool refuse_mla = false;      ///< stands in for a device without MLA (Vulkan, CUDA)
-  bool host = true;             ///< host_memory()
+  bool refuse_q4_0_kv = false;        ///< stands in for a device without q4_0 KV kernels
+  bool refuse_moe = false;            ///< stands in for a device without the MoE ops (Vulkan, CUDA)
+  bool refuse_sinks = false;          ///< stands in for a device without attention sinks
+  bool refuse_mla = false;            ///< stands in for a device without MLA (Vulkan, CUDA)
+  std::vector<DType> refuse_weights;  ///< weight types its matmul lacks (CUDA: the grid i-quants)
+  bool host = true;                   ///< host_memory()
   /// Stand-ins for a device whose memory runs out in the middle of a step (its scratch grows with
   /// the step's rows and the context a query sees): paged_attention throws DeviceOutOfMemory
   /// when the step has more rows than oom_above_rows, or a sequence of it sees more positions

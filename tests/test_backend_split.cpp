@@ -143,24 +143,42 @@ TEST(BackendSplit, KvTypeTheDeviceLacksIsRefusedBeforeAnythingRuns) {
   EXPECT_EQ(ok.eval(tok).size(), size_t(m.hparams().n_vocab));
 }
 
-// A MoE layer placed on a device without moe_route / matmul_id is refused at load, naming the
-// device (as -ngl on Vulkan or CUDA does today); the host alone runs it.
-TEST(BackendSplit, MoeLayersOnADeviceWithoutTheMoeOpsAreRefusedAtLoad) {
+// The MoE FFN of a layer placed on a device without moe_route / matmul_id (Vulkan and CUDA today)
+// runs on the host (llama.cpp's --cpu-moe) while the layer's attention and KV stay on the device,
+// bit-identical to the host alone; -ot sending the experts to that device explicitly is refused
+// at load, naming the device and the op.
+TEST(BackendSplit, MoeFfnOnADeviceWithoutTheMoeOpsRunsOnTheHost) {
   test::TempDir dir;
   const std::string path = test::synth_model(dir, "tiny-qwen3moe");
+  int64_t n_layer = 0;
+  const std::vector<float> ref = run(path, {}, &n_layer);
   CountingDevice gpu("CPU1");
   gpu.refuse_moe = true;
   ModelParams mp;
   mp.n_gpu_layers = 1;
   mp.gpu = &gpu;
-  try {
+  {
     const Model m = Model::load(path, mp);
-    ADD_FAILURE() << "a MoE layer on a device without the MoE ops was accepted";
-  } catch (const std::exception& e) {
+    const Placement& p = m.placement();
+    EXPECT_EQ(p.layers[size_t(n_layer - 1)], &gpu);
+    EXPECT_EQ(p.kv[size_t(n_layer - 1)], &gpu);
+    EXPECT_EQ(p.ffn[size_t(n_layer - 1)], &cpu_device());
+    const LlamaLayer& L = m.weights().layers[size_t(n_layer - 1)];
+    EXPECT_EQ(L.wq.device, &gpu);
+    EXPECT_NE(L.ffn_up_exps.device, &gpu);
+    EXPECT_NE(L.ffn_gate_inp.device, &gpu);
+  }
+  expect_bit_identical(run(path, mp), ref, "-ngl 1, the MoE FFN on the host");
+  EXPECT_GT(gpu.kv_allocs, 0);
+  ModelParams explicit_rule;
+  explicit_rule.overrides = {{"blk\\.1\\.ffn_", &gpu}};
+  try {
+    const Model m = Model::load(path, explicit_rule);
+    ADD_FAILURE() << "-ot sent a MoE FFN to a device without the MoE ops";
+  } catch (const ModelError& e) {
     EXPECT_NE(std::string(e.what()).find("CPU1"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("moe_route"), std::string::npos) << e.what();
   }
-  EXPECT_NO_THROW(Model::load(path, {}));
 }
 
 // -ot: `-ngl all -ot "ffn_.*_exps=CPU"` on a device without the MoE ops (as CUDA and Vulkan
@@ -178,7 +196,7 @@ TEST(BackendSplit, OverrideTensorRunsALayersFfnOnTheRulesDevice) {
   ModelParams mp;
   mp.n_gpu_layers = n_layer + 1;
   mp.gpu = &gpu;
-  EXPECT_THROW(Model::load(moe, mp), ModelError);  // without -ot: refused (moe_route)
+  const Placement automatic = Model::load(moe, mp).placement();  // without -ot: the same
   mp.overrides = {{"ffn_.*_exps", &cpu_device()}};
   {
     const Model m = Model::load(moe, mp);
@@ -187,6 +205,9 @@ TEST(BackendSplit, OverrideTensorRunsALayersFfnOnTheRulesDevice) {
       EXPECT_NE(L.ffn_gate_inp.device, &gpu);  // the router goes with its experts
       EXPECT_EQ(L.wq.device, &gpu);
     }
+    EXPECT_EQ(m.placement().layers, automatic.layers);
+    EXPECT_EQ(m.placement().ffn, automatic.ffn);
+    EXPECT_EQ(m.placement().output, automatic.output);
   }
   gpu.copies_in = 0;
   expect_bit_identical(run(moe, mp), ref, "-ngl all -ot ffn_.*_exps=CPU");
@@ -228,13 +249,14 @@ TEST(BackendSplit, OverrideTensorRulesItCannotHonourAreRefused) {
   refused({{"ffn_(", &gpu}}, "not a regular expression");
 }
 
-/// Loading synthetic `shape` with its last layer on a second device that `refuse` makes lack an
-/// op, its KV rows there or on the host (-nkvo), is refused naming the device and `what`; the
-/// host alone loads it.
-void expect_refused_at_load(const char* shape, void (*refuse)(CountingDevice&),
-                            const std::string& what) {
+/// Synthetic `shape` with its last layer on a second device that `refuse` makes lack an op the
+/// layer needs, its KV rows there or on the host (-nkvo): that layer runs wholly on the host (KV
+/// rows too), bit-identical to the host alone, and nothing is uploaded to the device.
+void expect_layer_on_host(const char* shape, void (*refuse)(CountingDevice&)) {
   test::TempDir dir;
   const std::string path = test::synth_model(dir, shape);
+  int64_t n_layer = 0;
+  const std::vector<float> ref = run(path, {}, &n_layer);
   for (bool kv_offload : {true, false}) {
     CountingDevice gpu("CPU1");
     refuse(gpu);
@@ -242,29 +264,76 @@ void expect_refused_at_load(const char* shape, void (*refuse)(CountingDevice&),
     mp.n_gpu_layers = 1;
     mp.gpu = &gpu;
     mp.kv_offload = kv_offload;
-    try {
+    const std::string what = std::string(shape) + (kv_offload ? "" : " -nkvo");
+    {
       const Model m = Model::load(path, mp);
-      ADD_FAILURE() << shape << ": " << what << " on a device without it was accepted";
-    } catch (const std::exception& e) {
-      EXPECT_NE(std::string(e.what()).find("CPU1"), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+      const Placement& p = m.placement();
+      const size_t last = size_t(n_layer - 1);
+      EXPECT_EQ(p.layers[last], &cpu_device()) << what;
+      EXPECT_EQ(p.kv[last], &cpu_device()) << what;
+      EXPECT_EQ(p.ffn[last], &cpu_device()) << what;
     }
+    expect_bit_identical(run(path, mp), ref, what);
+    EXPECT_EQ(gpu.uploads, 0) << what;
+    EXPECT_EQ(gpu.kv_allocs, 0) << what;
   }
-  EXPECT_NO_THROW(Model::load(path, {}));
 }
 
 // A layer with attention sinks (gpt-oss) or MLA (deepseek2) placed on a device without them
-// (CUDA and Vulkan today) is refused at load, naming the device, with its KV rows there or on the
-// host (-nkvo); the host alone runs it.
-TEST(BackendSplit, AttentionSinksOnADeviceWithoutThemAreRefusedAtLoad) {
-  expect_refused_at_load(
-      "tiny-gpt-oss", [](CountingDevice& d) { d.refuse_sinks = true; }, "attention sinks");
+// (CUDA and Vulkan today) runs on the host, with its KV rows there or on the host (-nkvo).
+TEST(BackendSplit, AttentionSinksLayerOnADeviceWithoutThemRunsOnTheHost) {
+  expect_layer_on_host("tiny-gpt-oss", [](CountingDevice& d) {
+    d.refuse_sinks = true;
+    d.refuse_moe = true;  // (gpt-oss is a MoE model too)
+  });
 }
 
-TEST(BackendSplit, MlaLayersOnADeviceWithoutMlaAreRefusedAtLoad) {
-  expect_refused_at_load(
-      "tiny-deepseek2", [](CountingDevice& d) { d.refuse_mla = true; },
-      "multi-head latent attention");
+TEST(BackendSplit, MlaLayerOnADeviceWithoutMlaRunsOnTheHost) {
+  expect_layer_on_host("tiny-deepseek2", [](CountingDevice& d) {
+    d.refuse_mla = true;
+    d.refuse_moe = true;
+  });
+}
+
+// What the placement moved, as the lines the loader prints: the device, what it lacks and the
+// layers, as ranges; nothing for a device that has everything; the output head of a type its
+// device lacks.
+TEST(BackendSplit, FitPlacementToDevicesNamesWhatMoved) {
+  test::TempDir dir;
+  const std::string path = test::synth_model(dir, "tiny-qwen3moe");
+  const gguf::File f = gguf::File::open(path);
+  Hparams hp = load_hparams(f);
+  const ArchSpec spec = configure_arch(f, hp);
+  CountingDevice gpu("CPU1");
+  Placement p = Placement::split(cpu_device(), gpu, hp.n_layer, hp.n_layer + 1, true);
+  EXPECT_TRUE(fit_placement_to_devices(p, cpu_device(), f, hp, spec).empty());
+  EXPECT_EQ(p.output, &gpu);
+  gpu.refuse_moe = true;
+  const std::vector<std::string> lines = fit_placement_to_devices(p, cpu_device(), f, hp, spec);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0],
+            "CPU1 lacks the mixture-of-experts ops (moe_route, matmul_id): the FFNs of "
+            "layers 0-" +
+                std::to_string(hp.n_layer - 1) + " run on CPU");
+  for (int64_t il = 0; il < hp.n_layer; ++il) {
+    EXPECT_EQ(p.layers[size_t(il)], &gpu);
+    EXPECT_EQ(p.ffn[size_t(il)], &cpu_device());
+  }
+  // A head whose type the device lacks: the head alone moves (tiny Q4_0: a q6_K head).
+  const std::string q4 = test::synth_model(dir, "tiny", SynthFileType::Q4_0);
+  const gguf::File g = gguf::File::open(q4);
+  Hparams hq = load_hparams(g);
+  const ArchSpec sq = configure_arch(g, hq);
+  const gguf::TensorInfo* head = g.find_tensor("output.weight");
+  ASSERT_NE(head, nullptr);
+  CountingDevice dev("CPU2");
+  dev.refuse_weights = {head->type};
+  Placement ph = Placement::split(cpu_device(), dev, hq.n_layer, hq.n_layer + 1, true);
+  const std::vector<std::string> head_lines = fit_placement_to_devices(ph, cpu_device(), g, hq, sq);
+  ASSERT_FALSE(head_lines.empty());
+  EXPECT_NE(head_lines.back().find("the output head runs on CPU"), std::string::npos)
+      << head_lines.back();
+  EXPECT_EQ(ph.output, &cpu_device());
 }
 
 TEST(BackendSplit, SchedulerStepMatchesContextOnASplitModel) {

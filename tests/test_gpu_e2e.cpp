@@ -17,12 +17,17 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "backend.h"
 #include "engine/context.h"
+#include "engine/context_state.h"
+#include "kv/kv_cache.h"
+#include "kv/prefix_store.h"
 #include "kv_layout.h"
 #include "serve_process.h"
 #include "synth_util.h"
@@ -45,9 +50,15 @@ int32_t argmax(const std::vector<float>& v) {
   return int32_t(std::max_element(v.begin(), v.end()) - v.begin());
 }
 
-/// Prompt of 19 tokens (three prefill chunks of 8), then kDecodeSteps greedy steps.
-Trace run(const std::string& path, const ModelParams& mp, DType type_k, DType type_v) {
-  const Model m = Model::load(path, mp);
+/// The persistent prefix cache of a run (--kv-cache-dir): its directory, and what the run did.
+struct PrefixRun {
+  std::string dir;
+  int64_t reused = 0;        ///< prompt tokens whose KV rows came from the directory
+  PrefixStoreStats stats{};  ///< the store's counters at the end of the run
+};
+
+/// The context of every run below: 64 positions, prefill chunks of 8, blocks of 4.
+ContextParams run_params(DType type_k, DType type_v) {
   ContextParams cp;
   cp.n_ctx = 64;
   cp.n_batch = 8;
@@ -55,12 +66,18 @@ Trace run(const std::string& path, const ModelParams& mp, DType type_k, DType ty
   cp.kv.block_size = 4;
   cp.kv.type_k = type_k;
   cp.kv.type_v = type_v;
-  Context ctx(m, cp);
+  return cp;
+}
+
+/// The prompt of every run: 19 tokens (three prefill chunks of 8).
+std::vector<int32_t> test_prompt(const Model& m) {
   std::vector<int32_t> prompt;
   for (int i = 0; i < 19; ++i) prompt.push_back(int32_t((i * 7 + 3) % m.hparams().n_vocab));
-  Trace t;
-  const std::span<const float> last = ctx.eval(prompt);
-  t.prompt_logits.assign(last.begin(), last.end());
+  return prompt;
+}
+
+/// kDecodeSteps greedy steps from t.prompt_logits, appended to t.
+void decode_steps(Context& ctx, Trace& t) {
   int32_t next = argmax(t.prompt_logits);
   for (int step = 0; step < kDecodeSteps; ++step) {
     t.tokens.push_back(next);
@@ -68,6 +85,53 @@ Trace run(const std::string& path, const ModelParams& mp, DType type_k, DType ty
     t.step_logits.emplace_back(lg.begin(), lg.end());
     next = argmax(t.step_logits.back());
   }
+}
+
+/// The prompt, then kDecodeSteps greedy steps. With `prefix`, the KV cache persists its full
+/// blocks (of 4 tokens) to prefix->dir, and the prompt starts from the blocks found there.
+Trace run(const std::string& path, const ModelParams& mp, DType type_k, DType type_v,
+          PrefixRun* prefix = nullptr) {
+  const Model m = Model::load(path, mp);
+  ContextParams cp = run_params(type_k, type_v);
+  if (prefix) {
+    cp.kv.cache_dir = prefix->dir;
+    cp.kv.model_id = model_file_id(path);
+  }
+  Context ctx(m, cp);
+  const std::vector<int32_t> prompt = test_prompt(m);
+  Trace t;
+  const int64_t reused = prefix ? ctx.reuse_prefix(prompt) : 0;
+  const std::span<const float> last = ctx.eval(std::span(prompt).subspan(size_t(reused)));
+  t.prompt_logits.assign(last.begin(), last.end());
+  decode_steps(ctx, t);
+  if (prefix) {
+    prefix->reused = reused;
+    prefix->stats = ctx.cache().prefix_store()->stats();
+  }
+  return t;
+}
+
+/// The prompt evaluated with the model placed as `from`, its KV state saved (the REPL's /save:
+/// write_context_state) and read into a fresh context of the model placed as `to` (/load), which
+/// then takes the greedy steps.
+Trace run_via_state(const std::string& path, const ModelParams& from, const ModelParams& to,
+                    DType type_k, DType type_v) {
+  std::stringstream state;
+  Trace t;
+  std::vector<int32_t> prompt;
+  {
+    const Model m = Model::load(path, from);
+    Context ctx(m, run_params(type_k, type_v));
+    prompt = test_prompt(m);
+    const std::span<const float> last = ctx.eval(prompt);
+    t.prompt_logits.assign(last.begin(), last.end());
+    write_context_state(state, ctx);
+  }
+  const Model m = Model::load(path, to);
+  Context ctx(m, run_params(type_k, type_v));
+  read_context_state(state, ctx, prompt);
+  EXPECT_EQ(ctx.n_past(), int64_t(prompt.size()));
+  decode_steps(ctx, t);
   return t;
 }
 
@@ -210,26 +274,32 @@ TEST(GpuEndToEnd, SyntheticArchitecturesFollowTheCpu) {
 }
 
 // A mixture-of-experts model with its experts kept on the CPU (`-ngl all -ot "ffn_.*_exps=CPU"`,
-// how people run MoE models on one GPU; the GPU backends have no MoE ops yet): attention and KV
-// on the GPU, each layer's MoE FFN on the host, and the CPU's tokens.
-TEST(GpuEndToEnd, MoeExpertsKeptOnTheCpuByOverrideTensorFollowTheCpu) {
+// how people run MoE models on one GPU; the GPU backends have no MoE ops yet, so plain `-ngl
+// all` places the MoE FFNs on the CPU by itself, as llama.cpp's --cpu-moe): attention and KV on
+// the GPU, each layer's MoE FFN on the host, and the CPU's tokens.
+TEST(GpuEndToEnd, MoeExpertsKeptOnTheCpuFollowTheCpu) {
   const std::vector<Device*> gpus = gpu_devices();
   if (gpus.empty()) GTEST_SKIP() << "no GPU device (gpu_devices() is empty)";
   test::TempDir dir;
   const std::string path = test::synth_model(dir, "tiny-qwen3moe");
   const Trace ref = run(path, {}, DType::F16, DType::F16);
   for (Device* gpu : gpus) {
-    ModelParams mp;
-    mp.n_gpu_layers = 1000;  // every layer and the output
-    mp.gpu = gpu;
-    mp.overrides = {{"ffn_.*_exps", &cpu_device()}};
-    const Model m = Model::load(path, mp);
-    for (int64_t il = 0; il < m.hparams().n_layer; ++il) {
-      EXPECT_EQ(m.placement().layers[size_t(il)], gpu);
-      EXPECT_EQ(m.placement().ffn[size_t(il)], &cpu_device());
+    for (const bool rule : {true, false}) {
+      ModelParams mp;
+      mp.n_gpu_layers = 1000;  // every layer and the output
+      mp.gpu = gpu;
+      if (rule) mp.overrides = {{"ffn_.*_exps", &cpu_device()}};
+      const bool moe_ops = gpu->supports(Op::kMoeRoute) && gpu->supports(Op::kMatmulId);
+      if (!rule && moe_ops) continue;  // (the device runs the experts itself)
+      const Model m = Model::load(path, mp);
+      for (int64_t il = 0; il < m.hparams().n_layer; ++il) {
+        EXPECT_EQ(m.placement().layers[size_t(il)], gpu);
+        EXPECT_EQ(m.placement().ffn[size_t(il)], &cpu_device());
+      }
+      const std::string what = "tiny-qwen3moe on " + gpu->name() + " -ngl all" +
+                               (rule ? " -ot ffn_.*_exps=CPU" : " (experts on the CPU by itself)");
+      expect_follows(run(path, mp, DType::F16, DType::F16), ref, Tolerance{1e-3, 0.02f}, what);
     }
-    const std::string what = "tiny-qwen3moe on " + gpu->name() + " -ngl all -ot ffn_.*_exps=CPU";
-    expect_follows(run(path, mp, DType::F16, DType::F16), ref, Tolerance{1e-3, 0.02f}, what);
   }
 }
 
@@ -319,6 +389,201 @@ TEST(GpuEndToEnd, HostTierGivesTheVramRunsLogitsAndTheCpusTokens) {
     const std::string what = "stories260K on " + gpu->name() + " --kv-host-tier";
     expect_follows(tiered.first, cpu.first, Tolerance{1e-3, 0.02f}, what);
     expect_follows(tiered.second, cpu.second, Tolerance{1e-3, 0.02f}, what + " after truncate");
+  }
+}
+
+/// The KV state (the REPL's /save and /load) of a context whose rows are on the GPU: saved from
+/// the GPU and read into a GPU context, the steps that follow give the uninterrupted GPU run's
+/// logits bit for bit; a state saved by the CPU continues on the GPU, and one saved from the
+/// GPU continues on the CPU, each following the CPU's tokens (the rows are the same format).
+TEST(GpuEndToEnd, ContextStateMovesBetweenCpuAndGpu) {
+  const std::vector<Device*> gpus = gpu_devices();
+  if (gpus.empty()) GTEST_SKIP() << "no GPU device (gpu_devices() is empty)";
+  const fs::path model = test::fixture("models/stories260K-F32.gguf");
+  if (!fs::exists(model)) GTEST_SKIP() << "fixture missing: " << model;
+  const std::string path = model.string();
+  for (const KvPair kv : {KvPair{DType::F16, DType::F16}, KvPair{DType::Q8_0, DType::Q4_0}}) {
+    const Tolerance tol = four_bit(kv.v) ? Tolerance{6e-2, 0.06f} : Tolerance{1e-3, 0.02f};
+    const Trace cpu = run(path, {}, kv.k, kv.v);
+    for (Device* gpu : gpus) {
+      const std::string what = "stories260K on " + gpu->name() + " KV state " + kv_name(kv);
+      SCOPED_TRACE(what);
+      if (!gpu->supports(Op::kKvStore, kv.k, kv.v)) continue;
+      ModelParams mp;
+      mp.n_gpu_layers = 1000;  // every layer and the output
+      mp.gpu = gpu;
+      const Trace direct = run(path, mp, kv.k, kv.v);
+      const Trace saved = run_via_state(path, mp, mp, kv.k, kv.v);
+      EXPECT_TRUE(same_bits(saved.prompt_logits, direct.prompt_logits));
+      ASSERT_EQ(saved.tokens, direct.tokens);
+      for (size_t s = 0; s < saved.step_logits.size(); ++s)
+        EXPECT_TRUE(same_bits(saved.step_logits[s], direct.step_logits[s])) << "step " << s;
+      expect_follows(run_via_state(path, {}, mp, kv.k, kv.v), cpu, tol, what + ", CPU → GPU");
+      expect_follows(run_via_state(path, mp, {}, kv.k, kv.v), cpu, tol, what + ", GPU → CPU");
+    }
+  }
+}
+
+/// The prefix store's block files at the KvCache level, on every GPU device: blocks a CPU cache
+/// persisted are restored into a GPU cache's VRAM and (where the device has one) its host tier
+/// byte for byte, and blocks persisted from each GPU tier are restored by a CPU cache byte for
+/// byte. The rows are patterns, not encoded values: the store moves bytes.
+TEST(GpuKvCache, PrefixStoreBlocksKeepTheirBytesAcrossDevices) {
+  const std::vector<Device*> gpus = gpu_devices();
+  if (gpus.empty()) GTEST_SKIP() << "no GPU device (gpu_devices() is empty)";
+  Hparams hp;  // 2 layers, 2 KV heads of 32
+  hp.arch = "llama";
+  hp.n_layer = 2;
+  hp.n_embd = 64;
+  hp.n_head = 4;
+  hp.n_head_kv = 2;
+  hp.head_dim = hp.head_dim_v = 32;
+  test::TempDir dir;
+  KvCacheParams p;
+  p.type_k = DType::F16;
+  p.type_v = DType::Q8_0;
+  p.block_size = 16;
+  p.cache_dir = dir.path().string();
+  p.model_id = 0x5eed;
+  const int64_t per_block =
+      p.block_size *
+      kv_bytes_per_token(p.type_k, p.type_v, hp.n_layer, hp.n_head_kv, hp.head_dim, hp.head_dim_v);
+  p.mem_bytes = 6 * per_block;
+  const KvCache probe(hp, p);
+  const size_t kb = size_t(p.block_size * probe.layer(0).k_row_bytes),
+               vb = size_t(p.block_size * probe.layer(0).v_row_bytes);
+  auto pattern = [](size_t n, int seed) {
+    std::vector<uint8_t> b(n);
+    for (size_t i = 0; i < n; ++i) b[i] = uint8_t((i * 7 + size_t(seed) * 31) ^ (i >> 8));
+    return b;
+  };
+  auto tokens = [](int seed) { return std::vector<int32_t>(16, seed); };
+  // Block `id` of every layer of a cache gets (put) or must hold (check) pattern `seed`.
+  auto put = [&](const KvCache& c, Backend* be, int32_t id, int seed) {
+    for (int64_t il = 0; il < 2; ++il) {
+      const KvLayer L = c.layer(il);
+      const std::vector<uint8_t> k = pattern(kb, seed + int(il)),
+                                 v = pattern(vb, seed + 9 + int(il));
+      if (!be) {
+        std::memcpy(L.k_block(id), k.data(), kb);
+        std::memcpy(L.v_block(id), v.data(), vb);
+        continue;
+      }
+      be->upload(L.k_block(id), k.data(), kb);
+      be->upload(L.v_block(id), v.data(), vb);
+      be->synchronize();
+    }
+  };
+  auto check = [&](const KvCache& c, Backend* be, int32_t id, int seed, const std::string& what) {
+    for (int64_t il = 0; il < 2; ++il) {
+      const KvLayer L = c.layer(il);
+      std::vector<uint8_t> k(kb), v(vb);
+      if (be) {
+        be->download(k.data(), L.k_block(id), kb);
+        be->download(v.data(), L.v_block(id), vb);
+      } else {
+        std::memcpy(k.data(), L.k_block(id), kb);
+        std::memcpy(v.data(), L.v_block(id), vb);
+      }
+      EXPECT_EQ(k, pattern(kb, seed + int(il))) << what << ", layer " << il << " K";
+      EXPECT_EQ(v, pattern(vb, seed + 9 + int(il))) << what << ", layer " << il << " V";
+    }
+  };
+  {
+    KvCache cpu(hp, p);
+    put(cpu, nullptr, 1, 1);
+    cpu.persist_block(1, 1001, tokens(1));
+    put(cpu, nullptr, 2, 2);
+    cpu.persist_block(2, 1002, tokens(2));
+  }
+  for (size_t g = 0; g < gpus.size(); ++g) {
+    Device* gpu = gpus[g];
+    SCOPED_TRACE(gpu->name());
+    KvCacheParams pg = p;
+    const bool tier = gpu->supports(Op::kKvHostTier);
+    if (tier) {  // blocks 0 and 1 in VRAM, 2 … 5 in the host tier
+      pg.host_tier = true;
+      pg.mem_bytes = 2 * per_block;
+      pg.offload_max = 4 * per_block;
+    }
+    const std::vector<Device*> devs(2, gpu);
+    const std::unique_ptr<Backend> be = gpu->make_backend(1);
+    const int32_t slow = tier ? 3 : 2;
+    const int h = 2000 + 10 * int(g);
+    {
+      KvCache c(hp, pg, devs);
+      ASSERT_FALSE(c.rows_on_host());
+      ASSERT_TRUE(c.in_fast_tier(0));
+      ASSERT_EQ(c.in_fast_tier(slow), !tier);
+      ASSERT_TRUE(c.restore_block(0, 1001, tokens(1)));
+      ASSERT_TRUE(c.restore_block(slow, 1002, tokens(2)));
+      EXPECT_FALSE(c.restore_block(4, 1001, tokens(9)));  // other tokens: not that block
+      check(c, be.get(), 0, 1, "the CPU's block restored into VRAM");
+      check(c, be.get(), slow, 2, "the CPU's block restored into the host tier");
+      put(c, be.get(), 1, h);
+      c.persist_block(1, uint64_t(h), tokens(h));
+      put(c, be.get(), 5, h + 1);
+      c.persist_block(5, uint64_t(h + 1), tokens(h + 1));
+    }
+    KvCache cpu(hp, p);
+    ASSERT_TRUE(cpu.restore_block(4, uint64_t(h), tokens(h)));
+    ASSERT_TRUE(cpu.restore_block(0, uint64_t(h + 1), tokens(h + 1)));
+    check(cpu, nullptr, 4, h, "a VRAM block restored by the CPU");
+    check(cpu, nullptr, 0, h + 1, tier ? "a host-tier block restored by the CPU" : "block 5");
+  }
+}
+
+/// The persistent prefix cache (--kv-cache-dir) with the KV rows on the GPU, for a 16-bit and a
+/// quantized KV pair: a GPU run writes its full blocks; a second GPU run reads the prompt's 4
+/// blocks back and gives the first run's logits bit for bit (the rows went through the file
+/// unchanged); a CPU run reads the GPU's files and a GPU run the CPU's (the block bytes are
+/// every backend's), each reusing the 4 blocks and following the CPU's tokens.
+TEST(GpuEndToEnd, PrefixCacheFilesMoveBetweenCpuAndGpuRuns) {
+  const std::vector<Device*> gpus = gpu_devices();
+  if (gpus.empty()) GTEST_SKIP() << "no GPU device (gpu_devices() is empty)";
+  const fs::path model = test::fixture("models/stories260K-F32.gguf");
+  if (!fs::exists(model)) GTEST_SKIP() << "fixture missing: " << model;
+  const std::string path = model.string();
+  for (const KvPair kv : {KvPair{DType::F16, DType::F16}, KvPair{DType::Q8_0, DType::Q4_0}}) {
+    const Tolerance tol = four_bit(kv.v) ? Tolerance{6e-2, 0.06f} : Tolerance{1e-3, 0.02f};
+    const Trace cpu = run(path, {}, kv.k, kv.v);
+    test::TempDir cpu_dir;
+    PrefixRun cpu_write{cpu_dir.path().string()};
+    run(path, {}, kv.k, kv.v, &cpu_write);
+    ASSERT_EQ(cpu_write.reused, 0);
+    ASSERT_GE(cpu_write.stats.n_saved, 4);
+    for (Device* gpu : gpus) {
+      const std::string what =
+          "stories260K on " + gpu->name() + " --kv-cache-dir KV " + kv_name(kv);
+      SCOPED_TRACE(what);
+      if (!gpu->supports(Op::kKvStore, kv.k, kv.v)) {
+        std::printf("  %s: no such KV cache: skipped\n", what.c_str());
+        continue;
+      }
+      ModelParams mp;
+      mp.n_gpu_layers = 1000;  // every layer and the output
+      mp.gpu = gpu;
+      test::TempDir gpu_dir;
+      PrefixRun first{gpu_dir.path().string()}, again{first.dir}, cpu_reads{first.dir},
+          gpu_reads{cpu_write.dir};
+      const Trace written = run(path, mp, kv.k, kv.v, &first);
+      EXPECT_EQ(first.reused, 0);
+      EXPECT_EQ(first.stats.n_saved, cpu_write.stats.n_saved);  // the same full blocks
+      const Trace restored = run(path, mp, kv.k, kv.v, &again);
+      EXPECT_EQ(again.reused, 16);  // (19 − 1) / 4 full blocks: the last token is computed
+      EXPECT_EQ(again.stats.n_loaded, 4);
+      EXPECT_EQ(again.stats.n_rejected, 0);
+      EXPECT_TRUE(same_bits(restored.prompt_logits, written.prompt_logits));
+      ASSERT_EQ(restored.tokens, written.tokens);
+      for (size_t s = 0; s < restored.step_logits.size(); ++s)
+        EXPECT_TRUE(same_bits(restored.step_logits[s], written.step_logits[s])) << "step " << s;
+      expect_follows(written, cpu, tol, what);
+      expect_follows(run(path, {}, kv.k, kv.v, &cpu_reads), cpu, tol, what + ", read by the CPU");
+      EXPECT_EQ(cpu_reads.reused, 16);
+      expect_follows(run(path, mp, kv.k, kv.v, &gpu_reads), cpu, tol, what + ", the CPU's files");
+      EXPECT_EQ(gpu_reads.reused, 16);
+      EXPECT_EQ(gpu_reads.stats.n_rejected, 0);
+    }
   }
 }
 

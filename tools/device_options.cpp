@@ -15,6 +15,7 @@
 #include "gguf.h"
 #include "kv_layout.h"
 #include "models/arch.h"
+#include "models/llama.h"
 #include "session.h"
 
 namespace kvrun::tools {
@@ -48,11 +49,6 @@ std::string no_gpu_reason() {
   return "no GPU device found (kvrun --list-devices)";
 }
 
-/// Whether layer il of `file` has experts (a router).
-bool has_experts(const gguf::File& file, int64_t il) {
-  return file.find_tensor("blk." + std::to_string(il) + ".ffn_gate_inp.weight") != nullptr;
-}
-
 /// -ngl auto on `gpu`: the layers that fit its free memory (eval/model_info.h), with one line on
 /// stderr saying what was planned; 0 when the device does not say its free memory (with a line)
 /// or no model facts were given (main()'s early check of the options: silent).
@@ -70,26 +66,16 @@ int64_t auto_layers(Device& gpu, const AutoFit* fit, bool kv_on_gpu,
   const gguf::File file = gguf::File::open_metadata_only(fit->model_path);
   const int64_t n_ctx = fit->n_ctx > 0 ? fit->n_ctx : default_n_ctx(load_hparams(file).n_ctx_train);
   ModelInfo mi = describe_model(file, n_ctx);
-  const std::vector<bool> on_host = ffn_kept_on_host(file, mi.hp.n_layer, rules);
-  bool moe_on_gpu = false;
-  for (int64_t il = 0; il < mi.hp.n_layer; ++il)
-    moe_on_gpu = moe_on_gpu || (has_experts(file, il) && !on_host[size_t(il)]);
-  if (moe_on_gpu && !(gpu.supports(Op::kMoeRoute) && gpu.supports(Op::kMatmulId))) {
-    std::fprintf(stderr,
-                 "kvrun: -ngl auto: %s does not run mixture-of-experts layers yet (moe_route, "
-                 "matmul_id); running every layer on the CPU (-ot \"ffn_.*_exps=CPU\" keeps "
-                 "the experts there)\n",
-                 gpu.name().c_str());
+  // What the GPU lacks stays on the host (MoE FFNs: their experts are left out of the plan).
+  const GpuFallback fb = gpu_fallback(gpu, file, kv_on_gpu);
+  if (fb.gpu_layers == 0) {
+    for (const std::string& line : fb.lines)
+      std::fprintf(stderr, "kvrun: -ngl auto: %s\n", line.c_str());
+    std::fprintf(stderr, "kvrun: -ngl auto: running every layer on the CPU\n");
     return 0;
   }
-  if (is_encoder_arch(mi.hp.arch) &&
-      !(gpu.supports(Op::kLayerNorm) && gpu.supports(Op::kGelu) && gpu.supports(Op::kAttention))) {
-    std::fprintf(stderr,
-                 "kvrun: -ngl auto: %s does not run encoder (%s) layers yet (layer_norm, gelu, "
-                 "attention); running every layer on the CPU\n",
-                 gpu.name().c_str(), mi.hp.arch.c_str());
-    return 0;
-  }
+  std::vector<bool> on_host = ffn_kept_on_host(file, mi.hp.n_layer, rules);
+  for (size_t il = 0; il < on_host.size(); ++il) on_host[il] = on_host[il] || fb.ffn_on_host[il];
   mi.kv_tokens *= std::max<int64_t>(1, fit->n_seqs);
   cap_to_fast_tier(mi, *fit);
   const int64_t n =
@@ -120,7 +106,9 @@ void check_placement_fits(Device& gpu, const AutoFit& fit, const std::string& v,
   ModelInfo mi = describe_model(file, n_ctx);
   mi.kv_tokens *= std::max<int64_t>(1, fit.n_seqs);
   cap_to_fast_tier(mi, fit);
-  const std::vector<bool> on_host = ffn_kept_on_host(file, mi.hp.n_layer, rules);
+  std::vector<bool> on_host = ffn_kept_on_host(file, mi.hp.n_layer, rules);
+  const GpuFallback fb = gpu_fallback(gpu, file, kv_on_gpu);
+  for (size_t il = 0; il < on_host.size(); ++il) on_host[il] = on_host[il] || fb.ffn_on_host[il];
   const GpuPlan p = plan_gpu(mi, file, n, fit.type_k, fit.type_v, kv_on_gpu, fit.n_batch, &on_host);
   const int64_t need = p.weight_bytes + p.kv_bytes;
   if (need <= free) return;
@@ -229,6 +217,25 @@ std::vector<TensorOverride> parse_tensor_overrides(const std::vector<std::string
     }
   }
   return out;
+}
+
+GpuFallback gpu_fallback(Device& gpu, const gguf::File& file, bool kv_on_gpu) {
+  Hparams hp;
+  ArchSpec spec;
+  try {
+    hp = load_hparams(file);
+    spec = configure_arch(file, hp);
+  } catch (const ModelError& e) {
+    throw DeviceOptionError(e.what());
+  }
+  Placement p = Placement::split(cpu_device(), gpu, hp.n_layer, hp.n_layer + 1, kv_on_gpu);
+  GpuFallback fb;
+  fb.lines = fit_placement_to_devices(p, cpu_device(), file, hp, spec);
+  for (int64_t il = 0; il < hp.n_layer; ++il) {
+    fb.ffn_on_host.push_back(p.ffn[size_t(il)] != &gpu);
+    fb.gpu_layers += p.layers[size_t(il)] == &gpu;
+  }
+  return fb;
 }
 
 std::vector<bool> ffn_kept_on_host(const gguf::File& file, int64_t n_layer,

@@ -95,6 +95,16 @@ std::vector<TensorOverride> parse_tensor_overrides(const std::vector<std::string
 /// (ffn_override_rules).
 std::vector<bool> ffn_kept_on_host(const gguf::File& file, int64_t n_layer,
                                    const std::vector<TensorOverride>& rules);
+/// What -ngl all on `gpu` keeps on the host because `gpu` lacks it (models/llama.h
+/// fit_placement_to_devices; the model loader applies the same rule).
+struct GpuFallback {
+  std::vector<bool> ffn_on_host;   ///< [n_layer] the layer's FFN runs on the host
+  int64_t gpu_layers = 0;          ///< layers whose attention stays on `gpu`
+  std::vector<std::string> lines;  ///< what moved, a line each (empty: nothing)
+};
+/// gpu_fallback of the model `file`, KV rows of GPU layers on `gpu` unless !kv_on_gpu (-nkvo).
+/// Throws DeviceOptionError for a model the loader would refuse (an unknown architecture).
+GpuFallback gpu_fallback(Device& gpu, const gguf::File& file, bool kv_on_gpu);
 
 /// Sets the process's CPU kernel order from o.kernels (cpu::set_kernel_order) and its huge-page
 /// setting from o.thp (set_huge_pages, ggml-like/tensor.h). Throws DeviceOptionError for a

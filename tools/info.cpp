@@ -216,20 +216,27 @@ struct GpuPlanReport {
   };
   std::vector<Row> rows;
   bool host_tier = false;  ///< --kv-host-tier: positions past --kv-mem's are in host memory
+  std::vector<std::string> fallback;  ///< what the GPU lacks and runs on the host (gpu_fallback)
 };
 
 GpuPlanReport plan_report(const InfoOptions& opt, const ModelInfo& mi, const gguf::File& file) {
   GpuPlanReport r;
-  const Device* gpu = pick_gpu(opt.dev.device);
+  Device* gpu = pick_gpu(opt.dev.device);
   if (gpu) {
     r.device = gpu->name();
     r.free = gpu->free_memory();
   }
   const std::string& v = opt.dev.n_gpu_layers;
-  // -ot rules that keep layers' FFN on the host leave their tensors out of the plan
-  const std::vector<bool> on_host =
-      ffn_kept_on_host(file, mi.hp.n_layer, parse_tensor_overrides(opt.dev.override_tensor));
   const bool kv_on_gpu = !opt.dev.no_kv_offload;
+  // -ot rules that keep layers' FFN on the host leave their tensors out of the plan, and so do
+  // the FFNs the GPU cannot run (the MoE ops), which the loader keeps on the host
+  std::vector<bool> on_host =
+      ffn_kept_on_host(file, mi.hp.n_layer, parse_tensor_overrides(opt.dev.override_tensor));
+  if (gpu) {
+    const GpuFallback fb = gpu_fallback(*gpu, file, kv_on_gpu);
+    for (size_t il = 0; il < on_host.size(); ++il) on_host[il] = on_host[il] || fb.ffn_on_host[il];
+    r.fallback = fb.lines;
+  }
   AutoFit tier;  // --kv-host-tier: the GPU holds the rows of what --kv-mem holds
   if (opt.kv_host_tier) {
     if (!kv_on_gpu)
@@ -259,6 +266,7 @@ nlohmann::ordered_json plan_json(const GpuPlanReport& r) {
   j["device"] = r.device.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(r.device);
   j["free_bytes"] = r.free;
   j["kv_host_tier"] = r.host_tier;
+  j["on_host"] = r.fallback;  // what the GPU lacks and the loader runs on the host
   nlohmann::ordered_json per = nlohmann::ordered_json::object();
   for (const auto& row : r.rows) {
     const GpuPlan& p = row.plan;
@@ -303,6 +311,7 @@ void print_plan(const GpuPlanReport& r, const ModelInfo& mi) {
                                       : "no",
                 row.fit < 0 ? "?" : std::to_string(row.fit).c_str());
   }
+  for (const std::string& line : r.fallback) std::printf("  on the CPU: %s\n", line.c_str());
   if (r.host_tier)
     std::printf(
         "  --kv-host-tier: KV on the GPU for at most the positions --kv-mem holds (%lld "

@@ -29,12 +29,15 @@ void header(const Context& ctx, uint64_t (&h)[kFields]) {
   h[8] = uint64_t(ctx.sequence().n_window_released() * ctx.cache().block_size());
 }
 
-/// Position `pos`'s K (or V) row of layer L (through its slot map: tiers, windowed group).
-uint8_t* k_row_at(const KvLayer& L, const std::vector<int32_t>& table, int64_t pos) {
-  return L.k_block(table[size_t(pos / L.block_size)]) + pos % L.block_size * L.k_row_bytes;
-}
-uint8_t* v_row_at(const KvLayer& L, const std::vector<int32_t>& table, int64_t pos) {
-  return L.v_block(table[size_t(pos / L.block_size)]) + pos % L.block_size * L.v_row_bytes;
+/// Calls f(block id, first row in the block, rows) for each block's run of positions [p0, p1)
+/// (the rows of consecutive positions of a block are contiguous: one copy a run).
+template <typename F>
+void for_block_runs(const std::vector<int32_t>& table, int64_t bs, int64_t p0, int64_t p1, F&& f) {
+  for (int64_t p = p0; p < p1;) {
+    const int64_t end = std::min(p1, (p / bs + 1) * bs);
+    f(table[size_t(p / bs)], p % bs, end - p);
+    p = end;
+  }
 }
 
 /// Bytes of layer L's own V rows in a state: none for MLA (V is the latent inside the K row).
@@ -50,7 +53,7 @@ int64_t first_row(const Hparams& hp, int64_t il, int64_t w0, int64_t n) {
 /// giving the windowed rows behind the window back after each, as Step::run).
 void restore_rows(Context& ctx, const std::vector<char>& data, const std::vector<size_t>& at,
                   int64_t w0, std::span<const int32_t> tokens) {
-  const KvCache& cache = ctx.cache();
+  KvCache& cache = ctx.cache();
   KvSequence& seq = ctx.sequence();
   const int64_t n = int64_t(tokens.size()), w = cache.window();
   const int64_t step = w > 0 ? ctx.n_batch() : std::max<int64_t>(1, n);
@@ -63,12 +66,16 @@ void restore_rows(Context& ctx, const std::vector<char>& data, const std::vector
       const int64_t p0 = first_row(ctx.model().hparams(), il, w0, n), rows = n - p0;
       const char* k = data.data() + at[size_t(il)];
       const char* v = k + rows * L.k_row_bytes;
-      for (int64_t pos = std::max(a, p0); pos < b; ++pos) {
-        std::memcpy(k_row_at(L, table, pos), k + (pos - p0) * L.k_row_bytes, size_t(L.k_row_bytes));
+      int64_t pos = std::max(a, p0);  // the saved row of each run's first position
+      for_block_runs(table, L.block_size, pos, b, [&](int32_t id, int64_t r0, int64_t nr) {
+        const int64_t i = pos - p0;
+        cache.write_block_rows(il, id, false, r0 * L.k_row_bytes, k + i * L.k_row_bytes,
+                               size_t(nr * L.k_row_bytes));
         if (!L.mla)
-          std::memcpy(v_row_at(L, table, pos), v + (pos - p0) * L.v_row_bytes,
-                      size_t(L.v_row_bytes));
-      }
+          cache.write_block_rows(il, id, true, r0 * L.v_row_bytes, v + i * L.v_row_bytes,
+                                 size_t(nr * L.v_row_bytes));
+        pos += nr;
+      });
     }
     seq.commit(tokens.subspan(size_t(a), size_t(b - a)));
     if (w > 0) seq.release_window_before(seq.n_tokens() - w + 1);
@@ -78,8 +85,6 @@ void restore_rows(Context& ctx, const std::vector<char>& data, const std::vector
 }  // namespace
 
 void write_context_state(std::ostream& out, const Context& ctx) {
-  if (!ctx.cache().rows_on_host())
-    throw std::runtime_error("the KV state cannot be saved: its KV rows are on a GPU (use -nkvo)");
   if (ctx.sequence().n_released() > 0)
     throw std::runtime_error(
         "the KV state cannot be saved: blocks before the sliding window were given back");
@@ -89,23 +94,24 @@ void write_context_state(std::ostream& out, const Context& ctx) {
   out.write(reinterpret_cast<const char*>(h), sizeof h);
   const auto& table = ctx.sequence().block_table();
   const int64_t n = ctx.n_past();
+  std::vector<char> rows;
   for (int64_t il = 0; il < ctx.cache().n_layer(); ++il) {
     const KvLayer L = ctx.cache().layer(il);
     const int64_t p0 = first_row(ctx.model().hparams(), il, int64_t(h[8]), n);
-    for (int64_t pos = p0; pos < n; ++pos)
-      out.write(reinterpret_cast<const char*>(k_row_at(L, table, pos)),
-                std::streamsize(L.k_row_bytes));
-    for (int64_t pos = p0; pos < n && !L.mla; ++pos)
-      out.write(reinterpret_cast<const char*>(v_row_at(L, table, pos)),
-                std::streamsize(L.v_row_bytes));
+    for (const bool v : {false, true}) {  // every K row of the layer, then every V row
+      if (v && L.mla) break;
+      const int64_t rb = v ? L.v_row_bytes : L.k_row_bytes;
+      for_block_runs(table, L.block_size, p0, n, [&](int32_t id, int64_t r0, int64_t nr) {
+        rows.resize(size_t(nr * rb));  // (GPU rows: downloaded through the cache's backend)
+        ctx.cache().read_block_rows(il, id, v, r0 * rb, rows.data(), rows.size());
+        out.write(rows.data(), std::streamsize(rows.size()));
+      });
+    }
   }
   if (!out) throw std::runtime_error("writing the KV state failed");
 }
 
 void read_context_state(std::istream& in, Context& ctx, std::span<const int32_t> tokens) {
-  if (!ctx.cache().rows_on_host())
-    throw std::runtime_error(
-        "the KV state cannot be restored: its KV rows are on a GPU (use -nkvo)");
   char magic[sizeof kMagic];
   uint64_t saved[kFields] = {}, mine[kFields];
   in.read(magic, sizeof magic);

@@ -1,6 +1,8 @@
 // model.cpp — see model.h.
 #include "engine/model.h"
 
+#include <cstdio>
+#include <string>
 #include <utility>
 
 #include "models/rope_scaling.h"
@@ -18,6 +20,10 @@ Model Model::from_file(gguf::File file, const ModelParams& mp) {
   Placement p = mp.n_gpu_layers > 0 ? Placement::split(cpu_device(), *mp.gpu, hp.n_layer,
                                                        mp.n_gpu_layers, mp.kv_offload)
                                     : Placement::all_on(cpu_device(), hp.n_layer);
+  // What the GPU lacks runs on the host (a line each on stderr), then the -ot rules.
+  if (mp.n_gpu_layers > 0)
+    for (const std::string& line : fit_placement_to_devices(p, cpu_device(), file, hp, spec))
+      std::fprintf(stderr, "kvrun: %s\n", line.c_str());
   if (!mp.overrides.empty())
     apply_tensor_overrides(p, file, hp.n_layer, spec.encoder, mp.overrides);
   // path() is empty for an in-memory image (nothing mapped to give back)

@@ -19,7 +19,9 @@ namespace kvrun {
 /// Where a model runs (the -ngl / -dev / -nkvo flags, resolved to a device by the tools).
 struct ModelParams {
   /// Layers on `gpu`, the last ones (llama.cpp's -ngl); more than n_layer also places the
-  /// output head there. 0: everything on the host CPU.
+  /// output head there. 0: everything on the host CPU. What `gpu` cannot run of them (a weight
+  /// type, the MoE ops, MLA, attention sinks) runs on the host instead, with a line on stderr
+  /// (models/llama.h fit_placement_to_devices).
   int64_t n_gpu_layers = 0;
   /// The device of those layers; required when n_gpu_layers > 0. Must outlive the model.
   Device* gpu = nullptr;

@@ -97,7 +97,7 @@ void check_window_tables(const KvCacheParams& p, const std::vector<Device*>& kv_
 
 /// Throws std::invalid_argument naming the flag for a slow tier or prefix store the layers'
 /// devices cannot have: with rows on a device whose memory the host cannot address (a GPU), the
-/// --kv-offload-dir file and --kv-cache-dir (the host reads rows there); --kv-host-tier with
+/// --kv-offload-dir file (the host reads and writes rows there in place); --kv-host-tier with
 /// --kv-offload-dir, without such a device, or with one lacking Op::kKvHostTier.
 void check_devices(const KvCacheParams& p, const std::vector<Device*>& kv_devices) {
   if (p.host_tier && !p.offload_dir.empty())
@@ -115,9 +115,6 @@ void check_devices(const KvCacheParams& p, const std::vector<Device*>& kv_device
     if (p.host_tier && !d->supports(Op::kKvHostTier))
       throw std::invalid_argument("KV cache: --kv-host-tier: " + d->name() +
                                   " has no host tier for KV rows (use -nkvo)");
-    if (!p.cache_dir.empty() && p.prefix_cache)
-      throw std::invalid_argument("KV cache: --kv-cache-dir with KV rows on " + d->name() +
-                                  " (not host memory) is not supported yet (or use -nkvo)");
   }
   if (p.host_tier && !on_gpu)
     throw std::invalid_argument(
@@ -380,6 +377,42 @@ struct SlotRun {
 };
 
 }  // namespace
+
+namespace {
+
+/// Block `block`'s rows of layer L from byte `off`, `bytes` long, checked against the cache.
+uint8_t* block_rows(const KvLayer& L, int64_t n_blocks, int32_t block, bool v, int64_t off,
+                    size_t bytes, const char* who) {
+  const int64_t row = v ? L.v_row_bytes : L.k_row_bytes;
+  if (block < 0 || block >= n_blocks || off < 0 || int64_t(bytes) > L.block_size * row - off)
+    throw std::out_of_range(std::string(who) + ": block " + std::to_string(block) + " bytes " +
+                            std::to_string(off) + " + " + std::to_string(bytes) +
+                            " outside the cache");
+  return (v ? L.v_block(block) : L.k_block(block)) + off;
+}
+
+}  // namespace
+
+void KvCache::read_block_rows(int64_t il, int32_t block, bool v, int64_t off, void* dst,
+                              size_t bytes) const {
+  const uint8_t* p =
+      block_rows(layer(il), n_blocks(), block, v, off, bytes, "KvCache::read_block_rows");
+  if (Backend* be = impl_->copier_of(il))
+    be->download(dst, p, bytes);
+  else
+    std::memcpy(dst, p, bytes);
+}
+
+void KvCache::write_block_rows(int64_t il, int32_t block, bool v, int64_t off, const void* src,
+                               size_t bytes) {
+  uint8_t* p = block_rows(layer(il), n_blocks(), block, v, off, bytes, "KvCache::write_block_rows");
+  if (Backend* be = impl_->copier_of(il)) {
+    be->upload(p, src, bytes);
+    be->synchronize();
+  } else {
+    std::memcpy(p, src, bytes);
+  }
+}
 
 void KvCache::write_synthetic_rows(std::span<const int32_t> table, int64_t pos0, int64_t n,
                                    uint64_t seed) {

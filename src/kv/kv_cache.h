@@ -106,12 +106,14 @@ class KvCache {
   /// its rows from that device (Device::alloc, BufferUse::kKv). A device whose memory the host
   /// cannot address (a GPU) keeps its rows there: copy-on-write and moves between the tiers
   /// copy them through a backend of that device (download / upload); its slow tier is the host
-  /// tier (params.host_tier: BufferUse::kKvHost memory the kernels address in place). With
-  /// such a device, --kv-offload-dir (the file tier) and --kv-cache-dir (the prefix store),
-  /// which read rows with the host, throw std::invalid_argument naming the flag; so do window
-  /// tables with such a device or with --kv-cache-dir (make_context_cache turns window tables
-  /// off there instead), and host_tier with offload_dir, without such a device, with a device
-  /// that lacks Op::kKvHostTier or without a budget (offload_max).
+  /// tier (params.host_tier: BufferUse::kKvHost memory the kernels address in place), and the
+  /// prefix store (--kv-cache-dir) reads and writes its blocks through that backend too (the
+  /// bytes are every backend's, so block files move between CPU and GPU runs). With such a
+  /// device, --kv-offload-dir (the file tier, whose rows the host reads in place) throws
+  /// std::invalid_argument naming the flag; so do window tables with such a device or with
+  /// --kv-cache-dir (make_context_cache turns window tables off there instead), and host_tier
+  /// with offload_dir, without such a device, with a device that lacks Op::kKvHostTier or
+  /// without a budget (offload_max).
   /// Blocks move between tiers only between engine steps (take_block, rebalance): every
   /// backend's work on the rows must be finished then, as the engine's steps ensure.
   KvCache(const Hparams& hp, const KvCacheParams& params,
@@ -123,8 +125,8 @@ class KvCache {
   const KvCacheParams& params() const;
   /// Layer `il`'s storage as the attention kernels see it.
   KvLayer layer(int64_t il) const;
-  /// True when every layer's rows are in host-addressable memory (context save/restore reads
-  /// them with the host).
+  /// True when every layer's rows are in host-addressable memory (no layer has a device
+  /// backend copying its rows).
   bool rows_on_host() const;
   int64_t n_layer() const;
   int64_t block_size() const;
@@ -165,6 +167,17 @@ class KvCache {
   /// speed at a depth does not depend on the rows' values). Throws std::out_of_range when a
   /// position has no block in `table` (or a given-back one), std::invalid_argument for n < 0.
   void write_synthetic_rows(std::span<const int32_t> table, int64_t pos0, int64_t n, uint64_t seed);
+  /// Copies `bytes` from byte `off` of block `block`'s K rows (v false) or V rows (v true) of
+  /// layer `il` into host memory `dst`: by memcpy where the host addresses them, else through the
+  /// layer's device backend (a download, finished when it returns). The rows of positions j …
+  /// of a block start at off = j · row bytes (KvLayer). Throws std::out_of_range for a layer,
+  /// block or byte range outside the cache. Between engine steps only (the rows are written).
+  void read_block_rows(int64_t il, int32_t block, bool v, int64_t off, void* dst,
+                       size_t bytes) const;
+  /// The inverse of read_block_rows: writes `bytes` from host memory `src`; an upload through
+  /// the device backend is finished when it returns (the next step, on another stream, reads it).
+  void write_block_rows(int64_t il, int32_t block, bool v, int64_t off, const void* src,
+                        size_t bytes);
 
   /// Takes a block for new rows (ref 1) in the fast tier, making room there as the class
   /// comment says; in the slow tier only when no fast block can be freed. nullopt when the pool
@@ -193,7 +206,9 @@ class KvCache {
   /// The persistent prefix cache (--kv-cache-dir), or null when off.
   const PrefixStore* prefix_store() const;
   /// Writes used block `block` (every layer's K and V rows) to the persistent prefix cache under
-  /// its chained hash, with its token ids; no-op without one.
+  /// its chained hash, with its token ids; no-op without one. Rows in a GPU's memory are
+  /// downloaded through the layer's copier backend: the step that wrote them must have finished
+  /// (llama_forward returns synchronized).
   void persist_block(int32_t block, uint64_t hash, std::span<const int32_t> tokens);
   /// Fills block `block` from the persistent prefix cache; false (block untouched) on a miss or
   /// an untrusted file, or without a cache.
