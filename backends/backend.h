@@ -208,6 +208,16 @@ class DeviceBuffer {
   virtual size_t size() const = 0;
   /// The device the bytes live on.
   virtual Device& device() const = 0;
+  /// Makes bytes [offset, offset + bytes) usable. A device may allocate a BufferUse::kKv buffer
+  /// as a reserved address range that memory backs only where committed (CUDA: virtual memory
+  /// management, cuMemAddressReserve + cuMemCreate / cuMemMap per granule), so that a large
+  /// -c or --kv-mem costs device memory only for the blocks in use; the KV cache commits each
+  /// layer's rows of a slot before they are first written. Idempotent; the default (memory all
+  /// there from alloc) does nothing. Throws DeviceOutOfMemory when the device cannot back them.
+  virtual void commit(size_t offset, size_t bytes) {
+    (void)offset;
+    (void)bytes;
+  }
 };
 
 /// What a buffer is for (a device may place them differently).

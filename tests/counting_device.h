@@ -3,9 +3,14 @@
 // device without them would, and can run out of memory in the middle of a step.
 #pragma once
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <new>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -36,10 +41,7 @@ class CountingDevice final : public Device {
       return false;
     return dev_->supports(op, a, b, k);
   }
-  std::unique_ptr<DeviceBuffer> alloc(size_t bytes, BufferUse use) override {
-    if (use == BufferUse::kKv) ++kv_allocs;
-    return dev_->alloc(bytes, use);
-  }
+  std::unique_ptr<DeviceBuffer> alloc(size_t bytes, BufferUse use) override;
   std::unique_ptr<DeviceBuffer> upload_weight(Tensor& t, bool release_mapped) override {
     auto b = dev_->upload_weight(t, release_mapped);
     t.device = this;
@@ -61,6 +63,13 @@ class CountingDevice final : public Device {
   int64_t oom_above_rows = INT64_MAX;
   int64_t oom_above_context = INT64_MAX;
   int64_t oom_thrown = 0;
+  /// KV buffers as a device with virtual memory management gives them (CUDA): an address range
+  /// reserved inaccessible (PROT_NONE), pages made read-write only where DeviceBuffer::commit
+  /// asks, so a KV write or read outside the committed blocks faults. kv_committed counts the
+  /// bytes committed (whole pages); past kv_commit_limit a commit throws DeviceOutOfMemory.
+  bool lazy_kv = false;
+  int64_t kv_committed = 0;
+  int64_t kv_commit_limit = INT64_MAX;
   int kv_allocs = 0;
   int uploads = 0;
   int64_t copies_in = 0;     ///< copy_from calls on this device's backends
@@ -69,6 +78,49 @@ class CountingDevice final : public Device {
  private:
   std::unique_ptr<Device> dev_;
 };
+
+/// CountingDevice::lazy_kv's buffer: mmap'ed PROT_NONE, committed by mprotect page by page.
+class LazyKvBuffer final : public DeviceBuffer {
+ public:
+  LazyKvBuffer(CountingDevice& d, size_t bytes) : d_(d), bytes_(bytes) {
+    const size_t len = std::max<size_t>(bytes, 1);
+    void* p = mmap(nullptr, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    base_ = static_cast<uint8_t*>(p);
+    pages_.assign((len + page_ - 1) / page_, false);
+  }
+  ~LazyKvBuffer() override { munmap(base_, std::max<size_t>(bytes_, 1)); }
+  LazyKvBuffer(const LazyKvBuffer&) = delete;
+  LazyKvBuffer& operator=(const LazyKvBuffer&) = delete;
+  void* data() const override { return base_; }
+  size_t size() const override { return bytes_; }
+  Device& device() const override { return d_; }
+  void commit(size_t offset, size_t bytes) override {
+    if (bytes == 0) return;
+    if (offset + bytes > bytes_) throw std::out_of_range("LazyKvBuffer::commit past the end");
+    for (size_t pg = offset / page_; pg <= (offset + bytes - 1) / page_; ++pg) {
+      if (pages_[pg]) continue;
+      if (d_.kv_committed + int64_t(page_) > d_.kv_commit_limit)
+        throw DeviceOutOfMemory(d_.name() + ": out of memory for KV blocks (test limit)");
+      if (mprotect(base_ + pg * page_, page_, PROT_READ | PROT_WRITE) != 0) throw std::bad_alloc();
+      pages_[pg] = true;
+      d_.kv_committed += int64_t(page_);
+    }
+  }
+
+ private:
+  const size_t page_ = size_t(sysconf(_SC_PAGESIZE));
+  CountingDevice& d_;
+  size_t bytes_;
+  uint8_t* base_ = nullptr;
+  std::vector<bool> pages_;
+};
+
+inline std::unique_ptr<DeviceBuffer> CountingDevice::alloc(size_t bytes, BufferUse use) {
+  if (use == BufferUse::kKv) ++kv_allocs;
+  if (use == BufferUse::kKv && lazy_kv) return std::make_unique<LazyKvBuffer>(*this, bytes);
+  return dev_->alloc(bytes, use);
+}
 
 /// Forwards every op to a CPU backend; counts the boundary copies into it.
 class CountingBackend final : public Backend {

@@ -5,7 +5,9 @@
 // exceeds the layer count), the residual stream's boundary copy, -nkvo (KV and attention of the
 // "GPU" layers back on the host) and per-layer KV storage, before any GPU exists.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -334,6 +336,76 @@ TEST(BackendSplit, FitPlacementToDevicesNamesWhatMoved) {
   EXPECT_NE(head_lines.back().find("the output head runs on CPU"), std::string::npos)
       << head_lines.back();
   EXPECT_EQ(ph.output, &cpu_device());
+}
+
+/// Logits of a prompt of n tokens then 4 greedy steps on the stories260K fixture, with KV blocks
+/// of 64 positions (a layer's K or V rows of a block: one 4 KiB page) and a pool of 64 blocks
+/// (4096 positions).
+std::vector<float> run_long(const std::string& path, const ModelParams& mp, int n) {
+  const Model m = Model::load(path, mp);
+  ContextParams cp;
+  cp.n_ctx = 4096;
+  cp.n_batch = 32;
+  cp.n_threads = 2;
+  cp.kv.block_size = 64;
+  const Hparams::KvRows r = m.hparams().kv_rows();
+  cp.kv.mem_bytes = 64 * 64 *
+                    kv_bytes_per_token(cp.kv.type_k, cp.kv.type_v, m.hparams().n_layer,
+                                       r.n_head_kv, r.head_dim, r.head_dim_v);
+  Context ctx(m, cp);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < n; ++i) prompt.push_back(int32_t((i * 7 + 3) % m.hparams().n_vocab));
+  const std::span<const float> last = ctx.eval(prompt);
+  std::vector<float> out(last.begin(), last.end());
+  int32_t next = int32_t(std::max_element(out.begin(), out.end()) - out.begin());
+  for (int step = 0; step < 4; ++step) {
+    const std::span<const float> lg = ctx.eval(std::span<const int32_t>(&next, 1));
+    out.insert(out.end(), lg.begin(), lg.end());
+    next = int32_t(std::max_element(lg.begin(), lg.end()) - lg.begin());
+  }
+  return out;
+}
+
+// A device that reserves its KV buffers' addresses and backs them as blocks come into use
+// (CUDA's virtual memory management; here pages made accessible by DeviceBuffer::commit, any
+// access elsewhere faulting): a 4096-position pool commits only the pages of the blocks its
+// tokens use, the logits are bit-identical to the host's, and a device that runs out of memory
+// for more blocks ends the prompt with KvCacheFull, naming the flags to change.
+TEST(BackendSplit, KvBlocksAreCommittedAsTokensArrive) {
+  const fs::path path = test::fixture("models/stories260K-F32.gguf");
+  if (!fs::exists(path)) GTEST_SKIP() << "fixture missing: " << path;
+  const std::vector<float> ref = run_long(path.string(), {}, 100);
+  CountingDevice gpu("CPU1");
+  gpu.host = false;
+  gpu.lazy_kv = true;
+  ModelParams mp;
+  mp.n_gpu_layers = 1000;
+  mp.gpu = &gpu;
+  expect_bit_identical(run_long(path.string(), mp, 100), ref, "KV committed as blocks arrive");
+  // 104 positions: 2 blocks of 64; a layer's K or V rows of a block are one page.
+  const Model m = Model::load(path.string(), {});
+  const Hparams::KvRows r = m.hparams().kv_rows();
+  const int64_t n_layer = m.hparams().n_layer, page = int64_t(sysconf(_SC_PAGESIZE));
+  const int64_t per_block =
+      64 * kv_bytes_per_token(DType::F16, DType::F16, n_layer, r.n_head_kv, r.head_dim,
+                              r.head_dim_v);
+  ASSERT_EQ(per_block, 2 * n_layer * page);  // (64-byte f16 K and V rows, 4 KiB pages)
+  EXPECT_EQ(gpu.kv_committed, 2 * per_block);
+  // Memory for 2 blocks only: a prompt of 168 positions cannot get its third block.
+  CountingDevice small("CPU2");
+  small.host = false;
+  small.lazy_kv = true;
+  small.kv_commit_limit = 2 * per_block;
+  ModelParams ms = mp;
+  ms.gpu = &small;
+  try {
+    run_long(path.string(), ms, 2 * 64 + 40);
+    ADD_FAILURE() << "a prompt past the device's memory was accepted";
+  } catch (const KvCacheFull& e) {
+    EXPECT_NE(std::string(e.what()).find("no memory for more blocks"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(small.kv_committed, 2 * per_block);
 }
 
 TEST(BackendSplit, SchedulerStepMatchesContextOnASplitModel) {

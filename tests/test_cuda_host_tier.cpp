@@ -2,11 +2,14 @@
 // docs/cuda.md): BufferUse::kKvHost memory (pinned, mapped cudaHostAlloc) that the KV store and
 // paged attention read and write in place. A block table with every third block in the host
 // tier must store the CPU encoder's bytes wherever a block lies and give attention bit-equal to
-// the same blocks all in device memory. Skipped without a GPU (written on a machine without one:
-// it has not run yet; scripts/gpu-check.sh runs it).
+// the same blocks all in device memory. The KV buffers in device memory themselves are reserved
+// address ranges backed as blocks are committed (CudaVmm). Skipped without a GPU (written on a
+// machine without one: it has not run yet; scripts/gpu-check.sh runs it).
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <numeric>
@@ -208,6 +211,49 @@ INSTANTIATE_TEST_SUITE_P(
     [](const testing::TestParamInfo<TypePair>& i) {
       return std::string(traits(i.param.k).name) + "_" + traits(i.param.v).name;
     });
+
+/// The KV buffers (BufferUse::kKv): an address range reserved for the whole budget and backed by
+/// device memory only where the KV cache commits blocks (backends/cuda/vmm_range.h,
+/// DeviceBuffer::commit; KVRUN_CUDA_VMM=0: cudaMalloc'ed whole). Committed ranges hold what is
+/// uploaded there, a 1 GiB reservation costs the device next to nothing until committed, and a
+/// commit is idempotent.
+TEST(CudaVmm, KvBuffersAreBackedWhereCommitted) {
+  const std::vector<Device*> devs = cuda::seam_devices();
+  if (devs.empty()) GTEST_SKIP() << "no CUDA device on this machine";
+  Device& gpu = *devs.front();
+  const std::unique_ptr<Backend> be = gpu.make_backend(1);
+  const size_t reserved = size_t(1) << 30, mib = size_t(1) << 20;
+  const int64_t free0 = gpu.free_memory();
+  std::unique_ptr<DeviceBuffer> kv = gpu.alloc(reserved, BufferUse::kKv);
+  ASSERT_EQ(kv->size(), reserved);
+  const int64_t free1 = gpu.free_memory();
+  // (cudaMalloc fallback: the whole GiB is taken at once; VMM: nothing yet)
+  const bool lazy = free0 - free1 < int64_t(reserved / 2);
+  const char* env = std::getenv("KVRUN_CUDA_VMM");
+  if (!(env && std::string(env) == "0")) {
+    EXPECT_TRUE(lazy) << "the KV buffer was not reserved";
+  }
+  std::printf("  %s: a 1 GiB KV buffer took %lld MiB at alloc (%s)\n", gpu.name().c_str(),
+              (long long)((free0 - free1) >> 20), lazy ? "reserved" : "allocated");
+  // Two committed ranges, one spanning granules, filled and read back through the backend.
+  const size_t at[2] = {3 * mib + 12345, 700 * mib}, len[2] = {5 * mib, 64 * 1024};
+  for (int r = 0; r < 2; ++r) {
+    kv->commit(at[r], len[r]);
+    kv->commit(at[r], len[r]);  // idempotent
+    std::vector<uint8_t> want(len[r]);
+    for (size_t i = 0; i < want.size(); ++i) want[i] = uint8_t(i * 31 + size_t(r) * 7);
+    uint8_t* p = static_cast<uint8_t*>(kv->data()) + at[r];
+    be->upload(p, want.data(), want.size());
+    be->synchronize();
+    std::vector<uint8_t> got(len[r]);
+    be->download(got.data(), p, got.size());
+    EXPECT_EQ(got, want) << "range " << r;
+  }
+  if (lazy) {  // two small ranges: a few 2 MiB granules, far from the reserved GiB
+    const int64_t used = free0 - gpu.free_memory();
+    EXPECT_LT(used, int64_t(64 * mib)) << used;
+  }
+}
 
 #else
 

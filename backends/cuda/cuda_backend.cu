@@ -31,6 +31,7 @@
 #include "cuda/rope.h"
 #include "cuda/step_key.h"
 #include "cuda/swiglu.h"
+#include "cuda/vmm_range.h"
 #include "gguf.h"
 
 namespace kvrun::cuda {
@@ -61,6 +62,24 @@ class SeamBuffer final : public kvrun::DeviceBuffer {
  private:
   kvrun::Device& dev_;
   cuda::DeviceBuffer buf_;
+};
+
+/// A KV buffer (BufferUse::kKv) on a reserved range of device addresses, backed granule by
+/// granule as the KV cache commits its blocks' rows (DeviceBuffer::commit; vmm_range.h): a large
+/// -c or --kv-mem takes VRAM only for the blocks in use.
+class VmmBuffer final : public kvrun::DeviceBuffer {
+ public:
+  VmmBuffer(kvrun::Device& dev, std::unique_ptr<VmmRange> range, size_t bytes)
+      : dev_(dev), range_(std::move(range)), bytes_(bytes) {}
+  void* data() const override { return range_->data(); }
+  size_t size() const override { return bytes_; }
+  kvrun::Device& device() const override { return dev_; }
+  void commit(size_t offset, size_t bytes) override { range_->commit(offset, bytes); }
+
+ private:
+  kvrun::Device& dev_;
+  std::unique_ptr<VmmRange> range_;
+  size_t bytes_;
 };
 
 /// Pinned, mapped host memory through the seam (BufferUse::kKvHost, the KV cache's host tier):
@@ -468,6 +487,11 @@ class CudaDevice final : public kvrun::Device {
                                  "raise --kv-mem) [" +
                                  e.what() + "]");
       }
+    }
+    if (use == BufferUse::kKv) {  // addresses for the whole budget, memory as blocks come
+      ctx().impl().activate();
+      if (std::unique_ptr<VmmRange> r = VmmRange::reserve(info_.index, bytes))
+        return std::make_unique<VmmBuffer>(*this, std::move(r), bytes);
     }
     try {
       return std::make_unique<SeamBuffer>(*this, ctx(), bytes);

@@ -478,6 +478,11 @@ std::optional<int32_t> KvCache::take_block() {
   if (!b) return b;
   c.count_used(*b, +1);
   if (!c.fast(*b)) c.make_fast(*b);
+  if (c.fast(*b) && !c.commit_slots(c.slot_of[size_t(*b)] + 1)) {  // no device memory for it
+    c.count_used(*b, -1);
+    c.pool.unref(*b);
+    return std::nullopt;
+  }
   return b;
 }
 
@@ -506,7 +511,7 @@ void KvCache::rebalance() {
       const int32_t id = t[i];
       if (id < 0 || c.fast(id)) continue;  // (−1: given back by release_before)
       const int32_t u = c.unused_fast_block();
-      if (u < 0) return;
+      if (u < 0 || !c.commit_slots(c.slot_of[size_t(u)] + 1)) return;
       c.copy_slot(c.slot_of[size_t(u)], c.slot_of[size_t(id)]);
       c.swap_slots(id, u);
       --c.ts.used_slow;

@@ -180,8 +180,10 @@ class KvCache {
                         size_t bytes);
 
   /// Takes a block for new rows (ref 1) in the fast tier, making room there as the class
-  /// comment says; in the slow tier only when no fast block can be freed. nullopt when the pool
-  /// has no block left (nothing changed).
+  /// comment says; in the slow tier only when no fast block can be freed. Its slot's rows are
+  /// committed first in device buffers that back their memory lazily (DeviceBuffer::commit).
+  /// nullopt when the pool has no block left (nothing changed), or when a device has no memory
+  /// to back the block's rows (the block goes back; a line on stderr, once).
   std::optional<int32_t> take_block();
   /// pool().ref / pool().unref, keeping the per-tier counts. Sequences use these.
   void ref_block(int32_t block);

@@ -105,6 +105,10 @@ struct KvCache::Impl {
   // (copy-on-write); else null. `copiers` owns those backends, one per such device.
   std::vector<Backend*> copier;
   std::vector<std::unique_ptr<Backend>> copiers;
+  // Fast-tier slots below this are committed in every `device` buffer (DeviceBuffer::commit:
+  // a device that backs its KV address range as blocks come into use).
+  int64_t committed = 0;
+  bool commit_warned = false;  // the out-of-memory line was printed
 
   int64_t kb() const { return params.block_size * k_row; }  // K bytes of one block, one layer
   int64_t vb() const { return params.block_size * v_row; }
@@ -156,6 +160,29 @@ struct KvCache::Impl {
   }
 
   bool fast(int32_t id) const { return slot_of[size_t(id)] < n_fast; }
+
+  /// Commits the fast-tier slots below `end` in every device buffer of the layers (their K rows
+  /// at s·kb, their V rows after n_fast K blocks), before rows are first written there. Returns
+  /// false when a device has no memory for them (a line on stderr, once): the slot cannot be
+  /// used now, as if the pool were full. Slots stay committed once they are.
+  bool commit_slots(int64_t end) {
+    if (end <= committed || device.empty()) return true;
+    const size_t from = size_t(committed), n = size_t(end - committed);
+    try {
+      for (const auto& b : device) {
+        b->commit(from * size_t(kb()), n * size_t(kb()));
+        b->commit(size_t(n_fast * kb()) + from * size_t(vb()), n * size_t(vb()));
+      }
+    } catch (const DeviceOutOfMemory& e) {
+      if (!commit_warned)
+        std::fprintf(stderr, "kvrun: the KV cache stops at %lld blocks: %s\n", (long long)committed,
+                     e.what());
+      commit_warned = true;
+      return false;
+    }
+    committed = end;
+    return true;
+  }
 
   /// Points every layer's fast-tier rows into the host mapping (at the offsets of a single
   /// mapping) or, for a layer placed on another device, into a buffer of that device.

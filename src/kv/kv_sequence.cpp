@@ -116,9 +116,11 @@ void KvSequence::reserve(int64_t n) {
   taken.reserve(static_cast<size_t>(n_take));
   for (int64_t i = 0; i < n_take; ++i) {
     std::optional<int32_t> b = cache_.take_block();
-    if (!b) {  // cannot happen after the check above; stay all-or-nothing anyway
+    if (!b) {  // a device with no memory left to back the block (KvCache::take_block)
       for (int32_t t : taken) cache_.unref_block(t);
-      throw KvCacheFull("KV cache full");
+      throw KvCacheFull(
+          "KV cache full: the device holding the KV rows has no memory for more blocks (lower "
+          "--kv-mem or -c, or use -nkvo)");
     }
     taken.push_back(*b);
   }
