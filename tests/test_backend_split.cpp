@@ -350,8 +350,8 @@ std::vector<float> run_long(const std::string& path, const ModelParams& mp, int 
   cp.kv.block_size = 64;
   const Hparams::KvRows r = m.hparams().kv_rows();
   cp.kv.mem_bytes = 64 * 64 *
-                    kv_bytes_per_token(cp.kv.type_k, cp.kv.type_v, m.hparams().n_layer,
-                                       r.n_head_kv, r.head_dim, r.head_dim_v);
+                    kv_bytes_per_token(cp.kv.type_k, cp.kv.type_v, m.hparams().n_layer, r.n_head_kv,
+                                       r.head_dim, r.head_dim_v);
   Context ctx(m, cp);
   std::vector<int32_t> prompt;
   for (int i = 0; i < n; ++i) prompt.push_back(int32_t((i * 7 + 3) % m.hparams().n_vocab));
@@ -386,9 +386,8 @@ TEST(BackendSplit, KvBlocksAreCommittedAsTokensArrive) {
   const Model m = Model::load(path.string(), {});
   const Hparams::KvRows r = m.hparams().kv_rows();
   const int64_t n_layer = m.hparams().n_layer, page = int64_t(sysconf(_SC_PAGESIZE));
-  const int64_t per_block =
-      64 * kv_bytes_per_token(DType::F16, DType::F16, n_layer, r.n_head_kv, r.head_dim,
-                              r.head_dim_v);
+  const int64_t per_block = 64 * kv_bytes_per_token(DType::F16, DType::F16, n_layer, r.n_head_kv,
+                                                    r.head_dim, r.head_dim_v);
   ASSERT_EQ(per_block, 2 * n_layer * page);  // (64-byte f16 K and V rows, 4 KiB pages)
   EXPECT_EQ(gpu.kv_committed, 2 * per_block);
   // Memory for 2 blocks only: a prompt of 168 positions cannot get its third block.
