@@ -51,18 +51,7 @@ std::string case_name(const Case& c) {
 /// GoogleTest prints a case by its name (ctest lists it so).
 void PrintTo(const Case& c, std::ostream* os) { *os << case_name(c); }
 
-/// Σ(got − want)² / Σ want²; +inf when got has a NaN (an unwritten, poisoned element) or the
-/// sizes differ.
-double nmse(const std::vector<float>& got, const std::vector<double>& want) {
-  if (got.size() != want.size()) return INFINITY;
-  double num = 0, den = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::isnan(got[i])) return INFINITY;
-    num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-    den += want[i] * want[i];
-  }
-  return den > 0 ? num / den : num;
-}
+using test::nmse;
 
 /// x in scientific notation ("3.10e-05"), for the recorded NMSE properties.
 std::string sci(double x) {

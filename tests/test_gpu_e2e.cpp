@@ -392,36 +392,48 @@ TEST(GpuEndToEnd, HostTierGivesTheVramRunsLogitsAndTheCpusTokens) {
   }
 }
 
+/// The KV pairs the persistence tests below run the stories260K fixture with (a 16-bit and a
+/// quantized one): f(kv, tolerance against the CPU, the CPU's trace, gpu) for every GPU device
+/// that stores the pair.
+template <typename F>
+void for_saved_pairs(const std::string& path, F&& f) {
+  for (const KvPair kv : {KvPair{DType::F16, DType::F16}, KvPair{DType::Q8_0, DType::Q4_0}}) {
+    const Tolerance tol = four_bit(kv.v) ? Tolerance{6e-2, 0.06f} : Tolerance{1e-3, 0.02f};
+    const Trace cpu = run(path, {}, kv.k, kv.v);
+    for (Device* gpu : gpu_devices()) {
+      if (!gpu->supports(Op::kKvStore, kv.k, kv.v)) {
+        std::printf("  %s has no %s KV cache: skipped\n", gpu->name().c_str(), kv_name(kv).c_str());
+        continue;
+      }
+      f(kv, tol, cpu, gpu);
+    }
+  }
+}
+
 /// The KV state (the REPL's /save and /load) of a context whose rows are on the GPU: saved from
 /// the GPU and read into a GPU context, the steps that follow give the uninterrupted GPU run's
 /// logits bit for bit; a state saved by the CPU continues on the GPU, and one saved from the
 /// GPU continues on the CPU, each following the CPU's tokens (the rows are the same format).
 TEST(GpuEndToEnd, ContextStateMovesBetweenCpuAndGpu) {
-  const std::vector<Device*> gpus = gpu_devices();
-  if (gpus.empty()) GTEST_SKIP() << "no GPU device (gpu_devices() is empty)";
+  if (gpu_devices().empty()) GTEST_SKIP() << "no GPU device (gpu_devices() is empty)";
   const fs::path model = test::fixture("models/stories260K-F32.gguf");
   if (!fs::exists(model)) GTEST_SKIP() << "fixture missing: " << model;
   const std::string path = model.string();
-  for (const KvPair kv : {KvPair{DType::F16, DType::F16}, KvPair{DType::Q8_0, DType::Q4_0}}) {
-    const Tolerance tol = four_bit(kv.v) ? Tolerance{6e-2, 0.06f} : Tolerance{1e-3, 0.02f};
-    const Trace cpu = run(path, {}, kv.k, kv.v);
-    for (Device* gpu : gpus) {
-      const std::string what = "stories260K on " + gpu->name() + " KV state " + kv_name(kv);
-      SCOPED_TRACE(what);
-      if (!gpu->supports(Op::kKvStore, kv.k, kv.v)) continue;
-      ModelParams mp;
-      mp.n_gpu_layers = 1000;  // every layer and the output
-      mp.gpu = gpu;
-      const Trace direct = run(path, mp, kv.k, kv.v);
-      const Trace saved = run_via_state(path, mp, mp, kv.k, kv.v);
-      EXPECT_TRUE(same_bits(saved.prompt_logits, direct.prompt_logits));
-      ASSERT_EQ(saved.tokens, direct.tokens);
-      for (size_t s = 0; s < saved.step_logits.size(); ++s)
-        EXPECT_TRUE(same_bits(saved.step_logits[s], direct.step_logits[s])) << "step " << s;
-      expect_follows(run_via_state(path, {}, mp, kv.k, kv.v), cpu, tol, what + ", CPU → GPU");
-      expect_follows(run_via_state(path, mp, {}, kv.k, kv.v), cpu, tol, what + ", GPU → CPU");
-    }
-  }
+  for_saved_pairs(path, [&](KvPair kv, Tolerance tol, const Trace& cpu, Device* gpu) {
+    const std::string what = "stories260K on " + gpu->name() + " KV state " + kv_name(kv);
+    SCOPED_TRACE(what);
+    ModelParams mp;
+    mp.n_gpu_layers = 1000;  // every layer and the output
+    mp.gpu = gpu;
+    const Trace direct = run(path, mp, kv.k, kv.v);
+    const Trace saved = run_via_state(path, mp, mp, kv.k, kv.v);
+    EXPECT_TRUE(same_bits(saved.prompt_logits, direct.prompt_logits));
+    ASSERT_EQ(saved.tokens, direct.tokens);
+    for (size_t s = 0; s < saved.step_logits.size(); ++s)
+      EXPECT_TRUE(same_bits(saved.step_logits[s], direct.step_logits[s])) << "step " << s;
+    expect_follows(run_via_state(path, {}, mp, kv.k, kv.v), cpu, tol, what + ", CPU → GPU");
+    expect_follows(run_via_state(path, mp, {}, kv.k, kv.v), cpu, tol, what + ", GPU → CPU");
+  });
 }
 
 /// The prefix store's block files at the KvCache level, on every GPU device: blocks a CPU cache
@@ -539,52 +551,41 @@ TEST(GpuKvCache, PrefixStoreBlocksKeepTheirBytesAcrossDevices) {
 /// unchanged); a CPU run reads the GPU's files and a GPU run the CPU's (the block bytes are
 /// every backend's), each reusing the 4 blocks and following the CPU's tokens.
 TEST(GpuEndToEnd, PrefixCacheFilesMoveBetweenCpuAndGpuRuns) {
-  const std::vector<Device*> gpus = gpu_devices();
-  if (gpus.empty()) GTEST_SKIP() << "no GPU device (gpu_devices() is empty)";
+  if (gpu_devices().empty()) GTEST_SKIP() << "no GPU device (gpu_devices() is empty)";
   const fs::path model = test::fixture("models/stories260K-F32.gguf");
   if (!fs::exists(model)) GTEST_SKIP() << "fixture missing: " << model;
   const std::string path = model.string();
-  for (const KvPair kv : {KvPair{DType::F16, DType::F16}, KvPair{DType::Q8_0, DType::Q4_0}}) {
-    const Tolerance tol = four_bit(kv.v) ? Tolerance{6e-2, 0.06f} : Tolerance{1e-3, 0.02f};
-    const Trace cpu = run(path, {}, kv.k, kv.v);
-    test::TempDir cpu_dir;
+  for_saved_pairs(path, [&](KvPair kv, Tolerance tol, const Trace& cpu, Device* gpu) {
+    const std::string what = "stories260K on " + gpu->name() + " --kv-cache-dir KV " + kv_name(kv);
+    SCOPED_TRACE(what);
+    test::TempDir cpu_dir, gpu_dir;
     PrefixRun cpu_write{cpu_dir.path().string()};
     run(path, {}, kv.k, kv.v, &cpu_write);
     ASSERT_EQ(cpu_write.reused, 0);
     ASSERT_GE(cpu_write.stats.n_saved, 4);
-    for (Device* gpu : gpus) {
-      const std::string what =
-          "stories260K on " + gpu->name() + " --kv-cache-dir KV " + kv_name(kv);
-      SCOPED_TRACE(what);
-      if (!gpu->supports(Op::kKvStore, kv.k, kv.v)) {
-        std::printf("  %s: no such KV cache: skipped\n", what.c_str());
-        continue;
-      }
-      ModelParams mp;
-      mp.n_gpu_layers = 1000;  // every layer and the output
-      mp.gpu = gpu;
-      test::TempDir gpu_dir;
-      PrefixRun first{gpu_dir.path().string()}, again{first.dir}, cpu_reads{first.dir},
-          gpu_reads{cpu_write.dir};
-      const Trace written = run(path, mp, kv.k, kv.v, &first);
-      EXPECT_EQ(first.reused, 0);
-      EXPECT_EQ(first.stats.n_saved, cpu_write.stats.n_saved);  // the same full blocks
-      const Trace restored = run(path, mp, kv.k, kv.v, &again);
-      EXPECT_EQ(again.reused, 16);  // (19 − 1) / 4 full blocks: the last token is computed
-      EXPECT_EQ(again.stats.n_loaded, 4);
-      EXPECT_EQ(again.stats.n_rejected, 0);
-      EXPECT_TRUE(same_bits(restored.prompt_logits, written.prompt_logits));
-      ASSERT_EQ(restored.tokens, written.tokens);
-      for (size_t s = 0; s < restored.step_logits.size(); ++s)
-        EXPECT_TRUE(same_bits(restored.step_logits[s], written.step_logits[s])) << "step " << s;
-      expect_follows(written, cpu, tol, what);
-      expect_follows(run(path, {}, kv.k, kv.v, &cpu_reads), cpu, tol, what + ", read by the CPU");
-      EXPECT_EQ(cpu_reads.reused, 16);
-      expect_follows(run(path, mp, kv.k, kv.v, &gpu_reads), cpu, tol, what + ", the CPU's files");
-      EXPECT_EQ(gpu_reads.reused, 16);
-      EXPECT_EQ(gpu_reads.stats.n_rejected, 0);
-    }
-  }
+    ModelParams mp;
+    mp.n_gpu_layers = 1000;  // every layer and the output
+    mp.gpu = gpu;
+    PrefixRun first{gpu_dir.path().string()}, again{first.dir}, cpu_reads{first.dir},
+        gpu_reads{cpu_write.dir};
+    const Trace written = run(path, mp, kv.k, kv.v, &first);
+    EXPECT_EQ(first.reused, 0);
+    EXPECT_EQ(first.stats.n_saved, cpu_write.stats.n_saved);  // the same full blocks
+    const Trace restored = run(path, mp, kv.k, kv.v, &again);
+    EXPECT_EQ(again.reused, 16);  // (19 − 1) / 4 full blocks: the last token is computed
+    EXPECT_EQ(again.stats.n_loaded, 4);
+    EXPECT_EQ(again.stats.n_rejected, 0);
+    EXPECT_TRUE(same_bits(restored.prompt_logits, written.prompt_logits));
+    ASSERT_EQ(restored.tokens, written.tokens);
+    for (size_t s = 0; s < restored.step_logits.size(); ++s)
+      EXPECT_TRUE(same_bits(restored.step_logits[s], written.step_logits[s])) << "step " << s;
+    expect_follows(written, cpu, tol, what);
+    expect_follows(run(path, {}, kv.k, kv.v, &cpu_reads), cpu, tol, what + ", read by the CPU");
+    EXPECT_EQ(cpu_reads.reused, 16);
+    expect_follows(run(path, mp, kv.k, kv.v, &gpu_reads), cpu, tol, what + ", the CPU's files");
+    EXPECT_EQ(gpu_reads.reused, 16);
+    EXPECT_EQ(gpu_reads.stats.n_rejected, 0);
+  });
 }
 
 /// `kvrun serve` with the model on the GPU (-ngl all, KV rows there too) answers a greedy

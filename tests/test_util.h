@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -106,6 +107,19 @@ class TempDir {
   }
   std::filesystem::path path_;
 };
+
+/// Σ(got − want)² / Σ want² (the normalized mean squared error of got against want); +inf
+/// when got has a NaN (an unwritten, poisoned element) or the sizes differ.
+inline double nmse(const std::vector<float>& got, const std::vector<double>& want) {
+  if (got.size() != want.size()) return INFINITY;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(got[i])) return INFINITY;
+    num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    den += want[i] * want[i];
+  }
+  return den > 0 ? num / den : num;
+}
 
 }  // namespace kvrun::test
 

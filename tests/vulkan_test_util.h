@@ -105,17 +105,8 @@ inline std::vector<float> from_dev(const DeviceBuffer& b, size_t n) {
 
 inline float* fp(const std::unique_ptr<DeviceBuffer>& b) { return static_cast<float*>(b->data()); }
 
-/// Σ(got − want)² / Σ want²; +inf when got has a NaN or the sizes differ.
-inline double nmse(const std::vector<float>& got, const std::vector<double>& want) {
-  if (got.size() != want.size()) return INFINITY;
-  double num = 0, den = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::isnan(got[i])) return INFINITY;
-    num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-    den += want[i] * want[i];
-  }
-  return den > 0 ? num / den : num;
-}
+using test::nmse;
+/// nmse against a float reference.
 inline double nmse(const std::vector<float>& got, const std::vector<float>& want) {
   return nmse(got, std::vector<double>(want.begin(), want.end()));
 }
