@@ -5,7 +5,9 @@
 // holding the last layers of the stories260K fixture, so every result is compared with the
 // same model run where nothing runs out.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <memory>
@@ -14,9 +16,9 @@
 
 #include "backend.h"
 #include "counting_device.h"
+#include "engine/model.h"
 #include "engine/scheduler.h"
 #include "kv/kv_cache.h"
-#include "engine/model.h"
 #include "test_util.h"
 #include "text/tokenizer.h"
 
@@ -148,6 +150,36 @@ TEST_F(SchedulerOom, ARequestAloneThatNeverFitsEndsWithTheError) {
   // 2 rows at 4 … 5 do not, nor does 1 row at position 4: then the request ends.
   EXPECT_EQ(st.n_device_oom, 4);
   EXPECT_EQ(gpu_.oom_thrown, 4);
+}
+
+// KV blocks the device cannot back (its KV buffers committed as blocks come into use, as CUDA's
+// are, and its memory runs out): the request that asks for a block past what the device holds
+// ends with the device's error (after the tokens it had, the reference's) while the other goes
+// on to the reference's end, its new blocks taken from the cached ones of the ended request
+// (their rows are backed).
+TEST_F(SchedulerOom, KvBlocksTheDeviceCannotBackEndOnlyTheRequestThatNeedsThem) {
+  // 100 and 68 positions (7 and 5 blocks of 16) together; the stand-in backs fewer.
+  const std::vector<std::vector<int32_t>> prompts{prompt(40, 5), prompt(8, 6)};
+  const std::vector<int64_t> n_predict{60, 60};
+  const std::vector<Outcome> ref = run_all(*host_, *tok_, prompts, n_predict, 64);
+  ASSERT_TRUE(ref[0].done && ref[1].done);
+  gpu_.lazy_kv = true;
+  // 2 layers × K and V regions of 1 KiB blocks: 2 pages each hold 7 or 8 blocks
+  gpu_.kv_commit_limit = 2 * 2 * 2 * int64_t(sysconf(_SC_PAGESIZE));
+  SchedulerStats st;
+  const std::vector<Outcome> got = run_all(*split_, *tok_, prompts, n_predict, 64, &st);
+  ASSERT_TRUE(got[0].done && got[1].done);
+  const size_t failed = got[0].result.finish == FinishReason::kError ? 0 : 1, ok = 1 - failed;
+  EXPECT_EQ(got[failed].result.finish, FinishReason::kError);
+  EXPECT_NE(got[failed].result.error.find("no memory for more blocks"), std::string::npos)
+      << got[failed].result.error;
+  ASSERT_LT(got[failed].result.tokens.size(), ref[failed].result.tokens.size());
+  EXPECT_TRUE(std::equal(got[failed].result.tokens.begin(), got[failed].result.tokens.end(),
+                         ref[failed].result.tokens.begin()));
+  EXPECT_EQ(got[ok].result.finish, FinishReason::kLength) << got[ok].result.error;
+  EXPECT_EQ(got[ok].result.tokens, ref[ok].result.tokens);
+  EXPECT_LE(gpu_.kv_committed, gpu_.kv_commit_limit);
+  EXPECT_EQ(st.n_errors, 1);
 }
 
 }  // namespace

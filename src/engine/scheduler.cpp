@@ -10,6 +10,14 @@
 namespace kvrun {
 namespace {
 
+/// A request's error for the KvCacheFull `what` (KvSequence::reserve's text: how many blocks,
+/// and the flag that gives more, or the device that has no memory for them).
+std::string full_cache_error(const std::string& what) {
+  const std::string prefix = "KV cache full: ";
+  return "the KV cache is full: " +
+         (what.rfind(prefix, 0) == 0 ? what.substr(prefix.size()) : what);
+}
+
 using Clock = std::chrono::steady_clock;
 
 double ms_between(Clock::time_point a, Clock::time_point b) {
@@ -225,8 +233,7 @@ bool Scheduler::step() {
   for (;;) {
     b = build_batch();
     if (b.sessions.empty()) {
-      if (b.waiting)
-        finish(*b.waiting, FinishReason::kError, "the KV cache is full (raise --kv-mem)");
+      if (b.waiting) finish(*b.waiting, FinishReason::kError, full_cache_error(b.waiting_why));
       return false;
     }
     try {
@@ -269,8 +276,8 @@ Scheduler::Batch Scheduler::build_batch() {
     if (s->done || s->prefill || budget == 0) continue;
     try {
       s->seq.reserve(1);
-    } catch (const KvCacheFull&) {
-      finish(*s, FinishReason::kError, "the KV cache is full (raise --kv-mem or lower -np)");
+    } catch (const KvCacheFull& e) {
+      finish(*s, FinishReason::kError, full_cache_error(e.what()) + " (or lower -np)");
       continue;
     }
     step_->add(s->seq, std::span<const int32_t>(&s->next_token, 1), StepLogits::kLast);
@@ -285,8 +292,11 @@ Scheduler::Batch Scheduler::build_batch() {
     const int64_t n = std::min({left, budget, s->max_chunk});
     try {
       s->seq.reserve(n);
-    } catch (const KvCacheFull&) {
-      if (!b.waiting) b.waiting = s.get();
+    } catch (const KvCacheFull& e) {
+      if (!b.waiting) {
+        b.waiting = s.get();
+        b.waiting_why = e.what();
+      }
       continue;  // wait for blocks other sessions give back
     }
     const std::span<const int32_t> prompt(s->p.prompt);

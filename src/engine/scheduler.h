@@ -199,6 +199,7 @@ class Scheduler {
     std::vector<int64_t> n_rows;     ///< rows of each
     int64_t n_decode = 0, n_prefill = 0;
     Session* waiting = nullptr;  ///< a prefill that found the pool full
+    std::string waiting_why;     ///< the KvCacheFull that stopped it
   };
   /// One forward step: decodes, then prefill chunks (build_batch). A step that throws
   /// DeviceOutOfMemory is run again after shed(): so a request that no longer fits the device

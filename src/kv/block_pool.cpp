@@ -96,20 +96,23 @@ BlockPool& BlockPool::operator=(BlockPool&&) noexcept = default;
 
 std::optional<int32_t> BlockPool::take() {
   Impl& p = *impl_;
-  int32_t b;
-  if (!p.list_empty(p.free_head())) {
-    b = p.nodes[p.free_head()].next;
-    p.unlink(b);
-    --p.st.n_free;
-  } else if (!p.list_empty(p.lru_head())) {
-    b = p.nodes[p.lru_head()].next;  // least recently cached
-    p.unlink(b);
-    p.drop_hash(b);
-    --p.st.n_cached;
-    ++p.st.n_evicted;
-  } else {
-    return std::nullopt;
-  }
+  if (p.list_empty(p.free_head())) return take_cached();
+  const int32_t b = p.nodes[p.free_head()].next;
+  p.unlink(b);
+  --p.st.n_free;
+  p.nodes[b].ref = 1;
+  ++p.st.n_used;
+  return b;
+}
+
+std::optional<int32_t> BlockPool::take_cached() {
+  Impl& p = *impl_;
+  if (p.list_empty(p.lru_head())) return std::nullopt;
+  const int32_t b = p.nodes[p.lru_head()].next;  // least recently cached
+  p.unlink(b);
+  p.drop_hash(b);
+  --p.st.n_cached;
+  ++p.st.n_evicted;
   p.nodes[b].ref = 1;
   ++p.st.n_used;
   return b;

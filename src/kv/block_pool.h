@@ -36,6 +36,10 @@ class BlockPool {
   /// Takes a block (ref 1, no hash): a free one, else the least recently cached one (evicted).
   /// Returns nullopt when every block is used; nothing changes then.
   std::optional<int32_t> take();
+  /// Takes the least recently cached block (ref 1, its content and hash dropped, counted as
+  /// evicted) even when free blocks remain; nullopt when none is cached. (The KV cache's way
+  /// to a block whose rows are already backed when a free one's cannot be.)
+  std::optional<int32_t> take_cached();
   /// Adds a reference to a used or cached block (a cached block becomes used again).
   void ref(int32_t block);
   /// Drops a reference; at 0 the block becomes cached (if hashed) or free.

@@ -474,16 +474,22 @@ void KvCache::write_synthetic_rows(std::span<const int32_t> table, int64_t pos0,
 
 std::optional<int32_t> KvCache::take_block() {
   Impl& c = *impl_;
-  const std::optional<int32_t> b = c.pool.take();
-  if (!b) return b;
-  c.count_used(*b, +1);
-  if (!c.fast(*b)) c.make_fast(*b);
-  if (c.fast(*b) && !c.commit_slots(c.slot_of[size_t(*b)] + 1)) {  // no device memory for it
-    c.count_used(*b, -1);
-    c.pool.unref(*b);
-    return std::nullopt;
-  }
-  return b;
+  std::optional<int32_t> b = c.pool.take();
+  if (!b || c.settle(*b)) return b;
+  // Its slot could not be backed (DeviceBuffer::commit) and it went back; a cached block's rows
+  // were written, so are backed: evict one instead.
+  b = c.pool.take_cached();
+  if (!b || c.settle(*b)) return b;
+  return std::nullopt;
+}
+
+bool KvCache::Impl::settle(int32_t b) {
+  count_used(b, +1);
+  if (!fast(b)) make_fast(b);
+  if (!fast(b) || commit_slots(slot_of[size_t(b)] + 1)) return true;
+  count_used(b, -1);
+  pool.unref(b);
+  return false;
 }
 
 void KvCache::ref_block(int32_t block) {

@@ -161,6 +161,11 @@ struct KvCache::Impl {
 
   bool fast(int32_t id) const { return slot_of[size_t(id)] < n_fast; }
 
+  /// A block just taken from the pool (ref 1): counted as used, given a fast slot if one can be
+  /// made (make_fast), that slot committed. False, the block given back, when a device cannot
+  /// back the slot. (kv_cache.cpp)
+  bool settle(int32_t b);
+
   /// Commits the fast-tier slots below `end` in every device buffer of the layers (their K rows
   /// at s·kb, their V rows after n_fast K blocks), before rows are first written there. Returns
   /// false when a device has no memory for them (a line on stderr, once): the slot cannot be
