@@ -128,6 +128,29 @@ TEST(BlockPool, FreeBlocksAreTakenBeforeCachedOnes) {
   EXPECT_FALSE(pool.find(7).has_value());
 }
 
+// take_cached evicts the least recently cached block although free ones remain (the KV cache's
+// way to a block whose rows a device has backed), and gives nothing when none is cached.
+TEST(BlockPool, TakeCachedEvictsEvenWithFreeBlocks) {
+  BlockPool pool(4);
+  EXPECT_FALSE(pool.take_cached().has_value());
+  const int32_t a = *pool.take(), c = *pool.take();
+  pool.set_hash(a, 7);
+  pool.set_hash(c, 8);
+  pool.unref(c);  // cached first
+  pool.unref(a);
+  EXPECT_EQ(pool.stats().n_free, 2);
+  EXPECT_EQ(pool.take_cached(), c);
+  EXPECT_EQ(pool.refcount(c), 1);
+  EXPECT_FALSE(pool.hashed(c));
+  EXPECT_FALSE(pool.find(8).has_value());
+  EXPECT_EQ(pool.find(7), a);
+  const BlockPoolStats st = pool.stats();
+  EXPECT_EQ(st.n_evicted, 1);
+  EXPECT_EQ(st.n_cached, 1);
+  EXPECT_EQ(st.n_used, 1);
+  EXPECT_EQ(st.n_free, 2);
+}
+
 TEST(BlockPool, SetHashReplacesTheOlderHolder) {
   BlockPool pool(3);
   const int32_t a = *pool.take(), b = *pool.take();
