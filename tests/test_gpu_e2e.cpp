@@ -303,6 +303,43 @@ TEST(GpuEndToEnd, MoeExpertsKeptOnTheCpuFollowTheCpu) {
   }
 }
 
+// The tools plan as the loader places: on a GPU without the MoE ops, `kvrun info -ngl all`
+// lists the MoE FFNs that run on the CPU and leaves them out of the GPU's weights (the bytes of
+// -ot "ffn_.*_exps=CPU"), and `-ngl auto` puts every layer and the output on the GPU (it planned
+// none before) and generates.
+TEST(GpuEndToEnd, ToolsPlanTheMoeFfnsTheGpuLacksOnTheCpu) {
+  const std::vector<Device*> gpus = gpu_devices();
+  if (gpus.empty()) GTEST_SKIP() << "no GPU device (gpu_devices() is empty)";
+  test::TempDir dir;
+  const std::string path = test::synth_model(dir, "tiny-qwen3moe");
+  const int64_t n_layer = Model::load(path).hparams().n_layer;
+  for (Device* gpu : gpus) {
+    if (gpu->supports(Op::kMoeRoute)) continue;
+    SCOPED_TRACE(gpu->name());
+    const std::string base =
+        test::kvrun_binary() + " info -m '" + path + "' -ngl all -dev " + gpu->name() + " --json";
+    const auto plain = test::run_command(base),
+               rule = test::run_command(base + " -ot 'ffn_.*_exps=CPU'");
+    ASSERT_EQ(plain.exit_code, 0) << plain.err;
+    ASSERT_EQ(rule.exit_code, 0) << rule.err;
+    const nlohmann::json a = nlohmann::json::parse(plain.out)["gpu_plan"],
+                         b = nlohmann::json::parse(rule.out)["gpu_plan"];
+    ASSERT_EQ(a["on_host"].size(), 1u) << a.dump();
+    EXPECT_NE(a["on_host"][0].get<std::string>().find("mixture-of-experts"), std::string::npos);
+    EXPECT_EQ(a["by_kv_type"]["f16"]["weight_bytes"], b["by_kv_type"]["f16"]["weight_bytes"]);
+    const auto gen = test::run_command(test::kvrun_binary() + " -m '" + path + "' -ngl auto -dev " +
+                                       gpu->name() + " -p hello -n 3 --temp 0 -t 2");
+    ASSERT_EQ(gen.exit_code, 0) << gen.err;
+    EXPECT_NE(gen.err.find("-ngl auto: " + std::to_string(n_layer) + " of " +
+                           std::to_string(n_layer) + " layers and the output"),
+              std::string::npos)
+        << gen.err;
+    EXPECT_NE(gen.err.find("the FFNs of layers 0-" + std::to_string(n_layer - 1) + " run on CPU"),
+              std::string::npos)
+        << gen.err;
+  }
+}
+
 /// Prompt, decode, truncate and continue over a context longer than a small GPU KV budget: a
 /// 100-token prompt (prefill in chunks of 32), 40 greedy steps, then a truncate to 40 positions
 /// and the prompt's tokens 40 … 59 again with 10 greedy steps. `host_tier`: the GPU's
