@@ -205,17 +205,21 @@ PY
     2>/dev/null | python3 -c "import json,sys; [print('f16 without CUDA graphs', r['test'], round(r['avg_ts'],1), 't/s') for r in json.load(sys.stdin)]" || true
   # -ngl's memory plan (kvrun info, what -ngl auto fits by) against what a run holds on the
   # device: nvidia-smi's peak memory.used over a pp512 + tg32 run at -c 32768 (f16 KV), less the
-  # idle reading; the difference includes the CUDA context itself.
-  local plan idle peak smi
+  # idle reading; the difference includes the CUDA context itself. Twice: KV blocks backed as
+  # they arrive (vmm_range.h, the default) and the whole -c allocated (KVRUN_CUDA_VMM=0).
+  local plan idle peak smi vmm
   plan=$("$kit/bin/kvrun" info -m "$model" -c 32768 -ngl 99 --json 2>/dev/null | python3 -c \
     "import json,sys; print(json.load(sys.stdin)['gpu_plan']['by_kv_type']['f16']['total_bytes'] >> 20)") || plan="?"
-  idle=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1)
-  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 >"$LOG_DIR/mem.csv" &
-  smi=$!
-  "$kit/bin/kvrun" bench -m "$model" -ngl 99 -c 32768 -p 512 -n 32 -r 1 >/dev/null 2>&1 || true
-  kill "$smi" 2>/dev/null || true
-  peak=$(sort -n "$LOG_DIR/mem.csv" | tail -1)
-  echo "gpu plan (kvrun info -ngl 99 -c 32768, f16 KV): $plan MiB; the run's peak: $((peak - idle)) MiB (nvidia-smi, less $idle MiB idle)"
+  for vmm in 1 0; do
+    idle=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1)
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 >"$LOG_DIR/mem.csv" &
+    smi=$!
+    KVRUN_CUDA_VMM=$vmm "$kit/bin/kvrun" bench -m "$model" -ngl 99 -c 32768 -p 512 -n 32 -r 1 \
+      >/dev/null 2>&1 || true
+    kill "$smi" 2>/dev/null || true
+    peak=$(sort -n "$LOG_DIR/mem.csv" | tail -1)
+    echo "gpu plan (kvrun info -ngl 99 -c 32768, f16 KV): $plan MiB; the run's peak with KVRUN_CUDA_VMM=$vmm: $((peak - idle)) MiB (nvidia-smi, less $idle MiB idle)"
+  done
   if [[ ${NCU:-0} == 1 ]]; then  # per-kernel GPU times (µs: min, max, mean) of ~4 decode steps
     PATH=/usr/local/cuda/bin:$PATH ncu --clock-control none --cache-control none \
       --metrics gpu__time_duration.sum --print-summary per-kernel -c 2500 \
