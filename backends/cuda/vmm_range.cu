@@ -112,6 +112,10 @@ std::unique_ptr<VmmRange> VmmRange::reserve(int device, size_t bytes) {
 }
 
 VmmRange::~VmmRange() {
+  // Kernels of any stream may still read the rows: wait for the device first, as cudaFree
+  // (the buffer this replaces) does by itself; cuMemUnmap does not.
+  if (cudaSetDevice(device_) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess)
+    cudaGetLastError();
   const Driver& d = driver();
   for (size_t i = 0; i < handles_.size(); ++i) {
     if (!backed_[i]) continue;
