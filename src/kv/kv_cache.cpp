@@ -563,14 +563,22 @@ const PrefixStore* KvCache::prefix_store() const { return impl_->store.get(); }
 void KvCache::persist_block(int32_t block, uint64_t hash, std::span<const int32_t> tokens) {
   Impl& c = *impl_;
   if (!c.store || c.store->contains(hash)) return;
-  c.block_io(block, true);
+  uint8_t* p = c.payload.data();  // per layer the block's K rows, then its V rows
+  for (int64_t il = 0; il < c.n_layer; ++il, p += c.kb() + c.vb()) {
+    read_block_rows(il, block, false, 0, p, size_t(c.kb()));
+    if (c.vb() > 0) read_block_rows(il, block, true, 0, p + c.kb(), size_t(c.vb()));
+  }
   c.store->save(hash, tokens, c.payload);
 }
 
 bool KvCache::restore_block(int32_t block, uint64_t hash, std::span<const int32_t> tokens) {
   Impl& c = *impl_;
   if (!c.store || !c.store->load(hash, tokens, c.payload)) return false;
-  c.block_io(block, false);
+  const uint8_t* p = c.payload.data();
+  for (int64_t il = 0; il < c.n_layer; ++il, p += c.kb() + c.vb()) {
+    write_block_rows(il, block, false, 0, p, size_t(c.kb()));
+    if (c.vb() > 0) write_block_rows(il, block, true, 0, p + c.kb(), size_t(c.vb()));
+  }
   return true;
 }
 

@@ -328,31 +328,6 @@ struct KvCache::Impl {
     ++ts.placed_slow;
   }
 
-  /// Copies block b's rows of every layer to (to_store) or from the payload buffer (the
-  /// persistent prefix cache's block file: per layer K rows, then V rows). Rows the host
-  /// addresses (host memory, a GPU's host tier) by memcpy; rows in a GPU's memory through the
-  /// layer's copier backend: a download (synchronous) to the store, uploads from it, finished
-  /// before returning, so the step that reads the block next (on another stream) sees them. The
-  /// step that wrote the rows has finished (llama_forward ends each step synchronized).
-  void block_io(int32_t b, bool to_store) {
-    const int64_t s = slot_of[size_t(b)];
-    uint8_t* p = payload.data();
-    std::vector<uint8_t> tmp;                   // (unused: one side is always the host's payload)
-    for (int64_t il = 0; il < n_layer; ++il) {  // (no store with window tables)
-      Backend* be = copier_of(il);
-      if (to_store) {
-        copy_rows(be, p, p, k_at(il, s), k_host(il, s), size_t(kb()), tmp);
-        copy_rows(be, p + kb(), p + kb(), v_at(il, s), v_host(il, s), size_t(vb()), tmp);
-      } else {
-        copy_rows(be, k_at(il, s), k_host(il, s), p, p, size_t(kb()), tmp);
-        copy_rows(be, v_at(il, s), v_host(il, s), p + kb(), p + kb(), size_t(vb()), tmp);
-      }
-      p += kb() + vb();
-    }
-    if (!to_store)
-      for (const auto& be : copiers) be->synchronize();
-  }
-
   // ---- the windowed group (window tables) ----
 
   /// Windowed rows of slot s, windowed layer il.
