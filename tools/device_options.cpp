@@ -74,8 +74,7 @@ int64_t auto_layers(Device& gpu, const AutoFit* fit, bool kv_on_gpu,
     std::fprintf(stderr, "kvrun: -ngl auto: running every layer on the CPU\n");
     return 0;
   }
-  std::vector<bool> on_host = ffn_kept_on_host(file, mi.hp.n_layer, rules);
-  for (size_t il = 0; il < on_host.size(); ++il) on_host[il] = on_host[il] || fb.ffn_on_host[il];
+  const std::vector<bool> on_host = ffn_kept_on_host(file, mi.hp.n_layer, rules, fb);
   mi.kv_tokens *= std::max<int64_t>(1, fit->n_seqs);
   cap_to_fast_tier(mi, *fit);
   const int64_t n =
@@ -106,9 +105,8 @@ void check_placement_fits(Device& gpu, const AutoFit& fit, const std::string& v,
   ModelInfo mi = describe_model(file, n_ctx);
   mi.kv_tokens *= std::max<int64_t>(1, fit.n_seqs);
   cap_to_fast_tier(mi, fit);
-  std::vector<bool> on_host = ffn_kept_on_host(file, mi.hp.n_layer, rules);
-  const GpuFallback fb = gpu_fallback(gpu, file, kv_on_gpu);
-  for (size_t il = 0; il < on_host.size(); ++il) on_host[il] = on_host[il] || fb.ffn_on_host[il];
+  const std::vector<bool> on_host =
+      ffn_kept_on_host(file, mi.hp.n_layer, rules, gpu_fallback(gpu, file, kv_on_gpu));
   const GpuPlan p = plan_gpu(mi, file, n, fit.type_k, fit.type_v, kv_on_gpu, fit.n_batch, &on_host);
   const int64_t need = p.weight_bytes + p.kv_bytes;
   if (need <= free) return;
@@ -236,6 +234,15 @@ GpuFallback gpu_fallback(Device& gpu, const gguf::File& file, bool kv_on_gpu) {
     fb.gpu_layers += p.layers[size_t(il)] == &gpu;
   }
   return fb;
+}
+
+std::vector<bool> ffn_kept_on_host(const gguf::File& file, int64_t n_layer,
+                                   const std::vector<TensorOverride>& rules,
+                                   const GpuFallback& fb) {
+  std::vector<bool> on_host = ffn_kept_on_host(file, n_layer, rules);
+  for (size_t il = 0; il < on_host.size() && il < fb.ffn_on_host.size(); ++il)
+    on_host[il] = on_host[il] || fb.ffn_on_host[il];
+  return on_host;
 }
 
 std::vector<bool> ffn_kept_on_host(const gguf::File& file, int64_t n_layer,

@@ -105,6 +105,10 @@ struct GpuFallback {
 /// gpu_fallback of the model `file`, KV rows of GPU layers on `gpu` unless !kv_on_gpu (-nkvo).
 /// Throws DeviceOptionError for a model the loader would refuse (an unknown architecture).
 GpuFallback gpu_fallback(Device& gpu, const gguf::File& file, bool kv_on_gpu);
+/// ffn_kept_on_host of `rules`, with the FFNs `fb` keeps on the host too: the layers whose FFN
+/// tensors a GPU plan leaves out.
+std::vector<bool> ffn_kept_on_host(const gguf::File& file, int64_t n_layer,
+                                   const std::vector<TensorOverride>& rules, const GpuFallback& fb);
 
 /// Sets the process's CPU kernel order from o.kernels (cpu::set_kernel_order) and its huge-page
 /// setting from o.thp (set_huge_pages, ggml-like/tensor.h). Throws DeviceOptionError for a

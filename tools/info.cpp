@@ -230,13 +230,10 @@ GpuPlanReport plan_report(const InfoOptions& opt, const ModelInfo& mi, const ggu
   const bool kv_on_gpu = !opt.dev.no_kv_offload;
   // -ot rules that keep layers' FFN on the host leave their tensors out of the plan, and so do
   // the FFNs the GPU cannot run (the MoE ops), which the loader keeps on the host
-  std::vector<bool> on_host =
-      ffn_kept_on_host(file, mi.hp.n_layer, parse_tensor_overrides(opt.dev.override_tensor));
-  if (gpu) {
-    const GpuFallback fb = gpu_fallback(*gpu, file, kv_on_gpu);
-    for (size_t il = 0; il < on_host.size(); ++il) on_host[il] = on_host[il] || fb.ffn_on_host[il];
-    r.fallback = fb.lines;
-  }
+  const GpuFallback fb = gpu ? gpu_fallback(*gpu, file, kv_on_gpu) : GpuFallback{};
+  r.fallback = fb.lines;
+  const std::vector<bool> on_host =
+      ffn_kept_on_host(file, mi.hp.n_layer, parse_tensor_overrides(opt.dev.override_tensor), fb);
   AutoFit tier;  // --kv-host-tier: the GPU holds the rows of what --kv-mem holds
   if (opt.kv_host_tier) {
     if (!kv_on_gpu)
