@@ -389,6 +389,14 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
+/// Run a's logits equal b's bit for bit, the prompt's and every step's, and so do its tokens.
+void expect_same_trace(const Trace& a, const Trace& b) {
+  EXPECT_TRUE(same_bits(a.prompt_logits, b.prompt_logits));
+  ASSERT_EQ(a.tokens, b.tokens);
+  for (size_t s = 0; s < a.step_logits.size(); ++s)
+    EXPECT_TRUE(same_bits(a.step_logits[s], b.step_logits[s])) << "step " << s;
+}
+
 /// --kv-host-tier: KV rows on the GPU with a fast tier (--kv-mem) of 4 blocks, the rest in
 /// pinned host memory that the kernels read and write in place; blocks move out during decode
 /// and back in after a truncate. The logits equal those of the same GPU run with every block in
@@ -416,13 +424,8 @@ TEST(GpuEndToEnd, HostTierGivesTheVramRunsLogitsAndTheCpusTokens) {
         "  %s --kv-host-tier: %lld blocks placed in the host tier, %lld moved out, %lld in\n",
         gpu->name().c_str(), (long long)ts.placed_slow, (long long)ts.moves_out,
         (long long)ts.moves_in);
-    for (const auto& [t, v] :
-         {std::pair(&tiered.first, &vram.first), std::pair(&tiered.second, &vram.second)}) {
-      EXPECT_TRUE(same_bits(t->prompt_logits, v->prompt_logits));
-      ASSERT_EQ(t->tokens, v->tokens);
-      for (size_t s = 0; s < t->step_logits.size(); ++s)
-        EXPECT_TRUE(same_bits(t->step_logits[s], v->step_logits[s])) << "step " << s;
-    }
+    expect_same_trace(tiered.first, vram.first);
+    expect_same_trace(tiered.second, vram.second);
     const std::string what = "stories260K on " + gpu->name() + " --kv-host-tier";
     expect_follows(tiered.first, cpu.first, Tolerance{1e-3, 0.02f}, what);
     expect_follows(tiered.second, cpu.second, Tolerance{1e-3, 0.02f}, what + " after truncate");
@@ -464,10 +467,7 @@ TEST(GpuEndToEnd, ContextStateMovesBetweenCpuAndGpu) {
     mp.gpu = gpu;
     const Trace direct = run(path, mp, kv.k, kv.v);
     const Trace saved = run_via_state(path, mp, mp, kv.k, kv.v);
-    EXPECT_TRUE(same_bits(saved.prompt_logits, direct.prompt_logits));
-    ASSERT_EQ(saved.tokens, direct.tokens);
-    for (size_t s = 0; s < saved.step_logits.size(); ++s)
-      EXPECT_TRUE(same_bits(saved.step_logits[s], direct.step_logits[s])) << "step " << s;
+    expect_same_trace(saved, direct);
     expect_follows(run_via_state(path, {}, mp, kv.k, kv.v), cpu, tol, what + ", CPU → GPU");
     expect_follows(run_via_state(path, mp, {}, kv.k, kv.v), cpu, tol, what + ", GPU → CPU");
   });
@@ -612,10 +612,7 @@ TEST(GpuEndToEnd, PrefixCacheFilesMoveBetweenCpuAndGpuRuns) {
     EXPECT_EQ(again.reused, 16);  // (19 − 1) / 4 full blocks: the last token is computed
     EXPECT_EQ(again.stats.n_loaded, 4);
     EXPECT_EQ(again.stats.n_rejected, 0);
-    EXPECT_TRUE(same_bits(restored.prompt_logits, written.prompt_logits));
-    ASSERT_EQ(restored.tokens, written.tokens);
-    for (size_t s = 0; s < restored.step_logits.size(); ++s)
-      EXPECT_TRUE(same_bits(restored.step_logits[s], written.step_logits[s])) << "step " << s;
+    expect_same_trace(restored, written);
     expect_follows(written, cpu, tol, what);
     expect_follows(run(path, {}, kv.k, kv.v, &cpu_reads), cpu, tol, what + ", read by the CPU");
     EXPECT_EQ(cpu_reads.reused, 16);
