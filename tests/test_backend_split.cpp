@@ -407,6 +407,54 @@ TEST(BackendSplit, KvBlocksAreCommittedAsTokensArrive) {
   EXPECT_EQ(small.kv_committed, 2 * per_block);
 }
 
+/// read_block_rows / write_block_rows (persist_block, restore_block, saved context state) take
+/// any block id, also one take_block never handed out, whose slot is not yet committed: they
+/// commit it first (on a CUDA device the uncommitted range is unmapped; touching it failed the
+/// first GPU run of test_gpu_e2e's PrefixStoreBlocksKeepTheirBytesAcrossDevices). A device with
+/// no memory for it gives KvCacheFull, not a fault.
+TEST(BackendSplit, BlockRowsOfAnyBlockAreCommittedBeforeTheyAreTouched) {
+  const fs::path path = test::fixture("models/stories260K-F32.gguf");
+  if (!fs::exists(path)) GTEST_SKIP() << "fixture missing: " << path;
+  const Model m = Model::load(path.string(), {});
+  const Hparams& hp = m.hparams();
+  const int64_t page = int64_t(sysconf(_SC_PAGESIZE));
+  KvCacheParams kp;
+  kp.block_size = 64;
+  kp.mem_bytes = 2 * 8 * hp.n_layer * page;  // 8 blocks of 2·n_layer pages
+  CountingDevice gpu("CPU1");
+  gpu.host = false;
+  gpu.lazy_kv = true;
+  const std::vector<Device*> devs(size_t(hp.n_layer), &gpu);
+  KvCache cache(hp, kp, devs);
+  ASSERT_GE(cache.n_blocks(), 6);
+  EXPECT_EQ(gpu.kv_committed, 0);
+  const size_t kb = size_t(kp.block_size * cache.layer(0).k_row_bytes);
+  std::vector<uint8_t> in(kb), out(kb, 0);
+  for (size_t i = 0; i < kb; ++i) in[i] = uint8_t(i * 13 + 5);
+  cache.write_block_rows(0, 5, false, 0, in.data(), kb);  // slots 0 … 5 committed
+  cache.read_block_rows(0, 5, false, 0, out.data(), kb);
+  EXPECT_EQ(out, in);
+  EXPECT_EQ(gpu.kv_committed, 6 * 2 * hp.n_layer * page);
+  std::vector<uint8_t> any(kb);
+  cache.read_block_rows(1, 3, true, 0, any.data(), kb);  // committed already: no fault
+  CountingDevice small("CPU2");
+  small.host = false;
+  small.lazy_kv = true;
+  small.kv_commit_limit = 2 * 2 * hp.n_layer * page;
+  const std::vector<Device*> sdevs(size_t(hp.n_layer), &small);
+  KvCache tight(hp, kp, sdevs);
+  tight.write_block_rows(0, 1, false, 0, in.data(), kb);  // slots 0, 1: the device's all
+  EXPECT_EQ(small.kv_committed, 2 * 2 * hp.n_layer * page);
+  try {
+    tight.write_block_rows(0, 4, false, 0, in.data(), kb);
+    ADD_FAILURE() << "rows of a block the device cannot back were written";
+  } catch (const KvCacheFull& e) {
+    EXPECT_NE(std::string(e.what()).find("no memory for block 4"), std::string::npos) << e.what();
+  }
+  tight.read_block_rows(0, 1, false, 0, out.data(), kb);
+  EXPECT_EQ(out, in);
+}
+
 TEST(BackendSplit, SchedulerStepMatchesContextOnASplitModel) {
   const fs::path path = test::fixture("models/stories260K-F32.gguf");
   if (!fs::exists(path)) GTEST_SKIP() << "fixture missing: " << path;

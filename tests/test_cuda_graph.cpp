@@ -185,6 +185,8 @@ struct SeamLayer {
     const int64_t rb = kv_row_bytes(DType::F16, kHeadKv, kHd);
     kc = buf(n_blocks * kBs * rb, BufferUse::kKv);
     vc = buf(n_blocks * kBs * rb, BufferUse::kKv);
+    kc->commit(0, kc->size());  // KV buffers are backed where committed (DeviceBuffer::commit)
+    vc->commit(0, vc->size());
     kv.k_row_bytes = kv.v_row_bytes = rb;
     kv.block_size = kBs;
     kv.k = static_cast<uint8_t*>(kc->data());

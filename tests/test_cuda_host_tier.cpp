@@ -96,6 +96,8 @@ struct Layout {
     for (size_t i = 0; i < slow.size(); ++i) slot_of[size_t(slow[i])] = int32_t(fast.size() + i);
     k = dev.alloc(fast.size() * kb, BufferUse::kKv);
     v = dev.alloc(fast.size() * vb, BufferUse::kKv);
+    k->commit(0, k->size());  // KV buffers are backed where committed (DeviceBuffer::commit)
+    v->commit(0, v->size());
     kv.k = static_cast<uint8_t*>(k->data());
     kv.v = static_cast<uint8_t*>(v->data());
     if (!tiered) return;

@@ -507,20 +507,13 @@ TEST(GpuKvCache, PrefixStoreBlocksKeepTheirBytesAcrossDevices) {
     return b;
   };
   auto tokens = [](int seed) { return std::vector<int32_t>(16, seed); };
-  // Block `id` of every layer of a cache gets (put) or must hold (check) pattern `seed`.
-  auto put = [&](const KvCache& c, Backend* be, int32_t id, int seed) {
+  // Block `id` of every layer of a cache gets (put) or must hold (check) pattern `seed`. put
+  // writes through the cache (write_block_rows commits the block's VRAM first: these blocks never
+  // came from take_block); check reads VRAM blocks with a backend of its own.
+  auto put = [&](KvCache& c, int32_t id, int seed) {
     for (int64_t il = 0; il < 2; ++il) {
-      const KvLayer L = c.layer(il);
-      const std::vector<uint8_t> k = pattern(kb, seed + int(il)),
-                                 v = pattern(vb, seed + 9 + int(il));
-      if (!be) {
-        std::memcpy(L.k_block(id), k.data(), kb);
-        std::memcpy(L.v_block(id), v.data(), vb);
-        continue;
-      }
-      be->upload(L.k_block(id), k.data(), kb);
-      be->upload(L.v_block(id), v.data(), vb);
-      be->synchronize();
+      c.write_block_rows(il, id, false, 0, pattern(kb, seed + int(il)).data(), kb);
+      c.write_block_rows(il, id, true, 0, pattern(vb, seed + 9 + int(il)).data(), vb);
     }
   };
   auto check = [&](const KvCache& c, Backend* be, int32_t id, int seed, const std::string& what) {
@@ -540,9 +533,9 @@ TEST(GpuKvCache, PrefixStoreBlocksKeepTheirBytesAcrossDevices) {
   };
   {
     KvCache cpu(hp, p);
-    put(cpu, nullptr, 1, 1);
+    put(cpu, 1, 1);
     cpu.persist_block(1, 1001, tokens(1));
-    put(cpu, nullptr, 2, 2);
+    put(cpu, 2, 2);
     cpu.persist_block(2, 1002, tokens(2));
   }
   for (size_t g = 0; g < gpus.size(); ++g) {
@@ -569,9 +562,9 @@ TEST(GpuKvCache, PrefixStoreBlocksKeepTheirBytesAcrossDevices) {
       EXPECT_FALSE(c.restore_block(4, 1001, tokens(9)));  // other tokens: not that block
       check(c, be.get(), 0, 1, "the CPU's block restored into VRAM");
       check(c, be.get(), slow, 2, "the CPU's block restored into the host tier");
-      put(c, be.get(), 1, h);
+      put(c, 1, h);
       c.persist_block(1, uint64_t(h), tokens(h));
-      put(c, be.get(), 5, h + 1);
+      put(c, 5, h + 1);
       c.persist_block(5, uint64_t(h + 1), tokens(h + 1));
     }
     KvCache cpu(hp, p);

@@ -393,10 +393,17 @@ uint8_t* block_rows(const KvLayer& L, int64_t n_blocks, int32_t block, bool v, i
 
 }  // namespace
 
+void KvCache::Impl::back_block(int32_t block, const char* who) {
+  if (!fast(block) || commit_slots(slot_of[size_t(block)] + 1)) return;
+  throw KvCacheFull(std::string(who) + ": the device holding the KV rows has no memory for block " +
+                    std::to_string(block) + " (lower -c or --kv-mem, or -ngl)");
+}
+
 void KvCache::read_block_rows(int64_t il, int32_t block, bool v, int64_t off, void* dst,
                               size_t bytes) const {
   const uint8_t* p =
       block_rows(layer(il), n_blocks(), block, v, off, bytes, "KvCache::read_block_rows");
+  impl_->back_block(block, "KvCache::read_block_rows");
   if (Backend* be = impl_->copier_of(il))
     be->download(dst, p, bytes);
   else
@@ -406,6 +413,7 @@ void KvCache::read_block_rows(int64_t il, int32_t block, bool v, int64_t off, vo
 void KvCache::write_block_rows(int64_t il, int32_t block, bool v, int64_t off, const void* src,
                                size_t bytes) {
   uint8_t* p = block_rows(layer(il), n_blocks(), block, v, off, bytes, "KvCache::write_block_rows");
+  impl_->back_block(block, "KvCache::write_block_rows");
   if (Backend* be = impl_->copier_of(il)) {
     be->upload(p, src, bytes);
     be->synchronize();

@@ -189,6 +189,13 @@ struct KvCache::Impl {
     return true;
   }
 
+  /// Commits block `block`'s fast-tier slot (commit_slots) where it is not yet: take_block
+  /// commits the blocks it hands out, but read_block_rows / write_block_rows (persist_block,
+  /// restore_block, saved context state) take any block id, and a device's uncommitted range
+  /// faults when touched (CUDA: an unmapped address). Throws KvCacheFull, naming `who`, when the
+  /// device has no memory for it. (kv_cache.cpp)
+  void back_block(int32_t block, const char* who);
+
   /// Points every layer's fast-tier rows into the host mapping (at the offsets of a single
   /// mapping) or, for a layer placed on another device, into a buffer of that device.
   void place_layers(const std::vector<Device*>& kv_devices) {
