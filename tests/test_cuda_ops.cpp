@@ -678,40 +678,56 @@ TEST(CudaSupport, TypesAndShapesAreCheckedUpFront) {
 }
 
 /// matmul_many over weights reading the same x equals one matmul per weight, bit for bit: with
-/// x quantized once for split q4_0 / q8_0 / q6_K weights (decode rows), and per weight where
-/// one of them is not split (f16) or for prefill rows.
+/// x quantized once for split q4_0 / q8_0 / q6_K weights (decode rows), one fused launch for
+/// one row over weights of one type (k_matvec_q8_1_fused, each of its rows-per-warp choices),
+/// and per weight where one of them is not split (f16) or for prefill rows.
 TEST(CudaMatmulMany, EqualsOneMatmulPerWeight) {
   if (cuda::devices().empty()) GTEST_SKIP() << "no CUDA device on this machine";
   constexpr int64_t k = 512;
-  const DType types[3] = {DType::Q4_0, DType::Q6_K, DType::Q8_0};
-  const int64_t rows[3] = {96, 2100, 8200};
-  for (const bool with_f16 : {false, true}) {
-    std::vector<cuda::DeviceTensor> ws;
-    for (int i = 0; i < 3; ++i) {
-      const DType t = with_f16 && i == 1 ? DType::F16 : types[i];
-      std::vector<uint8_t> wq = random_rows(t, rows[i], k, uint32_t(70 + i));
-      const Tensor w = Tensor::contiguous(t, wq.data(), k, rows[i]);
-      ws.push_back(t == DType::F16 ? cuda::upload_tensor(gpu(), w)
-                                   : cuda::upload_tensor_split(gpu(), w));
-    }
-    for (const int64_t n : {int64_t(1), int64_t(3), int64_t(8), int64_t(12)}) {
-      const cuda::DeviceBuffer dx = to_gpu(test::random_floats(size_t(n * k), 73));
-      std::vector<cuda::DeviceBuffer> many, one;
-      std::vector<MatmulOut> outs;
-      for (int i = 0; i < 3; ++i) {
-        many.push_back(gpu_poisoned(size_t(n * rows[i])));
-        one.push_back(gpu_poisoned(size_t(n * rows[i])));
-        outs.push_back({&ws[size_t(i)].view, many.back().as<float>()});
-        cuda::matmul(gpu(), ws[size_t(i)].view, dx.as<float>(), n, one.back().as<float>());
+  struct Case {
+    std::vector<DType> types;
+    std::vector<int64_t> rows;
+  };
+  const Case cases[] = {
+      {{DType::Q4_0, DType::Q6_K, DType::Q8_0}, {96, 2100, 8200}},    // mixed: one launch each
+      {{DType::Q4_0, DType::Q4_0, DType::Q4_0}, {4100, 1030, 1030}},  // fused, 4 rows a warp
+      {{DType::Q8_0, DType::Q8_0}, {96, 2100}},                       // fused, 2 rows a warp
+      {{DType::Q6_K, DType::Q6_K, DType::Q6_K}, {96, 200, 40}},       // fused, 1 row a warp
+  };
+  uint32_t seed = 70;
+  for (const Case& cs : cases) {
+    const int n_w = int(cs.types.size());
+    for (const bool with_f16 : {false, true}) {
+      std::vector<cuda::DeviceTensor> ws;
+      for (int i = 0; i < n_w; ++i) {
+        const DType t = with_f16 && i == 1 ? DType::F16 : cs.types[size_t(i)];
+        std::vector<uint8_t> wq = random_rows(t, cs.rows[size_t(i)], k, seed++);
+        const Tensor w = Tensor::contiguous(t, wq.data(), k, cs.rows[size_t(i)]);
+        ws.push_back(t == DType::F16 ? cuda::upload_tensor(gpu(), w)
+                                     : cuda::upload_tensor_split(gpu(), w));
       }
-      cuda::matmul_many(gpu(), outs.data(), 3, dx.as<float>(), n);
-      for (int i = 0; i < 3; ++i) {
-        const std::vector<float> a = from_gpu(many[size_t(i)], size_t(n * rows[i]));
-        const std::vector<float> b = from_gpu(one[size_t(i)], size_t(n * rows[i]));
-        for (float f : a) ASSERT_TRUE(std::isfinite(f)) << "output " << i << ", n " << n;
-        EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0)
-            << "output " << i << " (" << traits(ws[size_t(i)].view.type).name << "), n " << n
-            << (with_f16 ? ", with an f16 weight" : "");
+      for (const int64_t n : {int64_t(1), int64_t(3), int64_t(8), int64_t(12)}) {
+        const cuda::DeviceBuffer dx = to_gpu(test::random_floats(size_t(n * k), seed++));
+        std::vector<cuda::DeviceBuffer> many, one;
+        std::vector<MatmulOut> outs;
+        for (int i = 0; i < n_w; ++i) {
+          const size_t len = size_t(n * cs.rows[size_t(i)]);
+          many.push_back(gpu_poisoned(len));
+          one.push_back(gpu_poisoned(len));
+          outs.push_back({&ws[size_t(i)].view, many.back().as<float>()});
+          cuda::matmul(gpu(), ws[size_t(i)].view, dx.as<float>(), n, one.back().as<float>());
+        }
+        cuda::matmul_many(gpu(), outs.data(), n_w, dx.as<float>(), n);
+        for (int i = 0; i < n_w; ++i) {
+          const size_t len = size_t(n * cs.rows[size_t(i)]);
+          const std::vector<float> a = from_gpu(many[size_t(i)], len);
+          const std::vector<float> b = from_gpu(one[size_t(i)], len);
+          for (float f : a) ASSERT_TRUE(std::isfinite(f)) << "output " << i << ", n " << n;
+          EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0)
+              << "output " << i << " of " << n_w << " (" << traits(ws[size_t(i)].view.type).name
+              << ", " << cs.rows[size_t(i)] << " rows), n " << n
+              << (with_f16 ? ", with an f16 weight" : "");
+        }
       }
     }
   }

@@ -85,6 +85,8 @@ Context::Context(int device) : impl_(std::make_unique<Impl>()) {
   impl_->sm_count = prop.multiProcessorCount;
   const char* mv = std::getenv("KVRUN_CUDA_MATVEC");
   impl_->act_q8_matvec = !(mv && std::string(mv) == "f32");
+  const char* fm = std::getenv("KVRUN_CUDA_FUSED_MATVEC");
+  impl_->fused_matvec = !(fm && std::string(fm) == "0");
   const char* av = std::getenv("KVRUN_CUDA_ATTN_V");
   if (av && std::string(av) == "vec") impl_->attn_v = Impl::AttnV::kVec;
   check(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking), "cudaStreamCreate");

@@ -57,6 +57,10 @@ struct Context::Impl {
   /// and use integer dot products (the CPU's arithmetic for q4_0 / q8_0); false
   /// (KVRUN_CUDA_MATVEC=f32) keeps them in f32 (for side-by-side measurement).
   bool act_q8_matvec = true;
+  /// matmul_many of one activation row over 2–3 weights of one split type (q, k, v; gate, up)
+  /// launches one kernel for all of them (matmul.cu k_matvec_q8_1_fused; the same sums);
+  /// false (KVRUN_CUDA_FUSED_MATVEC=0) launches one per weight (for side-by-side measurement).
+  bool fused_matvec = true;
   /// How paged attention reads each lane's V values of a row (paged_attention.cu v_values):
   /// kVec with one vector load where the type and alignment allow, kElem value by value. The
   /// default (kElem) measured faster for every KV type on an H200 (docs/cuda.md);

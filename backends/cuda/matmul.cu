@@ -7,6 +7,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "cuda/cuda_check.cuh"
 #include "cuda/cuda_context_impl.cuh"
@@ -158,18 +159,17 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     }
 }
 
-/// k_matvec_q8 for one activation row, each lane loading U of its blocks (for all RW rows) before
-/// it multiplies any: U · RW weight blocks in flight per lane instead of RW. A decode matrix of
-/// k = 4096 is 128 blocks a row, four per lane, so the rolled loop waited on four rounds of
-/// loads one after the other (an H200 read 4096 × 4096 q4_0 at 1.4 TB/s, 1024 × 4096 at
-/// 0.4 TB/s). Every lane still adds its blocks in the order lane, lane + 32, …: the sums equal
-/// k_matvec_q8's bit for bit.
+/// Weight rows row0 … row0 + RW − 1 of one activation row by one warp, each lane loading U of its
+/// blocks (for all RW rows) before it multiplies any: U · RW weight blocks in flight per lane
+/// instead of RW. A decode matrix of k = 4096 is 128 blocks a row, four per lane, so the rolled
+/// loop waited on four rounds of loads one after the other (an H200 read 4096 × 4096 q4_0 at
+/// 1.4 TB/s, 1024 × 4096 at 0.4 TB/s). Every lane still adds its blocks in the order lane,
+/// lane + 32, …: the sums equal k_matvec_q8's bit for bit, whatever RW and U.
 template <typename R, int RW, int U>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32)
-    k_matvec_q8_1(R rd, int64_t m, int64_t k, const int8_t* xq, const float2* ds, float* y) {
+__device__ __forceinline__ void matvec_q8_1_rows(const R& rd, int64_t m, int64_t k,
+                                                 const int8_t* xq, const float2* ds, float* y,
+                                                 int64_t row0) {
   const int lane = threadIdx.x % 32;
-  const int64_t row0 = (int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32) * RW;
-  if (row0 >= m) return;
   const int64_t nb = k / 32;
   float acc[RW] = {};
   for (int64_t c0 = lane; c0 < nb; c0 += 32 * U) {
@@ -198,6 +198,43 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     for (int off = 16; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
     if (lane == 0 && row0 + j < m) y[row0 + j] = s;
   }
+}
+
+/// k_matvec_q8 for one activation row (matvec_q8_1_rows): warp w of block b takes rows
+/// (b · kWarpsPerBlock + w) · RW on.
+template <typename R, int RW, int U>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    k_matvec_q8_1(R rd, int64_t m, int64_t k, const int8_t* xq, const float2* ds, float* y) {
+  const int64_t row0 = (int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32) * RW;
+  if (row0 < m) matvec_q8_1_rows<R, RW, U>(rd, m, k, xq, ds, y, row0);
+}
+
+/// Outputs of one fused launch (k_matvec_q8_1_fused): at most kMaxFused weights of one type and
+/// k reading the same quantized activation row.
+constexpr int kMaxFused = 3;
+template <typename R>
+struct FusedOuts {
+  R rd[kMaxFused];
+  int64_t m[kMaxFused];
+  float* y[kMaxFused];
+  unsigned first_block[kMaxFused];  ///< the grid's blocks of output i start here
+  int n;
+};
+
+/// k_matvec_q8_1 over up to kMaxFused outputs in one launch: a llama layer's q, k and v (or gate
+/// and up) are 3 (2) launches otherwise, and its k and v, 1024 rows each at 8B shapes, are too
+/// small alone to keep an H200's memory busy (3.8 µs for 2.4 MB, 0.6 TB/s). Each block works on
+/// one output; the rows and sums are k_matvec_q8_1's.
+template <typename R, int RW, int U>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    k_matvec_q8_1_fused(FusedOuts<R> f, int64_t k, const int8_t* xq, const float2* ds) {
+  const unsigned b = blockIdx.x;
+  const int i = f.n > 2 && b >= f.first_block[2] ? 2 : f.n > 1 && b >= f.first_block[1] ? 1 : 0;
+  const R rd = i == 0 ? f.rd[0] : i == 1 ? f.rd[1] : f.rd[2];
+  const int64_t m = i == 0 ? f.m[0] : i == 1 ? f.m[1] : f.m[2];
+  float* y = i == 0 ? f.y[0] : i == 1 ? f.y[1] : f.y[2];
+  const int64_t row0 = (int64_t(b - f.first_block[i]) * kWarpsPerBlock + threadIdx.x / 32) * RW;
+  if (row0 < m) matvec_q8_1_rows<R, RW, U>(rd, m, k, xq, ds, y, row0);
 }
 
 /// x [n][k] quantized to int8 blocks (k_quantize_act_q8) into the context's act_q8 scratch:
@@ -230,6 +267,48 @@ void matvec_q8(Context::Impl& c, R rd, int64_t m, int64_t k, ActQ8Rows a, int64_
   else
     k_matvec_q8<R, 1, kMatvecMaxRows>
         <<<grid_for(m, kWarpsPerBlock), T, 0, c.stream>>>(rd, m, k, a.q, a.ds, int(n), y);
+}
+
+/// One k_matvec_q8_1_fused launch for outs (one activation row, quantized in a) when they are
+/// at most kMaxFused weights of one split type; false (nothing launched) otherwise. Rows per warp
+/// by matvec_q8's rule applied to the outputs' rows together.
+bool matvec_q8_fused(Context::Impl& c, const MatmulOut* outs, int n_outs, int64_t k, ActQ8Rows a) {
+  if (n_outs < 2 || n_outs > kMaxFused) return false;
+  int64_t total = 0;
+  for (int i = 0; i < n_outs; ++i) {
+    if (outs[i].w->type != outs[0].w->type) return false;
+    total += outs[i].w->ne[1];
+  }
+  return with_split_reader(*outs[0].w, [&](auto rd0) {
+    using R = decltype(rd0);
+    FusedOuts<R> f{};
+    f.n = n_outs;
+    for (int i = 0; i < n_outs; ++i)
+      with_split_reader(*outs[i].w, [&](auto rd) {
+        if constexpr (std::is_same_v<decltype(rd), R>) f.rd[i] = rd;
+      });
+    constexpr int T = kWarpsPerBlock * 32;
+    auto launch = [&](auto rw, auto u) {
+      constexpr int RW = decltype(rw)::value, U = decltype(u)::value;
+      unsigned blocks = 0;
+      for (int i = 0; i < n_outs; ++i) {
+        f.m[i] = outs[i].w->ne[1];
+        f.y[i] = outs[i].y;
+        f.first_block[i] = blocks;
+        blocks += unsigned(grid_for(f.m[i], kWarpsPerBlock * RW));
+      }
+      k_matvec_q8_1_fused<R, RW, U><<<blocks, T, 0, c.stream>>>(f, k, a.q, a.ds);
+    };
+    using I = std::integral_constant<int, 1>;
+    using II = std::integral_constant<int, 2>;
+    using IV = std::integral_constant<int, 4>;
+    if (total >= 8192)
+      launch(IV{}, II{});
+    else if (total >= 2048)
+      launch(II{}, IV{});
+    else
+      launch(I{}, IV{});
+  });
 }
 
 /// Decodes rows [r0, r0 + rows) of a weight to f16, row-major [rows][k].
@@ -383,6 +462,10 @@ void matmul_many(Context& ctx, const MatmulOut* outs, int n_outs, const float* x
   }
   c.activate();
   const ActQ8Rows a = quantize_act_q8(c, x, n, k);
+  if (n == 1 && c.fused_matvec && matvec_q8_fused(c, outs, n_outs, k, a)) {
+    check_launch("matmul_many: fused matvec_q8");
+    return;
+  }
   for (int i = 0; i < n_outs; ++i)
     with_split_reader(*outs[i].w,
                       [&](auto rd) { matvec_q8(c, rd, outs[i].w->ne[1], k, a, n, outs[i].y); });
