@@ -88,10 +88,10 @@ run() {
     grep -E '^\[  FAILED  \]|Failure|NMSE|Which is|Expected' "$tmp" | head -40 || true
     rm -f "$tmp"
   done
-  # Attention's two V paths forced (KVRUN_CUDA_ATTN_V=vec / elem; the default reads value by
-  # value), every attention case against the CPU; and the decode-step benchmark with each, the
-  # side by side for the choice.
-  for v in vec elem; do
+  # Attention's V paths forced (KVRUN_CUDA_ATTN_V=vec / elem, and pair / pair-elem: rows by
+  # half-warps; the default reads value by value, a row a warp), every attention case against
+  # the CPU; and the decode-step benchmark with each, the side by side for the choice.
+  for v in vec elem pair pair-elem; do
     if [[ -x $BUILD/test_cuda_ops ]]; then
       local tmp
       tmp=$(mktemp)  # appended to tests.log: $OUT keeps the 8 files the device tool brings back

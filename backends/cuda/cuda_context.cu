@@ -89,6 +89,8 @@ Context::Context(int device) : impl_(std::make_unique<Impl>()) {
   impl_->fused_matvec = !(fm && std::string(fm) == "0");
   const char* av = std::getenv("KVRUN_CUDA_ATTN_V");
   if (av && std::string(av) == "vec") impl_->attn_v = Impl::AttnV::kVec;
+  if (av && std::string(av) == "pair") impl_->attn_v = Impl::AttnV::kPair;
+  if (av && std::string(av) == "pair-elem") impl_->attn_v = Impl::AttnV::kPairElem;
   check(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking), "cudaStreamCreate");
 }
 

@@ -65,7 +65,10 @@ struct Context::Impl {
   /// kVec with one vector load where the type and alignment allow, kElem value by value. The
   /// default (kElem) measured faster for every KV type on an H200 (docs/cuda.md);
   /// KVRUN_CUDA_ATTN_V=vec picks the vector loads for side-by-side measurement on other GPUs.
-  enum class AttnV { kVec, kElem };
+  /// kPair / kPairElem (KVRUN_CUDA_ATTN_V=pair / pair-elem): each half-warp reads its own rows,
+  /// twice the values a lane, with vector loads / value by value (paged_attention.cu
+  /// v_accumulate_pairs; head sizes up to 128).
+  enum class AttnV { kVec, kElem, kPair, kPairElem };
   AttnV attn_v = AttnV::kElem;
   Scratch partials;  ///< paged attention: per-segment (m, l, acc)
   Scratch rotated;   ///< --kv-rotate: the rotated K (kv_store) or Q (attention)

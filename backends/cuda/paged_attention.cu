@@ -174,14 +174,65 @@ __device__ __forceinline__ void v_values(const KvFormat& f, int vec, const uint8
   }
 }
 
+/// The V rows of one tile by half-warps (AttnArgs::v_pair): lanes 0–15 take rows 0, 2, 4, …
+/// and lanes 16–31 rows 1, 3, 5, …, each lane 2·DPL dims ((lane % 16)·2·DPL on) of its row: one
+/// wider read per lane and half the row iterations of the one-row-per-warp loop. cell: this
+/// lane's position's cell (lane j holds row j's), pj: its softmax weights, n_t: rows in the tile.
+template <int DPL, int GM>
+__device__ __forceinline__ void v_accumulate_pairs(const AttnArgs& a, int hk, long long cell,
+                                                   const float* pj, int n_t,
+                                                   float (*acc)[2 * DPL]) {
+  constexpr int D2 = 2 * DPL;
+  const int lane = threadIdx.x % 32, half = lane / 16, hl = lane % 16;
+  const int v_n = max(0, min(D2, a.hdv - hl * D2));
+#pragma unroll 2
+  for (int j0 = 0; j0 < n_t; j0 += 2) {
+    const int j = j0 + half;  // ≤ 32; rows past n_t weigh 0 and are not read
+    const long long cj = __shfl_sync(0xffffffffu, cell, j & 31);
+    float vx[D2];
+    if (j < n_t) {
+      v_values<D2>(a.vf, a.v_vec, a.v.row(cj), hk, hk * a.hdv + hl * D2, v_n, vx);
+    } else {
+#pragma unroll
+      for (int i = 0; i < D2; ++i) vx[i] = 0.0f;
+    }
+#pragma unroll
+    for (int g = 0; g < GM; ++g) {
+      const float w = __shfl_sync(0xffffffffu, pj[g], j & 31);
+#pragma unroll
+      for (int i = 0; i < D2; ++i) acc[g][i] += w * vx[i];
+    }
+  }
+}
+
+/// v_accumulate_pairs' accumulators in the one-row-per-warp layout: the two halves' sums added
+/// (each half summed its own rows), then lane i takes dims i·DPL … i·DPL + DPL − 1 (held by lane
+/// i / 2, at (i % 2)·DPL) into acc[g][0 … DPL − 1].
+template <int DPL, int GM>
+__device__ __forceinline__ void vpair_to_lanes(float (*acc)[2 * DPL]) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int g = 0; g < GM; ++g) {
+#pragma unroll
+    for (int i = 0; i < 2 * DPL; ++i) acc[g][i] += __shfl_xor_sync(0xffffffffu, acc[g][i], 16);
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) {
+      const float lo = __shfl_sync(0xffffffffu, acc[g][i], lane / 2);
+      const float hi = __shfl_sync(0xffffffffu, acc[g][DPL + i], lane / 2);
+      acc[g][i] = lane % 2 ? hi : lo;
+    }
+  }
+}
+
 /// Block (row, KV head, segment); DPL = head dims per lane (head_dim, head_dim_v ≤ 32·DPL),
 /// GM ≥ the GQA group (query heads per KV head). The 4 warps take tiles of 32 positions in
 /// turn. In a tile each lane scores one position against every query head of the group (its K
 /// row read with vector loads, Q from shared memory), the tile's softmax step is one warp
 /// reduction per head, and then the 32 V rows are accumulated with the lanes over head_dim. (The
 /// first kernel had the lanes over head_dim for K too: a warp reduction per position and head,
-/// latency-bound at 121 GB/s over an f16 context on an H200.)
-template <int DPL, int GM>
+/// latency-bound at 121 GB/s over an f16 context on an H200.) PAIR: the V rows by half-warps
+/// (v_accumulate_pairs).
+template <int DPL, int GM, bool PAIR>
 __global__ void __launch_bounds__(kWarps * 32) k_attn(AttnArgs a) {
   constexpr int HD = 32 * DPL;
   const int r = blockIdx.x, hk = blockIdx.y, z = blockIdx.z;
@@ -200,13 +251,16 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(AttnArgs a) {
   }
   __syncthreads();
 
-  float acc[GM][DPL], m[GM], l[GM];  // l: this lane's share of the sum (reduced at the end)
+  // acc: lane i's dims i·DPL … of each head; PAIR: lane i's dims (i % 16)·2·DPL … of its half's
+  // rows (vpair_to_lanes gives them the first layout at the end).
+  constexpr int NA = PAIR ? 2 * DPL : DPL;
+  float acc[GM][NA], m[GM], l[GM];  // l: this lane's share of the sum (reduced at the end)
 #pragma unroll
   for (int g = 0; g < GM; ++g) {
     m[g] = -INFINITY;
     l[g] = 0.0f;
 #pragma unroll
-    for (int i = 0; i < DPL; ++i) acc[g][i] = 0.0f;
+    for (int i = 0; i < NA; ++i) acc[g][i] = 0.0f;
   }
   const int e_end = (hk + 1) * a.hd;
   for (int t0 = p_begin + warp * 32; t0 < p_end; t0 += kWarps * 32) {
@@ -253,25 +307,30 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(AttnArgs a) {
       pj[g] = ok ? expf(s[g] - mnew) : 0.0f;
       l[g] = l[g] * corr + pj[g];
 #pragma unroll
-      for (int i = 0; i < DPL; ++i) acc[g][i] *= corr;
+      for (int i = 0; i < NA; ++i) acc[g][i] *= corr;
       m[g] = mnew;
     }
     const int n_t = min(32, p_end - t0);
-    // Lane i accumulates dims i·DPL … i·DPL + DPL − 1 of each V row (v_values).
-    const int v_n = max(0, min(DPL, a.hdv - lane * DPL));
+    if constexpr (PAIR) {
+      v_accumulate_pairs<DPL, GM>(a, hk, cell, pj, n_t, acc);
+    } else {
+      // Lane i accumulates dims i·DPL … i·DPL + DPL − 1 of each V row (v_values).
+      const int v_n = max(0, min(DPL, a.hdv - lane * DPL));
 #pragma unroll 4
-    for (int j = 0; j < n_t; ++j) {
-      const long long cj = __shfl_sync(0xffffffffu, cell, j);
-      float vx[DPL];
-      v_values<DPL>(a.vf, a.v_vec, a.v.row(cj), hk, hk * a.hdv + lane * DPL, v_n, vx);
+      for (int j = 0; j < n_t; ++j) {
+        const long long cj = __shfl_sync(0xffffffffu, cell, j);
+        float vx[DPL];
+        v_values<DPL>(a.vf, a.v_vec, a.v.row(cj), hk, hk * a.hdv + lane * DPL, v_n, vx);
 #pragma unroll
-      for (int g = 0; g < GM; ++g) {
-        const float w = __shfl_sync(0xffffffffu, pj[g], j);
+        for (int g = 0; g < GM; ++g) {
+          const float w = __shfl_sync(0xffffffffu, pj[g], j);
 #pragma unroll
-        for (int i = 0; i < DPL; ++i) acc[g][i] += w * vx[i];
+          for (int i = 0; i < DPL; ++i) acc[g][i] += w * vx[i];
+        }
       }
     }
   }
+  if constexpr (PAIR) vpair_to_lanes<DPL, GM>(acc);
 #pragma unroll
   for (int g = 0; g < GM; ++g)
     for (int off = 16; off > 0; off /= 2) l[g] += __shfl_xor_sync(0xffffffffu, l[g], off);
@@ -367,14 +426,24 @@ __global__ void __launch_bounds__(kMergeWarps * 32)
   }
 }
 
-template <int DPL>
-void launch(cudaStream_t s, dim3 grid, const AttnArgs& a) {
+template <int DPL, bool PAIR>
+void launch_group(cudaStream_t s, dim3 grid, const AttnArgs& a) {
   if (a.group <= 1)
-    k_attn<DPL, 1><<<grid, kWarps * 32, 0, s>>>(a);
+    k_attn<DPL, 1, PAIR><<<grid, kWarps * 32, 0, s>>>(a);
   else if (a.group <= 4)
-    k_attn<DPL, 4><<<grid, kWarps * 32, 0, s>>>(a);
+    k_attn<DPL, 4, PAIR><<<grid, kWarps * 32, 0, s>>>(a);
   else
-    k_attn<DPL, kG><<<grid, kWarps * 32, 0, s>>>(a);
+    k_attn<DPL, kG, PAIR><<<grid, kWarps * 32, 0, s>>>(a);
+}
+
+/// k_attn for DPL dims a lane, with V read by half-warps where `pair` (DPL ≤ 4: 2·DPL values a
+/// lane, at most 8).
+template <int DPL>
+void launch(cudaStream_t s, dim3 grid, const AttnArgs& a, bool pair) {
+  if constexpr (DPL <= 4) {
+    if (pair) return launch_group<DPL, true>(s, grid, a);
+  }
+  launch_group<DPL, false>(s, grid, a);
 }
 
 }  // namespace
@@ -464,16 +533,21 @@ void paged_attention(Context& ctx, const PagedKvLayer& kv, const AttnShape& shap
   // DPL-value pieces are aligned in both tiers' rows.
   const int64_t hmax = std::max(shape.head_dim, shape.head_dim_v);
   const int dpl = hmax <= 32 ? 1 : hmax <= 64 ? 2 : hmax <= 128 ? 4 : 8;
+  // KVRUN_CUDA_ATTN_V=pair / pair-elem: V rows by half-warps (v_accumulate_pairs), 2·dpl values
+  // a lane, with vector loads / value by value.
+  using AttnV = Context::Impl::AttnV;
+  const bool pair = dpl <= 4 && (c.attn_v == AttnV::kPair || c.attn_v == AttnV::kPairElem);
+  const int v_dpl = pair ? 2 * dpl : dpl;  // V values a lane reads from a row
   const uintptr_t v_bases =
       reinterpret_cast<uintptr_t>(kv.v) | reinterpret_cast<uintptr_t>(kv.v_slow);
-  const int64_t v_bytes = kv.v_type == DType::F16 || kv.v_type == DType::BF16 ? 2 * dpl : dpl;
+  const int64_t v_bytes = kv.v_type == DType::F16 || kv.v_type == DType::BF16 ? 2 * v_dpl : v_dpl;
   const bool v_aligned = kv.v_row_bytes % v_bytes == 0 && int64_t(v_bases % 16) % v_bytes == 0;
   // Value by value unless KVRUN_CUDA_ATTN_V=vec: on an H200 the vector path was slower for
   // every type (attention alone at 32K, f16 222 vs 175 us, q8_0 267 vs 213, fp8 273 vs 216,
   // nvfp4 457 vs 368; the pp512 attention of nvfp4 2.12 vs 1.67 ms a layer). docs/cuda.md.
   const bool fp8_v = kv.v_type == DType::FP8_E4M3 || kv.v_type == DType::FP8_E5M2;
-  const bool v_elem = c.attn_v != Context::Impl::AttnV::kVec;
-  if (!v_elem && shape.head_dim_v % dpl == 0) {
+  const bool v_elem = c.attn_v != AttnV::kVec && c.attn_v != AttnV::kPair;
+  if (!v_elem && shape.head_dim_v % v_dpl == 0) {
     if (kv.v_type == DType::F16 && v_aligned)
       a.v_vec = 1;
     else if (kv.v_type == DType::BF16 && v_aligned)
@@ -492,13 +566,13 @@ void paged_attention(Context& ctx, const PagedKvLayer& kv, const AttnShape& shap
   a.out = n_seg == 1 ? out : nullptr;
   const dim3 grid(unsigned(rows), unsigned(shape.n_head_kv), unsigned(n_seg));
   if (dpl == 1)
-    launch<1>(c.stream, grid, a);
+    launch<1>(c.stream, grid, a, pair);
   else if (dpl == 2)
-    launch<2>(c.stream, grid, a);
+    launch<2>(c.stream, grid, a, pair);
   else if (dpl == 4)
-    launch<4>(c.stream, grid, a);
+    launch<4>(c.stream, grid, a, pair);
   else
-    launch<8>(c.stream, grid, a);
+    launch<8>(c.stream, grid, a, pair);
   check_launch("paged_attention");
   if (n_seg == 1) return;
   const dim3 merge_grid(unsigned(rows * shape.n_head), unsigned((shape.head_dim_v + 31) / 32));
