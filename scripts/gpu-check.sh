@@ -23,8 +23,11 @@
 # that binary (built the same way) to the kit, and `e2e` then runs every benchmark row with it
 # right after the kit's own ("baseline" lines), so before/after come from one lease;
 # E2E_DEPTHS=32768 (default 32768,131072; empty: none) picks the depth rows, for a short lease.
-# `NCU=1 e2e`
-# adds Nsight Compute's per-kernel GPU times of a few depth-0 decode steps (f16 KV).
+# The attention paths still off by default (KVRUN_CUDA_ATTN_SPLIT_HEADS=1, KVRUN_CUDA_ATTN_TYPED=1,
+# KVRUN_CUDA_ATTN_V=pair) each get f16 rows at depths 0 and 32K right after the default's
+# (E2E_ATTN_MODES picks them; empty: none), and a synthetic Q4_K file runs pp512 / tg32 without
+# and with KVRUN_CUDA_SPLIT_K=1 (E2E_SPLIT_K=0 skips it). `NCU=1 e2e` adds Nsight Compute's per-kernel GPU
+# times of a few depth-0 decode steps (f16 KV).
 #
 # `prepare` copies the source-only dependencies the CUDA tests need into the ignored folder
 # .gpu-deps/ (GoogleTest from Debian's googletest package, /usr/src/googletest), which travels
@@ -88,22 +91,28 @@ run() {
     grep -E '^\[  FAILED  \]|Failure|NMSE|Which is|Expected' "$tmp" | head -40 || true
     rm -f "$tmp"
   done
-  # Attention's V paths forced (KVRUN_CUDA_ATTN_V=vec / elem, and pair / pair-elem: rows by
-  # half-warps; the default reads value by value, a row a warp), every attention case against
-  # the CPU; and the decode-step benchmark with each, the side by side for the choice.
-  for v in vec elem pair pair-elem; do
+  # Attention's alternative paths forced — KVRUN_CUDA_ATTN_TYPED=1 (K/V formats compiled in),
+  # KVRUN_CUDA_ATTN_SPLIT_HEADS=1 (short contexts: query heads over the warps),
+  # KVRUN_CUDA_ATTN_V=pair / pair-elem (V rows by half-warps), =vec / =elem (a row a warp; elem,
+  # value by value, is the default) — every attention case against the CPU, and the
+  # decode-step benchmark with each, the side by side for the choice (also in tests.log, which
+  # comes back where stdout may not). ATTN_MODES picks them (default: all, newest first).
+  local mode
+  local modes="KVRUN_CUDA_ATTN_TYPED=1 KVRUN_CUDA_ATTN_SPLIT_HEADS=1 KVRUN_CUDA_ATTN_V=pair"
+  modes+=" KVRUN_CUDA_ATTN_V=pair-elem KVRUN_CUDA_ATTN_V=vec KVRUN_CUDA_ATTN_V=elem"
+  for mode in ${ATTN_MODES:-$modes}; do
     if [[ -x $BUILD/test_cuda_ops ]]; then
       local tmp
       tmp=$(mktemp)  # appended to tests.log: $OUT keeps the 8 files the device tool brings back
-      KVRUN_CUDA_ATTN_V=$v "$BUILD/test_cuda_ops" --gtest_filter='*cuda_attention*' --gtest_brief=1 \
+      env "$mode" "$BUILD/test_cuda_ops" --gtest_filter='*cuda_attention*' --gtest_brief=1 \
         >"$tmp" 2>&1 || status=1
-      { echo "######## test_cuda_ops attention, KVRUN_CUDA_ATTN_V=$v"; cat "$tmp"; } >>"$log"
-      echo "== test_cuda_ops attention, KVRUN_CUDA_ATTN_V=$v: $(grep -E '^\[  (PASSED|FAILED) +\]' "$tmp" | tr '\n' ' ')"
+      { echo "######## test_cuda_ops attention, $mode"; cat "$tmp"; } >>"$log"
+      echo "== test_cuda_ops attention, $mode: $(grep -E '^\[  (PASSED|FAILED) +\]' "$tmp" | tr '\n' ' ')"
       rm -f "$tmp"
     fi
     if [[ -x $BUILD/test_cuda_bench ]]; then
-      KVRUN_CUDA_ATTN_V=$v "$BUILD/test_cuda_bench" --gtest_filter='*Decode*' 2>&1 |
-        grep -E '^decode step' | sed "s/^/V $v: /" || true
+      env "$mode" "$BUILD/test_cuda_bench" --gtest_filter='*Decode*' 2>&1 |
+        grep -E '^decode step' | sed "s/^/$mode: /" | tee -a "$log" || true
     fi
   done
   exit $status
@@ -152,6 +161,10 @@ e2e() {
   "$kit/bin/test_gpu_e2e" --gtest_output="xml:$LOG_DIR/test_gpu_e2e.xml" >"$LOG_DIR/e2e.log" 2>&1 || status=1
   grep -E '^\[  (PASSED|FAILED|SKIPPED) +\]|parted|skipped|Failure|NMSE|Expected|Which is|error' \
     "$LOG_DIR/e2e.log" | head -60
+  # The synthetic files again with q4_K / q5_K in the split layout (KVRUN_CUDA_SPLIT_K=1).
+  KVRUN_CUDA_SPLIT_K=1 "$kit/bin/test_gpu_e2e" --gtest_filter='*SyntheticArchitectures*' \
+    >"$LOG_DIR/e2e-split-k.log" 2>&1 || status=1
+  echo "== test_gpu_e2e synthetic files, KVRUN_CUDA_SPLIT_K=1: $(grep -E '^\[  (PASSED|FAILED) +\]' "$LOG_DIR/e2e-split-k.log" | tr '\n' ' ')"
   if [[ -d $kit/cpu ]]; then  # the CPU kernel tests at the host's best level
     for t in "$kit"/cpu/*; do
       "$t" --gtest_brief=1 >"$LOG_DIR/$(basename "$t").log" 2>&1 || status=1
@@ -196,6 +209,25 @@ PY
       i=$((i + 1))
     done
   done
+  # The attention paths that are off by default until timed, each right after the default
+  # (f16 KV, depths 0 and 32K, one binary). E2E_ATTN_MODES picks them (empty: none).
+  local mode m
+  for mode in ${E2E_ATTN_MODES-KVRUN_CUDA_ATTN_SPLIT_HEADS=1 KVRUN_CUDA_ATTN_TYPED=1 KVRUN_CUDA_ATTN_V=pair}; do
+    for m in KVRUN_GPU_CHECK_DEFAULT=1 "$mode"; do
+      env "$m" "$kit/bin/kvrun" bench -m "$model" -ngl 99 -p 0 -n 32 -d 0,32768 -r 3 "${fill[@]}" \
+        --json 2>/dev/null | python3 -c "import json,sys; [print('attention $m', r['test'], round(r['avg_ts'],1), 't/s') for r in json.load(sys.stdin)]" || true
+    done
+  done
+  # q4_K / q5_K in the split layout (KVRUN_CUDA_SPLIT_K=1, off by default until timed): a
+  # synthetic llama3.1-8b Q4_K (llama.cpp's Q4_K_S mix, some q5_K) without and with it.
+  if [[ ${E2E_SPLIT_K:-1} == 1 ]]; then
+    local mk=/tmp/llama3.1-8b-Q4_K.gguf
+    "$kit/bin/kvrun" synth --shape llama3.1-8b --type Q4_K -o "$mk" -t "$(nproc)" >/dev/null &&
+      for m in KVRUN_GPU_CHECK_DEFAULT=1 KVRUN_CUDA_SPLIT_K=1; do
+        env "$m" "$kit/bin/kvrun" bench -m "$mk" -ngl 99 -p 512 -n 32 -r 3 --json 2>/dev/null |
+          python3 -c "import json,sys; [print('Q4_K $m', r['test'], round(r['avg_ts'],1), 't/s') for r in json.load(sys.stdin)]" || true
+      done
+  fi
   # Where a depth-0 token's time goes: the host's recording of the step, the GPU's replay and
   # launch to launch (KVRUN_CUDA_STEP_TIMES, medians), with f16 KV.
   KVRUN_CUDA_STEP_TIMES=1 "$kit/bin/kvrun" bench -m "$model" -ngl 99 -p 0 -n 64 -r 1 2>&1 \

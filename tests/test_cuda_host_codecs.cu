@@ -1,7 +1,7 @@
 // test_cuda_host_codecs.cu — the CUDA backend's element codecs (decode.cuh, weight_decode.cuh,
-// kv_format.cuh, kv_encode.cuh), compiled for the host by nvcc, against the scalar reference
-// codecs of ggml-like, bit for bit. These are the functions the kernels call per element, so
-// this checks their index arithmetic and their ports of the reference on any machine, GPU or
+// split_rows.cuh, kv_format.cuh, kv_encode.cuh), compiled for the host by nvcc, against the scalar
+// reference codecs of ggml-like, bit for bit. These are the functions the kernels call per element,
+// so this checks their index arithmetic and their ports of the reference on any machine, GPU or
 // not. (On the device the same source runs with the hardware FP8 conversion on sm_89+ and the
 // _rn intrinsics; test_cuda_ops checks the kernels there.)
 #include <gtest/gtest.h>
@@ -129,11 +129,11 @@ INSTANTIATE_TEST_SUITE_P(Types, CudaHostWeights,
                                            DType::Q3_K, DType::IQ4_NL, DType::IQ4_XS),
                          [](const auto& info) { return std::string(traits(info.param).name); });
 
-/// The split q4_0 / q8_0 / q6_K readers over split_weight's bytes: decode() equals the stored
-/// blocks' decoder bit for bit (the layout keeps every value), and the integer dot product (the
-/// decode matmul's k_matvec_q8) equals decode()'s values dotted in double with the int8
-/// activation block's values (the nibble / byte / 2-bit pairing of weights with activations, the
-/// folded −8 / −32 offsets, q6_K's two scales per 32 values).
+/// The split q4_0 / q8_0 / q6_K / q4_K / q5_K readers over split_weight's bytes: decode() equals
+/// the stored blocks' decoder bit for bit (the layout keeps every value), and the integer dot
+/// product (the decode matmul's k_matvec_q8) equals decode()'s values dotted in double with the
+/// int8 activation block's values (the nibble / byte / 2-bit pairing of weights with activations,
+/// the folded −8 / −32 offsets, q6_K's two scales per 32 values).
 class CudaHostSplitDot : public ::testing::TestWithParam<DType> {};
 
 TEST_P(CudaHostSplitDot, DotQ8MatchesDecodedValues) {
@@ -154,7 +154,8 @@ TEST_P(CudaHostSplitDot, DotQ8MatchesDecodedValues) {
     bool same_type = false;
     cuda::dispatch_weight_type(t, [&](auto tag) {
       constexpr DType T = decltype(tag)::value;
-      if constexpr (T == DType::Q4_0 || T == DType::Q8_0 || T == DType::Q6_K) {
+      if constexpr (T == DType::Q4_0 || T == DType::Q8_0 || T == DType::Q6_K || T == DType::Q4_K ||
+                    T == DType::Q5_K) {
         same_type = true;
         const cuda::StoredRows<T> st{stored.data(), size_t(host.nb[1])};
         for (int64_t r = 0; r < rows; ++r)
@@ -201,7 +202,8 @@ TEST_P(CudaHostSplitDot, DotQ8MatchesDecodedValues) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, CudaHostSplitDot,
-                         ::testing::Values(DType::Q8_0, DType::Q4_0, DType::Q6_K),
+                         ::testing::Values(DType::Q8_0, DType::Q4_0, DType::Q6_K, DType::Q4_K,
+                                           DType::Q5_K),
                          [](const auto& info) { return std::string(traits(info.param).name); });
 
 }  // namespace

@@ -249,7 +249,7 @@ Result run_matmul(const Case& c) {
   r.ref = to_double(ref);
   std::vector<float> wf(size_t(m * k));
   traits(c.t1).to_float(wq.data(), wf.data(), m * k);
-  // The CUDA decode matmul of split q4_0 / q8_0 / q6_K weights (n ≤ 8) takes x quantized as the
+  // The CUDA decode matmul of split-layout weights (n ≤ 8) takes x quantized as the
   // CPU's q8_0 activations: its float64 evaluation is over those values.
   std::vector<float> xe = x;
   if (c.backend == Backend::cuda && split && n <= 8) {
@@ -397,7 +397,9 @@ Result run_kv_store(const Case& c) {
 /// the window were given back (−1 in its block table) and a 40-token prefill, 5 eight KV heads
 /// of 64 (rows whose heads start 8- / 16-byte aligned for fp8, f16 and bf16: the kernel's
 /// vector loads of K) with a 300-token decode and a 20-token prefill, 6 head_dim 256 (Gemma's:
-/// 8 dims a lane, the widest V loads) with a 200-token decode and a 12-token prefill.
+/// 8 dims a lane, the widest V loads) with a 200-token decode and a 12-token prefill, 7 a group
+/// of 8 query heads per KV head (llama 70B's) with head_dim 128 over a short context, a 20-token
+/// decode and a 9-token prefill (one segment: KVRUN_CUDA_ATTN_SPLIT_HEADS's path).
 Result run_attention(const Case& c) {
   struct Shape {
     int64_t n_head, n_head_kv, hd, bs;
@@ -409,7 +411,8 @@ Result run_attention(const Case& c) {
                           {8, 2, 64, 16, {{699, 1}}},
                           {8, 2, 64, 16, {{999, 1}, {0, 40}}},
                           {16, 8, 64, 16, {{300, 1}, {0, 20}}},
-                          {4, 2, 256, 16, {{200, 1}, {0, 12}}}};
+                          {4, 2, 256, 16, {{200, 1}, {0, 12}}},
+                          {32, 4, 128, 16, {{20, 1}, {0, 9}}}};
   const Shape& sh = shapes[c.variant];
   PagedSetup ps(c.t1, c.t2, sh.n_head, sh.n_head_kv, sh.hd, sh.bs, sh.seqs, 81);
   ps.p.rotate = c.variant == 3;
@@ -516,8 +519,10 @@ double threshold_ref(const Case& c) {
       return gpu_side ? 1e-10 : 0.0;
     case Op::matmul:
       if (!gpu_side) return 1e-12;  // every CPU level: the scalar reference's floats
-      if (c.variant / 100 % 2 == 1 && c.variant % 100 <= 8)  // split decode: the GPU's q8_0 x,
-        return c.t1 == DType::Q6_K ? 5e-4 : 1e-10;           // the CPU's too (q6_K: its x is q8_K)
+      if (c.variant / 100 % 2 == 1 && c.variant % 100 <= 8) {  // split decode: the GPU's q8_0
+        const bool cpu_q8_0 = c.t1 == DType::Q4_0 || c.t1 == DType::Q8_0;  // x, the CPU's too
+        return cpu_q8_0 ? 1e-10 : 5e-4;  // (for the K quants the CPU's x is q8_K)
+      }
       switch (c.t1) {
         case DType::F32:
           return 1e-10;
@@ -541,7 +546,7 @@ double threshold_ref(const Case& c) {
 double threshold_exact(const Case& c) {
   if (c.backend == Backend::cpu) return threshold_ref(Case{Backend::cuda, c.op, c.t1, c.t2, 0});
   if (c.op == Op::attention) return 1e-9;
-  // The decode kernels (f32 x, or the CPU's q8_0 x for split q4_0 / q8_0 / q6_K) or SGEMM.
+  // The decode kernels (f32 x, or the CPU's q8_0 x for the split layout) or SGEMM.
   if (c.variant % 100 <= 8 || c.t1 == DType::F32) return 1e-10;
   return c.t1 == DType::BF16 ? 5e-5 : 2e-6;  // f16 / bf16 GEMM operands
 }
@@ -606,14 +611,19 @@ constexpr DType kWeightTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::
 constexpr DType kMoreWeightTypes[] = {DType::Q4_1, DType::Q5_0,   DType::Q5_1,  DType::Q2_K,
                                       DType::Q3_K, DType::IQ4_NL, DType::IQ4_XS};
 
+/// The weight types the CUDA backend also reads in the split layout (matmul.h).
+constexpr bool cuda_split(DType t) {
+  return t == DType::Q4_0 || t == DType::Q8_0 || t == DType::Q6_K || t == DType::Q4_K ||
+         t == DType::Q5_K;
+}
+
 std::vector<Case> all_cases() {
   std::vector<Case> out;
   for (Backend b : {Backend::cpu, Backend::cuda}) {
     for (DType t : kWeightTypes) {
       out.push_back({b, Op::get_rows, t});
       for (int n : {1, 3, 8, 37, 201}) out.push_back({b, Op::matmul, t, t, n});
-      if (b == Backend::cuda &&
-          (t == DType::Q4_0 || t == DType::Q8_0 || t == DType::Q6_K)) {  // the split layout
+      if (b == Backend::cuda && cuda_split(t)) {  // the split layout
         out.push_back({b, Op::get_rows, t, t, 1});
         for (int n : {101, 103, 137, 301, 501}) out.push_back({b, Op::matmul, t, t, n});
       }
@@ -635,7 +645,7 @@ std::vector<Case> all_cases() {
     for (DType kt : kKvCacheTypes)
       for (DType vt : kKvCacheTypes)
         if (b == Backend::cuda || kt == vt || vt == DType::F16)
-          for (int v : {0, 1, 2, 3, 4, 5, 6}) out.push_back({b, Op::attention, kt, vt, v});
+          for (int v : {0, 1, 2, 3, 4, 5, 6, 7}) out.push_back({b, Op::attention, kt, vt, v});
   }
   return out;
 }
@@ -678,7 +688,7 @@ TEST(CudaSupport, TypesAndShapesAreCheckedUpFront) {
 }
 
 /// matmul_many over weights reading the same x equals one matmul per weight, bit for bit: with
-/// x quantized once for split q4_0 / q8_0 / q6_K weights (decode rows), one fused launch for
+/// x quantized once for split-layout weights (decode rows), one fused launch for
 /// one row over weights of one type (k_matvec_q8_1_fused, each of its rows-per-warp choices),
 /// and per weight where one of them is not split (f16) or for prefill rows.
 TEST(CudaMatmulMany, EqualsOneMatmulPerWeight) {

@@ -518,8 +518,11 @@ class CudaDevice final : public kvrun::Device {
       throw DeviceOutOfMemory(out_of_memory(int64_t(bytes), "a weight (lower -ngl)") + " [" +
                               e.what() + "]");
     }
-    // q4_0 / q8_0 / q6_K matrices go up in the split layout (16-byte loads of their quants).
-    const bool split = split_layout_supported(t.type) && t.n_rows() > 1;
+    // q4_0 / q8_0 / q6_K matrices go up in the split layout (16-byte loads of their quants);
+    // q4_K / q5_K too with KVRUN_CUDA_SPLIT_K=1 (Context::Impl::split_k_quants).
+    const bool k_quant = t.type == DType::Q4_K || t.type == DType::Q5_K;
+    const bool split = split_layout_supported(t.type) && t.n_rows() > 1 &&
+                       (!k_quant || ctx().impl().split_k_quants);
     std::vector<uint8_t> staged;
     if (split) staged = split_weight(t);
     {

@@ -85,8 +85,14 @@ Context::Context(int device) : impl_(std::make_unique<Impl>()) {
   impl_->sm_count = prop.multiProcessorCount;
   const char* mv = std::getenv("KVRUN_CUDA_MATVEC");
   impl_->act_q8_matvec = !(mv && std::string(mv) == "f32");
+  const char* sk = std::getenv("KVRUN_CUDA_SPLIT_K");
+  impl_->split_k_quants = sk && std::string(sk) == "1";
   const char* fm = std::getenv("KVRUN_CUDA_FUSED_MATVEC");
   impl_->fused_matvec = !(fm && std::string(fm) == "0");
+  const char* at = std::getenv("KVRUN_CUDA_ATTN_TYPED");
+  impl_->attn_typed = at && std::string(at) == "1";
+  const char* sh = std::getenv("KVRUN_CUDA_ATTN_SPLIT_HEADS");
+  impl_->attn_split_heads = sh && std::string(sh) == "1";
   const char* av = std::getenv("KVRUN_CUDA_ATTN_V");
   if (av && std::string(av) == "vec") impl_->attn_v = Impl::AttnV::kVec;
   if (av && std::string(av) == "pair") impl_->attn_v = Impl::AttnV::kPair;

@@ -61,6 +61,10 @@ struct Context::Impl {
   /// launches one kernel for all of them (matmul.cu k_matvec_q8_1_fused; the same sums);
   /// false (KVRUN_CUDA_FUSED_MATVEC=0) launches one per weight (for side-by-side measurement).
   bool fused_matvec = true;
+  /// KVRUN_CUDA_SPLIT_K=1: the backend uploads q4_K / q5_K matrices in the split layout too
+  /// (split_rows.cuh SplitRowsK: 16-byte loads and the integer decode matmul), as it does
+  /// q4_0 / q8_0 / q6_K. Off by default until run on a GPU.
+  bool split_k_quants = false;
   /// How paged attention reads each lane's V values of a row (paged_attention.cu v_values):
   /// kVec with one vector load where the type and alignment allow, kElem value by value. The
   /// default (kElem) measured faster for every KV type on an H200 (docs/cuda.md);
@@ -70,6 +74,14 @@ struct Context::Impl {
   /// v_accumulate_pairs; head sizes up to 128).
   enum class AttnV { kVec, kElem, kPair, kPairElem };
   AttnV attn_v = AttnV::kElem;
+  /// KVRUN_CUDA_ATTN_TYPED=1: paged attention over f16, q8_0, fp8_e4m3 or nvfp4 K and V of one
+  /// type (V value by value) runs a kernel with that type compiled in (paged_attention.cu
+  /// TypedPair) instead of the run-time formats. Off by default until timed on a GPU.
+  bool attn_typed = false;
+  /// KVRUN_CUDA_ATTN_SPLIT_HEADS=1: paged attention over a short context (one segment, few
+  /// blocks) splits the GQA group's query heads over a block's warps instead of the positions
+  /// (paged_attention.cu k_attn SPLIT). Off by default until timed on a GPU.
+  bool attn_split_heads = false;
   Scratch partials;  ///< paged attention: per-segment (m, l, acc)
   Scratch rotated;   ///< --kv-rotate: the rotated K (kv_store) or Q (attention)
 

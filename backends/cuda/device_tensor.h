@@ -18,8 +18,8 @@ struct DeviceTensor {
 /// std::invalid_argument for a non-contiguous tensor, kvrun::DeviceOutOfMemory when the device is
 /// out of memory.
 DeviceTensor upload_tensor(Context& ctx, const Tensor& host);
-/// Uploads a q4_0 / q8_0 / q6_K matrix in the split layout (matmul.h split_weight) and sets
-/// view.packed = view.data, which tells matmul and get_rows to read it so. Throws as
+/// Uploads a q4_0 / q8_0 / q6_K / q4_K / q5_K matrix in the split layout (matmul.h split_weight)
+/// and sets view.packed = view.data, which tells matmul and get_rows to read it so. Throws as
 /// upload_tensor, and std::invalid_argument for another type.
 DeviceTensor upload_tensor_split(Context& ctx, const Tensor& host);
 

@@ -119,10 +119,11 @@ __global__ void k_quantize_act_q8(const float* x, int64_t n_blocks, int8_t* xq, 
   if (lane == 0) ds[blk] = make_float2(d, float(sum));
 }
 
-/// The decode matmul of split q4_0 / q8_0 / q6_K weights (R: SplitRows) against activations
-/// quantized by k_quantize_act_q8: integer dot products (dp4a) per 32-value block instead of 32 int
-/// → f32 conversions and FMAs. RW weight rows per warp, up to NR activation rows (n at run time);
-/// lanes walk the blocks lane, lane + 32, … and each weight block is loaded once for all n.
+/// The decode matmul of split q4_0 / q8_0 / q6_K / q4_K / q5_K weights (R: SplitRows) against
+/// activations quantized by k_quantize_act_q8: integer dot products (dp4a) per 32-value block
+/// instead of 32 int → f32 conversions and FMAs. RW weight rows per warp, up to NR activation rows
+/// (n at run time); lanes walk the blocks lane, lane + 32, … and each weight block is loaded once
+/// for all n.
 template <typename R, int RW, int NR>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     k_matvec_q8(R rd, int64_t m, int64_t k, const int8_t* xq, const float2* ds, int n, float* y) {
@@ -251,7 +252,7 @@ ActQ8Rows quantize_act_q8(Context::Impl& c, const float* x, int64_t n, int64_t k
   return {xq, ds};
 }
 
-/// The split q4_0 / q8_0 / q6_K decode matmul over activations quantized by quantize_act_q8:
+/// The split-layout decode matmul over activations quantized by quantize_act_q8:
 /// k_matvec_q8 with rows per warp chosen as k_matvec1's.
 template <typename R>
 void matvec_q8(Context::Impl& c, R rd, int64_t m, int64_t k, ActQ8Rows a, int64_t n, float* y) {
@@ -395,8 +396,9 @@ bool split_layout_supported(DType t) { return split_quant_bytes(t) > 0; }
 std::vector<uint8_t> split_weight(const Tensor& host) {
   const int64_t be = traits(host.type).block_elems;
   if (!split_layout_supported(host.type) || !host.is_contiguous() || host.ne[0] % be != 0)
-    throw std::invalid_argument(std::string("split_weight: ") + traits(host.type).name +
-                                " has no split layout (q4_0, q8_0, q6_K; contiguous rows)");
+    throw std::invalid_argument(
+        std::string("split_weight: ") + traits(host.type).name +
+        " has no split layout (q4_0, q8_0, q6_K, q4_K, q5_K; contiguous rows)");
   std::vector<uint8_t> out(size_t(host.ne[0] / be * host.n_rows()) *
                            size_t(traits(host.type).block_bytes));
   split_bytes(host.type, static_cast<const uint8_t*>(host.data), host.ne[0], host.n_rows(),

@@ -31,13 +31,15 @@ constexpr int64_t kMatvecMaxRows = 8;
 bool matmul_supported(DType t, int64_t k);
 
 /// True for the weight types matmul and get_rows also read in the split layout (q4_0, q8_0,
-/// q6_K): for q4_0 / q8_0 every block's quants first, 16-byte aligned, then every block's f16
-/// scale; for q6_K per 32 values 16 bytes of low nibbles, 8 of high bits, two scales, and the
-/// super-blocks' f16 scales after them (weight_decode.cuh SplitRows), for 16-byte loads of rows
-/// whose 18- / 34- / 210-byte blocks are not aligned, and the integer decode matmul.
+/// q6_K, q4_K, q5_K): for q4_0 / q8_0 every block's quants first, 16-byte aligned, then every
+/// block's f16 scale; for q6_K per 32 values 16 bytes of low nibbles, 8 of high bits, two scales,
+/// and the super-blocks' f16 scales after them; for q4_K / q5_K per 32 values 16 bytes of
+/// nibbles (and 4 of fifth bits), then the super-blocks' packed scales and d, dmin
+/// (split_rows.cuh SplitRows, SplitRowsK), for 16-byte loads of rows whose 18- / 34- / 210- /
+/// 144- / 176-byte blocks are not aligned, and the integer decode matmul.
 bool split_layout_supported(DType t);
-/// The bytes of a q4_0 / q8_0 / q6_K matrix (host, rows packed) rearranged into the split
-/// layout (the same size). Upload them and mark the device tensor with packed = data
+/// The bytes of a q4_0 / q8_0 / q6_K / q4_K / q5_K matrix (host, rows packed) rearranged into the
+/// split layout (the same size). Upload them and mark the device tensor with packed = data
 /// (upload_tensor_split); matmul and get_rows then read that layout. Throws std::invalid_argument
 /// for another type.
 std::vector<uint8_t> split_weight(const Tensor& host);
@@ -53,7 +55,7 @@ void matmul(Context& ctx, const Tensor& w, const float* x, int64_t n, float* y);
 
 /// outs[i].y = x · outs[i].wᵀ for every i, as matmul each (the same shapes, contracts and
 /// errors), with the weights reading the same x [n, k]. Decode rows (n ≤ kMatvecMaxRows) of
-/// weights that all take the integer matvec (split q4_0 / q8_0 / q6_K, one k) quantize x once
+/// weights that all take the integer matvec (split layout, one k) quantize x once
 /// for all of them (a llama layer's q, k, v and gate, up: 3 of its 6 quantizations); otherwise
 /// each output is a plain matmul.
 void matmul_many(Context& ctx, const MatmulOut* outs, int n_outs, const float* x, int64_t n);

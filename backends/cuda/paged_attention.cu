@@ -174,6 +174,24 @@ __device__ __forceinline__ void v_values(const KvFormat& f, int vec, const uint8
   }
 }
 
+/// K/V formats fixed at compile time (KVRUN_CUDA_ATTN_TYPED=1): a pair of one type, K read with
+/// the vector code k_values8 names for it, V value by value (the default V path). The kernel's
+/// decoders then carry one type's code instead of branches over every type (kv_value's switch
+/// per V value, k_values8's per 8 K values). kAnyTypes: the run-time formats (every pair).
+enum TypedPair : int { kAnyTypes = 0, kF16Pair, kQ8Pair, kFp8Pair, kNvfp4Pair };
+
+__host__ __device__ constexpr DType typed_type(int t) {
+  return t == kF16Pair   ? DType::F16
+         : t == kQ8Pair  ? DType::Q8_0
+         : t == kFp8Pair ? DType::FP8_E4M3
+                         : DType::NVFP4;
+}
+
+/// k_values8's vector code for pair t (AttnArgs::k_vec).
+__host__ __device__ constexpr int typed_k_vec(int t) {
+  return t == kF16Pair ? 1 : t == kQ8Pair ? 4 : t == kFp8Pair ? 3 : 5;
+}
+
 /// The V rows of one tile by half-warps (AttnArgs::v_pair): lanes 0–15 take rows 0, 2, 4, …
 /// and lanes 16–31 rows 1, 3, 5, …, each lane 2·DPL dims ((lane % 16)·2·DPL on) of its row: one
 /// wider read per lane and half the row iterations of the one-row-per-warp loop. cell: this
@@ -231,10 +249,21 @@ __device__ __forceinline__ void vpair_to_lanes(float (*acc)[2 * DPL]) {
 /// reduction per head, and then the 32 V rows are accumulated with the lanes over head_dim. (The
 /// first kernel had the lanes over head_dim for K too: a warp reduction per position and head,
 /// latency-bound at 121 GB/s over an f16 context on an H200.) PAIR: the V rows by half-warps
-/// (v_accumulate_pairs).
-template <int DPL, int GM, bool PAIR>
+/// (v_accumulate_pairs). TYPED: a TypedPair whose formats are compile-time constants. SPLIT (a
+/// short context, one segment): every warp walks every tile, warp w for the query heads g with
+/// g % 4 = w only — a quarter of the products and shuffles on each warp's chain, where the
+/// default leaves warps 1–3 idle below 33 positions.
+template <int DPL, int GM, bool PAIR, int TYPED, bool SPLIT = false>
 __global__ void __launch_bounds__(kWarps * 32) k_attn(AttnArgs a) {
+  static_assert(!(PAIR && SPLIT), "the half-warp V rows accumulate every head");
   constexpr int HD = 32 * DPL;
+  KvFormat kf = a.kf, vf = a.vf;  // TYPED: the types and codes constants (branches fold)
+  int k_vec = a.k_vec, v_vec = a.v_vec;
+  if constexpr (TYPED != kAnyTypes) {
+    kf.type = vf.type = typed_type(TYPED);
+    k_vec = typed_k_vec(TYPED);
+    v_vec = 0;
+  }
   const int r = blockIdx.x, hk = blockIdx.y, z = blockIdx.z;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int G = a.group;
@@ -263,7 +292,8 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(AttnArgs a) {
     for (int i = 0; i < NA; ++i) acc[g][i] = 0.0f;
   }
   const int e_end = (hk + 1) * a.hd;
-  for (int t0 = p_begin + warp * 32; t0 < p_end; t0 += kWarps * 32) {
+  auto owned = [&](int g) { return !SPLIT || g % kWarps == warp; };  // warp-uniform
+  for (int t0 = p_begin + (SPLIT ? 0 : warp * 32); t0 < p_end; t0 += SPLIT ? 32 : kWarps * 32) {
     const int p = t0 + lane;
     const bool ok = p < p_end;
     const long long cell =
@@ -280,7 +310,7 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(AttnArgs a) {
 #pragma unroll
         for (int u = 0; u < 4; ++u) {
           if (d0 + 8 * u < a.hd) {
-            k_values8(a.kf, a.k_vec, krow, hk, hk * a.hd + d0 + 8 * u, e_end, kx[u]);
+            k_values8(kf, k_vec, krow, hk, hk * a.hd + d0 + 8 * u, e_end, kx[u]);
           } else {
 #pragma unroll
             for (int j = 0; j < 8; ++j) kx[u][j] = 0.0f;
@@ -289,14 +319,18 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(AttnArgs a) {
 #pragma unroll
         for (int u = 0; u < 4; ++u)
 #pragma unroll
-          for (int g = 0; g < GM; ++g)
+          for (int g = 0; g < GM; ++g) {
+            if (!owned(g)) continue;
 #pragma unroll
             for (int j = 0; j < 8; ++j) s[g] += q_s[g][d0 + 8 * u + j] * kx[u][j];
+          }
       }
     }
     float pj[GM];
 #pragma unroll
     for (int g = 0; g < GM; ++g) {
+      pj[g] = 0.0f;
+      if (!owned(g)) continue;  // (m −inf, l and acc 0: the warps' merge below skips it)
       if (a.softcap > 0.0f) s[g] = a.softcap * tanhf(s[g] / a.softcap);
       if (!ok) s[g] = -INFINITY;
       float tmax = s[g];
@@ -320,9 +354,10 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(AttnArgs a) {
       for (int j = 0; j < n_t; ++j) {
         const long long cj = __shfl_sync(0xffffffffu, cell, j);
         float vx[DPL];
-        v_values<DPL>(a.vf, a.v_vec, a.v.row(cj), hk, hk * a.hdv + lane * DPL, v_n, vx);
+        v_values<DPL>(vf, v_vec, a.v.row(cj), hk, hk * a.hdv + lane * DPL, v_n, vx);
 #pragma unroll
         for (int g = 0; g < GM; ++g) {
+          if (!owned(g)) continue;
           const float w = __shfl_sync(0xffffffffu, pj[g], j);
 #pragma unroll
           for (int i = 0; i < DPL; ++i) acc[g][i] += w * vx[i];
@@ -426,22 +461,48 @@ __global__ void __launch_bounds__(kMergeWarps * 32)
   }
 }
 
-template <int DPL, bool PAIR>
+template <int DPL, bool PAIR, int TYPED = kAnyTypes>
 void launch_group(cudaStream_t s, dim3 grid, const AttnArgs& a) {
   if (a.group <= 1)
-    k_attn<DPL, 1, PAIR><<<grid, kWarps * 32, 0, s>>>(a);
+    k_attn<DPL, 1, PAIR, TYPED><<<grid, kWarps * 32, 0, s>>>(a);
   else if (a.group <= 4)
-    k_attn<DPL, 4, PAIR><<<grid, kWarps * 32, 0, s>>>(a);
+    k_attn<DPL, 4, PAIR, TYPED><<<grid, kWarps * 32, 0, s>>>(a);
   else
-    k_attn<DPL, kG, PAIR><<<grid, kWarps * 32, 0, s>>>(a);
+    k_attn<DPL, kG, PAIR, TYPED><<<grid, kWarps * 32, 0, s>>>(a);
+}
+
+/// k_attn with the query heads split over the warps (SPLIT), for groups of more than 1.
+template <int DPL>
+void launch_split(cudaStream_t s, dim3 grid, const AttnArgs& a) {
+  if (a.group <= 4)
+    k_attn<DPL, 4, false, kAnyTypes, true><<<grid, kWarps * 32, 0, s>>>(a);
+  else
+    k_attn<DPL, kG, false, kAnyTypes, true><<<grid, kWarps * 32, 0, s>>>(a);
 }
 
 /// k_attn for DPL dims a lane, with V read by half-warps where `pair` (DPL ≤ 4: 2·DPL values a
-/// lane, at most 8).
+/// lane, at most 8), else with the formats of TypedPair `typed` compiled in (head sizes 33–128,
+/// DPL 2 and 4; kAnyTypes or other sizes: the run-time formats), or with the heads split over the
+/// warps where `split` (DPL 2 and 4, groups over 1).
 template <int DPL>
-void launch(cudaStream_t s, dim3 grid, const AttnArgs& a, bool pair) {
+void launch(cudaStream_t s, dim3 grid, const AttnArgs& a, bool pair, int typed, bool split) {
   if constexpr (DPL <= 4) {
     if (pair) return launch_group<DPL, true>(s, grid, a);
+  }
+  if constexpr (DPL == 2 || DPL == 4) {
+    if (split && a.group > 1) return launch_split<DPL>(s, grid, a);
+    switch (typed) {
+      case kF16Pair:
+        return launch_group<DPL, false, kF16Pair>(s, grid, a);
+      case kQ8Pair:
+        return launch_group<DPL, false, kQ8Pair>(s, grid, a);
+      case kFp8Pair:
+        return launch_group<DPL, false, kFp8Pair>(s, grid, a);
+      case kNvfp4Pair:
+        return launch_group<DPL, false, kNvfp4Pair>(s, grid, a);
+      default:
+        break;
+    }
   }
   launch_group<DPL, false>(s, grid, a);
 }
@@ -564,15 +625,24 @@ void paged_attention(Context& ctx, const PagedKvLayer& kv, const AttnShape& shap
   a.partials = static_cast<float*>(c.partials.get(c.stream, part_bytes));
 
   a.out = n_seg == 1 ? out : nullptr;
+  // KVRUN_CUDA_ATTN_TYPED=1: a pair of one type read the default way gets its formats compiled in.
+  int typed = kAnyTypes;
+  if (c.attn_typed && !pair && a.v_vec == 0 && kv.k_type == kv.v_type) {
+    for (const int t : {int(kF16Pair), int(kQ8Pair), int(kFp8Pair), int(kNvfp4Pair)})
+      if (kv.k_type == typed_type(t) && a.k_vec == typed_k_vec(t)) typed = t;
+  }
+  // KVRUN_CUDA_ATTN_SPLIT_HEADS=1: a short context (one segment, fewer blocks than the target)
+  // gives each warp its share of the group's query heads instead of its share of the tiles.
+  const bool split = c.attn_split_heads && !pair && n_seg == 1 && base < target;
   const dim3 grid(unsigned(rows), unsigned(shape.n_head_kv), unsigned(n_seg));
   if (dpl == 1)
-    launch<1>(c.stream, grid, a, pair);
+    launch<1>(c.stream, grid, a, pair, typed, split);
   else if (dpl == 2)
-    launch<2>(c.stream, grid, a, pair);
+    launch<2>(c.stream, grid, a, pair, typed, split);
   else if (dpl == 4)
-    launch<4>(c.stream, grid, a, pair);
+    launch<4>(c.stream, grid, a, pair, typed, split);
   else
-    launch<8>(c.stream, grid, a, pair);
+    launch<8>(c.stream, grid, a, pair, typed, split);
   check_launch("paged_attention");
   if (n_seg == 1) return;
   const dim3 merge_grid(unsigned(rows * shape.n_head), unsigned((shape.head_dim_v + 31) / 32));
