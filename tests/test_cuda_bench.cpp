@@ -232,15 +232,25 @@ TEST_P(CudaBenchDecode, Llama8BShapesAt32k) {
       kv_type, kv_type, kr, kr, bs, L0.kc.as<uint8_t>(), L0.vc.as<uint8_t>()};
   const double sa = time_per_call(
       ctx, 5, 100, [&](int) { cuda::paged_attention(ctx, kv0, shape, step, f(q), f(att)); });
+  // ... and over the first 16 positions (a depth-0 decode: one segment, one block per KV head).
+  cuda::AttnBatch near;
+  const cuda::SeqRows at16{table.data(), 15, 0, 1};
+  near.set(ctx, &at16, 1, bs);
+  const double s16 = time_per_call(
+      ctx, 5, 100, [&](int) { cuda::paged_attention(ctx, kv0, shape, near, f(q), f(att)); });
   std::printf(
       "decode step, 8B shapes, q4_0 weights, KV %-8s ctx %lld: eager %7.2f ms "
       "(%6.1f t/s), graph %7.2f ms (%6.1f t/s) (op chain, no integration); attention "
-      "alone %7.1f us  %6.1f GB/s\n",
+      "alone %7.1f us  %6.1f GB/s, at ctx 16 %5.1f us\n",
       traits(kv_type).name, (long long)ctx_len, s * 1e3, 1.0 / s, sg * 1e3, 1.0 / sg, sa * 1e6,
-      2.0 * double(ctx_len * kr) / sa / 1e9);
+      2.0 * double(ctx_len * kr) / sa / 1e9, s16 * 1e6);
+  std::vector<float> a16(static_cast<size_t>(nq));
+  att.download(ctx, a16.data(), a16.size() * 4);
+  for (float o : a16) ASSERT_TRUE(std::isfinite(o)) << "non-finite attention output at ctx 16";
   RecordProperty("graph_step_ms", std::to_string(sg * 1e3));
   RecordProperty("step_ms", std::to_string(s * 1e3));
   RecordProperty("attention_us", std::to_string(sa * 1e6));
+  RecordProperty("attention_ctx16_us", std::to_string(s16 * 1e6));
 #endif
 }
 
