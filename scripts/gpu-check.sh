@@ -6,6 +6,7 @@
 #   scripts/gpu-check.sh run       # there: configure, build, run the CUDA tests
 #   scripts/gpu-check.sh pack      # here, after building build-cuda/ (below): the end-to-end kit
 #   scripts/gpu-check.sh e2e       # there: the seam end to end on the GPU, and `kvrun bench`
+#   scripts/gpu-check.sh lease     # there: run + e2e in one call, three files back (below)
 #
 # The end-to-end half needs the whole kvrun (PCRE2, ICU, libcurl, ...), which the GPU machine
 # cannot build: `pack` takes kvrun and test_gpu_e2e from a build here with CUDA for sm_90
@@ -262,10 +263,33 @@ PY
   exit $status
 }
 
+# One lease's worth in one call of the device tool (its command limit is 10 minutes): `run` and
+# `e2e` as subprocesses, their logs outside $OUT, and three files back under $OUT —
+# summary.txt (everything both print), tests.log and e2e.log — so nothing printed is lost when
+# the call ends early. Defaults for a short lease (each overridable): the attention modes not yet
+# timed, the 32K depth rows only, no ncu.
+lease() {
+  local out=${OUT:-$BUILD/logs} self=$PWD/scripts/gpu-check.sh  # (main cd'ed to the root)
+  mkdir -p "$out"
+  (
+    status=0
+    OUT=/tmp/gpu-check-run ATTN_MODES=${ATTN_MODES:-"KVRUN_CUDA_ATTN_TYPED=1 \
+KVRUN_CUDA_ATTN_SPLIT_HEADS=1 KVRUN_CUDA_ATTN_V=pair KVRUN_CUDA_ATTN_V=pair-elem"} "$self" run ||
+      status=1
+    cp /tmp/gpu-check-run/tests.log "$out/" 2>/dev/null || true
+    OUT=/tmp/gpu-check-e2e E2E_DEPTHS=${E2E_DEPTHS-32768} NCU=${NCU:-0} "$self" e2e || status=1
+    cp /tmp/gpu-check-e2e/e2e.log "$out/" 2>/dev/null || true
+    echo "gpu-check lease: exit $status"
+    exit "$status"
+  ) 2>&1 | tee "$out/summary.txt"
+  exit "${PIPESTATUS[0]}"
+}
+
 case "${1:-}" in
   prepare) prepare ;;
+  lease) lease ;;
   run) run ;;
   pack) pack ;;
   e2e) e2e ;;
-  *) echo "usage: $0 prepare|run|pack|e2e" >&2; exit 2 ;;
+  *) echo "usage: $0 prepare|run|pack|e2e|lease" >&2; exit 2 ;;
 esac
