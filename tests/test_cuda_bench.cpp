@@ -199,9 +199,8 @@ TEST_P(CudaBenchDecode, Llama8BShapesAt32k) {
       const cuda::PagedKvLayer kv{kv_type,           kv_type, kr, kr, bs, L.kc.as<uint8_t>(),
                                   L.vc.as<uint8_t>()};
       cuda::rms_norm(ctx, f(x), f(norm_w), f(xn), 1, kD, 1e-5f);
-      cuda::matmul(ctx, L.q.view, f(xn), 1, f(q));
-      cuda::matmul(ctx, L.k.view, f(xn), 1, f(k));
-      cuda::matmul(ctx, L.v.view, f(xn), 1, f(v));
+      const MatmulOut qkv[3] = {{&L.q.view, f(q)}, {&L.k.view, f(k)}, {&L.v.view, f(v)}};
+      cuda::matmul_many(ctx, qkv, 3, f(xn), 1);  // as the model issues them (one fused launch)
       cuda::rope(ctx, f(q), 1, kHead, kHd, step.positions(), rp);
       cuda::rope(ctx, f(k), 1, kHeadKv, kHd, step.positions(), rp);
       cuda::kv_store(ctx, kv, shape, step, f(k), f(v));
@@ -209,8 +208,8 @@ TEST_P(CudaBenchDecode, Llama8BShapesAt32k) {
       cuda::matmul(ctx, L.o.view, f(att), 1, f(proj));
       cuda::add(ctx, f(x), f(proj), kD);
       cuda::rms_norm(ctx, f(x), f(norm_w), f(xn), 1, kD, 1e-5f);
-      cuda::matmul(ctx, L.gate.view, f(xn), 1, f(gate));
-      cuda::matmul(ctx, L.up.view, f(xn), 1, f(up));
+      const MatmulOut gate_up[2] = {{&L.gate.view, f(gate)}, {&L.up.view, f(up)}};
+      cuda::matmul_many(ctx, gate_up, 2, f(xn), 1);
       cuda::swiglu(ctx, f(gate), f(up), f(gate), kFF);
       cuda::matmul(ctx, L.down.view, f(gate), 1, f(proj));
       cuda::add(ctx, f(x), f(proj), kD);
