@@ -410,16 +410,20 @@ void KvCache::read_block_rows(int64_t il, int32_t block, bool v, int64_t off, vo
     std::memcpy(dst, p, bytes);
 }
 
-void KvCache::write_block_rows(int64_t il, int32_t block, bool v, int64_t off, const void* src,
-                               size_t bytes) {
+void KvCache::put_block_rows(int64_t il, int32_t block, bool v, int64_t off, const void* src,
+                             size_t bytes) {
   uint8_t* p = block_rows(layer(il), n_blocks(), block, v, off, bytes, "KvCache::write_block_rows");
   impl_->back_block(block, "KvCache::write_block_rows");
-  if (Backend* be = impl_->copier_of(il)) {
+  if (Backend* be = impl_->copier_of(il))
     be->upload(p, src, bytes);
-    be->synchronize();
-  } else {
+  else
     std::memcpy(p, src, bytes);
-  }
+}
+
+void KvCache::write_block_rows(int64_t il, int32_t block, bool v, int64_t off, const void* src,
+                               size_t bytes) {
+  put_block_rows(il, block, v, off, src, bytes);
+  if (Backend* be = impl_->copier_of(il)) be->synchronize();
 }
 
 void KvCache::write_synthetic_rows(std::span<const int32_t> table, int64_t pos0, int64_t n,
@@ -582,11 +586,13 @@ void KvCache::persist_block(int32_t block, uint64_t hash, std::span<const int32_
 bool KvCache::restore_block(int32_t block, uint64_t hash, std::span<const int32_t> tokens) {
   Impl& c = *impl_;
   if (!c.store || !c.store->load(hash, tokens, c.payload)) return false;
-  const uint8_t* p = c.payload.data();
+  const uint8_t* p = c.payload.data();  // (alive until the copiers below have finished)
   for (int64_t il = 0; il < c.n_layer; ++il, p += c.kb() + c.vb()) {
-    write_block_rows(il, block, false, 0, p, size_t(c.kb()));
-    if (c.vb() > 0) write_block_rows(il, block, true, 0, p + c.kb(), size_t(c.vb()));
+    put_block_rows(il, block, false, 0, p, size_t(c.kb()));
+    if (c.vb() > 0) put_block_rows(il, block, true, 0, p + c.kb(), size_t(c.vb()));
   }
+  // One wait per copier, not per layer's rows: the next step (another stream) reads them.
+  for (const auto& be : c.copiers) be->synchronize();
   return true;
 }
 

@@ -220,6 +220,10 @@ class KvCache {
   friend class KvSequence;  // registers itself (the victim policy reads the block tables)
   void attach(KvSequence* seq);
   void detach(KvSequence* seq);
+  /// write_block_rows less its final synchronize: an upload through the layer's copier backend
+  /// is only queued (restore_block synchronizes once after every layer's rows).
+  void put_block_rows(int64_t il, int32_t block, bool v, int64_t off, const void* src,
+                      size_t bytes);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
