@@ -252,19 +252,34 @@ ActQ8Rows quantize_act_q8(Context::Impl& c, const float* x, int64_t n, int64_t k
   return {xq, ds};
 }
 
+/// Calls f(RW, U) (std::integral_constant values) with the weight rows per warp of the one-row
+/// decode kernels over m rows (k_matvec1, k_matvec_q8_1) — more rows a warp where there are rows
+/// enough to keep every multiprocessor busy with fewer warps — and the blocks in flight per lane
+/// of k_matvec_q8_1.
+template <typename F>
+void with_rows_per_warp(int64_t m, F&& f) {
+  using I = std::integral_constant<int, 1>;
+  using II = std::integral_constant<int, 2>;
+  using IV = std::integral_constant<int, 4>;
+  if (m >= 8192)
+    f(IV{}, II{});
+  else if (m >= 2048)
+    f(II{}, IV{});
+  else
+    f(I{}, IV{});
+}
+
 /// The split-layout decode matmul over activations quantized by quantize_act_q8:
 /// k_matvec_q8 with rows per warp chosen as k_matvec1's.
 template <typename R>
 void matvec_q8(Context::Impl& c, R rd, int64_t m, int64_t k, ActQ8Rows a, int64_t n, float* y) {
   constexpr int T = kWarpsPerBlock * 32;
-  if (n == 1 && m >= 8192)
-    k_matvec_q8_1<R, 4, 2>
-        <<<grid_for(m, kWarpsPerBlock * 4), T, 0, c.stream>>>(rd, m, k, a.q, a.ds, y);
-  else if (n == 1 && m >= 2048)
-    k_matvec_q8_1<R, 2, 4>
-        <<<grid_for(m, kWarpsPerBlock * 2), T, 0, c.stream>>>(rd, m, k, a.q, a.ds, y);
-  else if (n == 1)
-    k_matvec_q8_1<R, 1, 4><<<grid_for(m, kWarpsPerBlock), T, 0, c.stream>>>(rd, m, k, a.q, a.ds, y);
+  if (n == 1)
+    with_rows_per_warp(m, [&](auto rw, auto u) {
+      constexpr int RW = decltype(rw)::value, U = decltype(u)::value;
+      k_matvec_q8_1<R, RW, U>
+          <<<grid_for(m, kWarpsPerBlock * RW), T, 0, c.stream>>>(rd, m, k, a.q, a.ds, y);
+    });
   else
     k_matvec_q8<R, 1, kMatvecMaxRows>
         <<<grid_for(m, kWarpsPerBlock), T, 0, c.stream>>>(rd, m, k, a.q, a.ds, int(n), y);
@@ -272,7 +287,7 @@ void matvec_q8(Context::Impl& c, R rd, int64_t m, int64_t k, ActQ8Rows a, int64_
 
 /// One k_matvec_q8_1_fused launch for outs (one activation row, quantized in a) when they are
 /// at most kMaxFused weights of one split type; false (nothing launched) otherwise. Rows per warp
-/// by matvec_q8's rule applied to the outputs' rows together.
+/// by with_rows_per_warp over the outputs' rows together.
 bool matvec_q8_fused(Context::Impl& c, const MatmulOut* outs, int n_outs, int64_t k, ActQ8Rows a) {
   if (n_outs < 2 || n_outs > kMaxFused) return false;
   int64_t total = 0;
@@ -289,7 +304,7 @@ bool matvec_q8_fused(Context::Impl& c, const MatmulOut* outs, int n_outs, int64_
         if constexpr (std::is_same_v<decltype(rd), R>) f.rd[i] = rd;
       });
     constexpr int T = kWarpsPerBlock * 32;
-    auto launch = [&](auto rw, auto u) {
+    with_rows_per_warp(total, [&](auto rw, auto u) {
       constexpr int RW = decltype(rw)::value, U = decltype(u)::value;
       unsigned blocks = 0;
       for (int i = 0; i < n_outs; ++i) {
@@ -299,16 +314,7 @@ bool matvec_q8_fused(Context::Impl& c, const MatmulOut* outs, int n_outs, int64_
         blocks += unsigned(grid_for(f.m[i], kWarpsPerBlock * RW));
       }
       k_matvec_q8_1_fused<R, RW, U><<<blocks, T, 0, c.stream>>>(f, k, a.q, a.ds);
-    };
-    using I = std::integral_constant<int, 1>;
-    using II = std::integral_constant<int, 2>;
-    using IV = std::integral_constant<int, 4>;
-    if (total >= 8192)
-      launch(IV{}, II{});
-    else if (total >= 2048)
-      launch(II{}, IV{});
-    else
-      launch(I{}, IV{});
+    });
   });
 }
 
@@ -434,14 +440,11 @@ void matmul(Context& ctx, const Tensor& w, const float* x, int64_t n, float* y) 
   with_reader(w, [&](auto rd) {
     using R = decltype(rd);
     constexpr int T = kWarpsPerBlock * 32;
-    // Rows per warp for one activation row: more where the matrix has rows enough to keep
-    // every multiprocessor busy with fewer warps.
-    if (n == 1 && m >= 8192)
-      k_matvec1<R, 4><<<grid_for(m, kWarpsPerBlock * 4), T, 0, c.stream>>>(rd, m, k, x, y);
-    else if (n == 1 && m >= 2048)
-      k_matvec1<R, 2><<<grid_for(m, kWarpsPerBlock * 2), T, 0, c.stream>>>(rd, m, k, x, y);
-    else if (n == 1)
-      k_matvec1<R, 1><<<grid_for(m, kWarpsPerBlock), T, 0, c.stream>>>(rd, m, k, x, y);
+    if (n == 1)  // (U, the q8 kernels' blocks in flight, unused here)
+      with_rows_per_warp(m, [&](auto rw, auto) {
+        constexpr int RW = decltype(rw)::value;
+        k_matvec1<R, RW><<<grid_for(m, kWarpsPerBlock * RW), T, 0, c.stream>>>(rd, m, k, x, y);
+      });
     else
       k_matvec<R, kMatvecMaxRows>
           <<<grid_for(m, kWarpsPerBlock), T, 0, c.stream>>>(rd, m, k, x, int(n), y);
