@@ -69,6 +69,9 @@ enum class Op {
   /// KV rows in host memory the device reads and writes in place: Device::alloc with
   /// BufferUse::kKvHost (the host tier of a GPU's KV cache, --kv-host-tier)
   kKvHostTier,
+  /// attention over one tier of a layer's blocks as online-softmax states, and their log-sum-exp
+  /// merge (Backend::paged_attention_part / attn_merge: --kv-host-attn cpu)
+  kAttnParts,
 };
 
 /// The name of `op` ("matmul", "paged_attention", …).
@@ -124,6 +127,15 @@ struct PagedAttnParams {
   /// scaled). Null: none. A device answers supports(Op::kAttnSinks) for it.
   const float* sinks = nullptr;
 };
+
+/// Which blocks of a layer's KV rows an attention part reads (Backend::paged_attention_part):
+/// every block, the blocks whose slot is below KvLayer::n_fast (the fast tier: a GPU's VRAM),
+/// or the others (the slow tier: its pinned host memory).
+enum class KvTier { kAll, kFast, kSlow };
+
+/// Floats of one (row, query head) state of Backend::paged_attention_part: m, l, then
+/// head_dim_v accumulators.
+inline int64_t attn_state_floats(int64_t head_dim_v) { return 2 + head_dim_v; }
 
 /// One layer's K and V storage in the paged KV cache (does not own memory), as the layer's device
 /// addresses it. Block ids (what block tables hold) map to storage slots: slot = slot_of[id]
@@ -409,6 +421,30 @@ class Backend {
                          const int32_t* /*ids*/, const float* /*weights*/, int64_t /*n*/,
                          int64_t /*n_used*/, float* /*y*/, const Tensor* /*bias*/) {
     throw std::logic_error("matmul_id is not implemented by the " + device().name() + " backend");
+  }
+
+  // ---- Attention split by KV tier (Op::kAttnParts: --kv-host-attn cpu). The defaults throw
+  // std::logic_error: a device that does not override them must say no in supports(). ----
+
+  /// paged_attention over the positions whose blocks lie in `tier` only, as unnormalized
+  /// online-softmax states (FlashAttention; Dao et al. 2022): part [n_tokens, n_head,
+  /// attn_state_floats(head_dim_v)] holds per row and query head m, the largest scaled (and
+  /// soft-capped) score seen, −inf when the row saw no position of the tier; l = Σ e^(s − m);
+  /// and acc = Σ e^(s − m) · v. Sinks are left to attn_merge. kv_store must have written the
+  /// step's rows first. Needs p.flash. Throws std::invalid_argument as paged_attention does.
+  virtual void paged_attention_part(const KvLayer& /*kv*/, const PagedAttnParams& /*p*/,
+                                    KvTier /*tier*/, const float* /*q*/, float* /*part*/) {
+    throw std::logic_error("paged_attention_part is not implemented by the " + device().name() +
+                           " backend");
+  }
+  /// out [n_tokens, n_head · head_dim_v] = the log-sum-exp merge of n_parts states of
+  /// paged_attention_part over disjoint parts of every row's context (cpu::attn_merge_partials
+  /// per row and head; with p.sinks the sink logit joins each head's denominator). At least one
+  /// part of every row must have seen a position. parts: n_parts pointers, each [n_tokens,
+  /// n_head, attn_state_floats(head_dim_v)] in this device's memory.
+  virtual void attn_merge(const PagedAttnParams& /*p*/, const float* const* /*parts*/,
+                          int /*n_parts*/, int64_t /*n_tokens*/, float* /*out*/) {
+    throw std::logic_error("attn_merge is not implemented by the " + device().name() + " backend");
   }
 
   // ---- Multi-head latent attention (deepseek2: Op::kMla). The default throws

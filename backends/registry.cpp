@@ -51,6 +51,8 @@ const char* op_name(Op op) {
       return "MLA attention";
     case Op::kKvHostTier:
       return "KV host tier";
+    case Op::kAttnParts:
+      return "attention by KV tier";
   }
   return "?";
 }

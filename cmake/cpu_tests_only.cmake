@@ -8,6 +8,6 @@ set(KVRUN_GTEST_SOURCE "/usr/src/googletest" CACHE PATH
     "GoogleTest source tree (KVRUN_CPU_TESTS_ONLY)")
 include(${CMAKE_SOURCE_DIR}/cmake/gtest_source.cmake)
 foreach(name test_cpu_simd test_kernels_fast test_cpu_exp test_cpu_ops test_kv_row_codec test_paged_attention
-    test_paged_attention_decode)
+    test_paged_attention_decode test_paged_attention_tiers)
   kvrun_source_gtest(${name} ${CMAKE_SOURCE_DIR}/tests/${name}.cpp kvrun_cpu kvrun_ggml)
 endforeach()

@@ -388,12 +388,43 @@ RopeConfig layer_rope(const Hparams& hp, const LlamaWeights& w, int64_t il, int6
 
 namespace {
 
+/// Where attention over a GPU layer's host-tier blocks runs with --kv-host-attn cpu: the host's
+/// backend and scratch and the layer's host tier as the host addresses it (LlamaBatch::kv_host).
+struct HostAttn {
+  Backend* be = nullptr;
+  LlamaScratch* s = nullptr;
+  const KvLayer* kv = nullptr;  ///< null: the device reads its host blocks in place
+};
+
+/// The layer's attention split by KV tier (--kv-host-attn cpu): the device `be` over the blocks
+/// in its memory and the host over those in the host tier, at the same time (the device's part
+/// is queued before the host computes its own), merged on the device by log-sum-exp.
+void split_attention(Backend& be, LlamaScratch& s, const HostAttn& host, const KvLayer& kv,
+                     const PagedAttnParams& ap, int64_t n, int64_t nq) {
+  const size_t f = sizeof(float);
+  const int64_t part = n * ap.attn.n_head * attn_state_floats(ap.attn.head_dim_v);
+  float* fast = s.grow(LlamaScratch::kAttnPart, part);
+  float* slow = s.grow(LlamaScratch::kAttnPart2, part);
+  float* host_part = host.s->grow(LlamaScratch::kAttnPart, part);
+  host.be->copy_from(be, s.q, host.s->q, size_t(n * nq) * f);  // (waits for the KV store)
+  be.paged_attention_part(kv, ap, KvTier::kFast, s.q, fast);
+  host.be->paged_attention_part(*host.kv, ap, KvTier::kSlow, host.s->q, host_part);
+  be.copy_from(*host.be, host_part, slow, size_t(part) * f);
+  const float* parts[2] = {fast, slow};
+  be.attn_merge(ap, parts, 2, n, s.att);
+}
+
 /// The KV store and paged attention of one layer: on the layer's backend `be`, or, when the
 /// layer's KV rows live on another device (-nkvo), on that device's backend `kv_be`, with Q, K
-/// and V copied there and the attention output copied back.
+/// and V copied there and the attention output copied back; split by tier with `host.kv`.
 void kv_attention(Backend& be, LlamaScratch& s, Backend& kv_be, LlamaScratch& kv_s,
                   const KvLayer& kv, const PagedAttnParams& ap, int64_t n, int64_t nq, int64_t nk,
-                  int64_t nv) {
+                  int64_t nv, const HostAttn& host) {
+  if (&kv_be == &be && host.kv) {
+    be.kv_store(kv, ap, s.k, s.v);
+    split_attention(be, s, host, kv, ap, n, nq);
+    return;
+  }
   if (&kv_be == &be) {
     be.kv_store(kv, ap, s.k, s.v);
     be.paged_attention(kv, ap, s.q, s.att);
@@ -412,7 +443,7 @@ void kv_attention(Backend& be, LlamaScratch& s, Backend& kv_be, LlamaScratch& kv
 /// and attention on `kv_be`).
 void attention_block(const Hparams& hp, const LlamaWeights& w, int64_t il, Backend& be,
                      LlamaScratch& s, Backend& kv_be, LlamaScratch& kv_s, const LlamaBatch& b,
-                     int64_t n) {
+                     int64_t n, const HostAttn& host) {
   if (w.spec.mla) {
     mla_attention_block(hp, w, il, be, s, kv_be, kv_s, b, n);
     return;
@@ -453,7 +484,7 @@ void attention_block(const Hparams& hp, const LlamaWeights& w, int64_t il, Backe
   ap.window = hp.is_swa(il) ? hp.n_swa : 0;
   ap.softcap = hp.attn_softcap;
   ap.sinks = static_cast<const float*>(L.attn_sinks.data);
-  kv_attention(be, s, kv_be, kv_s, b.kv[il], ap, n, nq, nk, nv);
+  kv_attention(be, s, kv_be, kv_s, b.kv[il], ap, n, nq, nk, nv, host);
   be.matmul(L.wo, s.att, n, s.proj);
   add_bias(be, s.proj, L.bo, n, d);
   if (L.attn_post_norm.data) be.rms_norm(s.proj, &L.attn_post_norm, s.proj, n, d, hp.rms_eps);
@@ -567,7 +598,8 @@ void llama_forward(const Hparams& hp, const LlamaWeights& w, const Placement& p,
     move_to(p.layers[size_t(il)]);
     int64_t end = il + 1;
     while (end < hp.n_layer && p.layers[size_t(end)] == cur) ++end;
-    bool local = true;
+    // (--kv-host-attn cpu, a step reading host-tier blocks: the host computes part of them)
+    bool local = !b.kv_host;
     for (int64_t j = il; j < end; ++j)
       local = local && p.kv[size_t(j)] == cur && p.ffn[size_t(j)] == cur;
     const bool head = end == hp.n_layer && b.n_out > 0 && p.output == cur;
@@ -575,7 +607,10 @@ void llama_forward(const Hparams& hp, const LlamaWeights& w, const Placement& p,
       for (int64_t j = il; j < end; ++j) {
         const Device* kv_dev = p.kv[size_t(j)];
         const Device* ffn_dev = p.ffn[size_t(j)];
-        attention_block(hp, w, j, *be, *s, exec.backend(kv_dev), exec.scratch(kv_dev), b, n);
+        HostAttn host;
+        if (b.kv_host && b.kv_host[j].k_slow && kv_dev == cur && cur != p.input)
+          host = {&exec.backend(p.input), &exec.scratch(p.input), &b.kv_host[j]};
+        attention_block(hp, w, j, *be, *s, exec.backend(kv_dev), exec.scratch(kv_dev), b, n, host);
         ffn_on(hp, w, j, *be, *s, exec.backend(ffn_dev), exec.scratch(ffn_dev), n);
       }
       if (head) out = output_compute(hp, w, *be, *s, b);

@@ -228,7 +228,9 @@ class LlamaScratch {
   static constexpr int kShexpGate = 5, kShexpUp = 6, kShexpOut = 7, kMlaQLora = 8, kMlaKva = 9,
                        kMlaLatent = 10, kMlaKRow = 11, kMlaQNope = 12, kMlaQAbs = 13,
                        kMlaQuery = 14, kMlaOut = 15, kMlaIds = 16, kMlaKvK = 17, kMlaKvQ = 18,
-                       kMlaKvOut = 19, kNumGrown = 20;
+                       kMlaKvOut = 19;
+  /// Attention states by KV tier (Backend::paged_attention_part, --kv-host-attn cpu).
+  static constexpr int kAttnPart = 20, kAttnPart2 = 21, kNumGrown = 22;
 
  private:
   Device& dev_;
@@ -304,9 +306,14 @@ struct LlamaBatch {
   /// would multiply; llama.cpp's embeddings), written instead of the logits (logits unused).
   float* embd = nullptr;
   const KvLayer* kv = nullptr;  ///< [n_layer] paged KV storage of each layer
-  bool flash = false;           ///< online softmax (see PagedAttnParams)
-  bool rotate = false;          ///< K stored Hadamard-rotated (--kv-rotate)
-  int64_t n_ctx = 0;            ///< context per sequence; above rope.n_ctx_orig phi3 uses rope_long
+  /// --kv-host-attn cpu, in a step that reads a block of a GPU layer's host tier: [n_layer] the
+  /// layers' host tiers as the host addresses them (KvCache::host_tier_layer; k_slow null for a
+  /// layer without one). Attention over those blocks then runs on the host's backend and is
+  /// merged with the device's over its own blocks (kv_attention). Null: devices read them.
+  const KvLayer* kv_host = nullptr;
+  bool flash = false;   ///< online softmax (see PagedAttnParams)
+  bool rotate = false;  ///< K stored Hadamard-rotated (--kv-rotate)
+  int64_t n_ctx = 0;    ///< context per sequence; above rope.n_ctx_orig phi3 uses rope_long
 };
 
 /// Runs the batch through the model on the placement's backends: writes the K/V rows of every

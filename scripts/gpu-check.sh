@@ -27,8 +27,9 @@
 # The attention paths still off by default (KVRUN_CUDA_ATTN_SPLIT_HEADS=1, KVRUN_CUDA_ATTN_TYPED=1,
 # KVRUN_CUDA_ATTN_V=pair) each get f16 rows at depths 0 and 32K right after the default's
 # (E2E_ATTN_MODES picks them; empty: none), and a synthetic Q4_K file runs pp512 / tg32 without
-# and with KVRUN_CUDA_SPLIT_K=1 (E2E_SPLIT_K=0 skips it). `NCU=1 e2e` adds Nsight Compute's per-kernel GPU
-# times of a few depth-0 decode steps (f16 KV).
+# and with KVRUN_CUDA_SPLIT_K=1 (E2E_SPLIT_K=0 skips it); the host tier runs tg32 at depth 32K
+# with --kv-host-attn gpu and cpu (E2E_HOST_TIER=0 skips it). `NCU=1 e2e` adds Nsight Compute's
+# per-kernel GPU times of a few depth-0 decode steps (f16 KV).
 #
 # `prepare` copies the source-only dependencies the CUDA tests need into the ignored folder
 # .gpu-deps/ (GoogleTest from Debian's googletest package, /usr/src/googletest), which travels
@@ -228,6 +229,18 @@ PY
         env "$m" "$kit/bin/kvrun" bench -m "$mk" -ngl 99 -p 512 -n 32 -r 3 --json 2>/dev/null |
           python3 -c "import json,sys; [print('Q4_K $m', r['test'], round(r['avg_ts'],1), 't/s') for r in json.load(sys.stdin)]" || true
       done
+  fi
+  # The host tier at depth 32K with 8K positions' f16 KV in VRAM (--kv-mem 1G: 128 KiB a
+  # position) and the rest in pinned host memory: the GPU reads those blocks over PCIe
+  # (--kv-host-attn gpu, the default) or the CPU attends to them while the GPU attends to its
+  # own, merged by log-sum-exp (cpu). docs/cuda.md picks the default by these two rows.
+  if [[ ${E2E_HOST_TIER:-1} == 1 && ${#fill[@]} -gt 0 ]]; then
+    for m in gpu cpu; do
+      "$kit/bin/kvrun" bench -m "$model" -ngl 99 -p 0 -n 32 -d 32768 -r 3 "${fill[@]}" \
+        --kv-mem 1G --kv-host-tier --kv-host-attn "$m" --json 2>"$LOG_DIR/host-tier-$m.err" |
+        python3 -c "import json,sys; [print('host tier --kv-host-attn $m', r['test'], round(r['avg_ts'],1), 't/s') for r in json.load(sys.stdin)]" ||
+        { status=1; tail -3 "$LOG_DIR/host-tier-$m.err"; }
+    done
   fi
   # Where a depth-0 token's time goes: the host's recording of the step, the GPU's replay and
   # launch to launch (KVRUN_CUDA_STEP_TIMES, medians), with f16 KV.

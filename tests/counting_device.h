@@ -36,6 +36,7 @@ class CountingDevice final : public Device {
     if (refuse_moe && (op == Op::kMoeRoute || op == Op::kMatmulId)) return false;
     if (refuse_sinks && op == Op::kAttnSinks) return false;
     if (refuse_mla && op == Op::kMla) return false;
+    if (refuse_attn_parts && op == Op::kAttnParts) return false;
     if (op == Op::kMatmul &&
         std::find(refuse_weights.begin(), refuse_weights.end(), a) != refuse_weights.end())
       return false;
@@ -54,6 +55,7 @@ class CountingDevice final : public Device {
   bool refuse_moe = false;            ///< stands in for a device without the MoE ops (Vulkan, CUDA)
   bool refuse_sinks = false;          ///< stands in for a device without attention sinks
   bool refuse_mla = false;            ///< stands in for a device without MLA (Vulkan, CUDA)
+  bool refuse_attn_parts = false;     ///< stands in for a device without them (Vulkan)
   std::vector<DType> refuse_weights;  ///< weight types its matmul lacks (CUDA: the grid i-quants)
   bool host = true;                   ///< host_memory()
   /// Stand-ins for a device whose memory runs out in the middle of a step (its scratch grows with
@@ -73,6 +75,7 @@ class CountingDevice final : public Device {
   int kv_allocs = 0;
   int uploads = 0;
   int64_t copies_in = 0;     ///< copy_from calls on this device's backends
+  int64_t attn_parts = 0;    ///< paged_attention_part calls on this device's backends
   int64_t upload_bytes = 0;  ///< bytes of Backend::upload calls on this device's backends
 
  private:
@@ -177,6 +180,15 @@ class CountingBackend final : public Backend {
                               " rows, context " + std::to_string(context_) + ")");
     }
     be_->paged_attention(kv, p, q, out);
+  }
+  void paged_attention_part(const KvLayer& kv, const PagedAttnParams& p, KvTier tier,
+                            const float* q, float* part) override {
+    ++d_.attn_parts;
+    be_->paged_attention_part(kv, p, tier, q, part);
+  }
+  void attn_merge(const PagedAttnParams& p, const float* const* parts, int n_parts,
+                  int64_t n_tokens, float* out) override {
+    be_->attn_merge(p, parts, n_parts, n_tokens, out);
   }
   void upload(void* d, const void* h, size_t n) override {
     d_.upload_bytes += int64_t(n);

@@ -455,6 +455,89 @@ TEST(BackendSplit, BlockRowsOfAnyBlockAreCommittedBeforeTheyAreTouched) {
   EXPECT_EQ(out, in);
 }
 
+/// Logits of a 100-token prompt and 8 greedy steps with every layer on `mp.gpu`, whose KV
+/// cache holds 4 blocks of 16 (--kv-mem) and the rest in its host tier (--kv-host-tier), the
+/// host tier's blocks attended to by the device in place or, with `host_attn_cpu`, by the host.
+/// K and V rows of type `kv_type`.
+std::vector<float> run_host_tier(const std::string& path, const ModelParams& mp, bool host_attn_cpu,
+                                 DType kv_type) {
+  const Model m = Model::load(path, mp);
+  ContextParams cp;
+  cp.n_ctx = 160;
+  cp.n_batch = 32;
+  cp.n_threads = 2;
+  cp.kv.block_size = 16;
+  const Hparams::KvRows r = m.hparams().kv_rows();
+  cp.kv.host_tier = true;
+  cp.kv.host_attn_cpu = host_attn_cpu;
+  cp.kv.type_k = cp.kv.type_v = kv_type;
+  cp.kv.mem_bytes = 4 * 16 *
+                    kv_bytes_per_token(cp.kv.type_k, cp.kv.type_v, m.hparams().n_layer, r.n_head_kv,
+                                       r.head_dim, r.head_dim_v);
+  Context ctx(m, cp);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 100; ++i) prompt.push_back(int32_t((i * 7 + 3) % m.hparams().n_vocab));
+  const std::span<const float> last = ctx.eval(prompt);
+  std::vector<float> out(last.begin(), last.end());
+  int32_t next = int32_t(std::max_element(out.begin(), out.end()) - out.begin());
+  for (int step = 0; step < 8; ++step) {
+    const std::span<const float> lg = ctx.eval(std::span<const int32_t>(&next, 1));
+    out.insert(out.end(), lg.begin(), lg.end());
+    next = int32_t(std::max_element(lg.begin(), lg.end()) - lg.begin());
+  }
+  EXPECT_GT(ctx.cache().tier_stats().placed_slow, 0);
+  return out;
+}
+
+// --kv-host-attn cpu: a stand-in GPU (its memory not the host's) with a host tier; attention
+// over the host tier's blocks runs on the host backend (paged_attention_part, kSlow) while the
+// device attends to its own blocks (kFast), merged on the device (attn_merge). The logits follow
+// the run where the device reads the host blocks itself, up to the merge's rounding, with the
+// same greedy tokens; a device without the ops is refused naming the flag.
+TEST(BackendSplit, HostTierAttentionOnTheHostFollowsTheDevicesOwn) {
+  const fs::path path = test::fixture("models/stories260K-F32.gguf");
+  if (!fs::exists(path)) GTEST_SKIP() << "fixture missing: " << path;
+  CountingDevice gpu("CPU1");
+  gpu.host = false;
+  ModelParams mp;
+  mp.n_gpu_layers = 1000;
+  mp.gpu = &gpu;
+  // f32 rows: the two runs differ by the merge's f32 rounding only; f16 rows: the CPU kernel
+  // accumulates an f16 V in f16 (test_paged_attention.cpp), which a split changes more.
+  for (const auto& [type, tol] : {std::pair{DType::F32, 1e-4}, std::pair{DType::F16, 1e-2}}) {
+    gpu.attn_parts = 0;
+    const std::vector<float> in_place = run_host_tier(path.string(), mp, false, type);
+    EXPECT_EQ(gpu.attn_parts, 0);
+    const std::vector<float> split = run_host_tier(path.string(), mp, true, type);
+    EXPECT_GT(gpu.attn_parts, 0);
+    ASSERT_EQ(split.size(), in_place.size());
+    const int64_t n_vocab = Model::load(path.string(), {}).hparams().n_vocab;
+    double err = 0;
+    for (size_t i = 0; i < split.size(); ++i)
+      err = std::max(err, double(std::fabs(split[i] - in_place[i])));
+    EXPECT_LE(err, tol) << kv_type_name(type);
+    EXPECT_GT(err, 0.0) << kv_type_name(type);  // (two parts merged round unlike one pass)
+    for (size_t row = 0; row < split.size() / size_t(n_vocab); ++row) {
+      const auto a = split.begin() + int64_t(row) * n_vocab;
+      const auto b = in_place.begin() + int64_t(row) * n_vocab;
+      EXPECT_EQ(std::max_element(a, a + n_vocab) - a, std::max_element(b, b + n_vocab) - b)
+          << kv_type_name(type) << " row " << row;
+    }
+  }
+  // Without the ops (Vulkan today), --kv-host-attn cpu is refused before anything runs.
+  CountingDevice lacking("CPU2");
+  lacking.host = false;
+  lacking.refuse_attn_parts = true;
+  ModelParams ml = mp;
+  ml.gpu = &lacking;
+  try {
+    run_host_tier(path.string(), ml, true, DType::F16);
+    ADD_FAILURE() << "--kv-host-attn cpu on a device without kAttnParts was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("--kv-host-attn"), std::string::npos) << e.what();
+  }
+}
+
 TEST(BackendSplit, SchedulerStepMatchesContextOnASplitModel) {
   const fs::path path = test::fixture("models/stories260K-F32.gguf");
   if (!fs::exists(path)) GTEST_SKIP() << "fixture missing: " << path;

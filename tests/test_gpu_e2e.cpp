@@ -347,7 +347,8 @@ TEST(GpuEndToEnd, ToolsPlanTheMoeFfnsTheGpuLacksOnTheCpu) {
 /// tiers' counters at the end. The second part's context is the prompt's, whatever the first
 /// part generated, so both parts compare with the CPU's.
 std::pair<Trace, Trace> run_past_budget(const std::string& path, const ModelParams& mp,
-                                        bool host_tier, KvTierStats* stats = nullptr) {
+                                        bool host_tier, KvTierStats* stats = nullptr,
+                                        bool host_attn_cpu = false) {
   const Model m = Model::load(path, mp);
   ContextParams cp;
   cp.n_ctx = 160;
@@ -357,6 +358,7 @@ std::pair<Trace, Trace> run_past_budget(const std::string& path, const ModelPara
   if (host_tier) {
     const Hparams::KvRows r = m.hparams().kv_rows();
     cp.kv.host_tier = true;
+    cp.kv.host_attn_cpu = host_attn_cpu;
     cp.kv.mem_bytes = 4 * 16 *
                       kv_bytes_per_token(cp.kv.type_k, cp.kv.type_v, m.hparams().n_layer,
                                          r.n_head_kv, r.head_dim, r.head_dim_v);
@@ -400,7 +402,8 @@ void expect_same_trace(const Trace& a, const Trace& b) {
 /// --kv-host-tier: KV rows on the GPU with a fast tier (--kv-mem) of 4 blocks, the rest in
 /// pinned host memory that the kernels read and write in place; blocks move out during decode
 /// and back in after a truncate. The logits equal those of the same GPU run with every block in
-/// VRAM bit for bit, and the tokens follow the CPU's.
+/// VRAM bit for bit, and the tokens follow the CPU's; with --kv-host-attn cpu (a device with
+/// Op::kAttnParts: CUDA, not Vulkan) too.
 TEST(GpuEndToEnd, HostTierGivesTheVramRunsLogitsAndTheCpusTokens) {
   const std::vector<Device*> gpus = gpu_devices();
   if (gpus.empty()) GTEST_SKIP() << "no GPU device (gpu_devices() is empty)";
@@ -429,6 +432,16 @@ TEST(GpuEndToEnd, HostTierGivesTheVramRunsLogitsAndTheCpusTokens) {
     const std::string what = "stories260K on " + gpu->name() + " --kv-host-tier";
     expect_follows(tiered.first, cpu.first, Tolerance{1e-3, 0.02f}, what);
     expect_follows(tiered.second, cpu.second, Tolerance{1e-3, 0.02f}, what + " after truncate");
+    // --kv-host-attn cpu: the CPU attends to the host tier's blocks, merged with the device's.
+    if (!gpu->supports(Op::kAttnParts)) {
+      std::printf("  %s has no attention by KV tier: --kv-host-attn cpu skipped\n",
+                  gpu->name().c_str());
+      continue;
+    }
+    const auto split = run_past_budget(model.string(), mp, true, nullptr, true);
+    expect_follows(split.first, cpu.first, Tolerance{1e-3, 0.02f}, what + " --kv-host-attn cpu");
+    expect_follows(split.second, cpu.second, Tolerance{1e-3, 0.02f},
+                   what + " --kv-host-attn cpu after truncate");
   }
 }
 

@@ -39,6 +39,12 @@ void add_kv_cache_options(CLI::App& app, KvCacheOptions& o) {
   app.add_option("--kv-host-max", o.host_max,
                  "budget of the --kv-host-tier memory, e.g. 16G (default: what the context size "
                  "needs beyond --kv-mem)");
+  app.add_option("--kv-host-attn", o.host_attn,
+                 "attention over the --kv-host-tier blocks: gpu (the GPU reads them over PCIe) "
+                 "or cpu (the CPU reads them in host RAM while the GPU attends to its own, "
+                 "merged by log-sum-exp)")
+      ->check(CLI::IsMember({"gpu", "cpu"}))
+      ->capture_default_str();
   app.add_flag("--no-prefix-cache", o.no_prefix_cache, "do not reuse cached KV blocks of prefixes");
   app.add_option("--kv-cache-dir", o.cache_dir,
                  "persistent prefix cache: write full KV blocks to DIR and reuse them in later "
@@ -153,6 +159,9 @@ void apply_kv_cache_options(const KvCacheOptions& o, const std::string& model_pa
         "--kv-host-tier: -nkvo keeps every KV row on the CPU (use "
         "--kv-offload-dir for its slow tier)");
   params.kv.host_tier = o.host_tier;
+  if (o.host_attn != "gpu" && !o.host_tier)
+    throw std::invalid_argument("--kv-host-attn needs --kv-host-tier");
+  params.kv.host_attn_cpu = o.host_attn == "cpu";
   if (o.host_tier) {
     params.kv.offload_max = o.host_max.empty() ? 0 : parse_size(o.host_max);
     if (!o.host_max.empty() && params.kv.offload_max <= 0)

@@ -29,6 +29,7 @@ struct KvCacheOptions {
   std::string offload_max;           ///< --kv-offload-max SIZE ("" = what the context needs)
   bool host_tier = false;            ///< --kv-host-tier (KV rows on a GPU: pinned host tier)
   std::string host_max;              ///< --kv-host-max SIZE ("" = what --kv-mem leaves of -c)
+  std::string host_attn = "gpu";     ///< --kv-host-attn gpu|cpu (who attends to host blocks)
   DeviceOptions dev;                 ///< -ngl, -dev, --list-devices, -nkvo
 };
 

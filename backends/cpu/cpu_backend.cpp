@@ -238,6 +238,30 @@ class CpuBackend final : public Backend {
     OpTimer t("paged_attention", kv.k_type, kv.v_type);
     cpu::paged_attention(pool_, kv, p, seqs_.data(), int64_t(seqs_.size()), q, out);
   }
+  void paged_attention_part(const KvLayer& kv, const PagedAttnParams& p, KvTier tier,
+                            const float* q, float* part) override {
+    OpTimer t("paged_attention_part", kv.k_type, kv.v_type);
+    cpu::paged_attention_states(pool_, kv, p, tier, seqs_.data(), int64_t(seqs_.size()), q, part);
+  }
+  void attn_merge(const PagedAttnParams& p, const float* const* parts, int n_parts,
+                  int64_t n_tokens, float* out) override {
+    const int64_t nh = p.attn.n_head, hdv = p.attn.head_dim_v, sf = attn_state_floats(hdv);
+    pool_.run(n_tokens * nh, [&](int64_t begin, int64_t end) {
+      const size_t np = static_cast<size_t>(n_parts);
+      std::vector<float> m(np), l(np);
+      std::vector<const float*> acc(np);
+      for (int64_t i = begin; i < end; ++i) {  // i = row · n_head + head
+        for (int k = 0; k < n_parts; ++k) {
+          const float* st = parts[k] + i * sf;
+          m[size_t(k)] = st[0];
+          l[size_t(k)] = st[1];
+          acc[size_t(k)] = st + 2;
+        }
+        cpu::attn_merge_partials(n_parts, m.data(), l.data(), acc.data(), hdv, out + i * hdv,
+                                 p.sinks ? p.sinks + i % nh : nullptr);
+      }
+    });
+  }
   void upload(void* dst, const void* host, size_t bytes) override { std::memcpy(dst, host, bytes); }
   void download(void* host, const void* src, size_t bytes) override {
     std::memcpy(host, src, bytes);

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <memory>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include "cpu/cpu_level.h"
@@ -73,8 +74,10 @@ struct FlashItem {
   int64_t s, i0, i1, hk0, hk1, b0, b1, part, part_stride;
 };
 
+/// The flash scheme's items over the threads. Writes out, or with `states` every row's and
+/// query head's online-softmax state ([rows][n_head][2 + head_dim_v]; paged_attention_states).
 void flash_call(ThreadPool& pool, const Call& c, const PagedSeq* seqs, int64_t n_seqs,
-                const float* q, float* out) {
+                const float* q, float* out, float* states) {
   const AttnParams& a = c.p.attn;
   const int64_t bs = c.kv.block_size, hdv = a.head_dim_v, hkv = a.n_head_kv;
   const int64_t seg_blocks = std::max<int64_t>(1, kFlashSegment / bs);
@@ -102,7 +105,8 @@ void flash_call(ThreadPool& pool, const Call& c, const PagedSeq* seqs, int64_t n
       const int64_t tile = k % 2 == 0 ? k / 2 : nt - 1 - k / 2;
       const int64_t i0 = tile * kFlashTile, i1 = std::min(seq.n_q, i0 + kFlashTile);
       const int64_t slot = (i1 - i0) * c.group * (hdv + 2), base = n_part_floats;
-      if (n_seg > 1) {
+      const bool grouped = n_seg > 1 || states;  // states: every tile through the merge
+      if (grouped) {
         for (int64_t hk = 0; hk < hkv; ++hk)
           groups.push_back({s, i0, i1, hk, base + hk * n_seg * slot, n_seg, slot});
         n_part_floats += hkv * n_seg * slot;
@@ -111,7 +115,7 @@ void flash_call(ThreadPool& pool, const Call& c, const PagedSeq* seqs, int64_t n
         for (int64_t hk0 = 0; hk0 < hkv; hk0 += hg)
           items.push_back({s, i0, i1, hk0, std::min(hkv, hk0 + hg), g * seg_blocks,
                            n_seg > 1 ? std::min(n_blocks, (g + 1) * seg_blocks) : n_blocks,
-                           n_seg > 1 ? base + (hk0 * n_seg + g) * slot : -1, n_seg * slot});
+                           grouped ? base + (hk0 * n_seg + g) * slot : -1, n_seg * slot});
     }
   }
   // Every partial state is written by its item before the merge reads it: no zeroing.
@@ -147,6 +151,11 @@ void flash_call(ThreadPool& pool, const Call& c, const PagedSeq* seqs, int64_t n
           accs[size_t(k)] = p + 2;
         }
         const int64_t i = g.i0 + r / c.group, h = g.hk * c.group + r % c.group;
+        if (states) {
+          attn_merge_states(g.n_parts, m.data(), l.data(), accs.data(), hdv,
+                            states + ((seqs[g.s].q0 + i) * a.n_head + h) * (hdv + 2));
+          continue;
+        }
         attn_merge_partials(g.n_parts, m.data(), l.data(), accs.data(), hdv,
                             out + (seqs[g.s].q0 + i) * a.n_head * hdv + h * hdv,
                             c.p.sinks ? c.p.sinks + h : nullptr);
@@ -213,6 +222,40 @@ void paged_attention(ThreadPool& pool, const PagedKvLayer& kv, const PagedAttnPa
   paged_attention_at_level(pool, cpu_level(), kv, p, seqs, n_seqs, q, out);
 }
 
+namespace {
+
+/// The call's shared state at kernel level `level`; `rows`: the query rows of the call.
+Call make_call(CpuLevel level, const PagedKvLayer& kv, const PagedAttnParams& p, int64_t rows,
+               KvTier tier) {
+  const AttnParams& a = p.attn;
+  const bool batched = rows >= 2;
+  return Call{kv,
+              p,
+              a.n_head / a.n_head_kv,
+              make_kdot(kv.k_type, a.head_dim, p.flash, batched),
+              kv.v_type == DType::F16,
+              kv.v_type == DType::F16 || kv.v_type == DType::F32,
+              batched,
+              a.head_dim % 16 == 0 && a.head_dim_v % 16 == 0 ? flash_decode_kernel(level) : nullptr,
+              (kv.k_type == DType::Q8_0 || kv.k_type == DType::Q4_0 || kv.k_type == DType::F16) &&
+                  flash_decode_in_place(kv.k_type, a.head_dim),
+              tier};
+}
+
+}  // namespace
+
+void paged_attention_states(ThreadPool& pool, const PagedKvLayer& kv, const PagedAttnParams& p,
+                            KvTier tier, const PagedSeq* seqs, int64_t n_seqs, const float* q,
+                            float* states) {
+  check_shapes(kv, p);
+  if (!p.flash)
+    throw std::invalid_argument("paged attention: states by KV tier need the flash scheme");
+  int64_t rows = 0;
+  for (int64_t s = 0; s < n_seqs; ++s) rows += seqs[s].n_q;
+  const Call c = make_call(cpu_level(), kv, p, rows, tier);
+  flash_call(pool, c, seqs, n_seqs, q, nullptr, states);
+}
+
 void paged_attention_at_level(ThreadPool& pool, CpuLevel level, const PagedKvLayer& kv,
                               const PagedAttnParams& p, const PagedSeq* seqs, int64_t n_seqs,
                               const float* q, float* out) {
@@ -224,20 +267,9 @@ void paged_attention_at_level(ThreadPool& pool, CpuLevel level, const PagedKvLay
     first[size_t(s + 1)] = first[size_t(s)] + seqs[s].n_q * a.n_head_kv;
     rows += seqs[s].n_q;
   }
-  const bool batched = rows >= 2;
-  const Call c{
-      kv,
-      p,
-      a.n_head / a.n_head_kv,
-      make_kdot(kv.k_type, a.head_dim, p.flash, batched),
-      kv.v_type == DType::F16,
-      kv.v_type == DType::F16 || kv.v_type == DType::F32,
-      batched,
-      a.head_dim % 16 == 0 && a.head_dim_v % 16 == 0 ? flash_decode_kernel(level) : nullptr,
-      (kv.k_type == DType::Q8_0 || kv.k_type == DType::Q4_0 || kv.k_type == DType::F16) &&
-          flash_decode_in_place(kv.k_type, a.head_dim)};
+  const Call c = make_call(level, kv, p, rows, KvTier::kAll);
   if (p.flash) {
-    flash_call(pool, c, seqs, n_seqs, q, out);
+    flash_call(pool, c, seqs, n_seqs, q, out, nullptr);
     return;
   }
   pool.run(first[size_t(n_seqs)], [&](int64_t begin, int64_t end) {
@@ -261,8 +293,12 @@ float attn_sink_inv(float sink, float m, float l) {
   return ms / (l * ms + 1.0f);
 }
 
-void attn_merge_partials(int64_t n_parts, const float* m, const float* l, const float* const* acc,
-                         int64_t head_dim_v, float* out, const float* sink) {
+namespace {
+
+/// out = Σ_k e^(m[k] − M) acc[k] over the parts that saw a position; returns M = max m[k] and
+/// the denominator Σ_k e^(m[k] − M) l[k] (attn_merge_partials' formula, not yet divided).
+std::pair<float, float> merge_sums(int64_t n_parts, const float* m, const float* l,
+                                   const float* const* acc, int64_t head_dim_v, float* out) {
   float mx = -INFINITY;
   for (int64_t k = 0; k < n_parts; ++k) mx = std::max(mx, m[k]);
   float den = 0.0f;
@@ -273,6 +309,21 @@ void attn_merge_partials(int64_t n_parts, const float* m, const float* l, const 
     den += w * l[k];
     for (int64_t d = 0; d < head_dim_v; ++d) out[d] += w * acc[k][d];
   }
+  return {mx, den};
+}
+
+}  // namespace
+
+void attn_merge_states(int64_t n_parts, const float* m, const float* l, const float* const* acc,
+                       int64_t head_dim_v, float* state) {
+  const auto [mx, den] = merge_sums(n_parts, m, l, acc, head_dim_v, state + 2);
+  state[0] = mx;
+  state[1] = den;
+}
+
+void attn_merge_partials(int64_t n_parts, const float* m, const float* l, const float* const* acc,
+                         int64_t head_dim_v, float* out, const float* sink) {
+  const auto [mx, den] = merge_sums(n_parts, m, l, acc, head_dim_v, out);
   const float inv = sink ? attn_sink_inv(*sink, mx, den) : 1.0f / den;
   for (int64_t d = 0; d < head_dim_v; ++d) out[d] *= inv;
 }

@@ -55,6 +55,23 @@ void paged_attention_at_level(ThreadPool& pool, CpuLevel level, const PagedKvLay
                               const PagedAttnParams& p, const PagedSeq* seqs, int64_t n_seqs,
                               const float* q, float* out);
 
+/// paged_attention over the blocks of one KV tier only (Backend::paged_attention_part: kFast,
+/// the blocks whose slot is below kv.n_fast; kSlow, the others; kAll, every block), as
+/// unnormalized online-softmax states: states [rows, n_head, 2 + head_dim_v] holds per query row
+/// and head m (the largest scaled, soft-capped score seen; −inf when none), l = Σ e^(s − m) and
+/// acc = Σ e^(s − m) · v. Blocks of the other tier are never touched (their K/V pointers may be
+/// null). Sinks are not applied (attn_merge_partials applies them). The flash scheme only:
+/// throws std::invalid_argument when !p.flash, and as paged_attention for a bad shape.
+void paged_attention_states(ThreadPool& pool, const PagedKvLayer& kv, const PagedAttnParams& p,
+                            KvTier tier, const PagedSeq* seqs, int64_t n_seqs, const float* q,
+                            float* states);
+
+/// attn_merge_partials without the division: the merged state of n_parts states of one query
+/// head, state[0] = M = max m[k], state[1] = Σ_k e^(m[k] − M) l[k], state[2 + d] = Σ_k e^(m[k] −
+/// M) acc[k][d] (parts with m = −inf skipped; all of them: M = −inf, l and acc 0).
+void attn_merge_states(int64_t n_parts, const float* m, const float* l, const float* const* acc,
+                       int64_t head_dim_v, float* state);
+
 /// Merges partial attention results of one query head over disjoint parts of its context
 /// (segments of a long context, or tiers of the KV cache) exactly: part k holds its running max
 /// m[k] of the scaled scores, its sum l[k] = Σ e^(s − m[k]) and its unnormalized

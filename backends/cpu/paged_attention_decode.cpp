@@ -150,6 +150,7 @@ void flash_tile_decode(const Call& c, const PagedSeq& seq, int64_t i0, int64_t i
   const int64_t end = seq.pos0 + i1;  // positions the last query of the tile sees
   const int64_t first = c.p.window > 0 ? std::max<int64_t>(0, seq.pos0 + i0 - c.p.window + 1) : 0;
   for (int64_t b = std::max(b_begin, first / bs); b < b_end && b * bs < end; ++b) {
+    if (!block_in_tier(c, seq.block_table[b])) continue;
     const int64_t n = std::min(bs, end - b * bs);
     visible_rows(c, seq, i0, i1, b * bs, n, sc);
     fb.n = n;
@@ -164,7 +165,7 @@ void flash_tile_decode(const Call& c, const PagedSeq& seq, int64_t i0, int64_t i
     fb.k_stride = k_ip ? kv.k_row_bytes : hd * 4;
     fb.v_stride = v_ip ? kv.v_row_bytes : hdv * 4;
     // Ask for the next block's rows of these heads while this one is computed.
-    if (b + 1 < b_end && (b + 1) * bs < end) {
+    if (b + 1 < b_end && (b + 1) * bs < end && block_in_tier(c, seq.block_table[b + 1])) {
       prefetch_rows(kv.k_block(seq.block_table[b + 1]) + k_off0, kv.k_row_bytes, k_bytes,
                     std::min(bs, end - (b + 1) * bs));
       prefetch_rows(kv.v_block(seq.block_table[b + 1]) + v_off0, kv.v_row_bytes, v_bytes,

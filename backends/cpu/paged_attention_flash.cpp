@@ -275,6 +275,7 @@ void flash_tile(const Call& c, const PagedSeq& seq, int64_t i0, int64_t i1, int6
   // With a sliding window, the first query of the tile sees nothing before `first`.
   const int64_t first = c.p.window > 0 ? std::max<int64_t>(0, seq.pos0 + i0 - c.p.window + 1) : 0;
   for (int64_t b = std::max(b_begin, first / bs); b < b_end && b * bs < end; ++b) {
+    if (!block_in_tier(c, seq.block_table[b])) continue;
     const int64_t n = std::min(bs, end - b * bs);
     const uint8_t* kb = kv.k_block(seq.block_table[b]);
     const uint8_t* vb = kv.v_block(seq.block_table[b]);

@@ -37,7 +37,16 @@ struct Call {
   /// filling 4096 positions of llama3.2-1b with q8_0 KV took 76 s with it, 47 s without) and an
   /// F16 K (42 → 38 s), both under load from another process, so indicative
   bool decode_tiles;
+  /// The blocks read (paged_attention_states): all, or one tier of kv (KvLayer::n_fast).
+  KvTier tier = KvTier::kAll;
 };
+
+/// True when block `id` of the call's layer is read: c.tier is kAll, or the block's slot lies in
+/// that tier.
+inline bool block_in_tier(const Call& c, int32_t id) {
+  if (c.tier == KvTier::kAll) return true;
+  return (c.kv.slot(id) < c.kv.n_fast) == (c.tier == KvTier::kFast);
+}
 
 /// Per-thread buffers; sized on use, reused across items.
 struct Scratch {

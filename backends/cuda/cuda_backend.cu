@@ -231,6 +231,21 @@ class CudaBackend final : public kvrun::Backend {
       return;
     cuda::paged_attention(ctx_, kv, shape(p), batch_, q, out);
   }
+  // Attention split by KV tier (--kv-host-attn cpu): never in a recorded step (the model runs a
+  // step with such a split directly, since the host computes part of it).
+  void paged_attention_part(const KvLayer& kv, const PagedAttnParams& p, KvTier tier,
+                            const float* q, float* part) override {
+    not_recording("paged_attention_part");
+    use_slots(kv);
+    cuda::paged_attention_part(ctx_, kv, shape(p), batch_, tier, q, part);
+  }
+  void attn_merge(const PagedAttnParams& p, const float* const* parts, int n_parts,
+                  int64_t n_tokens, float* out) override {
+    not_recording("attn_merge");
+    if (p.sinks)  // (a layer with sinks runs on the CPU: supports(Op::kAttnSinks) is false)
+      throw std::invalid_argument("cuda attn_merge: attention sinks are not supported");
+    cuda::attn_merge(ctx_, parts, n_parts, n_tokens, p.attn.n_head, p.attn.head_dim_v, out);
+  }
 
   void upload(void* dst, const void* host, size_t bytes) override {
     if (bytes == 0) return;
@@ -472,6 +487,7 @@ class CudaDevice final : public kvrun::Device {
       case Op::kMla:        // deepseek2's latent attention: not yet (load refuses)
         return false;
       case Op::kKvHostTier:  // pinned, mapped host memory (PinnedBuffer)
+      case Op::kAttnParts:   // paged_attention_part / attn_merge
         return true;
     }
     return false;

@@ -38,6 +38,7 @@ struct AttnArgs {
   int v_vec;   ///< V rows read DPL values a lane at a time, the same codes (v_values)
   float scale;
   float softcap;  ///< 0: off
+  int tier;       ///< KvTier: 0 every cell, 1 cells of the fast tier only, 2 of the host tier only
 };
 
 /// K values e0 … e0+7 (e = hk·head_dim + d) of head hk of one encoded row, 0 past the head:
@@ -208,7 +209,7 @@ __device__ __forceinline__ void v_accumulate_pairs(const AttnArgs& a, int hk, lo
     const int j = j0 + half;  // ≤ 32; rows past n_t weigh 0 and are not read
     const long long cj = __shfl_sync(0xffffffffu, cell, j & 31);
     float vx[D2];
-    if (j < n_t) {
+    if (j < n_t && cj >= 0) {  // (−1: a cell of the other tier, paged_attention_part)
       v_values<D2>(a.vf, a.v_vec, a.v.row(cj), hk, hk * a.hdv + hl * D2, v_n, vx);
     } else {
 #pragma unroll
@@ -295,9 +296,11 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(AttnArgs a) {
   auto owned = [&](int g) { return !SPLIT || g % kWarps == warp; };  // warp-uniform
   for (int t0 = p_begin + (SPLIT ? 0 : warp * 32); t0 < p_end; t0 += SPLIT ? 32 : kWarps * 32) {
     const int p = t0 + lane;
-    const bool ok = p < p_end;
-    const long long cell =
-        ok ? (long long)(table[p / a.block_size]) * a.block_size + p % a.block_size : 0;
+    long long cell =
+        p < p_end ? (long long)(table[p / a.block_size]) * a.block_size + p % a.block_size : -1;
+    // A part by tier (paged_attention_part) skips the other tier's cells: −1, never read.
+    if (a.tier != 0 && cell >= 0 && (cell < a.k.n_fast_cells) != (a.tier == 1)) cell = -1;
+    const bool ok = cell >= 0;
     float s[GM];
 #pragma unroll
     for (int g = 0; g < GM; ++g) s[g] = 0.0f;
@@ -336,8 +339,9 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(AttnArgs a) {
       float tmax = s[g];
       for (int off = 16; off > 0; off /= 2)
         tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, off));
-      const float mnew = fmaxf(m[g], tmax);  // finite: lane 0's position is valid
-      const float corr = expf(m[g] - mnew);  // e^(−inf) = 0 the first time
+      // −inf while no position was seen (a part by tier may skip whole tiles): no rescale
+      const float mnew = fmaxf(m[g], tmax);
+      const float corr = mnew == -INFINITY ? 1.0f : expf(m[g] - mnew);  // 0 the first time
       pj[g] = ok ? expf(s[g] - mnew) : 0.0f;
       l[g] = l[g] * corr + pj[g];
 #pragma unroll
@@ -353,6 +357,7 @@ __global__ void __launch_bounds__(kWarps * 32) k_attn(AttnArgs a) {
 #pragma unroll 4
       for (int j = 0; j < n_t; ++j) {
         const long long cj = __shfl_sync(0xffffffffu, cell, j);
+        if (cj < 0) continue;  // a cell of the other tier (warp-uniform)
         float vx[DPL];
         v_values<DPL>(vf, v_vec, a.v.row(cj), hk, hk * a.hdv + lane * DPL, v_n, vx);
 #pragma unroll
@@ -425,12 +430,14 @@ __device__ float merge_reduce(float v, bool max) {
 }
 
 /// out[row][h] = Σ_z e^(m_z − M) acc_z / Σ_z e^(m_z − M) l_z over the segments with m_z > −inf
-/// (cpu::attn_merge_partials). Block (row · n_head + h, 32 dims of head_dim_v): M and the
-/// denominator by block reductions, the numerators of its 32 dims with the 4 warps taking every
-/// fourth segment, summed in shared memory. (One block per head walking every segment per dim
-/// took 33 µs a layer at 32K on an H200, 129 segments: 1 ms of a 13 ms llama3.1-8b token.)
+/// (cpu::attn_merge_partials); with `states`, the merged state (M, the denominator, the
+/// numerators: cpu::attn_merge_states) goes to states[row][h] instead ([2 + hdv] floats). Block
+/// (row · n_head + h, 32 dims of head_dim_v): M and the denominator by block reductions, the
+/// numerators of its 32 dims with the 4 warps taking every fourth segment, summed in shared memory.
+/// (One block per head walking every segment per dim took 33 µs a layer at 32K on an H200, 129
+/// segments: 1 ms of a 13 ms llama3.1-8b token.)
 __global__ void __launch_bounds__(kMergeWarps * 32)
-    k_merge(const float* partials, int n_seg, int hdv, float* out) {
+    k_merge(const float* partials, int n_seg, int hdv, float* out, float* states) {
   const int stride = hdv + 2, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const float* p = partials + int64_t(blockIdx.x) * n_seg * stride;
   float M = -INFINITY;
@@ -457,7 +464,42 @@ __global__ void __launch_bounds__(kMergeWarps * 32)
   if (warp == 0 && d < hdv) {
     float t = part[0][lane];
     for (int w = 1; w < kMergeWarps; ++w) t += part[w][lane];
-    out[int64_t(blockIdx.x) * hdv + d] = t * (1.0f / den);
+    if (!states) {
+      out[int64_t(blockIdx.x) * hdv + d] = t * (1.0f / den);
+      return;
+    }
+    float* st = states + int64_t(blockIdx.x) * (hdv + 2);
+    if (d == 0) st[0] = M, st[1] = den;
+    st[2 + d] = t;
+  }
+}
+
+/// Most parts attn_merge takes.
+constexpr int kMaxMergeParts = 4;
+
+/// The parts of one attn_merge call.
+struct MergeParts {
+  const float* p[kMaxMergeParts];  ///< each [rows][n_head][2 + hdv]
+  int n;
+};
+
+/// out[i] = the log-sum-exp merge of the parts' states i (i = row · n_head + head): one block of
+/// 32 threads per i, each thread dims d, d + 32, … (cpu::attn_merge_partials' formula).
+__global__ void k_merge_parts(MergeParts parts, int hdv, float* out) {
+  const int64_t i = blockIdx.x, sf = hdv + 2;
+  float M = -INFINITY;
+  for (int k = 0; k < parts.n; ++k) M = fmaxf(M, parts.p[k][i * sf]);
+  float den = 0.0f, w[kMaxMergeParts];
+  for (int k = 0; k < parts.n; ++k) {
+    const float mk = parts.p[k][i * sf];
+    w[k] = mk == -INFINITY ? 0.0f : expf(mk - M);
+    den += w[k] * parts.p[k][i * sf + 1];
+  }
+  for (int d = threadIdx.x; d < hdv; d += 32) {
+    float num = 0.0f;
+    for (int k = 0; k < parts.n; ++k)
+      if (w[k] != 0.0f) num += w[k] * parts.p[k][i * sf + 2 + d];
+    out[i * hdv + d] = num * (1.0f / den);
   }
 }
 
@@ -521,8 +563,11 @@ bool paged_attention_supported(DType k_type, DType v_type, const AttnShape& s) {
          (!s.rotate || (s.head_dim & (s.head_dim - 1)) == 0);
 }
 
-void paged_attention(Context& ctx, const PagedKvLayer& kv, const AttnShape& shape,
-                     const AttnBatch& batch, const float* q, float* out) {
+namespace {
+
+/// paged_attention (states null) or paged_attention_part (tier, into states).
+void attend(Context& ctx, const PagedKvLayer& kv, const AttnShape& shape, const AttnBatch& batch,
+            const float* q, float* out, KvTier tier, float* states) {
   if (!paged_attention_supported(kv.k_type, kv.v_type, shape))
     throw std::invalid_argument(
         std::string("cuda paged_attention: unsupported K/V types (") + traits(kv.k_type).name +
@@ -624,7 +669,8 @@ void paged_attention(Context& ctx, const PagedKvLayer& kv, const AttnShape& shap
   const size_t part_bytes = size_t(rows * shape.n_head * seg_cap * (shape.head_dim_v + 2)) * 4;
   a.partials = static_cast<float*>(c.partials.get(c.stream, part_bytes));
 
-  a.out = n_seg == 1 ? out : nullptr;
+  a.tier = tier == KvTier::kAll ? 0 : tier == KvTier::kFast ? 1 : 2;
+  a.out = n_seg == 1 && !states ? out : nullptr;
   // KVRUN_CUDA_ATTN_TYPED=1: a pair of one type read the default way gets its formats compiled in.
   int typed = kAnyTypes;
   if (c.attn_typed && !pair && a.v_vec == 0 && kv.k_type == kv.v_type) {
@@ -644,10 +690,37 @@ void paged_attention(Context& ctx, const PagedKvLayer& kv, const AttnShape& shap
   else
     launch<8>(c.stream, grid, a, pair, typed, split);
   check_launch("paged_attention");
-  if (n_seg == 1) return;
+  if (a.out) return;
   const dim3 merge_grid(unsigned(rows * shape.n_head), unsigned((shape.head_dim_v + 31) / 32));
-  k_merge<<<merge_grid, kMergeWarps * 32, 0, c.stream>>>(a.partials, a.n_seg, a.hdv, out);
+  k_merge<<<merge_grid, kMergeWarps * 32, 0, c.stream>>>(a.partials, a.n_seg, a.hdv, out, states);
   check_launch("paged_attention: merge");
+}
+
+}  // namespace
+
+void paged_attention(Context& ctx, const PagedKvLayer& kv, const AttnShape& shape,
+                     const AttnBatch& batch, const float* q, float* out) {
+  attend(ctx, kv, shape, batch, q, out, KvTier::kAll, nullptr);
+}
+
+void paged_attention_part(Context& ctx, const PagedKvLayer& kv, const AttnShape& shape,
+                          const AttnBatch& batch, KvTier tier, const float* q, float* part) {
+  attend(ctx, kv, shape, batch, q, nullptr, tier, part);
+}
+
+void attn_merge(Context& ctx, const float* const* parts, int n_parts, int64_t n_rows,
+                int64_t n_head, int64_t head_dim_v, float* out) {
+  if (n_parts < 1 || n_parts > kMaxMergeParts)
+    throw std::invalid_argument("cuda attn_merge: 1 to " + std::to_string(kMaxMergeParts) +
+                                " parts");
+  if (n_rows * n_head == 0) return;
+  MergeParts mp{};
+  for (int k = 0; k < n_parts; ++k) mp.p[k] = parts[k];
+  mp.n = n_parts;
+  Context::Impl& c = ctx.impl();
+  c.activate();
+  k_merge_parts<<<unsigned(n_rows * n_head), 32, 0, c.stream>>>(mp, int(head_dim_v), out);
+  check_launch("attn_merge");
 }
 
 }  // namespace kvrun::cuda

@@ -47,4 +47,20 @@ int64_t attn_segment_ctx(int64_t max_ctx);
 void paged_attention(Context& ctx, const PagedKvLayer& kv, const AttnShape& shape,
                      const AttnBatch& batch, const float* q, float* out);
 
+/// paged_attention over the cells of one KV tier only (the seam's Backend::paged_attention_part:
+/// kFast, cells below kv.n_fast · block_size; kSlow, the host tier's), as online-softmax states:
+/// part: device [n_rows, n_head, 2 + head_dim_v] f32, per row and query head m (−inf: no
+/// position of the tier), l = Σ e^(s − m) and acc = Σ e^(s − m) · v (cpu::paged_attention_states).
+/// Cells of the other tier are never read. Enqueued on the context's stream; errors as
+/// paged_attention.
+void paged_attention_part(Context& ctx, const PagedKvLayer& kv, const AttnShape& shape,
+                          const AttnBatch& batch, KvTier tier, const float* q, float* part);
+
+/// out [n_rows, n_head · head_dim_v] = the log-sum-exp merge of n_parts (1 … 4) state arrays of
+/// paged_attention_part's layout (device pointers; cpu::attn_merge_partials' formula per row and
+/// head; every row must have seen a position in some part). No sinks. Enqueued on the context's
+/// stream. Throws std::invalid_argument for another part count, CudaError on failure.
+void attn_merge(Context& ctx, const float* const* parts, int n_parts, int64_t n_rows,
+                int64_t n_head, int64_t head_dim_v, float* out);
+
 }  // namespace kvrun::cuda

@@ -623,6 +623,8 @@ class VulkanDevice final : public Device {
       case Op::kAttnSinks:  // gpt-oss's attention sinks: not yet (load refuses)
       case Op::kMla:        // deepseek2's latent attention: not yet (load refuses)
         return false;
+      case Op::kAttnParts:  // attention by KV tier (--kv-host-attn cpu): not written for Vulkan
+        return false;
       case Op::kKvHostTier:  // host-visible memory with a device address (allocate_host_tier)
         return true;
     }

@@ -88,6 +88,7 @@ std::unique_ptr<KvCache> make_context_cache(const Model& model, const ContextPar
                      "kvrun: --kv-host-tier: the fast tier (--kv-mem, default: what -c needs) "
                      "holds the whole context; no host tier\n");
         kp.host_tier = false;
+        kp.host_attn_cpu = false;  // (nothing in the host tier to attend to)
         kp.offload_max = 0;
       }
     }

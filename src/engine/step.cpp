@@ -21,6 +21,7 @@ Step::Step(const Model& model, KvCache& cache, const StepParams& params)
       throw std::invalid_argument(d.name() + " has no paged attention over K " +
                                   kv_type_name(kp.type_k) + " / V " + kv_type_name(kp.type_v));
     layers_.push_back(cache.layer(il));
+    if (kp.host_attn_cpu) host_layers_.push_back(cache.host_tier_layer(il));
   }
   exec_ = std::make_unique<LlamaExec>(hp, model.placement(), params.n_threads, params.n_batch);
 }
@@ -94,6 +95,7 @@ void Step::run() {
   b.n_out = int64_t(out_rows_.size());
   (params_.embeddings ? b.embd : b.logits) = logits_.data();
   b.kv = layers_.data();
+  if (reads_host_tier()) b.kv_host = host_layers_.data();
   b.flash = params_.flash;
   b.rotate = cache_.params().rotate;
   b.n_ctx = params_.n_ctx;
@@ -108,6 +110,16 @@ void Step::run() {
     if (const int64_t w = cache_.window(); w > 0)
       sl.seq->release_window_before(sl.seq->n_tokens() - w + 1);
   }
+}
+
+bool Step::reads_host_tier() const {
+  for (const KvLayer& l : host_layers_) {
+    if (!l.k_slow) continue;
+    for (const int32_t id : block_ids_)
+      if (id >= 0 && l.slot(id) >= l.n_fast) return true;
+    return false;  // (the layers with a host tier share the cache's one slot map)
+  }
+  return false;
 }
 
 int64_t Step::row_width() const {

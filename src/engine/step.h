@@ -75,10 +75,15 @@ class Step {
     int64_t out0;  // first logits row
   };
   void build_page_table();
+  /// True when a block of the page table lies in the host tier of host_layers_ (whose layers
+  /// share one slot map).
+  bool reads_host_tier() const;
   const Model& model_;
   KvCache& cache_;
   StepParams params_;
   std::vector<KvLayer> layers_;  // [n_layer] the cache's storage views
+  // --kv-host-attn cpu: [n_layer] the host tier as the CPU addresses it (empty otherwise)
+  std::vector<KvLayer> host_layers_;
   std::unique_ptr<LlamaExec> exec_;
   std::vector<Slice> slices_;
   std::vector<int32_t> tokens_;

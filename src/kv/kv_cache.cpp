@@ -115,7 +115,12 @@ void check_devices(const KvCacheParams& p, const std::vector<Device*>& kv_device
     if (p.host_tier && !d->supports(Op::kKvHostTier))
       throw std::invalid_argument("KV cache: --kv-host-tier: " + d->name() +
                                   " has no host tier for KV rows (use -nkvo)");
+    if (p.host_attn_cpu && !d->supports(Op::kAttnParts))
+      throw std::invalid_argument("KV cache: --kv-host-attn cpu: " + d->name() +
+                                  " has no attention by KV tier (use --kv-host-attn gpu)");
   }
+  if (p.host_attn_cpu && !p.host_tier)
+    throw std::invalid_argument("KV cache: --kv-host-attn needs --kv-host-tier");
   if (p.host_tier && !on_gpu)
     throw std::invalid_argument(
         "KV cache: --kv-host-tier needs KV rows on a GPU (-ngl N without -nkvo); the slow tier "
@@ -338,6 +343,19 @@ KvLayer KvCache::layer(int64_t il) const {
     l.v = l.k + c.v_off;
     l.v_slow = l.k_slow ? l.k_slow + c.v_off : nullptr;
   }
+  return l;
+}
+
+KvLayer KvCache::host_tier_layer(int64_t il) const {
+  KvLayer l = layer(il);
+  const Impl& c = *impl_;
+  if (!c.params.host_tier || !l.k_slow || l.mla) {
+    l.k_slow = l.v_slow = nullptr;
+    return l;
+  }
+  l.k = l.v = nullptr;
+  l.k_slow = c.slow_host[size_t(il)];
+  l.v_slow = l.k_slow + c.n_slow * c.kb();
   return l;
 }
 

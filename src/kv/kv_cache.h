@@ -47,6 +47,11 @@ struct KvCacheParams {
   /// offload_max (required here; make_context_cache fills it in). Excludes offload_dir; needs a
   /// layer on such a device. See docs/kv-cache.md, "Tiers".
   bool host_tier = false;
+  /// --kv-host-attn cpu: attention over the host tier's blocks runs on the CPU, reading the
+  /// pinned rows in place, and is merged by log-sum-exp with the device's attention over its
+  /// VRAM blocks (Backend::paged_attention_part / attn_merge; models/llama.cpp kv_attention).
+  /// false (gpu): the device reads the host blocks over PCIe. Needs host_tier.
+  bool host_attn_cpu = false;
   /// --kv-offload-max / --kv-host-max: the slow tier's budget in bytes (0: for make_context_cache
   /// the whole context, as mem_bytes (with host_tier: what the fast tier leaves of it); KvCache
   /// itself then takes 90% of the offload directory's free space, at most 64 GiB, and refuses
@@ -125,6 +130,11 @@ class KvCache {
   const KvCacheParams& params() const;
   /// Layer `il`'s storage as the attention kernels see it.
   KvLayer layer(int64_t il) const;
+  /// Layer `il`'s host tier as the CPU addresses it (--kv-host-attn cpu): layer(il) with k_slow
+  /// and v_slow at the host tier's host addresses and no fast tier (k, v null: only blocks of
+  /// the slow tier may be read through it). k_slow null when the layer has no host tier (no
+  /// params.host_tier, a windowed layer, or MLA).
+  KvLayer host_tier_layer(int64_t il) const;
   /// True when every layer's rows are in host-addressable memory (no layer has a device
   /// backend copying its rows).
   bool rows_on_host() const;
