@@ -26,10 +26,11 @@
 # E2E_DEPTHS=32768 (default 32768,131072; empty: none) picks the depth rows, for a short lease.
 # The attention paths still off by default (KVRUN_CUDA_ATTN_SPLIT_HEADS=1, KVRUN_CUDA_ATTN_TYPED=1,
 # KVRUN_CUDA_ATTN_V=pair) each get f16 rows at depths 0 and 32K right after the default's
-# (E2E_ATTN_MODES picks them; empty: none), and a synthetic Q4_K file runs pp512 / tg32 without
-# and with KVRUN_CUDA_SPLIT_K=1 (E2E_SPLIT_K=0 skips it); the host tier runs tg32 at depth 32K
-# with --kv-host-attn gpu and cpu (E2E_HOST_TIER=0 skips it). `NCU=1 e2e` adds Nsight Compute's
-# per-kernel GPU times of a few depth-0 decode steps (f16 KV).
+# (E2E_ATTN_MODES picks them; empty: none), pp512 runs with f16 and nvfp4 KV without and with
+# KVRUN_CUDA_ATTN_PREFILL=tiled (E2E_PREFILL=0 skips it), a synthetic Q4_K file runs pp512 /
+# tg32 without and with KVRUN_CUDA_SPLIT_K=1 (E2E_SPLIT_K=0 skips it), and the host tier runs
+# tg32 at depth 32K with --kv-host-attn gpu and cpu (E2E_HOST_TIER=0 skips it). `NCU=1 e2e` adds
+# Nsight Compute's per-kernel GPU times of a few depth-0 decode steps (f16 KV).
 #
 # `prepare` copies the source-only dependencies the CUDA tests need into the ignored folder
 # .gpu-deps/ (GoogleTest from Debian's googletest package, /usr/src/googletest), which travels
@@ -93,14 +94,16 @@ run() {
     grep -E '^\[  FAILED  \]|Failure|NMSE|Which is|Expected' "$tmp" | head -40 || true
     rm -f "$tmp"
   done
-  # Attention's alternative paths forced — KVRUN_CUDA_ATTN_TYPED=1 (K/V formats compiled in),
+  # Attention's alternative paths forced — KVRUN_CUDA_ATTN_PREFILL=tiled (prefill rows by tiles
+  # of query rows sharing decoded K/V: variants 1 and 4–8), KVRUN_CUDA_ATTN_TYPED=1 (K/V formats compiled in),
   # KVRUN_CUDA_ATTN_SPLIT_HEADS=1 (short contexts: query heads over the warps),
   # KVRUN_CUDA_ATTN_V=pair / pair-elem (V rows by half-warps), =vec / =elem (a row a warp; elem,
   # value by value, is the default) — every attention case against the CPU, and the
   # decode-step benchmark with each, the side by side for the choice (also in tests.log, which
   # comes back where stdout may not). ATTN_MODES picks them (default: all, newest first).
   local mode
-  local modes="KVRUN_CUDA_ATTN_TYPED=1 KVRUN_CUDA_ATTN_SPLIT_HEADS=1 KVRUN_CUDA_ATTN_V=pair"
+  local modes="KVRUN_CUDA_ATTN_PREFILL=tiled KVRUN_CUDA_ATTN_TYPED=1 KVRUN_CUDA_ATTN_SPLIT_HEADS=1"
+  modes+=" KVRUN_CUDA_ATTN_V=pair"
   modes+=" KVRUN_CUDA_ATTN_V=pair-elem KVRUN_CUDA_ATTN_V=vec KVRUN_CUDA_ATTN_V=elem"
   for mode in ${ATTN_MODES:-$modes}; do
     if [[ -x $BUILD/test_cuda_ops ]]; then
@@ -220,6 +223,16 @@ PY
         --json 2>/dev/null | python3 -c "import json,sys; [print('attention $m', r['test'], round(r['avg_ts'],1), 't/s') for r in json.load(sys.stdin)]" || true
     done
   done
+  # Prefill attention tiled over query rows (KVRUN_CUDA_ATTN_PREFILL=tiled, off by default until
+  # timed): pp512 with f16 and nvfp4 KV without and with it (E2E_PREFILL=0 skips it).
+  if [[ ${E2E_PREFILL:-1} == 1 ]]; then
+    for kv in f16 nvfp4; do
+      for m in KVRUN_GPU_CHECK_DEFAULT=1 KVRUN_CUDA_ATTN_PREFILL=tiled; do
+        env "$m" "$kit/bin/kvrun" bench -m "$model" -ngl 99 -p 512 -n 0 -r 3 -ctk "$kv" -ctv "$kv" \
+          --json 2>/dev/null | python3 -c "import json,sys; [print('prefill $kv $m', r['test'], round(r['avg_ts'],1), 't/s') for r in json.load(sys.stdin)]" || true
+      done
+    done
+  fi
   # q4_K / q5_K in the split layout (KVRUN_CUDA_SPLIT_K=1, off by default until timed): a
   # synthetic llama3.1-8b Q4_K (llama.cpp's Q4_K_S mix, some q5_K) without and with it.
   if [[ ${E2E_SPLIT_K:-1} == 1 ]]; then
@@ -286,8 +299,8 @@ lease() {
   mkdir -p "$out"
   (
     status=0
-    OUT=/tmp/gpu-check-run ATTN_MODES=${ATTN_MODES:-"KVRUN_CUDA_ATTN_TYPED=1 \
-KVRUN_CUDA_ATTN_SPLIT_HEADS=1 KVRUN_CUDA_ATTN_V=pair KVRUN_CUDA_ATTN_V=pair-elem"} "$self" run ||
+    OUT=/tmp/gpu-check-run ATTN_MODES=${ATTN_MODES:-"KVRUN_CUDA_ATTN_PREFILL=tiled \
+KVRUN_CUDA_ATTN_TYPED=1 KVRUN_CUDA_ATTN_SPLIT_HEADS=1 KVRUN_CUDA_ATTN_V=pair KVRUN_CUDA_ATTN_V=pair-elem"} "$self" run ||
       status=1
     cp /tmp/gpu-check-run/tests.log "$out/" 2>/dev/null || true
     OUT=/tmp/gpu-check-e2e E2E_DEPTHS=${E2E_DEPTHS-32768} NCU=${NCU:-0} "$self" e2e || status=1

@@ -399,7 +399,11 @@ Result run_kv_store(const Case& c) {
 /// vector loads of K) with a 300-token decode and a 20-token prefill, 6 head_dim 256 (Gemma's:
 /// 8 dims a lane, the widest V loads) with a 200-token decode and a 12-token prefill, 7 a group
 /// of 8 query heads per KV head (llama 70B's) with head_dim 128 over a short context, a 20-token
-/// decode and a 9-token prefill (one segment: KVRUN_CUDA_ATTN_SPLIT_HEADS's path).
+/// decode and a 9-token prefill (one segment: KVRUN_CUDA_ATTN_SPLIT_HEADS's path), 8 a 70-token
+/// prefill and a 29-token continuation of a 13-token history (group 4, head_dim 128) under a
+/// sliding window of 24: with KVRUN_CUDA_ATTN_PREFILL=tiled, tiles of 16 rows, one of them
+/// straddling the two sequences, windows starting inside a tile (variants 1 and 4–7 take the
+/// tiled kernel too; 1 and 4 have a tile across two sequences).
 Result run_attention(const Case& c) {
   struct Shape {
     int64_t n_head, n_head_kv, hd, bs;
@@ -412,11 +416,12 @@ Result run_attention(const Case& c) {
                           {8, 2, 64, 16, {{999, 1}, {0, 40}}},
                           {16, 8, 64, 16, {{300, 1}, {0, 20}}},
                           {4, 2, 256, 16, {{200, 1}, {0, 12}}},
-                          {32, 4, 128, 16, {{20, 1}, {0, 9}}}};
+                          {32, 4, 128, 16, {{20, 1}, {0, 9}}},
+                          {8, 2, 128, 16, {{0, 70}, {13, 29}}}};
   const Shape& sh = shapes[c.variant];
   PagedSetup ps(c.t1, c.t2, sh.n_head, sh.n_head_kv, sh.hd, sh.bs, sh.seqs, 81);
   ps.p.rotate = c.variant == 3;
-  ps.p.window = c.variant == 4 ? 300 : 0;
+  ps.p.window = c.variant == 4 ? 300 : c.variant == 8 ? 24 : 0;
   ps.p.softcap = c.variant == 4 ? 1.5f : 0.0f;  // scores are O(1): the cap bends them
   // Write every position of every sequence (history and step) with the CPU encoder.
   for (size_t s = 0; s < ps.seqs.size(); ++s) {
@@ -645,7 +650,7 @@ std::vector<Case> all_cases() {
     for (DType kt : kKvCacheTypes)
       for (DType vt : kKvCacheTypes)
         if (b == Backend::cuda || kt == vt || vt == DType::F16)
-          for (int v : {0, 1, 2, 3, 4, 5, 6, 7}) out.push_back({b, Op::attention, kt, vt, v});
+          for (int v : {0, 1, 2, 3, 4, 5, 6, 7, 8}) out.push_back({b, Op::attention, kt, vt, v});
   }
   return out;
 }

@@ -57,6 +57,12 @@ class AttnBatch {
   const int32_t* tables() const { return tables_; }
   /// Device [n_rows] cache cell each row writes: slot · block_size + position % block_size.
   const int64_t* cells() const { return cells_; }
+  /// Host copies of positions() and row_tables() (valid until the next set), for launch
+  /// decisions that depend on how the rows group into sequences (prefill_attention.cuh).
+  const int32_t* host_positions() const {
+    return reinterpret_cast<const int32_t*>(host_.data() + n_rows_ * 8);  // set()'s layout
+  }
+  const int32_t* host_row_tables() const { return host_positions() + n_rows_; }
 
  private:
   DeviceBuffer buf_;

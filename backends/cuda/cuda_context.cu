@@ -93,6 +93,8 @@ Context::Context(int device) : impl_(std::make_unique<Impl>()) {
   impl_->attn_typed = at && std::string(at) == "1";
   const char* sh = std::getenv("KVRUN_CUDA_ATTN_SPLIT_HEADS");
   impl_->attn_split_heads = sh && std::string(sh) == "1";
+  const char* ap = std::getenv("KVRUN_CUDA_ATTN_PREFILL");
+  impl_->attn_prefill_tiled = ap && std::string(ap) == "tiled";
   const char* av = std::getenv("KVRUN_CUDA_ATTN_V");
   if (av && std::string(av) == "vec") impl_->attn_v = Impl::AttnV::kVec;
   if (av && std::string(av) == "pair") impl_->attn_v = Impl::AttnV::kPair;

@@ -82,6 +82,11 @@ struct Context::Impl {
   /// blocks) splits the GQA group's query heads over a block's warps instead of the positions
   /// (paged_attention.cu k_attn SPLIT). Off by default until timed on a GPU.
   bool attn_split_heads = false;
+  /// KVRUN_CUDA_ATTN_PREFILL=tiled: paged attention over a prefill batch runs the kernel tiled
+  /// over query rows (prefill_attention.cu: a chunk of K/V rows decoded once into shared memory
+  /// for a tile of rows) where prefill_tiles_wanted accepts the batch. Off by default: written
+  /// and compiled, not yet run on a GPU.
+  bool attn_prefill_tiled = false;
   Scratch partials;  ///< paged attention: per-segment (m, l, acc)
   Scratch rotated;   ///< --kv-rotate: the rotated K (kv_store) or Q (attention)
 

@@ -13,8 +13,9 @@
 // --kv-rotate (AttnShape::rotate): Q is Hadamard-rotated like the stored K first. A sliding
 // window (AttnShape::window) skips the positions before it (their blocks may be −1) and
 // soft-capping (AttnShape::softcap) maps each scaled score s to cap · tanh(s / cap).
-// Not here yet: query tiling for prefill (each row re-reads its context; L2 absorbs part of it)
-// and llama.cpp's exact non-flash softmax (-fa off).
+// Prefill: each row re-reads its context (L2 absorbs part of it); KVRUN_CUDA_ATTN_PREFILL=tiled
+// runs prefill batches tiled over query rows instead (prefill_attention.cuh; not yet run on a
+// GPU). Not here yet: llama.cpp's exact non-flash softmax (-fa off).
 #pragma once
 
 #include "cuda/attn_batch.h"
