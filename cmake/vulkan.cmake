@@ -30,6 +30,7 @@ if(_kvrun_want_vulkan)
     "kv_store_nvfp4|kv_store.comp|-DKV_NVFP4"
     "attention|attention.comp|"
     "attn_merge|attn_merge.comp|"
+    "attn_merge_parts|attn_merge_parts.comp|"
     "quantize_q8|quantize_q8.comp|"
     "matvec_dot_q8_0|matvec_dot.comp|-DWTYPE_Q8_0"
     "matvec_dot_q4_0|matvec_dot.comp|-DWTYPE_Q4_0")

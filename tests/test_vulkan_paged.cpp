@@ -402,12 +402,44 @@ std::vector<KvCase> attention_cases() {
 
 INSTANTIATE_TEST_SUITE_P(All, VulkanAttention, testing::ValuesIn(attention_cases()), kv_case_name);
 
+/// --kv-host-attn cpu over `tc` (filled, the step begun): the device's states over its own
+/// blocks (KvTier::kFast) merged on the device (attn_merge) with (1) its states over the host
+/// tier and (2) the CPU's, read at the host tier's host addresses, against the one-pass output
+/// `one`: (1) up to the f32 merge's rounding, (2) within `bound` (the CPU's own conversions).
+void check_split_by_tier(const PagedSetup& ps, const TieredCache& tc, const std::vector<float>& q,
+                         const std::unique_ptr<DeviceBuffer>& dq, const std::vector<float>& one,
+                         double bound) {
+  const AttnParams& a = ps.p.attn;
+  const size_t n_st = size_t(ps.n_rows * a.n_head * attn_state_floats(a.head_dim_v));
+  auto fast = poisoned(n_st), slow = poisoned(n_st), out = poisoned(one.size());
+  vk().paged_attention_part(tc.kv, ps.p, KvTier::kFast, fp(dq), fp(fast));
+  vk().paged_attention_part(tc.kv, ps.p, KvTier::kSlow, fp(dq), fp(slow));
+  const float* parts[2] = {fp(fast), fp(slow)};
+  vk().attn_merge(ps.p, parts, 2, ps.n_rows, fp(out));
+  const std::vector<float> device_split = from_dev(*out, one.size());
+  EXPECT_LE(nmse(device_split, one), 1e-12) << "device parts merged vs one pass";
+  KvLayer host_view = tc.kv;  // the host tier at its host addresses, no fast tier
+  host_view.k = host_view.v = nullptr;
+  host_view.k_slow = static_cast<uint8_t*>(tc.k_host->host_data());
+  host_view.v_slow = static_cast<uint8_t*>(tc.v_host->host_data());
+  std::vector<float> cpu_slow(n_st);
+  cpu::ThreadPool pool(2);
+  cpu::paged_attention_states(pool, host_view, ps.p, KvTier::kSlow, ps.seqs.data(),
+                              int64_t(ps.seqs.size()), q.data(), cpu_slow.data());
+  vk().upload(fp(slow), cpu_slow.data(), n_st * sizeof(float));
+  vk().attn_merge(ps.p, parts, 2, ps.n_rows, fp(out));
+  const std::vector<float> mixed = from_dev(*out, one.size());
+  for (float x : mixed) ASSERT_TRUE(std::isfinite(x));
+  EXPECT_LE(nmse(mixed, one), bound) << "device + CPU parts merged vs one pass";
+}
+
 class VulkanHostTier : public testing::TestWithParam<KvCase> {};
 
 /// The KV store and attention over a table whose blocks are split between device memory and the
 /// host tier (every third block in pinned host memory, read and written in place through its
 /// device address): the stored bytes equal the CPU encoder's wherever the block lies, and the
-/// attention output equals, bit for bit, that over the same blocks all in device memory.
+/// attention output equals, bit for bit, that over the same blocks all in device memory; split by
+/// tier (paged_attention_part, attn_merge: --kv-host-attn cpu) it follows that output.
 /// Variants as VulkanAttention's 0 (a 3000-position decode) and 1 (a prefill and a
 /// continuation).
 TEST_P(VulkanHostTier, StoreAndAttentionReadBlocksWhereTheyLie) {
@@ -459,7 +491,9 @@ TEST_P(VulkanHostTier, StoreAndAttentionReadBlocksWhereTheyLie) {
   for (float x : tiered) ASSERT_TRUE(std::isfinite(x));
   EXPECT_EQ(0, std::memcmp(all.data(), tiered.data(), all.size() * sizeof(float)));
   const bool q8_q = c.k == DType::Q8_0 || c.k == DType::Q4_0;
-  EXPECT_LE(nmse(tiered, ref), c.k == DType::F16 ? 1e-6 : q8_q ? 2e-4 : 1e-9);
+  const double bound = c.k == DType::F16 ? 1e-6 : q8_q ? 2e-4 : 1e-9;
+  EXPECT_LE(nmse(tiered, ref), bound);
+  check_split_by_tier(ps, tc, q, dq, tiered, bound);
 }
 
 INSTANTIATE_TEST_SUITE_P(Some, VulkanHostTier,

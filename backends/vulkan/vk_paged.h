@@ -20,8 +20,10 @@ int kv_code(DType t);
 std::vector<uint64_t> kv_store_targets(const KvLayer& kv, const PageTable& pt);
 
 /// Per entry of the step's concatenated block tables: the K and V block addresses (entry e at
-/// [2e] and [2e + 1]; 0 for id −1, a block a sliding window gave back).
-std::vector<uint64_t> block_addresses(const KvLayer& kv, const PageTable& pt);
+/// [2e] and [2e + 1]; 0 for id −1, a block a sliding window gave back, and for a block outside
+/// `tier`: attention.comp skips those).
+std::vector<uint64_t> block_addresses(const KvLayer& kv, const PageTable& pt,
+                                      KvTier tier = KvTier::kAll);
 
 /// Per row: its position and the index of its sequence's first block-table entry ([2r],
 /// [2r + 1]).

@@ -150,12 +150,18 @@ struct AttnPush {
   uint32_t n_head, n_head_kv, group, head_dim, head_dim_v, block_size, k_row_bytes, v_row_bytes,
       k_type, v_type, window, seg_len, n_seg;
   float scale, softcap;
+  uint32_t states;
 };
 struct MergePush {
   uint64_t part, out;
-  uint32_t n_head, head_dim_v, n_seg;
+  uint32_t n_head, head_dim_v, n_seg, states;
 };
-static_assert(sizeof(AttnPush) <= kPushBytes && sizeof(RopePush) <= kPushBytes);
+struct MergePartsPush {
+  uint64_t parts[4], out;
+  uint32_t n_parts, n_head, head_dim_v;
+};
+static_assert(sizeof(AttnPush) <= kPushBytes && sizeof(RopePush) <= kPushBytes &&
+              sizeof(MergePartsPush) <= kPushBytes);
 
 /// Context positions per attention segment (a workgroup's share of a long context; the
 /// segments are merged by log-sum-exp).
@@ -436,6 +442,32 @@ class VulkanBackend final : public Backend {
 
   void paged_attention(const KvLayer& kv, const PagedAttnParams& p, const float* q,
                        float* out) override {
+    attend(kv, p, q, out, KvTier::kAll, nullptr);
+  }
+  void paged_attention_part(const KvLayer& kv, const PagedAttnParams& p, KvTier tier,
+                            const float* q, float* part) override {
+    attend(kv, p, q, nullptr, tier, part);
+  }
+  void attn_merge(const PagedAttnParams& p, const float* const* parts, int n_parts,
+                  int64_t n_tokens, float* out) override {
+    if (p.sinks)
+      throw std::invalid_argument("Vulkan attn_merge: attention sinks are not supported");
+    if (n_parts < 1 || n_parts > 4) throw std::invalid_argument("Vulkan attn_merge: 1 to 4 parts");
+    if (n_tokens <= 0) return;
+    if (n_tokens > 65535) throw std::invalid_argument("Vulkan attn_merge: more than 65535 rows");
+    MergePartsPush m{};
+    for (int k = 0; k < n_parts; ++k) m.parts[k] = addr(parts[k]);
+    m.out = addr(out);
+    m.n_parts = uint32_t(n_parts);
+    m.n_head = u32(p.attn.n_head, "n_head");
+    m.head_dim_v = uint32_t(p.attn.head_dim_v);
+    s_.dispatch("attn_merge_parts", &m, sizeof m, uint32_t(n_tokens), m.n_head);
+  }
+
+  /// paged_attention (states null) or paged_attention_part (the blocks of `tier` only, each row's
+  /// and head's online-softmax state into `states`).
+  void attend(const KvLayer& kv, const PagedAttnParams& p, const float* q, float* out, KvTier tier,
+              float* states) {
     check_paged(kv, p);
     const auto hold = s_.hold();  // staged bytes stay until the dispatch is recorded
     const AttnParams& a = p.attn;
@@ -448,8 +480,10 @@ class VulkanBackend final : public Backend {
       const size_t bytes = size_t(n_rows * a.n_head * n_seg * (2 + a.head_dim_v)) * 4;
       regrow(part_, bytes, 0, "attention's split partials");
       part = part_->address;
+    } else if (states) {  // one segment: its states are the call's
+      part = addr(states);
     }
-    const std::vector<uint64_t> blocks = block_addresses(kv, pt_);
+    const std::vector<uint64_t> blocks = block_addresses(kv, pt_, tier);
     check_on_device(blocks, size_t(kv.block_size * kv.k_row_bytes),
                     size_t(kv.block_size * kv.v_row_bytes), "paged_attention");
     const std::vector<int32_t> rows = row_info(pt_);
@@ -472,11 +506,14 @@ class VulkanBackend final : public Backend {
                         uint32_t(kAttnSegment),
                         uint32_t(n_seg),
                         a.scale,
-                        p.softcap};
+                        p.softcap,
+                        states ? 1u : 0u};
     s_.dispatch("attention", &push, sizeof push, u32(n_rows, "attention rows"), push.n_head,
                 push.n_seg);
     if (n_seg > 1) {
-      const MergePush m{part, addr(out), push.n_head, push.head_dim_v, push.n_seg};
+      const MergePush m{part,        states ? addr(states) : addr(out),
+                        push.n_head, push.head_dim_v,
+                        push.n_seg,  states ? 1u : 0u};
       s_.dispatch("attn_merge", &m, sizeof m, uint32_t(n_rows), push.n_head);
     }
   }
@@ -623,8 +660,7 @@ class VulkanDevice final : public Device {
       case Op::kAttnSinks:  // gpt-oss's attention sinks: not yet (load refuses)
       case Op::kMla:        // deepseek2's latent attention: not yet (load refuses)
         return false;
-      case Op::kAttnParts:  // attention by KV tier (--kv-host-attn cpu): not written for Vulkan
-        return false;
+      case Op::kAttnParts:   // paged_attention_part / attn_merge (attention.comp, attn_merge_parts)
       case Op::kKvHostTier:  // host-visible memory with a device address (allocate_host_tier)
         return true;
     }

@@ -5,9 +5,11 @@
 // positions go by in chunks of 64, each thread scoring one position (q · K in f32, K read in
 // place in its cache type), then a shared-memory max, the rescale of the running sum and of
 // the V accumulator (each thread owns output dims t, t + 64, …), V read in place. With one
-// segment the result is written to `out`; with more, the partial state (max, sum, acc) goes to
-// `part` and attn_merge.comp combines the segments by log-sum-exp (Flash-Decoding).
-// The host resolved every block of every block table into its K and V addresses (`blocks`).
+// segment the result is written to `out`; with more, or with `states`, the partial state (max,
+// sum, acc) goes to `part` and attn_merge.comp combines the segments by log-sum-exp
+// (Flash-Decoding). The host resolved every block of every block table into its K and V
+// addresses (`blocks`); a block whose address is 0 is skipped (Backend::paged_attention_part:
+// the other KV tier's blocks), and a workgroup that saw no position writes m = −inf, l = 0.
 #include "kv_common.glsl"
 
 layout(local_size_x = 64) in;
@@ -34,6 +36,7 @@ layout(push_constant) uniform Push {
   uint n_seg;
   float scale;
   float softcap;  // 0: off
+  uint states;    // 1: write the state to `part` even with one segment (paged_attention_part)
 } p;
 
 shared float qs[256];
@@ -59,8 +62,9 @@ void main() {
   for (uint c0 = j0; c0 < j1; c0 += 64u) {
     const uint j = c0 + t;
     float s = -1.0 / 0.0;
-    if (j < j1) {
-      U32Buf kb = U32Buf(blocks.v[2u * (bt + j / p.block_size)]);
+    const uvec2 k_addr = j < j1 ? blocks.v[2u * (bt + j / p.block_size)] : uvec2(0u);
+    if (j < j1 && (k_addr.x != 0u || k_addr.y != 0u)) {
+      U32Buf kb = U32Buf(k_addr);
       const uint jr = j % p.block_size, e0 = hk * p.head_dim;
       float dot = 0.0;
       for (uint d = 0u; d < p.head_dim; ++d)
@@ -77,16 +81,18 @@ void main() {
       barrier();
     }
     const float m_new = max(m, red[0]);
-    const float alpha = exp(m - m_new);
+    const float alpha = m_new == -1.0 / 0.0 ? 1.0 : exp(m - m_new);  // (nothing seen yet)
     const uint cnt = min(64u, j1 - c0);
     float psum = 0.0;
-    for (uint u = 0u; u < cnt; ++u) psum += exp(sc[u] - m_new);
+    for (uint u = 0u; u < cnt; ++u)
+      if (sc[u] != -1.0 / 0.0) psum += exp(sc[u] - m_new);
     l = l * alpha + psum;
     for (uint i = 0u; i < 4u; ++i) {
       const uint d = t + 64u * i;
       if (d >= p.head_dim_v) break;
       float a = acc[i] * alpha;
       for (uint u = 0u; u < cnt; ++u) {
+        if (sc[u] == -1.0 / 0.0) continue;  // a skipped block's position: its V is not read
         const uint jj = c0 + u;
         U32Buf vb = U32Buf(blocks.v[2u * (bt + jj / p.block_size) + 1u]);
         a += exp(sc[u] - m_new) * kv_read(vb, p.v_type, p.v_row_bytes, jj % p.block_size,
@@ -97,7 +103,7 @@ void main() {
     m = m_new;
     barrier();  // sc and red are rewritten by the next chunk
   }
-  if (p.n_seg == 1u) {
+  if (p.n_seg == 1u && p.states == 0u) {
     F32Buf o = F32Buf(p.out_);
     const float inv = 1.0 / l;
     for (uint i = 0u; i < 4u; ++i) {
