@@ -406,12 +406,14 @@ void split_attention(Backend& be, LlamaScratch& s, const HostAttn& host, const K
   float* fast = s.grow(LlamaScratch::kAttnPart, part);
   float* slow = s.grow(LlamaScratch::kAttnPart2, part);
   float* host_part = host.s->grow(LlamaScratch::kAttnPart, part);
+  PagedAttnParams fa = ap;  // the flash scheme on both sides, as GPUs run it also with -fa off
+  fa.flash = true;
   host.be->copy_from(be, s.q, host.s->q, size_t(n * nq) * f);  // (waits for the KV store)
-  be.paged_attention_part(kv, ap, KvTier::kFast, s.q, fast);
-  host.be->paged_attention_part(*host.kv, ap, KvTier::kSlow, host.s->q, host_part);
+  be.paged_attention_part(kv, fa, KvTier::kFast, s.q, fast);
+  host.be->paged_attention_part(*host.kv, fa, KvTier::kSlow, host.s->q, host_part);
   be.copy_from(*host.be, host_part, slow, size_t(part) * f);
   const float* parts[2] = {fast, slow};
-  be.attn_merge(ap, parts, 2, n, s.att);
+  be.attn_merge(fa, parts, 2, n, s.att);
 }
 
 /// The KV store and paged attention of one layer: on the layer's backend `be`, or, when the

@@ -458,9 +458,9 @@ TEST(BackendSplit, BlockRowsOfAnyBlockAreCommittedBeforeTheyAreTouched) {
 /// Logits of a 100-token prompt and 8 greedy steps with every layer on `mp.gpu`, whose KV
 /// cache holds 4 blocks of 16 (--kv-mem) and the rest in its host tier (--kv-host-tier), the
 /// host tier's blocks attended to by the device in place or, with `host_attn_cpu`, by the host.
-/// K and V rows of type `kv_type`.
+/// K and V rows of type `kv_type`; `flash` false: -fa off.
 std::vector<float> run_host_tier(const std::string& path, const ModelParams& mp, bool host_attn_cpu,
-                                 DType kv_type) {
+                                 DType kv_type, bool flash = true) {
   const Model m = Model::load(path, mp);
   ContextParams cp;
   cp.n_ctx = 160;
@@ -471,6 +471,7 @@ std::vector<float> run_host_tier(const std::string& path, const ModelParams& mp,
   cp.kv.host_tier = true;
   cp.kv.host_attn_cpu = host_attn_cpu;
   cp.kv.type_k = cp.kv.type_v = kv_type;
+  cp.flash_attn = flash ? FlashAttn::kOn : FlashAttn::kOff;
   cp.kv.mem_bytes = 4 * 16 *
                     kv_bytes_per_token(cp.kv.type_k, cp.kv.type_v, m.hparams().n_layer, r.n_head_kv,
                                        r.head_dim, r.head_dim_v);
@@ -524,7 +525,20 @@ TEST(BackendSplit, HostTierAttentionOnTheHostFollowsTheDevicesOwn) {
           << kv_type_name(type) << " row " << row;
     }
   }
-  // Without the ops (Vulkan today), --kv-host-attn cpu is refused before anything runs.
+  // -fa off: the split steps run the flash scheme on both sides (as a GPU does with -fa off);
+  // the greedy tokens stay those of the -fa off run reading the host tier in place.
+  const std::vector<float> off_in_place =
+      run_host_tier(path.string(), mp, false, DType::F32, false);
+  const std::vector<float> off_split = run_host_tier(path.string(), mp, true, DType::F32, false);
+  ASSERT_EQ(off_split.size(), off_in_place.size());
+  const int64_t nv = Model::load(path.string(), {}).hparams().n_vocab;
+  for (size_t row = 0; row < off_split.size() / size_t(nv); ++row) {
+    const auto a = off_split.begin() + int64_t(row) * nv,
+               b = off_in_place.begin() + int64_t(row) * nv;
+    EXPECT_EQ(std::max_element(a, a + nv) - a, std::max_element(b, b + nv) - b)
+        << "-fa off " << row;
+  }
+  // Without the ops, --kv-host-attn cpu is refused before anything runs.
   CountingDevice lacking("CPU2");
   lacking.host = false;
   lacking.refuse_attn_parts = true;

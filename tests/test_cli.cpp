@@ -281,9 +281,13 @@ TEST(Cli, MissingOrUnusableModelIsAnError) {
 // Device flags (-ngl, -dev, --list-devices, -nkvo) are parsed and checked in every command; a
 // build without a GPU backend behind the seam refuses -ngl N > 0 with one line and exit 2.
 // (`kvrun info -ngl N` plans without a GPU too: tests/test_gpu_plan.cpp.)
+/// A shell prefix that hides every GPU from the command after it (no CUDA device, no Vulkan
+/// driver), so the tests of a machine without one also run where one is (a GPU lease).
+const std::string kNoGpu = "env CUDA_VISIBLE_DEVICES= VK_ICD_FILENAMES=/nonexistent/icd.json ";
+
 TEST(Cli, NglWithoutAGpuIsOneLineAndExit2InEveryCommand) {
   const std::string m = " -m " + q(test::fixture(kModel).string());
-  const std::string bin = q(test::kvrun_binary());
+  const std::string bin = kNoGpu + q(test::kvrun_binary());
   for (const std::string& cmd :
        {bin + m + " -p hi -n 1 -ngl 99", bin + m + " -p hi -n 1 -ngl all",
         bin + m + " -p hi -n 1 -ngl 1 -dev CUDA0", bin + " serve" + m + " -ngl 99",
@@ -331,11 +335,11 @@ TEST(Cli, OverrideTensorRunsOrSaysWhyNot) {
 }
 
 TEST(Cli, ListDevicesSaysNoGpuAndExits0) {
-  const auto r = test::run_command(q(test::kvrun_binary()) + " --list-devices");
+  const auto r = test::run_command(kNoGpu + q(test::kvrun_binary()) + " --list-devices");
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("no GPU devices"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("CPU"), std::string::npos) << r.out;
-  const auto s = test::run_command(q(test::kvrun_binary()) + " serve -m " +
+  const auto s = test::run_command(kNoGpu + q(test::kvrun_binary()) + " serve -m " +
                                    q(test::fixture(kModel).string()) + " --list-devices");
   EXPECT_EQ(s.exit_code, 0) << s.err;
   EXPECT_EQ(s.out, r.out);
