@@ -173,6 +173,24 @@ inline std::vector<double> reference(const Paged& pg, bool decoded) {
   return out;
 }
 
+/// The host's part of --kv-host-attn cpu over a layer `kv` whose slow tier (the host tier) a
+/// device addresses: cpu::paged_attention_states over KvTier::kSlow with that tier at its host
+/// addresses k_host / v_host and no fast tier (null: never read). [rows, n_head, 2 + head_dim_v].
+inline std::vector<float> host_tier_states(const PagedKvLayer& kv, void* k_host, void* v_host,
+                                           const PagedAttnParams& p, const PagedSeq* seqs,
+                                           int64_t n_seqs, const float* q) {
+  PagedKvLayer host = kv;
+  host.k = host.v = nullptr;
+  host.k_slow = static_cast<uint8_t*>(k_host);
+  host.v_slow = static_cast<uint8_t*>(v_host);
+  int64_t rows = 0;
+  for (int64_t s = 0; s < n_seqs; ++s) rows += seqs[s].n_q;
+  std::vector<float> st(size_t(rows * p.attn.n_head * attn_state_floats(p.attn.head_dim_v)));
+  ThreadPool pool(2);
+  paged_attention_states(pool, host, p, KvTier::kSlow, seqs, n_seqs, q, st.data());
+  return st;
+}
+
 /// max |out − ref|.
 inline double max_err(const std::vector<float>& out, const std::vector<double>& ref) {
   double e = 0;

@@ -25,6 +25,7 @@
 #include "cpu/thread_pool.h"
 #include "dtype.h"
 #include "kv_layout.h"
+#include "paged_attention_test_util.h"
 #include "test_util.h"
 #ifdef KVRUN_HAVE_CUDA
 #include "cuda/cuda_backend.h"
@@ -163,8 +164,7 @@ double nmse(const std::vector<float>& a, const std::vector<float>& b) {
 /// one-pass attention `one` up to rounding (the CPU dots Q rounded to K's dot type).
 void check_split_by_tier(Backend& be, Device& dev, const Layout& tiered, const PagedAttnParams& p,
                          const Steps::Step& step, const std::vector<float>& q,
-                         const DeviceBuffer& dq, const std::vector<float>& one,
-                         cpu::ThreadPool& pool) {
+                         const DeviceBuffer& dq, const std::vector<float>& one) {
   const int64_t n = step.pt.n_tokens;
   const size_t n_st = size_t(n * Steps::kHead * attn_state_floats(Steps::kHd));
   auto fast = dev.alloc(n_st * 4, BufferUse::kActivations);
@@ -177,14 +177,10 @@ void check_split_by_tier(Backend& be, Device& dev, const Layout& tiered, const P
   be.attn_merge(p, parts, 2, n, static_cast<float*>(out->data()));
   const std::vector<float> gpu_split = from_dev(be, *out, one.size());
   EXPECT_LT(nmse(gpu_split, one), 1e-10) << "device parts merged vs one pass";
-  KvLayer host_view = tiered.kv;  // the host tier at its host addresses, no fast tier
-  host_view.k = host_view.v = nullptr;
-  host_view.k_slow = static_cast<uint8_t*>(tiered.k_host->host_data());
-  host_view.v_slow = static_cast<uint8_t*>(tiered.v_host->host_data());
-  std::vector<float> cpu_slow(n_st);
   be.synchronize();  // (the host tier's rows were written by the device's kv_store)
-  cpu::paged_attention_states(pool, host_view, p, KvTier::kSlow, step.seqs.data(), 2, q.data(),
-                              cpu_slow.data());
+  const std::vector<float> cpu_slow = cpu::paged_test::host_tier_states(
+      tiered.kv, tiered.k_host->host_data(), tiered.v_host->host_data(), p, step.seqs.data(), 2,
+      q.data());
   be.upload(slow->data(), cpu_slow.data(), n_st * 4);
   be.attn_merge(p, parts, 2, n, static_cast<float*>(out->data()));
   const std::vector<float> mixed = from_dev(be, *out, one.size());
@@ -246,7 +242,7 @@ TEST_P(CudaHostTier, StoreAndAttentionReadBlocksWhereTheyLie) {
     std::vector<float> ref(q.size());
     cpu::paged_attention(pool, host, p, step.seqs.data(), 2, q.data(), ref.data());
     EXPECT_LT(nmse(t, ref), 1e-3) << "against the CPU's attention";
-    check_split_by_tier(*be, dev, tiered, p, step, q, *dq, t, pool);
+    check_split_by_tier(*be, dev, tiered, p, step, q, *dq, t);
   }
 }
 

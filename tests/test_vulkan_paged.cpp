@@ -20,6 +20,7 @@
 #include "dtype.h"
 #include "kv/kv_cache.h"
 #include "kv_layout.h"
+#include "paged_attention_test_util.h"
 #include "test_util.h"
 #include "vulkan_test_util.h"
 
@@ -418,14 +419,9 @@ void check_split_by_tier(const PagedSetup& ps, const TieredCache& tc, const std:
   vk().attn_merge(ps.p, parts, 2, ps.n_rows, fp(out));
   const std::vector<float> device_split = from_dev(*out, one.size());
   EXPECT_LE(nmse(device_split, one), 1e-12) << "device parts merged vs one pass";
-  KvLayer host_view = tc.kv;  // the host tier at its host addresses, no fast tier
-  host_view.k = host_view.v = nullptr;
-  host_view.k_slow = static_cast<uint8_t*>(tc.k_host->host_data());
-  host_view.v_slow = static_cast<uint8_t*>(tc.v_host->host_data());
-  std::vector<float> cpu_slow(n_st);
-  cpu::ThreadPool pool(2);
-  cpu::paged_attention_states(pool, host_view, ps.p, KvTier::kSlow, ps.seqs.data(),
-                              int64_t(ps.seqs.size()), q.data(), cpu_slow.data());
+  const std::vector<float> cpu_slow =
+      cpu::paged_test::host_tier_states(tc.kv, tc.k_host->host_data(), tc.v_host->host_data(), ps.p,
+                                        ps.seqs.data(), int64_t(ps.seqs.size()), q.data());
   vk().upload(fp(slow), cpu_slow.data(), n_st * sizeof(float));
   vk().attn_merge(ps.p, parts, 2, ps.n_rows, fp(out));
   const std::vector<float> mixed = from_dev(*out, one.size());
