@@ -166,6 +166,10 @@ struct KvLayer {
 
   /// The slot holding block `id`.
   int64_t slot(int32_t id) const { return slot_of ? slot_of[id] : id; }
+  /// True when block `id` lies in `tier` (kAll: every block; kFast: its slot is below n_fast).
+  bool in_tier(int32_t id, KvTier tier) const {
+    return tier == KvTier::kAll || (slot(id) < n_fast) == (tier == KvTier::kFast);
+  }
   /// First byte of block `id`'s K rows.
   uint8_t* k_block(int32_t id) const {
     const int64_t s = slot(id), kb = block_size * k_row_bytes;

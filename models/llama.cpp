@@ -422,14 +422,12 @@ void split_attention(Backend& be, LlamaScratch& s, const HostAttn& host, const K
 void kv_attention(Backend& be, LlamaScratch& s, Backend& kv_be, LlamaScratch& kv_s,
                   const KvLayer& kv, const PagedAttnParams& ap, int64_t n, int64_t nq, int64_t nk,
                   int64_t nv, const HostAttn& host) {
-  if (&kv_be == &be && host.kv) {
-    be.kv_store(kv, ap, s.k, s.v);
-    split_attention(be, s, host, kv, ap, n, nq);
-    return;
-  }
   if (&kv_be == &be) {
     be.kv_store(kv, ap, s.k, s.v);
-    be.paged_attention(kv, ap, s.q, s.att);
+    if (host.kv)
+      split_attention(be, s, host, kv, ap, n, nq);
+    else
+      be.paged_attention(kv, ap, s.q, s.att);
     return;
   }
   const size_t f = sizeof(float);

@@ -191,6 +191,20 @@ inline std::vector<float> host_tier_states(const PagedKvLayer& kv, void* k_host,
   return st;
 }
 
+/// Bound on max |out − ref| against the reference over the decoded K/V, for outputs of
+/// N(0, 1) data (|out| ≤ ~1). The terms are the kernel's own roundings:
+///  * K: f16 K rounds Q to f16 (~2⁻¹¹ relative on each score); q8_0 / q4_0 K with head_dim % 32
+///    == 0 quantize Q to q8_0 (~0.4 % per element); every other K is dotted in f32.
+///  * V: flash with an f16 V accumulates in f16 (each multiply-add rounded to 11 bits); exact
+///    with an f16 V rounds the weights to f16; otherwise f32 sums.
+inline double kernel_bound(const Case& c) {
+  double b = 1e-5;
+  if (c.kt == DType::F16) b += 1e-3;
+  if ((c.kt == DType::Q8_0 || c.kt == DType::Q4_0) && c.head_dim % 32 == 0) b += 3e-2;
+  if (c.vt == DType::F16) b += c.flash ? 5e-3 : 1.5e-3;
+  return b;
+}
+
 /// max |out − ref|.
 inline double max_err(const std::vector<float>& out, const std::vector<double>& ref) {
   double e = 0;

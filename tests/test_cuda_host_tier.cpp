@@ -148,15 +148,7 @@ struct TypePair {
   DType k, v;
 };
 
-/// Σ (a − b)² / Σ b².
-double nmse(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < b.size(); ++i) {
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return num / den;
-}
+using test::nmse;
 
 /// --kv-host-attn cpu over `tiered` (its step's rows stored): the device's states over its own
 /// blocks (KvTier::kFast) merged on the device (attn_merge) with (1) its states over the host

@@ -136,17 +136,6 @@ struct Tiered {
   }
 };
 
-/// Bound on max |out − ref| of the kernels against the float64 reference over the decoded rows
-/// (test_paged_attention.cpp's kernel_bound: Q rounded to f16 for an f16 K or quantized to q8_0
-/// for q8_0 / q4_0 K, an f16 V accumulated in f16).
-double bound(const Case& c) {
-  double b = 1e-5;
-  if (c.kt == DType::F16) b += 1e-3;
-  if (c.kt == DType::Q8_0 || c.kt == DType::Q4_0) b += 3e-2;
-  if (c.vt == DType::F16) b += 5e-3;
-  return b;
-}
-
 TEST(PagedAttentionTiers, FastAndSlowTiersMergedEqualOnePass) {
   for (DType t : kTypes)
     for (int variant = 0; variant < 3; ++variant) {
@@ -162,8 +151,9 @@ TEST(PagedAttentionTiers, FastAndSlowTiersMergedEqualOnePass) {
       const std::vector<float> merged = merge(pg, {&fast, &slow});
       const std::vector<float> one = run(pg);
       const std::string what = std::string(kv_type_name(t)) + " variant " + std::to_string(variant);
-      EXPECT_LE(max_err(merged, reference(pg, true)), bound(c)) << what;
-      EXPECT_LE(max_err(merged, std::vector<double>(one.begin(), one.end())), bound(c)) << what;
+      EXPECT_LE(max_err(merged, reference(pg, true)), kernel_bound(c)) << what;
+      EXPECT_LE(max_err(merged, std::vector<double>(one.begin(), one.end())), kernel_bound(c))
+          << what;
       // Some rows see no block of a tier (the one-block sequence: its block is fast): m = −inf,
       // l = 0 there, and the merge skipped it (no NaN above).
       const int64_t sf = attn_state_floats(c.head_dim_v);

@@ -120,6 +120,10 @@ inline double nmse(const std::vector<float>& got, const std::vector<double>& wan
   }
   return den > 0 ? num / den : num;
 }
+/// nmse against a float reference.
+inline double nmse(const std::vector<float>& got, const std::vector<float>& want) {
+  return nmse(got, std::vector<double>(want.begin(), want.end()));
+}
 
 }  // namespace kvrun::test
 

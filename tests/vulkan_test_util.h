@@ -106,10 +106,6 @@ inline std::vector<float> from_dev(const DeviceBuffer& b, size_t n) {
 inline float* fp(const std::unique_ptr<DeviceBuffer>& b) { return static_cast<float*>(b->data()); }
 
 using test::nmse;
-/// nmse against a float reference.
-inline double nmse(const std::vector<float>& got, const std::vector<float>& want) {
-  return nmse(got, std::vector<double>(want.begin(), want.end()));
-}
 
 /// y = x · wᵀ in float64: w [m][k] (dequantized weights), x [n][k]; returns [n][m].
 inline std::vector<double> matmul_f64(const std::vector<float>& w, const std::vector<float>& x,

@@ -41,12 +41,8 @@ struct Call {
   KvTier tier = KvTier::kAll;
 };
 
-/// True when block `id` of the call's layer is read: c.tier is kAll, or the block's slot lies in
-/// that tier.
-inline bool block_in_tier(const Call& c, int32_t id) {
-  if (c.tier == KvTier::kAll) return true;
-  return (c.kv.slot(id) < c.kv.n_fast) == (c.tier == KvTier::kFast);
-}
+/// True when block `id` of the call's layer is read (in c.tier).
+inline bool block_in_tier(const Call& c, int32_t id) { return c.kv.in_tier(id, c.tier); }
 
 /// Per-thread buffers; sized on use, reused across items.
 struct Scratch {

@@ -48,8 +48,7 @@ std::vector<uint64_t> block_addresses(const KvLayer& kv, const PageTable& pt, Kv
   std::vector<uint64_t> out(size_t(std::max<int64_t>(n, 1)) * 2, 0);
   for (int64_t e = 0; e < n; ++e) {
     const int32_t id = pt.block_ids[e];
-    if (id < 0) continue;
-    if (tier != KvTier::kAll && (kv.slot(id) < kv.n_fast) != (tier == KvTier::kFast)) continue;
+    if (id < 0 || !kv.in_tier(id, tier)) continue;
     out[size_t(2 * e)] = uint64_t(uintptr_t(kv.k_block(id)));
     out[size_t(2 * e + 1)] = uint64_t(uintptr_t(kv.v_block(id)));
   }

@@ -116,7 +116,7 @@ bool Step::reads_host_tier() const {
   for (const KvLayer& l : host_layers_) {
     if (!l.k_slow) continue;
     for (const int32_t id : block_ids_)
-      if (id >= 0 && l.slot(id) >= l.n_fast) return true;
+      if (id >= 0 && l.in_tier(id, KvTier::kSlow)) return true;
     return false;  // (the layers with a host tier share the cache's one slot map)
   }
   return false;

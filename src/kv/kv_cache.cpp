@@ -354,8 +354,8 @@ KvLayer KvCache::host_tier_layer(int64_t il) const {
     return l;
   }
   l.k = l.v = nullptr;
-  l.k_slow = c.slow_host[size_t(il)];
-  l.v_slow = l.k_slow + c.n_slow * c.kb();
+  l.k_slow = c.k_host(il, c.n_fast);  // (the first slot of the slow tier)
+  l.v_slow = c.v_host(il, c.n_fast);
   return l;
 }
 
